@@ -1,0 +1,447 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * tensorpipe: zero-copy tensor rendezvous through /dev/tensorpipe.
+ *
+ * This header is the whole contract between user space and tensorpipe.ko.
+ * It compiles on its own in user space.
+ *
+ * Model
+ * -----
+ * An *endpoint* is one open() of /dev/tensorpipe.  It belongs to the process
+ * (mm) that opened it: every ioctl, read and mmap from another mm (a fork
+ * child using an inherited descriptor, say) fails with -EPERM.
+ *
+ * A *region* is memory known to an endpoint, named by a __u32 handle that is
+ * valid on that endpoint only: either user memory pinned by
+ * TP_IOC_REGION_REGISTER, or a kernel buffer from TP_IOC_REGION_ALLOC that the
+ * process maps with mmap(fd, offset = mmap_offset).  Pinned and allocated
+ * bytes are charged to RLIMIT_MEMLOCK of the endpoint's process (as pinned_vm,
+ * "VmPin" in /proc/PID/status).
+ *
+ * A *domain* is a rendezvous namespace: a table of keys.  TP_IOC_DOMAIN_CREATE
+ * returns a new file descriptor that is the capability to the domain; an
+ * endpoint joins it with TP_IOC_DOMAIN_ATTACH given that descriptor (passed
+ * over a Unix socket or inherited).  An endpoint joins at most one domain.
+ *
+ * A *slot* is a tensor posted under a key by TP_IOC_SEND.  SEND never blocks:
+ * it references the source region and returns.  TP_IOC_RECV, issued before
+ * or after the SEND, takes the slot (each key is delivered exactly once) and
+ * copies the bytes from the producer's pinned pages straight into the
+ * consumer's region in the consumer's context (one copy), or, for a donated
+ * buffer, hands its pages over without copying.  When the slot has been
+ * consumed, cancelled or aborted the producer finds a struct tp_completion
+ * with the SEND's user_data by read() on the endpoint; poll() reports EPOLLIN
+ * while completions are queued.
+ *
+ * Conventions
+ * -----------
+ * All structures have explicit padding, sizes that are multiples of 8 and
+ * pointers carried as __u64, so 32-bit and 64-bit processes share one layout.
+ * Every flags and reserved field must be zero unless documented: a non-zero
+ * unknown bit or reserved field fails with -EINVAL.  An unknown command fails
+ * with -ENOTTY.  Commands return 0 or a negative errno through ioctl(2)
+ * (that is, -1 with errno set); the errors each can return are listed with it.
+ * Common to every command: -EFAULT (an argument could not be read or
+ * written), -EPERM (the caller is not the endpoint's process).
+ */
+#ifndef _UAPI_LINUX_TENSORPIPE_H
+#define _UAPI_LINUX_TENSORPIPE_H
+
+#include <linux/const.h>
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+/** define TP_ABI_VERSION - version of this interface, reported by GET_INFO */
+#define TP_ABI_VERSION		1
+
+/** define TP_DEVICE_PATH - path of the character device */
+#define TP_DEVICE_PATH		"/dev/tensorpipe"
+
+/**
+ * define TP_KEY_MAX_ABI - hard upper bound of a key length, in bytes.
+ *
+ * The limit in force is struct tp_info.max_key_len (module parameter
+ * max_key_len); it is never below 256 and never above this value.
+ */
+#define TP_KEY_MAX_ABI		4096
+
+/**
+ * define TP_MMAP_REGION_SHIFT - bit position of the region handle in an mmap offset.
+ *
+ * The mmap offset of region @h is @h << TP_MMAP_REGION_SHIFT; a region is
+ * therefore at most 1 << TP_MMAP_REGION_SHIFT bytes (64 GiB).
+ */
+#define TP_MMAP_REGION_SHIFT	36
+
+/* Feature bits in struct tp_info.features. */
+/** define TP_FEAT_REGION_ALLOC - TP_IOC_REGION_ALLOC and mmap of its buffers */
+#define TP_FEAT_REGION_ALLOC	_BITULL(0)
+/** define TP_FEAT_DONATE - TP_SEND_DONATE and TP_RECV_DONATE */
+#define TP_FEAT_DONATE		_BITULL(1)
+/** define TP_FEAT_RECV_TIMEOUT - struct tp_recv.timeout_ns is honoured */
+#define TP_FEAT_RECV_TIMEOUT	_BITULL(2)
+/** define TP_FEAT_LARGE_ALLOC - allocated buffers use high-order pages when possible */
+#define TP_FEAT_LARGE_ALLOC	_BITULL(3)
+/** define TP_FEAT_URING_CMD - SEND/RECV/CANCEL accepted as IORING_OP_URING_CMD */
+#define TP_FEAT_URING_CMD	_BITULL(4)
+
+/**
+ * struct tp_info - what the loaded module implements (TP_IOC_GET_INFO).
+ * @abi_version:	out: TP_ABI_VERSION of the module.
+ * @flags:		in: must be 0.
+ * @features:		out: TP_FEAT_* bits.
+ * @max_key_len:	out: longest key accepted, in bytes (>= 256).
+ * @max_regions:	out: regions one endpoint may hold at once.
+ * @max_slots:		out: pending SENDs one domain may hold at once; also
+ *			the most SENDs one endpoint may have outstanding
+ *			(pending, or completed but not yet read).
+ * @page_size:		out: PAGE_SIZE of the kernel.
+ * @max_region_bytes:	out: largest region, in bytes.
+ * @reserved:		must be 0 on input; 0 on output.
+ */
+struct tp_info {
+	__u32 abi_version;
+	__u32 flags;
+	__u64 features;
+	__u32 max_key_len;
+	__u32 max_regions;
+	__u32 max_slots;
+	__u32 page_size;
+	__u64 max_region_bytes;
+	__u64 reserved[4];
+};
+
+/* Access bits for struct tp_region_register.access. */
+/** define TP_ACCESS_READ - the region may be the source of a SEND */
+#define TP_ACCESS_READ		_BITUL(0)
+/** define TP_ACCESS_WRITE - the region may be the destination of a RECV */
+#define TP_ACCESS_WRITE		_BITUL(1)
+
+/**
+ * struct tp_region_register - pin user memory (TP_IOC_REGION_REGISTER).
+ * @addr:	in: start address; need not be page aligned.
+ * @len:	in: length in bytes, 1 .. tp_info.max_region_bytes.
+ * @access:	in: TP_ACCESS_READ and/or TP_ACCESS_WRITE (at least one).
+ *		WRITE pins for writing (breaking copy-on-write); a READ-only
+ *		region pins the pages present now, so populate the memory
+ *		before registering it.
+ * @flags:	in: must be 0.
+ * @handle:	out: region handle, valid on this endpoint only.
+ * @reserved:	must be 0.
+ *
+ * Pages are pinned long-term (FOLL_LONGTERM) until the region is released
+ * and no pending SEND references it.
+ */
+struct tp_region_register {
+	__u64 addr;
+	__u64 len;
+	__u32 access;
+	__u32 flags;
+	__u32 handle;
+	__u32 reserved;
+};
+
+/**
+ * struct tp_region_alloc - allocate a mappable kernel buffer (TP_IOC_REGION_ALLOC).
+ * @len:	in: length in bytes, 1 .. tp_info.max_region_bytes; rounded up
+ *		to whole pages.  The buffer is zeroed.
+ * @flags:	in: must be 0.
+ * @handle:	out: region handle; the region has READ and WRITE access.
+ * @mmap_offset: out: offset to pass to mmap(2) on this endpoint's fd.
+ *		Mappings must be MAP_SHARED; they are not inherited by fork
+ *		children, and their pages are ordinary pages that
+ *		pin_user_pages, O_DIRECT and ibv_reg_mr accept.
+ * @reserved:	must be 0.
+ */
+struct tp_region_alloc {
+	__u64 len;
+	__u32 flags;
+	__u32 handle;
+	__u64 mmap_offset;
+	__u64 reserved;
+};
+
+/**
+ * struct tp_region_release - drop a region handle (TP_IOC_REGION_RELEASE).
+ * @handle:	in: region handle.
+ * @flags:	in: must be 0.
+ *
+ * The handle becomes invalid at once.  Pages stay pinned (and charged) while
+ * a pending SEND or an mmap still uses them.
+ */
+struct tp_region_release {
+	__u32 handle;
+	__u32 flags;
+};
+
+/**
+ * struct tp_domain_create - create a rendezvous domain (TP_IOC_DOMAIN_CREATE).
+ * @flags:	in: must be 0.
+ * @fd:		out: new O_CLOEXEC file descriptor for the domain.  Holding
+ *		it is the right to attach endpoints to the domain.
+ * @id:		out: domain id, as shown in debugfs.
+ *
+ * The calling endpoint is not attached; use TP_IOC_DOMAIN_ATTACH.
+ */
+struct tp_domain_create {
+	__u32 flags;
+	__s32 fd;
+	__u64 id;
+};
+
+/**
+ * struct tp_domain_attach - join a domain (TP_IOC_DOMAIN_ATTACH).
+ * @fd:		in: a domain file descriptor from TP_IOC_DOMAIN_CREATE.
+ * @flags:	in: must be 0.
+ * @id:		out: domain id.
+ */
+struct tp_domain_attach {
+	__s32 fd;
+	__u32 flags;
+	__u64 id;
+};
+
+/* Flags for struct tp_send.flags. */
+/**
+ * define TP_SEND_DONATE - give the pages of an allocated region to the consumer.
+ *
+ * The region must come from TP_IOC_REGION_ALLOC, must not be mapped (munmap
+ * it first) and @offset must be 0.  The handle is consumed by the SEND: it is
+ * invalid on return, and the pages belong to the slot until a RECV takes them.
+ */
+#define TP_SEND_DONATE		_BITUL(0)
+
+/**
+ * struct tp_send - post a tensor under a key (TP_IOC_SEND).
+ * @key_ptr:	in: address of the key bytes (any bytes, not NUL terminated).
+ * @key_len:	in: key length, 1 .. tp_info.max_key_len.
+ * @flags:	in: 0 (copy) or TP_SEND_DONATE.
+ * @region:	in: source region handle (READ access).
+ * @reserved0:	must be 0.
+ * @offset:	in: byte offset of the tensor in the region.
+ * @len:	in: tensor length in bytes; may be 0.
+ * @user_data:	in: opaque value returned in the completion.
+ * @reserved:	must be 0.
+ *
+ * Never blocks.  The source must not be modified until the completion for
+ * @user_data has been read: the copy happens when the consumer arrives.
+ */
+struct tp_send {
+	__u64 key_ptr;
+	__u32 key_len;
+	__u32 flags;
+	__u32 region;
+	__u32 reserved0;
+	__u64 offset;
+	__u64 len;
+	__u64 user_data;
+	__u64 reserved[2];
+};
+
+/* Flags for struct tp_recv.flags. */
+/** define TP_RECV_NONBLOCK - fail with -EAGAIN instead of waiting for the key */
+#define TP_RECV_NONBLOCK	_BITUL(0)
+/**
+ * define TP_RECV_DONATE - receive into a new region instead of @region.
+ *
+ * A donated slot's pages become the new region without a copy; any other slot
+ * is copied into a newly allocated region.  @region and @offset must be 0 on
+ * input; @len is the largest tensor accepted.
+ */
+#define TP_RECV_DONATE		_BITUL(1)
+
+/**
+ * struct tp_recv - take the tensor posted under a key (TP_IOC_RECV).
+ * @key_ptr:	in: address of the key bytes.
+ * @key_len:	in: key length, 1 .. tp_info.max_key_len.
+ * @flags:	in: TP_RECV_NONBLOCK, TP_RECV_DONATE.
+ * @region:	in: destination region handle (WRITE access);
+ *		out with TP_RECV_DONATE: the new region's handle.
+ * @reserved0:	must be 0.
+ * @offset:	in: byte offset in the destination region.
+ * @len:	in: capacity in bytes; out: the tensor's length.
+ * @timeout_ns:	in: relative timeout in nanoseconds; 0 waits forever.
+ * @user_data:	in: opaque, returned unchanged (for asynchronous use).
+ * @mmap_offset: out with TP_RECV_DONATE: mmap offset of the new region.
+ * @reserved:	must be 0.
+ *
+ * Waits (unless TP_RECV_NONBLOCK) until a SEND with the same key is pending
+ * in the endpoint's domain.  A tensor longer than @len fails with -EMSGSIZE
+ * and @len set to the tensor's length; the slot stays for a retry.
+ */
+struct tp_recv {
+	__u64 key_ptr;
+	__u32 key_len;
+	__u32 flags;
+	__u32 region;
+	__u32 reserved0;
+	__u64 offset;
+	__u64 len;
+	__u64 timeout_ns;
+	__u64 user_data;
+	__u64 mmap_offset;
+	__u64 reserved[2];
+};
+
+/* Flags for struct tp_cancel.flags: at least one must be set. */
+/** define TP_CANCEL_SEND - withdraw this endpoint's pending SEND of the key */
+#define TP_CANCEL_SEND		_BITUL(0)
+/** define TP_CANCEL_RECV - wake this endpoint's RECVs waiting on the key with -ECANCELED */
+#define TP_CANCEL_RECV		_BITUL(1)
+
+/**
+ * struct tp_cancel - cancel pending operations on a key (TP_IOC_CANCEL).
+ * @key_ptr:	in: address of the key bytes.
+ * @key_len:	in: key length, 1 .. tp_info.max_key_len.
+ * @flags:	in: TP_CANCEL_SEND and/or TP_CANCEL_RECV.
+ * @count:	out: number of operations cancelled.
+ * @reserved:	must be 0.
+ *
+ * A cancelled SEND completes with status -ECANCELED; a cancelled RECV
+ * returns -ECANCELED.  A SEND already being consumed cannot be cancelled.
+ */
+struct tp_cancel {
+	__u64 key_ptr;
+	__u32 key_len;
+	__u32 flags;
+	__u32 count;
+	__u32 reserved;
+};
+
+/**
+ * struct tp_abort - abort the endpoint's domain (TP_IOC_ABORT).
+ * @status:	in: negative errno, -4095 .. -1, that every pending and every
+ *		later SEND and RECV of the domain fails with.
+ * @flags:	in: must be 0.
+ *
+ * Abort is final for the domain.  Pending SENDs complete with @status; waiting
+ * RECVs return @status; later SEND and RECV fail with @status.
+ */
+struct tp_abort {
+	__s32 status;
+	__u32 flags;
+};
+
+/* Values of struct tp_completion.op. */
+/** define TP_OP_SEND - the completion of a TP_IOC_SEND */
+#define TP_OP_SEND		1
+
+/**
+ * struct tp_completion - one record returned by read(2) on an endpoint.
+ * @user_data:	the user_data of the operation.
+ * @status:	0 when the consumer took the tensor; -ECANCELED after
+ *		TP_IOC_CANCEL; the abort status after TP_IOC_ABORT.
+ * @op:		TP_OP_SEND.
+ * @len:	bytes delivered (0 unless @status is 0).
+ * @reserved:	0.
+ *
+ * read(2) returns as many whole records as fit in the buffer (-EINVAL if not
+ * even one fits), blocks until at least one is queued unless the fd is
+ * O_NONBLOCK (then -EAGAIN).  Once the source's completion has been read the
+ * source buffer may be reused.
+ */
+struct tp_completion {
+	__u64 user_data;
+	__s32 status;
+	__u32 op;
+	__u64 len;
+	__u64 reserved;
+};
+
+/** define TP_IOC_MAGIC - ioctl type byte of tensorpipe */
+#define TP_IOC_MAGIC		0xB9
+
+/**
+ * define TP_IOC_GET_INFO - report ABI version, features and limits.
+ *
+ * Errors: -EINVAL (flags or reserved non-zero).
+ */
+#define TP_IOC_GET_INFO		_IOWR(TP_IOC_MAGIC, 0x00, struct tp_info)
+
+/**
+ * define TP_IOC_REGION_REGISTER - pin user memory as a region.
+ *
+ * Errors: -EINVAL (no access bit, unknown bits, flags or reserved non-zero,
+ * len 0, addr + len wraps), -E2BIG (len above max_region_bytes), -ENOSPC
+ * (max_regions reached), -ENOMEM (RLIMIT_MEMLOCK exceeded, or out of
+ * memory), -EFAULT (range not mapped, or not writable for TP_ACCESS_WRITE).
+ */
+#define TP_IOC_REGION_REGISTER	_IOWR(TP_IOC_MAGIC, 0x01, struct tp_region_register)
+
+/**
+ * define TP_IOC_REGION_ALLOC - allocate a zeroed buffer to mmap.
+ *
+ * Errors: -EINVAL (flags or reserved non-zero, len 0), -E2BIG (len above
+ * max_region_bytes), -ENOSPC (max_regions reached), -ENOMEM (RLIMIT_MEMLOCK
+ * exceeded, or out of memory).
+ */
+#define TP_IOC_REGION_ALLOC	_IOWR(TP_IOC_MAGIC, 0x02, struct tp_region_alloc)
+
+/**
+ * define TP_IOC_REGION_RELEASE - drop a region handle.
+ *
+ * Errors: -EINVAL (flags non-zero), -ENOENT (no such handle on this endpoint).
+ */
+#define TP_IOC_REGION_RELEASE	_IOW(TP_IOC_MAGIC, 0x03, struct tp_region_release)
+
+/**
+ * define TP_IOC_DOMAIN_CREATE - create a domain, return its descriptor.
+ *
+ * Errors: -EINVAL (flags non-zero), -EMFILE (no free descriptor), -ENOMEM.
+ */
+#define TP_IOC_DOMAIN_CREATE	_IOWR(TP_IOC_MAGIC, 0x04, struct tp_domain_create)
+
+/**
+ * define TP_IOC_DOMAIN_ATTACH - attach this endpoint to a domain.
+ *
+ * Errors: -EINVAL (flags non-zero, or @fd is not a domain descriptor),
+ * -EBADF (@fd is not open), -EBUSY (the endpoint is already attached).
+ */
+#define TP_IOC_DOMAIN_ATTACH	_IOWR(TP_IOC_MAGIC, 0x05, struct tp_domain_attach)
+
+/**
+ * define TP_IOC_SEND - post a tensor under a key; never blocks.
+ *
+ * Errors: -EINVAL (unknown flags, reserved non-zero, key_len 0, DONATE with a
+ * registered region or a non-zero offset), -ENAMETOOLONG (key_len above
+ * max_key_len), -ENOLINK (endpoint not attached to a domain), -ENOENT (no such
+ * region), -EACCES (region lacks TP_ACCESS_READ), -ERANGE (offset + len past
+ * the region's end, or wrapping), -EBUSY (DONATE of a region still mapped),
+ * -EEXIST (a SEND of this key is already pending in the domain), -ENOSPC (the
+ * domain holds max_slots pending SENDs), -ENOBUFS (this endpoint has max_slots
+ * SENDs outstanding: read completions first), -ENOMEM, or the domain's abort
+ * status.
+ */
+#define TP_IOC_SEND		_IOWR(TP_IOC_MAGIC, 0x06, struct tp_send)
+
+/**
+ * define TP_IOC_RECV - take the tensor posted under a key.
+ *
+ * Errors: -EINVAL (unknown flags, reserved non-zero, key_len 0, DONATE with a
+ * non-zero region or offset), -ENAMETOOLONG, -ENOLINK, -ENOENT (no such
+ * region), -EACCES (region lacks TP_ACCESS_WRITE), -ERANGE (offset + len past
+ * the region's end, or wrapping), -EMSGSIZE (tensor longer than len; len is
+ * set to its length, the slot stays), -EAGAIN (NONBLOCK and no such key),
+ * -ETIMEDOUT, -EINTR (a signal arrived; nothing was taken), -ECANCELED
+ * (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOMEM (RLIMIT_MEMLOCK or memory, for
+ * DONATE), or the domain's abort status.
+ */
+#define TP_IOC_RECV		_IOWR(TP_IOC_MAGIC, 0x07, struct tp_recv)
+
+/**
+ * define TP_IOC_CANCEL - cancel this endpoint's operations on a key.
+ *
+ * Errors: -EINVAL (no or unknown flags, reserved non-zero, key_len 0),
+ * -ENAMETOOLONG, -ENOLINK, -ENOENT (nothing of this endpoint to cancel).
+ */
+#define TP_IOC_CANCEL		_IOWR(TP_IOC_MAGIC, 0x08, struct tp_cancel)
+
+/**
+ * define TP_IOC_ABORT - abort the endpoint's domain.
+ *
+ * Errors: -EINVAL (flags non-zero, status outside -4095 .. -1), -ENOLINK,
+ * -EALREADY (the domain was already aborted; its status is unchanged).
+ */
+#define TP_IOC_ABORT		_IOW(TP_IOC_MAGIC, 0x09, struct tp_abort)
+
+#endif /* _UAPI_LINUX_TENSORPIPE_H */

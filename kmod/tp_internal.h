@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Internal objects of tensorpipe.ko and the rules that keep them consistent.
+ *
+ * Object lifetimes are all reference counted; a file descriptor holds one
+ * reference to what it names:
+ *
+ *   endpoint  (struct tp_endpoint)  one open() of /dev/tensorpipe
+ *   region    (struct tp_region)    pinned user pages or an allocated buffer
+ *   domain    (struct tp_domain)    a table of keys; a file is its capability
+ *   slot      (struct tp_slot)      one SEND, from posting to its completion
+ *
+ * Lock order: tp_domain.lock, then tp_endpoint.lock.  No lock is held while
+ * copying, pinning, allocating or freeing.
+ */
+#ifndef _TP_INTERNAL_H
+#define _TP_INTERNAL_H
+
+#include <linux/atomic.h>
+#include <linux/hashtable.h>
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/types.h>
+#include <linux/wait.h>
+#include <linux/xarray.h>
+#include <uapi/linux/tensorpipe.h>
+
+struct dentry;
+struct file;
+struct mm_struct;
+struct page;
+struct vm_area_struct;
+
+/* Module parameters, read with READ_ONCE at each use (root may change them). */
+extern unsigned int tp_max_slots;
+extern unsigned int tp_max_regions;
+extern unsigned int tp_max_key_len;
+extern unsigned int tp_max_region_mb;
+
+u32 tp_key_len_limit(void);
+u64 tp_region_bytes_limit(void);
+
+/**
+ * enum tp_region_kind - where a region's pages come from.
+ * @TP_REGION_USER: user memory pinned with pin_user_pages_fast().
+ * @TP_REGION_ALLOC: pages allocated by the module, mappable with mmap().
+ */
+enum tp_region_kind {
+	TP_REGION_USER,
+	TP_REGION_ALLOC,
+};
+
+/**
+ * struct tp_region - memory a SEND reads from or a RECV writes to.
+ * @ref:	references: the owner's handle table, each pending slot, each
+ *		mapping (vma) and each copy in progress.
+ * @kind:	TP_REGION_USER or TP_REGION_ALLOC.
+ * @access:	TP_ACCESS_* bits.
+ * @len:	length in bytes.
+ * @first:	byte offset of the region's start in pages[0] (user regions
+ *		need not start on a page boundary).
+ * @nr_pages:	entries in @pages.
+ * @pages:	the pages; NULL once an allocated region's pages were donated.
+ * @charged_mm:	mm whose pinned_vm is charged for @nr_pages (mmgrab()bed),
+ *		NULL when nothing is charged.
+ * @mapcount:	number of vmas mapping the region; DONATE needs zero.
+ */
+struct tp_region {
+	struct kref ref;
+	enum tp_region_kind kind;
+	u32 access;
+	u64 len;
+	unsigned int first;
+	unsigned long nr_pages;
+	struct page **pages;
+	struct mm_struct *charged_mm;
+	atomic_t mapcount;
+};
+
+/**
+ * struct tp_endpoint - state of one open() of /dev/tensorpipe.
+ * @ref:	the file holds one reference, each slot of this endpoint one.
+ * @mm:		the opener's mm (mmgrab()bed); other mms get -EPERM.
+ * @regions:	handle -> struct tp_region (one reference each); the xarray's
+ *		own lock serialises handle allocation and removal.
+ * @nr_regions:	entries in @regions, limited by tp_max_regions.
+ * @next_handle: cursor of the cyclic handle allocator, so that a released
+ *		handle is not handed out again at once.
+ * @domain_lock: serialises attaching.
+ * @domain:	the attached domain (one reference) or NULL; set once under
+ *		@domain_lock, never cleared before release.
+ * @lock:	protects @done, @outstanding and @dead.
+ * @done:	completed slots waiting to be read().
+ * @outstanding: SENDs of this endpoint pending or completed but unread.
+ * @dead:	the file was released: completions are dropped.
+ * @wq:		woken when a completion is queued.
+ * @sends:	this endpoint's pending slots; protected by the domain's lock.
+ */
+struct tp_endpoint {
+	struct kref ref;
+	struct mm_struct *mm;
+	struct xarray regions;
+	atomic_t nr_regions;
+	u32 next_handle;
+	struct mutex domain_lock;	/* serialises attaching */
+	struct tp_domain *domain;
+	spinlock_t lock;		/* @done, @outstanding, @dead */
+	struct list_head done;
+	unsigned int outstanding;
+	bool dead;
+	wait_queue_head_t wq;
+	struct list_head sends;
+};
+
+#define TP_DOMAIN_HASH_BITS	8
+
+/**
+ * struct tp_domain_stats - per-domain counters, protected by tp_domain.lock.
+ * @sends:		SENDs accepted.
+ * @recvs:		RECVs that delivered a tensor.
+ * @bytes_copied:	bytes delivered by copying.
+ * @bytes_donated:	bytes delivered by moving pages.
+ */
+struct tp_domain_stats {
+	u64 sends;
+	u64 recvs;
+	u64 bytes_copied;
+	u64 bytes_donated;
+};
+
+/**
+ * struct tp_domain - a rendezvous table of keys.
+ * @ref:	the domain file and each attached endpoint hold one reference.
+ * @id:		number shown in debugfs and returned to user space.
+ * @lock:	protects @slots, @waiters, @nr_slots, @abort_status, @stats
+ *		and every endpoint's @sends list.
+ * @slots:	pending slots hashed by key.
+ * @waiters:	RECVs waiting for a key, hashed by key.
+ * @nr_slots:	entries in @slots, limited by tp_max_slots.
+ * @nr_waiters:	entries in @waiters.
+ * @abort_status: 0, or the negative errno of TP_IOC_ABORT.
+ * @stats:	counters for debugfs.
+ * @debugfs:	this domain's debugfs file.
+ */
+struct tp_domain {
+	struct kref ref;
+	u64 id;
+	struct mutex lock;	/* see the kernel-doc above */
+	DECLARE_HASHTABLE(slots, TP_DOMAIN_HASH_BITS);
+	DECLARE_HASHTABLE(waiters, TP_DOMAIN_HASH_BITS);
+	unsigned int nr_slots;
+	unsigned int nr_waiters;
+	int abort_status;
+	struct tp_domain_stats stats;
+	struct dentry *debugfs;
+};
+
+/**
+ * struct tp_slot - one SEND from posting to completion.
+ * @node:	in tp_domain.slots while pending.
+ * @ep_node:	in the producer's tp_endpoint.sends while pending, then in
+ *		its tp_endpoint.done once completed.
+ * @ep:		the producer (one reference).
+ * @region:	the source (one reference).
+ * @offset:	byte offset of the tensor in @region.
+ * @len:	tensor length in bytes.
+ * @flags:	TP_SEND_* flags.
+ * @claimed:	a RECV is delivering the slot; it stays in the hash (so a
+ *		second SEND of the key still fails with -EEXIST) but other
+ *		RECVs and CANCEL pass it by.  Protected by tp_domain.lock.
+ * @hash:	hash of the key.
+ * @cqe:	the completion record handed to read().
+ * @key_len:	length of @key.
+ * @key:	the key bytes.
+ */
+struct tp_slot {
+	struct hlist_node node;
+	struct list_head ep_node;
+	struct tp_endpoint *ep;
+	struct tp_region *region;
+	u64 offset;
+	u64 len;
+	u32 flags;
+	bool claimed;
+	u32 hash;
+	struct tp_completion cqe;
+	u32 key_len;
+	u8 key[];
+};
+
+/**
+ * struct tp_waiter - a RECV waiting for its key (lives on the waiter's stack).
+ * @node:	in tp_domain.waiters.
+ * @ep:		the consumer, for TP_IOC_CANCEL.
+ * @hash:	hash of the key.
+ * @key_len:	length of @key.
+ * @key:	the key bytes (the caller's copy).
+ * @wq:		where the waiter sleeps.
+ * @event:	0 while nothing happened; 1 when a SEND of the key arrived;
+ *		-ECANCELED when cancelled.  Written under tp_domain.lock.
+ */
+struct tp_waiter {
+	struct hlist_node node;
+	struct tp_endpoint *ep;
+	u32 hash;
+	u32 key_len;
+	const u8 *key;
+	wait_queue_head_t wq;
+	int event;
+};
+
+/* tp_stats.c: global counters for debugfs. */
+enum tp_stat {
+	TP_STAT_ENDPOINTS,
+	TP_STAT_DOMAINS,
+	TP_STAT_REGIONS,
+	TP_STAT_PINNED_PAGES,
+	TP_STAT_ALLOC_PAGES,
+	TP_STAT_PENDING_SLOTS,
+	TP_STAT_SENDS,
+	TP_STAT_RECVS,
+	TP_STAT_BYTES_COPIED,
+	TP_STAT_BYTES_DONATED,
+	TP_STAT_ERR_INVAL,
+	TP_STAT_ERR_MSGSIZE,
+	TP_STAT_ERR_EXIST,
+	TP_STAT_ERR_TIMEDOUT,
+	TP_STAT_ERR_CANCELED,
+	TP_STAT_ERR_ABORTED,
+	TP_STAT_ERR_MEMLOCK,
+	TP_STAT_ERR_OTHER,
+	TP_STAT_COUNT
+};
+
+extern atomic64_t tp_stats[TP_STAT_COUNT];
+
+static inline void tp_stat_add(enum tp_stat s, s64 v)
+{
+	atomic64_add(v, &tp_stats[s]);
+}
+
+void tp_stat_error(long err);
+int tp_debugfs_init(void);
+void tp_debugfs_exit(void);
+void tp_debugfs_add_domain(struct tp_domain *dom);
+void tp_debugfs_remove_domain(struct tp_domain *dom);
+
+/* tp_region.c */
+int tp_region_register(struct tp_endpoint *ep, struct tp_region_register *arg);
+int tp_region_alloc(struct tp_endpoint *ep, struct tp_region_alloc *arg);
+int tp_region_release(struct tp_endpoint *ep, u32 handle);
+void tp_region_release_all(struct tp_endpoint *ep);
+struct tp_region *tp_region_get(struct tp_endpoint *ep, u32 handle);
+int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
+int tp_region_reserve(struct tp_endpoint *ep, u32 *handle);
+void tp_region_unreserve(struct tp_endpoint *ep, u32 handle);
+void tp_region_publish(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
+int tp_region_charge(struct tp_region *r, struct mm_struct *mm);
+struct tp_region *tp_region_new_alloc(u64 len, struct mm_struct *mm);
+struct tp_region *tp_region_new_donated(struct tp_region *donor,
+					struct mm_struct *mm);
+void tp_region_put(struct tp_region *r);
+int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma);
+
+/* tp_copy.c */
+int tp_copy_pages(struct tp_region *dst, u64 dst_off,
+		  struct tp_region *src, u64 src_off, u64 len);
+
+/* tp_domain.c */
+int tp_domain_create(struct tp_domain_create *arg, void __user *uarg);
+int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg);
+void tp_domain_put(struct tp_domain *dom);
+int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg);
+u32 tp_key_hash(const u8 *key, u32 len);
+
+/* tp_slot.c */
+int tp_send(struct tp_endpoint *ep, const struct tp_send *arg);
+int tp_recv(struct tp_endpoint *ep, struct tp_recv *arg);
+int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg);
+void tp_slot_complete(struct tp_slot *slot, int status, u64 len);
+void tp_slot_withdraw_all(struct tp_endpoint *ep);
+void tp_slot_free(struct tp_slot *slot);
+void tp_waiters_wake_all(struct tp_domain *dom, int event);
+
+/**
+ * tp_endpoint_domain() - the domain an endpoint is attached to.
+ * @ep:		endpoint.
+ *
+ * Return: the domain, or NULL when not attached.  The endpoint's reference
+ * keeps it alive for as long as the endpoint is.
+ */
+static inline struct tp_domain *tp_endpoint_domain(struct tp_endpoint *ep)
+{
+	/* Pairs with the release in tp_domain_attach(): see a whole domain. */
+	return smp_load_acquire(&ep->domain);
+}
+
+/* tp_endpoint.c */
+void tp_endpoint_put(struct tp_endpoint *ep);
+extern const struct file_operations tp_endpoint_fops;
+
+#endif /* _TP_INTERNAL_H */

@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Slots: SEND posts a tensor under a key without blocking; RECV, before or
+ * after, claims it, copies (or takes the donated pages) in the consumer's
+ * context, and queues the completion for the producer.
+ *
+ * A claimed slot stays in the domain's hash until its delivery ends, so the
+ * key stays taken (-EEXIST for a second SEND) and a delivery interrupted by
+ * a fatal signal can put the slot back for the next consumer: nothing is
+ * lost when a consumer dies.
+ */
+#include <linux/hrtimer.h>
+#include <linux/poll.h>
+#include <linux/ktime.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+#include "tp_internal.h"
+
+static int tp_key_check(u32 len)
+{
+	if (!len)
+		return -EINVAL;
+	if (len > tp_key_len_limit())
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static u8 *tp_key_copy(u64 uptr, u32 len)
+{
+	return memdup_user(u64_to_user_ptr(uptr), len);
+}
+
+static bool tp_key_eq(const u8 *a, u32 alen, const u8 *b, u32 blen)
+{
+	return alen == blen && !memcmp(a, b, alen);
+}
+
+/* Caller holds dom->lock. */
+static struct tp_slot *tp_slot_find(struct tp_domain *dom, const u8 *key,
+				    u32 len, u32 hash)
+{
+	struct tp_slot *slot;
+
+	hash_for_each_possible(dom->slots, slot, node, hash)
+		if (slot->hash == hash &&
+		    tp_key_eq(slot->key, slot->key_len, key, len))
+			return slot;
+	return NULL;
+}
+
+/* Caller holds dom->lock. */
+static void tp_waiters_wake_key(struct tp_domain *dom, const u8 *key, u32 len,
+				u32 hash)
+{
+	struct tp_waiter *w;
+
+	hash_for_each_possible(dom->waiters, w, node, hash) {
+		if (w->hash == hash && tp_key_eq(w->key, w->key_len, key, len)) {
+			w->event = 1;
+			wake_up(&w->wq);
+		}
+	}
+}
+
+/**
+ * tp_waiters_wake_all() - wake every RECV waiting in a domain.
+ * @dom:	domain; caller holds its lock.
+ * @event:	value stored in each waiter's event.
+ */
+void tp_waiters_wake_all(struct tp_domain *dom, int event)
+{
+	struct tp_waiter *w;
+	int bkt;
+
+	hash_for_each(dom->waiters, bkt, w, node) {
+		w->event = event;
+		wake_up(&w->wq);
+	}
+}
+
+/**
+ * tp_slot_free() - free a slot whose completion is done with.
+ * @slot:	slot, on no list, holding no region.
+ */
+void tp_slot_free(struct tp_slot *slot)
+{
+	tp_endpoint_put(slot->ep);
+	kfree(slot);
+}
+
+/**
+ * tp_slot_complete() - finish a slot and queue its completion for read().
+ * @slot:	a slot removed from the domain and from its producer's list.
+ * @status:	0, or a negative errno.
+ * @len:	bytes delivered.
+ *
+ * Context: process context, no lock held.
+ */
+void tp_slot_complete(struct tp_slot *slot, int status, u64 len)
+{
+	struct tp_endpoint *ep = slot->ep;
+	bool dead;
+
+	tp_region_put(slot->region);
+	slot->region = NULL;
+	slot->cqe.status = status;
+	slot->cqe.len = status ? 0 : len;
+
+	spin_lock(&ep->lock);
+	dead = ep->dead;
+	if (!dead)
+		list_add_tail(&slot->ep_node, &ep->done);
+	spin_unlock(&ep->lock);
+	if (dead) {
+		tp_slot_free(slot);
+		return;
+	}
+	wake_up_interruptible_poll(&ep->wq, EPOLLIN | EPOLLRDNORM);
+}
+
+/**
+ * tp_send() - TP_IOC_SEND: post a tensor under a key; never blocks.
+ * @ep:		the calling endpoint.
+ * @arg:	the command, copied from user space.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_send(struct tp_endpoint *ep, const struct tp_send *arg)
+{
+	struct tp_domain *dom = tp_endpoint_domain(ep);
+	bool donate = arg->flags & TP_SEND_DONATE;
+	struct tp_region *r;
+	struct tp_slot *slot;
+	int err;
+
+	if ((arg->flags & ~TP_SEND_DONATE) || arg->reserved0 ||
+	    arg->reserved[0] || arg->reserved[1])
+		return -EINVAL;
+	if (donate && arg->offset)
+		return -EINVAL;
+	err = tp_key_check(arg->key_len);
+	if (err)
+		return err;
+	if (!dom)
+		return -ENOLINK;
+	r = tp_region_get(ep, arg->region);
+	if (!r)
+		return -ENOENT;
+	err = -EINVAL;
+	if (donate && r->kind != TP_REGION_ALLOC)
+		goto put_region;
+	err = -EACCES;
+	if (!(r->access & TP_ACCESS_READ))
+		goto put_region;
+	err = -ERANGE;
+	if (arg->offset > r->len || arg->len > r->len - arg->offset)
+		goto put_region;
+
+	err = -ENOMEM;
+	slot = kzalloc(struct_size(slot, key, arg->key_len), GFP_KERNEL_ACCOUNT);
+	if (!slot)
+		goto put_region;
+	err = -EFAULT;
+	if (copy_from_user(slot->key, u64_to_user_ptr(arg->key_ptr),
+			   arg->key_len))
+		goto free_slot;
+	slot->key_len = arg->key_len;
+	slot->hash = tp_key_hash(slot->key, slot->key_len);
+	slot->region = r;
+	slot->offset = arg->offset;
+	slot->len = arg->len;
+	slot->flags = arg->flags;
+	slot->cqe.user_data = arg->user_data;
+	slot->cqe.op = TP_OP_SEND;
+	INIT_LIST_HEAD(&slot->ep_node);
+
+	mutex_lock(&dom->lock);
+	if (dom->abort_status)
+		err = dom->abort_status;
+	else if (tp_slot_find(dom, slot->key, slot->key_len, slot->hash))
+		err = -EEXIST;
+	else if (dom->nr_slots >= READ_ONCE(tp_max_slots))
+		err = -ENOSPC;
+	else if (READ_ONCE(ep->outstanding) >= READ_ONCE(tp_max_slots))
+		err = -ENOBUFS;
+	else
+		err = donate ? tp_region_detach(ep, arg->region, r) : 0;
+	if (err) {
+		mutex_unlock(&dom->lock);
+		goto free_slot;
+	}
+	spin_lock(&ep->lock);
+	ep->outstanding++;
+	spin_unlock(&ep->lock);
+	kref_get(&ep->ref);
+	slot->ep = ep;
+	hash_add(dom->slots, &slot->node, slot->hash);
+	list_add_tail(&slot->ep_node, &ep->sends);
+	dom->nr_slots++;
+	dom->stats.sends++;
+	tp_waiters_wake_key(dom, slot->key, slot->key_len, slot->hash);
+	mutex_unlock(&dom->lock);
+
+	if (donate)
+		tp_region_put(r);	/* the handle table's reference */
+	tp_stat_add(TP_STAT_SENDS, 1);
+	tp_stat_add(TP_STAT_PENDING_SLOTS, 1);
+	return 0;
+
+free_slot:
+	kfree(slot);
+put_region:
+	tp_region_put(r);
+	return err;
+}
+
+/* Remove a claimed slot once its delivery is over, and complete it. */
+static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
+			   int status, u64 len)
+{
+	mutex_lock(&dom->lock);
+	hash_del(&slot->node);
+	list_del_init(&slot->ep_node);
+	dom->nr_slots--;
+	if (!status) {
+		dom->stats.recvs++;
+		if (slot->flags & TP_SEND_DONATE)
+			dom->stats.bytes_donated += len;
+		else
+			dom->stats.bytes_copied += len;
+	}
+	mutex_unlock(&dom->lock);
+	tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+	tp_slot_complete(slot, status, len);
+}
+
+/*
+ * A delivery failed in the consumer: the slot is pending again, unless the
+ * domain was aborted meanwhile, in which case it fails like its peers did.
+ */
+static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
+{
+	int status;
+
+	mutex_lock(&dom->lock);
+	status = dom->abort_status;
+	if (!status) {
+		slot->claimed = false;
+		tp_waiters_wake_key(dom, slot->key, slot->key_len, slot->hash);
+	}
+	mutex_unlock(&dom->lock);
+	if (status) {
+		tp_stat_add(TP_STAT_ERR_ABORTED, 1);
+		tp_slot_finish(dom, slot, status, 0);
+	}
+}
+
+/* Deliver into a new region of the consumer's (TP_RECV_DONATE). */
+static int tp_deliver_new_region(struct tp_endpoint *ep, struct tp_slot *slot,
+				 struct tp_recv *arg)
+{
+	struct tp_region *src = slot->region, *r;
+	u32 handle;
+	int err;
+
+	err = tp_region_reserve(ep, &handle);
+	if (err)
+		return err;
+	if (slot->flags & TP_SEND_DONATE)
+		r = tp_region_new_donated(src, ep->mm);
+	else
+		r = tp_region_new_alloc(max_t(u64, slot->len, 1), ep->mm);
+	if (IS_ERR(r)) {
+		tp_region_unreserve(ep, handle);
+		return PTR_ERR(r);
+	}
+	if (!(slot->flags & TP_SEND_DONATE)) {
+		err = tp_copy_pages(r, 0, src, slot->offset, slot->len);
+		if (err) {
+			tp_region_put(r);
+			tp_region_unreserve(ep, handle);
+			return err;
+		}
+	}
+	tp_region_publish(ep, handle, r);
+	arg->region = handle;
+	arg->mmap_offset = (u64)handle << TP_MMAP_REGION_SHIFT;
+	return 0;
+}
+
+static int tp_deliver(struct tp_endpoint *ep, struct tp_slot *slot,
+		      struct tp_region *dst, struct tp_recv *arg)
+{
+	int err;
+
+	if (arg->flags & TP_RECV_DONATE)
+		err = tp_deliver_new_region(ep, slot, arg);
+	else
+		err = tp_copy_pages(dst, arg->offset, slot->region,
+				    slot->offset, slot->len);
+	if (err)
+		return err;
+	arg->len = slot->len;
+	if (slot->flags & TP_SEND_DONATE)
+		tp_stat_add(TP_STAT_BYTES_DONATED, slot->len);
+	else
+		tp_stat_add(TP_STAT_BYTES_COPIED, slot->len);
+	tp_stat_add(TP_STAT_RECVS, 1);
+	return 0;
+}
+
+/*
+ * Claim the key's slot if it is pending.  Caller holds dom->lock.
+ * Return: 0 with *slotp claimed, -EAGAIN if absent, or another error.
+ */
+static int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
+			 u32 hash, struct tp_recv *arg, struct tp_slot **slotp)
+{
+	struct tp_slot *slot;
+
+	if (dom->abort_status)
+		return dom->abort_status;
+	slot = tp_slot_find(dom, key, key_len, hash);
+	if (!slot || slot->claimed)
+		return -EAGAIN;
+	if (slot->len > arg->len) {
+		arg->len = slot->len;
+		return -EMSGSIZE;
+	}
+	slot->claimed = true;
+	*slotp = slot;
+	return 0;
+}
+
+/* Sleep until woken, timed out or signalled.  Return: 0 when woken. */
+static int tp_recv_sleep(struct tp_waiter *w, u64 timeout_ns, ktime_t deadline)
+{
+	long ret;
+
+	if (!timeout_ns) {
+		ret = wait_event_interruptible(w->wq, READ_ONCE(w->event));
+	} else {
+		ktime_t left = ktime_sub(deadline, ktime_get());
+
+		if (ktime_to_ns(left) <= 0)
+			return -ETIMEDOUT;
+		ret = wait_event_interruptible_hrtimeout(w->wq,
+							 READ_ONCE(w->event),
+							 left);
+	}
+	if (ret == -ETIME)
+		return -ETIMEDOUT;
+	return ret ? -EINTR : 0;
+}
+
+static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
+			      const u8 *key, u32 key_len, struct tp_recv *arg,
+			      struct tp_slot **slotp)
+{
+	u64 timeout_ns = arg->timeout_ns;
+	ktime_t deadline = ktime_add_safe(ktime_get(),
+					  ns_to_ktime(min_t(u64, timeout_ns,
+							    KTIME_MAX)));
+	struct tp_waiter w = {
+		.ep = ep,
+		.hash = tp_key_hash(key, key_len),
+		.key_len = key_len,
+		.key = key,
+	};
+	int err, sleep_err, event;
+
+	init_waitqueue_head(&w.wq);
+	for (;;) {
+		mutex_lock(&dom->lock);
+		err = tp_recv_claim(dom, key, key_len, w.hash, arg, slotp);
+		if (err != -EAGAIN || (arg->flags & TP_RECV_NONBLOCK)) {
+			mutex_unlock(&dom->lock);
+			return err;
+		}
+		w.event = 0;
+		hash_add(dom->waiters, &w.node, w.hash);
+		dom->nr_waiters++;
+		mutex_unlock(&dom->lock);
+
+		sleep_err = tp_recv_sleep(&w, timeout_ns, deadline);
+
+		mutex_lock(&dom->lock);
+		hash_del(&w.node);
+		dom->nr_waiters--;
+		event = w.event;
+		mutex_unlock(&dom->lock);
+		if (event < 0)
+			return event;
+		/* A SEND that raced with a timeout or signal still wins. */
+		if (sleep_err && !event)
+			return sleep_err;
+	}
+}
+
+/**
+ * tp_recv() - TP_IOC_RECV: take the tensor posted under a key.
+ * @ep:		the calling endpoint.
+ * @arg:	the command; @len, and for DONATE @region and @mmap_offset,
+ *		are set.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_recv(struct tp_endpoint *ep, struct tp_recv *arg)
+{
+	const u32 known = TP_RECV_NONBLOCK | TP_RECV_DONATE;
+	struct tp_domain *dom = tp_endpoint_domain(ep);
+	struct tp_region *dst = NULL;
+	struct tp_slot *slot;
+	u8 *key;
+	int err;
+
+	if ((arg->flags & ~known) || arg->reserved0 ||
+	    arg->reserved[0] || arg->reserved[1])
+		return -EINVAL;
+	if ((arg->flags & TP_RECV_DONATE) && (arg->region || arg->offset))
+		return -EINVAL;
+	err = tp_key_check(arg->key_len);
+	if (err)
+		return err;
+	if (!dom)
+		return -ENOLINK;
+	if (!(arg->flags & TP_RECV_DONATE)) {
+		dst = tp_region_get(ep, arg->region);
+		if (!dst)
+			return -ENOENT;
+		err = -EACCES;
+		if (!(dst->access & TP_ACCESS_WRITE))
+			goto put_dst;
+		err = -ERANGE;
+		if (arg->offset > dst->len || arg->len > dst->len - arg->offset)
+			goto put_dst;
+	}
+	key = tp_key_copy(arg->key_ptr, arg->key_len);
+	if (IS_ERR(key)) {
+		err = PTR_ERR(key);
+		goto put_dst;
+	}
+
+	err = tp_recv_wait_claim(dom, ep, key, arg->key_len, arg, &slot);
+	if (!err) {
+		err = tp_deliver(ep, slot, dst, arg);
+		if (err)
+			tp_slot_unclaim(dom, slot);
+		else
+			tp_slot_finish(dom, slot, 0, slot->len);
+	}
+	kfree(key);
+put_dst:
+	tp_region_put(dst);
+	return err;
+}
+
+/**
+ * tp_cancel() - TP_IOC_CANCEL: cancel this endpoint's operations on a key.
+ * @ep:		the calling endpoint.
+ * @arg:	the command; @count is set.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
+{
+	const u32 known = TP_CANCEL_SEND | TP_CANCEL_RECV;
+	struct tp_domain *dom = tp_endpoint_domain(ep);
+	struct tp_slot *slot = NULL;
+	struct tp_waiter *w;
+	u32 hash, count = 0;
+	u8 *key;
+	int err;
+
+	if (!arg->flags || (arg->flags & ~known) || arg->reserved)
+		return -EINVAL;
+	err = tp_key_check(arg->key_len);
+	if (err)
+		return err;
+	if (!dom)
+		return -ENOLINK;
+	key = tp_key_copy(arg->key_ptr, arg->key_len);
+	if (IS_ERR(key))
+		return PTR_ERR(key);
+	hash = tp_key_hash(key, arg->key_len);
+
+	mutex_lock(&dom->lock);
+	if (arg->flags & TP_CANCEL_SEND) {
+		slot = tp_slot_find(dom, key, arg->key_len, hash);
+		if (slot && slot->ep == ep && !slot->claimed) {
+			hash_del(&slot->node);
+			list_del_init(&slot->ep_node);
+			dom->nr_slots--;
+			count++;
+		} else {
+			slot = NULL;
+		}
+	}
+	if (arg->flags & TP_CANCEL_RECV) {
+		hash_for_each_possible(dom->waiters, w, node, hash) {
+			if (w->ep != ep || w->event < 0 ||
+			    !tp_key_eq(w->key, w->key_len, key, arg->key_len))
+				continue;
+			w->event = -ECANCELED;
+			wake_up(&w->wq);
+			count++;
+		}
+	}
+	mutex_unlock(&dom->lock);
+	kfree(key);
+
+	if (slot) {
+		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+		tp_slot_complete(slot, -ECANCELED, 0);
+	}
+	arg->count = count;
+	return count ? 0 : -ENOENT;
+}
+
+/**
+ * tp_slot_withdraw_all() - withdraw a closing endpoint's pending SENDs.
+ * @ep:		endpoint being released; no completion will be read.
+ *
+ * Claimed slots stay: their consumer finishes them and, seeing the
+ * endpoint dead, frees them.
+ */
+void tp_slot_withdraw_all(struct tp_endpoint *ep)
+{
+	struct tp_domain *dom = ep->domain;
+	struct tp_slot *slot, *tmp;
+	LIST_HEAD(gone);
+
+	if (!dom)
+		return;
+	mutex_lock(&dom->lock);
+	list_for_each_entry_safe(slot, tmp, &ep->sends, ep_node) {
+		if (slot->claimed)
+			continue;
+		hash_del(&slot->node);
+		list_move_tail(&slot->ep_node, &gone);
+		dom->nr_slots--;
+	}
+	mutex_unlock(&dom->lock);
+
+	list_for_each_entry_safe(slot, tmp, &gone, ep_node) {
+		list_del(&slot->ep_node);
+		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+		tp_region_put(slot->region);
+		tp_slot_free(slot);
+	}
+}

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Counters and their debugfs files: /sys/kernel/debug/tensorpipe/stats for
+ * the module, domain-<id> for each domain.  Counting is a few atomic adds
+ * per operation; nothing is logged per operation.
+ */
+#include <linux/debugfs.h>
+#include <linux/errno.h>
+#include <linux/seq_file.h>
+#include "tp_internal.h"
+
+atomic64_t tp_stats[TP_STAT_COUNT];
+
+static const char * const tp_stat_names[TP_STAT_COUNT] = {
+	[TP_STAT_ENDPOINTS] = "endpoints",
+	[TP_STAT_DOMAINS] = "domains",
+	[TP_STAT_REGIONS] = "regions",
+	[TP_STAT_PINNED_PAGES] = "pinned_pages",
+	[TP_STAT_ALLOC_PAGES] = "alloc_pages",
+	[TP_STAT_PENDING_SLOTS] = "pending_slots",
+	[TP_STAT_SENDS] = "sends",
+	[TP_STAT_RECVS] = "recvs",
+	[TP_STAT_BYTES_COPIED] = "bytes_copied",
+	[TP_STAT_BYTES_DONATED] = "bytes_donated",
+	[TP_STAT_ERR_INVAL] = "err_inval",
+	[TP_STAT_ERR_MSGSIZE] = "err_msgsize",
+	[TP_STAT_ERR_EXIST] = "err_exist",
+	[TP_STAT_ERR_TIMEDOUT] = "err_timedout",
+	[TP_STAT_ERR_CANCELED] = "err_canceled",
+	[TP_STAT_ERR_ABORTED] = "err_aborted",
+	[TP_STAT_ERR_MEMLOCK] = "err_memlock",
+	[TP_STAT_ERR_OTHER] = "err_other",
+};
+
+static struct dentry *tp_debugfs_dir;
+
+/**
+ * tp_stat_error() - count a failed command by kind.
+ * @err:	the negative errno the command returned.
+ *
+ * Memory-lock and abort failures are counted where they are detected;
+ * -EAGAIN from a non-blocking poll is not a failure.
+ */
+void tp_stat_error(long err)
+{
+	switch (err) {
+	case -EAGAIN:
+		return;
+	case -EINVAL:
+		tp_stat_add(TP_STAT_ERR_INVAL, 1);
+		return;
+	case -EMSGSIZE:
+		tp_stat_add(TP_STAT_ERR_MSGSIZE, 1);
+		return;
+	case -EEXIST:
+		tp_stat_add(TP_STAT_ERR_EXIST, 1);
+		return;
+	case -ETIMEDOUT:
+		tp_stat_add(TP_STAT_ERR_TIMEDOUT, 1);
+		return;
+	case -ECANCELED:
+		tp_stat_add(TP_STAT_ERR_CANCELED, 1);
+		return;
+	}
+	tp_stat_add(TP_STAT_ERR_OTHER, 1);
+}
+
+static int tp_stats_show(struct seq_file *m, void *unused)
+{
+	int i;
+
+	for (i = 0; i < TP_STAT_COUNT; i++)
+		seq_printf(m, "%s %lld\n", tp_stat_names[i],
+			   (long long)atomic64_read(&tp_stats[i]));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(tp_stats);
+
+static int tp_domain_show(struct seq_file *m, void *unused)
+{
+	struct tp_domain *dom = m->private;
+
+	mutex_lock(&dom->lock);
+	seq_printf(m, "pending_slots %u\nwaiters %u\nsends %llu\nrecvs %llu\n",
+		   dom->nr_slots, dom->nr_waiters, dom->stats.sends,
+		   dom->stats.recvs);
+	seq_printf(m, "bytes_copied %llu\nbytes_donated %llu\nabort_status %d\n",
+		   dom->stats.bytes_copied, dom->stats.bytes_donated,
+		   dom->abort_status);
+	mutex_unlock(&dom->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(tp_domain);
+
+/**
+ * tp_debugfs_init() - create the debugfs directory and the global file.
+ *
+ * Return: 0; debugfs is optional, the module works without it.
+ */
+int tp_debugfs_init(void)
+{
+	tp_debugfs_dir = debugfs_create_dir("tensorpipe", NULL);
+	debugfs_create_file("stats", 0444, tp_debugfs_dir, NULL,
+			    &tp_stats_fops);
+	return 0;
+}
+
+/**
+ * tp_debugfs_exit() - remove the debugfs directory.
+ */
+void tp_debugfs_exit(void)
+{
+	debugfs_remove_recursive(tp_debugfs_dir);
+}
+
+/**
+ * tp_debugfs_add_domain() - create a domain's debugfs file.
+ * @dom:	the new domain, with its id set.
+ */
+void tp_debugfs_add_domain(struct tp_domain *dom)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "domain-%llu", dom->id);
+	dom->debugfs = debugfs_create_file(name, 0444, tp_debugfs_dir, dom,
+					   &tp_domain_fops);
+}
+
+/**
+ * tp_debugfs_remove_domain() - remove a domain's debugfs file.
+ * @dom:	the domain being destroyed.
+ *
+ * debugfs_remove() waits for readers, so @dom outlives every show().
+ */
+void tp_debugfs_remove_domain(struct tp_domain *dom)
+{
+	debugfs_remove(dom->debugfs);
+}
