@@ -65,7 +65,10 @@ enum tp_region_kind {
  * @pages:	the pages; NULL once an allocated region's pages were donated.
  * @charged_mm:	mm whose pinned_vm is charged for @nr_pages (mmgrab()bed),
  *		NULL when nothing is charged.
- * @mapcount:	number of vmas mapping the region; DONATE needs zero.
+ *
+ * Everything but @ref is fixed once the region is published, except that
+ * donation moves @pages away, which tp_region_detach() allows only while
+ * nobody else holds a reference.
  */
 struct tp_region {
 	struct kref ref;
@@ -76,7 +79,6 @@ struct tp_region {
 	unsigned long nr_pages;
 	struct page **pages;
 	struct mm_struct *charged_mm;
-	atomic_t mapcount;
 };
 
 /**

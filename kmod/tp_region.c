@@ -72,7 +72,6 @@ static struct tp_region *tp_region_shell(enum tp_region_kind kind, u64 len,
 	if (!r)
 		return NULL;
 	kref_init(&r->ref);
-	atomic_set(&r->mapcount, 0);
 	r->kind = kind;
 	r->len = len;
 	r->first = first;
@@ -420,11 +419,14 @@ struct tp_region *tp_region_get(struct tp_endpoint *ep, u32 handle)
  * @handle:	its handle.
  * @r:		the region the caller looked up under @handle.
  *
- * The check for mappings and the removal happen under the xarray lock that
- * mmap also takes, so no mapping can appear once this succeeded.  The
- * table's reference passes to the caller.
+ * Donating moves the page array to another region, so nobody else may be
+ * using it: the only references must be the table's and the caller's.  A
+ * mapping, a pending SEND or a RECV in progress each hold one more.  Every
+ * new reference is taken through the table under the xarray lock, so once
+ * the entry is gone none can appear.  The table's reference passes to the
+ * caller.
  *
- * Return: 0, -ENOENT (released meanwhile) or -EBUSY (mapped).
+ * Return: 0, -ENOENT (released meanwhile) or -EBUSY (in use).
  */
 int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r)
 {
@@ -433,7 +435,7 @@ int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r)
 	xa_lock(&ep->regions);
 	if (xa_load(&ep->regions, handle) != r)
 		err = -ENOENT;
-	else if (atomic_read(&r->mapcount))
+	else if (kref_read(&r->ref) != 2)
 		err = -EBUSY;
 	else
 		__xa_erase(&ep->regions, handle);
@@ -483,14 +485,12 @@ static void tp_vma_open(struct vm_area_struct *vma)
 	struct tp_region *r = vma->vm_private_data;
 
 	kref_get(&r->ref);
-	atomic_inc(&r->mapcount);
 }
 
 static void tp_vma_close(struct vm_area_struct *vma)
 {
 	struct tp_region *r = vma->vm_private_data;
 
-	atomic_dec(&r->mapcount);
 	tp_region_put(r);
 }
 
@@ -499,7 +499,7 @@ static vm_fault_t tp_vma_fault(struct vm_fault *vmf)
 	struct tp_region *r = vmf->vma->vm_private_data;
 	unsigned long idx = vmf->pgoff & TP_MMAP_PGOFF_MASK;
 
-	/* A mapped region is never donated, so its pages cannot go away. */
+	/* A mapped region is never donated, so its pages stay. */
 	if (idx >= r->nr_pages || !r->pages)
 		return VM_FAULT_SIGBUS;
 	vmf->page = r->pages[idx];
@@ -535,7 +535,6 @@ int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma)
 	if (r && r->kind == TP_REGION_ALLOC && r->pages &&
 	    first < r->nr_pages && vma_pages(vma) <= r->nr_pages - first) {
 		kref_get(&r->ref);
-		atomic_inc(&r->mapcount);
 		err = 0;
 	}
 	xa_unlock(&ep->regions);

@@ -205,9 +205,11 @@ struct tp_domain_attach {
 /**
  * define TP_SEND_DONATE - give the pages of an allocated region to the consumer.
  *
- * The region must come from TP_IOC_REGION_ALLOC, must not be mapped (munmap
- * it first) and @offset must be 0.  The handle is consumed by the SEND: it is
- * invalid on return, and the pages belong to the slot until a RECV takes them.
+ * The region must come from TP_IOC_REGION_ALLOC, @offset must be 0, and the
+ * region must be idle: not mapped (munmap it first), not the source of
+ * another pending SEND and not the destination of a RECV in progress.  The
+ * handle is consumed by the SEND: it is invalid on return, and the pages
+ * belong to the slot until a RECV takes them.
  */
 #define TP_SEND_DONATE		_BITUL(0)
 
@@ -406,7 +408,7 @@ struct tp_completion {
  * registered region or a non-zero offset), -ENAMETOOLONG (key_len above
  * max_key_len), -ENOLINK (endpoint not attached to a domain), -ENOENT (no such
  * region), -EACCES (region lacks TP_ACCESS_READ), -ERANGE (offset + len past
- * the region's end, or wrapping), -EBUSY (DONATE of a region still mapped),
+ * the region's end, or wrapping), -EBUSY (DONATE of a region still mapped or in use),
  * -EEXIST (a SEND of this key is already pending in the domain), -ENOSPC (the
  * domain holds max_slots pending SENDs), -ENOBUFS (this endpoint has max_slots
  * SENDs outstanding: read completions first), -ENOMEM, or the domain's abort
