@@ -217,9 +217,12 @@ put_region:
 	return err;
 }
 
-/* Remove a claimed slot once its delivery is over, and complete it. */
+/*
+ * Remove a claimed slot once its delivery is over, and complete it.
+ * @moved: the pages changed owner (donated), rather than being copied.
+ */
 static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
-			   int status, u64 len)
+			   int status, u64 len, bool moved)
 {
 	mutex_lock(&dom->lock);
 	hash_del(&slot->node);
@@ -227,12 +230,17 @@ static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
 	dom->nr_slots--;
 	if (!status) {
 		dom->stats.recvs++;
-		if (slot->flags & TP_SEND_DONATE)
+		if (moved)
 			dom->stats.bytes_donated += len;
 		else
 			dom->stats.bytes_copied += len;
 	}
 	mutex_unlock(&dom->lock);
+	if (!status) {
+		tp_stat_add(TP_STAT_RECVS, 1);
+		tp_stat_add(moved ? TP_STAT_BYTES_DONATED : TP_STAT_BYTES_COPIED,
+			    len);
+	}
 	tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 	tp_slot_complete(slot, status, len);
 }
@@ -254,7 +262,7 @@ static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
 	mutex_unlock(&dom->lock);
 	if (status) {
 		tp_stat_add(TP_STAT_ERR_ABORTED, 1);
-		tp_slot_finish(dom, slot, status, 0);
+		tp_slot_finish(dom, slot, status, 0, false);
 	}
 }
 
@@ -304,11 +312,6 @@ static int tp_deliver(struct tp_endpoint *ep, struct tp_slot *slot,
 	if (err)
 		return err;
 	arg->len = slot->len;
-	if (slot->flags & TP_SEND_DONATE)
-		tp_stat_add(TP_STAT_BYTES_DONATED, slot->len);
-	else
-		tp_stat_add(TP_STAT_BYTES_COPIED, slot->len);
-	tp_stat_add(TP_STAT_RECVS, 1);
 	return 0;
 }
 
@@ -450,7 +453,9 @@ int tp_recv(struct tp_endpoint *ep, struct tp_recv *arg)
 		if (err)
 			tp_slot_unclaim(dom, slot);
 		else
-			tp_slot_finish(dom, slot, 0, slot->len);
+			tp_slot_finish(dom, slot, 0, slot->len,
+				       (slot->flags & TP_SEND_DONATE) &&
+				       (arg->flags & TP_RECV_DONATE));
 	}
 	kfree(key);
 put_dst:

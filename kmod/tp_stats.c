@@ -38,7 +38,9 @@ static struct dentry *tp_debugfs_dir;
  * tp_stat_error() - count a failed command by kind.
  * @err:	the negative errno the command returned.
  *
- * Memory-lock and abort failures are counted where they are detected;
+ * Slots failed by an abort and RLIMIT_MEMLOCK refusals are also counted
+ * where they are detected (err_aborted, err_memlock); here a command's errno
+ * picks one counter, so a memlock refusal shows in err_other as well.
  * -EAGAIN from a non-blocking poll is not a failure.
  */
 void tp_stat_error(long err)

@@ -143,8 +143,9 @@ struct tp_region_register {
 
 /**
  * struct tp_region_alloc - allocate a mappable kernel buffer (TP_IOC_REGION_ALLOC).
- * @len:	in: length in bytes, 1 .. tp_info.max_region_bytes; rounded up
- *		to whole pages.  The buffer is zeroed.
+ * @len:	in: length in bytes, 1 .. tp_info.max_region_bytes.  Memory
+ *		and mappings come in whole pages, but SEND and RECV ranges are
+ *		checked against @len.  The buffer is zeroed.
  * @flags:	in: must be 0.
  * @handle:	out: region handle; the region has READ and WRITE access.
  * @mmap_offset: out: offset to pass to mmap(2) on this endpoint's fd.
@@ -209,7 +210,9 @@ struct tp_domain_attach {
  * region must be idle: not mapped (munmap it first), not the source of
  * another pending SEND and not the destination of a RECV in progress.  The
  * handle is consumed by the SEND: it is invalid on return, and the pages
- * belong to the slot until a RECV takes them.
+ * belong to the slot until a RECV takes them.  Pins on the pages taken
+ * through an earlier mapping (ibv_reg_mr, O_DIRECT in flight) are not seen:
+ * drop them before donating.
  */
 #define TP_SEND_DONATE		_BITUL(0)
 
@@ -389,7 +392,8 @@ struct tp_completion {
 /**
  * define TP_IOC_DOMAIN_CREATE - create a domain, return its descriptor.
  *
- * Errors: -EINVAL (flags non-zero), -EMFILE (no free descriptor), -ENOMEM.
+ * Errors: -EINVAL (flags non-zero), -EMFILE or -ENFILE (no free descriptor),
+ * -ENOMEM.
  */
 #define TP_IOC_DOMAIN_CREATE	_IOWR(TP_IOC_MAGIC, 0x04, struct tp_domain_create)
 
@@ -424,9 +428,11 @@ struct tp_completion {
  * region), -EACCES (region lacks TP_ACCESS_WRITE), -ERANGE (offset + len past
  * the region's end, or wrapping), -EMSGSIZE (tensor longer than len; len is
  * set to its length, the slot stays), -EAGAIN (NONBLOCK and no such key),
- * -ETIMEDOUT, -EINTR (a signal arrived; nothing was taken), -ECANCELED
- * (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOMEM (RLIMIT_MEMLOCK or memory, for
- * DONATE), or the domain's abort status.
+ * -ETIMEDOUT, -EINTR (a signal arrived, even with SA_RESTART; nothing was
+ * taken), -ECANCELED (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOSPC (DONATE,
+ * and the endpoint holds max_regions regions; the slot stays), -ENOMEM
+ * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), or the domain's
+ * abort status.
  */
 #define TP_IOC_RECV		_IOWR(TP_IOC_MAGIC, 0x07, struct tp_recv)
 
