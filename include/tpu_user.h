@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * libtpu_user: user-space access to /dev/tensorpipe.
+ *
+ * This is the foundation the rendezvous library grows from.  It offers:
+ *
+ *   - versions: of this library, and of the module's ABI (TP_IOC_GET_INFO);
+ *   - status codes: one integer type, tpu_status, for every call, with
+ *     tpu_strerror() and tpu_status_name();
+ *   - the device layer: one function per ioctl of the tensorpipe ABI, on an
+ *     opaque endpoint (an open of the device);
+ *   - a probe that says whether /dev/tensorpipe is usable, why not, and which
+ *     path a cross-process transfer would take instead (process_vm_readv);
+ *   - the process_vm_readv pull used when the module is absent, and passing
+ *     a descriptor (a domain) over a Unix socket;
+ *   - TensorFlow-style rendezvous keys and device names, built and parsed.
+ *
+ * The semantics of each device-layer call are those of the ioctl it wraps,
+ * documented command by command in <linux/tensorpipe.h>; this header says
+ * only what the library adds.  The header is self-contained: it does not
+ * need the uapi header, and the library checks at build time that the
+ * constants below equal the ABI's.
+ *
+ * Every call is safe with bad arguments: it returns a status and never
+ * dereferences a NULL pointer it was given.
+ *
+ * Thread safety: the key, device-name, status and version functions are
+ * pure.  An endpoint may be used from several threads at once, as the
+ * module serialises what needs it, except that tpu_completions_read()
+ * expects one reader at a time.
+ */
+#ifndef TPU_USER_H
+#define TPU_USER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with -fvisibility=hidden; only what carries this is exported. */
+#define TPU_API __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------ */
+/* Status                                                              */
+/* ------------------------------------------------------------------ */
+
+/**
+ * typedef tpu_status - result of every call that can fail.
+ *
+ * 0 is success.  -1 .. -TPU_ERRNO_MAX are negative errno values, passed on
+ * unchanged from the kernel (their meaning per command is documented in
+ * <linux/tensorpipe.h>) or from libc; an abort status chosen by a program is
+ * in this range too.  Values below that are the library's own, TPU_E_*.
+ */
+typedef int tpu_status;
+
+#define TPU_ERRNO_MAX		4095
+
+enum {
+	TPU_OK			= 0,
+	/** the device node does not exist: the module is not loaded */
+	TPU_E_NO_DEVICE		= -10001,
+	/** the file opened is not a tensorpipe device (GET_INFO unknown) */
+	TPU_E_NOT_TENSORPIPE	= -10002,
+	/** the module speaks an ABI version this library was not built for */
+	TPU_E_ABI_MISMATCH	= -10003,
+	/** a string is not a rendezvous key "src;incarnation;dst;edge;frame:iter" */
+	TPU_E_BAD_KEY		= -10004,
+	/** a string is not a full device name "/job:J/replica:R/task:T/device:TYPE:N" */
+	TPU_E_BAD_DEVICE_NAME	= -10005,
+	/** neither /dev/tensorpipe nor process_vm_readv can move a tensor between processes */
+	TPU_E_NO_TRANSPORT	= -10006,
+};
+
+/** tpu_strerror - a readable sentence for any status; never NULL */
+TPU_API const char *tpu_strerror(tpu_status status);
+/** tpu_status_name - the symbol of a status ("EINVAL", "TPU_E_BAD_KEY", "OK"); never NULL */
+TPU_API const char *tpu_status_name(tpu_status status);
+
+/* ------------------------------------------------------------------ */
+/* Versions                                                            */
+/* ------------------------------------------------------------------ */
+
+#define TPU_VERSION_MAJOR	0
+#define TPU_VERSION_MINOR	1
+#define TPU_VERSION_PATCH	0
+/** TPU_VERSION - this header's library version as one comparable number */
+#define TPU_VERSION \
+	((TPU_VERSION_MAJOR << 16) | (TPU_VERSION_MINOR << 8) | TPU_VERSION_PATCH)
+
+/** tpu_version - TPU_VERSION of the library actually linked (may differ from the header's) */
+TPU_API uint32_t tpu_version(void);
+/** tpu_version_string - the linked library's version as "MAJOR.MINOR.PATCH" */
+TPU_API const char *tpu_version_string(void);
+/** tpu_abi_version - the tensorpipe ABI version the library was built for */
+TPU_API uint32_t tpu_abi_version(void);
+/**
+ * tpu_module_abi_version - ask the loaded module which ABI it speaks.
+ * @dev_path:	device node, NULL for TPU_DEVICE_PATH.
+ * @abi:	out: the module's abi_version.
+ *
+ * Opens the device, issues TP_IOC_GET_INFO and closes it.  Unlike
+ * tpu_endpoint_open() it reports a module of another ABI version instead of
+ * refusing it.
+ */
+TPU_API tpu_status tpu_module_abi_version(const char *dev_path, uint32_t *abi);
+
+/* ------------------------------------------------------------------ */
+/* Device layer                                                        */
+/* ------------------------------------------------------------------ */
+
+#define TPU_DEVICE_PATH		"/dev/tensorpipe"
+
+/* Feature bits of struct tpu_info.features (equal to the ABI's TP_FEAT_*). */
+#define TPU_FEAT_REGION_ALLOC	(1ULL << 0)
+#define TPU_FEAT_DONATE		(1ULL << 1)
+#define TPU_FEAT_RECV_TIMEOUT	(1ULL << 2)
+#define TPU_FEAT_LARGE_ALLOC	(1ULL << 3)
+#define TPU_FEAT_URING_CMD	(1ULL << 4)
+
+/** tpu_feature_name - short name of one feature bit ("donate"), or NULL if unknown */
+TPU_API const char *tpu_feature_name(uint64_t feature_bit);
+
+/** struct tpu_info - what the module reports (see struct tp_info) */
+struct tpu_info {
+	uint32_t abi_version;
+	uint64_t features;
+	uint32_t max_key_len;
+	uint32_t max_regions;
+	uint32_t max_slots;
+	uint32_t page_size;
+	uint64_t max_region_bytes;
+};
+
+/**
+ * struct tpu_endpoint - one open of the device (opaque).
+ *
+ * Like the descriptor inside it, an endpoint belongs to the process that
+ * opened it: after fork() the child must open its own.
+ */
+struct tpu_endpoint;
+
+/**
+ * tpu_endpoint_open - open the device and check it speaks our ABI.
+ * @dev_path:	device node, NULL for TPU_DEVICE_PATH.
+ * @out:	out: the endpoint; NULL on failure.
+ *
+ * Errors: TPU_E_NO_DEVICE (no such node), TPU_E_NOT_TENSORPIPE,
+ * TPU_E_ABI_MISMATCH, or the errno of open(2) (-EACCES, -EMFILE, ...).
+ */
+TPU_API tpu_status tpu_endpoint_open(const char *dev_path, struct tpu_endpoint **out);
+/** tpu_endpoint_close - close the endpoint (NULL is ignored); its pending SENDs are withdrawn */
+TPU_API void tpu_endpoint_close(struct tpu_endpoint *ep);
+/** tpu_endpoint_fd - the descriptor, for poll/epoll on completions; -1 for NULL */
+TPU_API int tpu_endpoint_fd(const struct tpu_endpoint *ep);
+/** tpu_endpoint_info - query the module now (its limits may change at run time) */
+TPU_API tpu_status tpu_endpoint_info(struct tpu_endpoint *ep, struct tpu_info *info);
+
+/* Access bits of tpu_region_register (equal to the ABI's TP_ACCESS_*). */
+#define TPU_ACCESS_READ		(1U << 0)
+#define TPU_ACCESS_WRITE	(1U << 1)
+
+/** tpu_region_register - pin [addr, addr + len) as a region (TP_IOC_REGION_REGISTER) */
+TPU_API tpu_status tpu_region_register(struct tpu_endpoint *ep, const void *addr, size_t len,
+				       unsigned int access, uint32_t *handle);
+/** tpu_region_alloc - allocate a zeroed kernel buffer to mmap (TP_IOC_REGION_ALLOC) */
+TPU_API tpu_status tpu_region_alloc(struct tpu_endpoint *ep, size_t len, uint32_t *handle,
+				    uint64_t *mmap_offset);
+/** tpu_region_release - drop a region handle (TP_IOC_REGION_RELEASE) */
+TPU_API tpu_status tpu_region_release(struct tpu_endpoint *ep, uint32_t handle);
+
+/* Flags of tpu_region_mmap. */
+/** TPU_MAP_POPULATE - fault every page in now rather than on first touch */
+#define TPU_MAP_POPULATE	(1U << 0)
+
+/**
+ * tpu_region_mmap - map an allocated or donated region read-write, shared.
+ * @mmap_offset: from tpu_region_alloc() or a DONATE receive.
+ * @len:	bytes to map, at least 1.
+ * @flags:	0 or TPU_MAP_POPULATE.
+ * @addr:	out: the mapping.
+ */
+TPU_API tpu_status tpu_region_mmap(struct tpu_endpoint *ep, uint64_t mmap_offset, size_t len,
+				   unsigned int flags, void **addr);
+/** tpu_region_munmap - undo tpu_region_mmap() (a DONATE send needs its region unmapped) */
+TPU_API tpu_status tpu_region_munmap(void *addr, size_t len);
+/**
+ * tpu_region_alloc_mapped - tpu_region_alloc() then tpu_region_mmap().
+ *
+ * On failure nothing is left behind: the region is released if mapping it failed.
+ */
+TPU_API tpu_status tpu_region_alloc_mapped(struct tpu_endpoint *ep, size_t len, unsigned int flags,
+					   uint32_t *handle, void **addr);
+
+/**
+ * tpu_domain_create - create a domain (TP_IOC_DOMAIN_CREATE).
+ * @domain_fd:	out: O_CLOEXEC descriptor, the capability to attach to it.
+ * @id:		out, may be NULL: the domain id shown in debugfs.
+ *
+ * The endpoint itself is not attached: call tpu_domain_attach() too.
+ */
+TPU_API tpu_status tpu_domain_create(struct tpu_endpoint *ep, int *domain_fd, uint64_t *id);
+/** tpu_domain_attach - join the domain of @domain_fd; @id (may be NULL) gets its id */
+TPU_API tpu_status tpu_domain_attach(struct tpu_endpoint *ep, int domain_fd, uint64_t *id);
+
+/* Flags of struct tpu_send_args (equal to the ABI's TP_SEND_*). */
+#define TPU_SEND_DONATE		(1U << 0)
+
+/** struct tpu_send_args - a SEND; fields as in struct tp_send */
+struct tpu_send_args {
+	const void *key;
+	size_t key_len;
+	unsigned int flags;
+	uint32_t region;
+	uint64_t offset;
+	uint64_t len;
+	uint64_t user_data;
+};
+
+/** tpu_send - post a tensor under a key; never blocks (TP_IOC_SEND) */
+TPU_API tpu_status tpu_send(struct tpu_endpoint *ep, const struct tpu_send_args *args);
+
+/* Flags of struct tpu_recv_args (equal to the ABI's TP_RECV_*). */
+#define TPU_RECV_NONBLOCK	(1U << 0)
+#define TPU_RECV_DONATE		(1U << 1)
+
+/**
+ * struct tpu_recv_args - a RECV; fields as in struct tp_recv.
+ * @region:	in: destination; out with TPU_RECV_DONATE: the new region.
+ * @len:	in: capacity; out: the tensor's length, also on -EMSGSIZE.
+ * @mmap_offset: out with TPU_RECV_DONATE: pass to tpu_region_mmap().
+ */
+struct tpu_recv_args {
+	const void *key;
+	size_t key_len;
+	unsigned int flags;
+	uint32_t region;
+	uint64_t offset;
+	uint64_t len;
+	uint64_t timeout_ns;
+	uint64_t mmap_offset;
+};
+
+/** tpu_recv - take the tensor posted under a key (TP_IOC_RECV); the out fields are set on return */
+TPU_API tpu_status tpu_recv(struct tpu_endpoint *ep, struct tpu_recv_args *args);
+
+/* Flags of tpu_cancel (equal to the ABI's TP_CANCEL_*). */
+#define TPU_CANCEL_SEND		(1U << 0)
+#define TPU_CANCEL_RECV		(1U << 1)
+
+/** tpu_cancel - cancel this endpoint's operations on a key; @count (may be NULL) gets how many */
+TPU_API tpu_status tpu_cancel(struct tpu_endpoint *ep, const void *key, size_t key_len,
+			      unsigned int flags, uint32_t *count);
+/** tpu_abort - fail the domain's pending and later operations with @status (-4095 .. -1) */
+TPU_API tpu_status tpu_abort(struct tpu_endpoint *ep, int status);
+
+#define TPU_OP_SEND		1
+
+/** struct tpu_completion - a finished SEND (see struct tp_completion) */
+struct tpu_completion {
+	uint64_t user_data;
+	int32_t status;
+	uint32_t op;
+	uint64_t len;
+};
+
+/**
+ * tpu_completions_read - collect finished SENDs.
+ * @out:	room for @max records (@max >= 1).
+ * @timeout_ms:	-1 waits for the first record, 0 does not wait, > 0 waits
+ *		that long at most.
+ * @count:	out: records stored, at least 1 on success.
+ *
+ * Errors: -EAGAIN (timeout 0 and none queued), -ETIMEDOUT, -EINTR.
+ */
+TPU_API tpu_status tpu_completions_read(struct tpu_endpoint *ep, struct tpu_completion *out,
+					size_t max, int timeout_ms, size_t *count);
+
+/* ------------------------------------------------------------------ */
+/* Probe: which path moves a tensor between two local processes        */
+/* ------------------------------------------------------------------ */
+
+enum tpu_path {
+	TPU_PATH_NONE = 0,	/* nothing usable */
+	TPU_PATH_KMOD,		/* /dev/tensorpipe: one copy, or none when donating */
+	TPU_PATH_CMA,		/* process_vm_readv pull, one copy, pins on every call */
+};
+
+/** tpu_path_name - "kmod", "process_vm_readv" or "none" */
+TPU_API const char *tpu_path_name(enum tpu_path path);
+
+/**
+ * struct tpu_probe_result - what tpu_probe() found.
+ * @path:		the path a cross-process transfer would use.
+ * @kmod_status:	0 when the device is usable, otherwise why not.
+ * @module_abi:		the module's ABI version, 0 when it could not be asked.
+ * @module_features:	its TPU_FEAT_* bits, 0 when it could not be asked.
+ * @cma_status:		0 when process_vm_readv works in this process
+ *			(not forbidden by seccomp, Yama scope 3 or the kernel).
+ * @yama_ptrace_scope:	/proc/sys/kernel/yama/ptrace_scope, -1 without Yama.
+ *			Scope 1 lets only an ancestor pull, or a process
+ *			the producer names with tpu_cma_allow().
+ * @detail:		a readable account of the above, one or two sentences.
+ */
+struct tpu_probe_result {
+	enum tpu_path path;
+	tpu_status kmod_status;
+	uint32_t module_abi;
+	uint64_t module_features;
+	tpu_status cma_status;
+	int yama_ptrace_scope;
+	char detail[320];
+};
+
+/**
+ * tpu_probe - find whether /dev/tensorpipe is usable and what would replace it.
+ * @dev_path:	device node, NULL for TPU_DEVICE_PATH.
+ *
+ * Returns 0 when some path is usable, TPU_E_NO_TRANSPORT when none is, or
+ * -EINVAL for a NULL @out.  The result is filled in either way.
+ */
+TPU_API tpu_status tpu_probe(const char *dev_path, struct tpu_probe_result *out);
+
+/* ------------------------------------------------------------------ */
+/* Fallback helpers: process_vm_readv, descriptor passing              */
+/* ------------------------------------------------------------------ */
+
+/**
+ * tpu_cma_read - copy @len bytes at @remote_addr in process @pid into @dst.
+ *
+ * Loops over short transfers.  Errors: -ESRCH (no such process), -EPERM
+ * (ptrace access denied), -EFAULT (a range not mapped), -ENOSYS.
+ */
+TPU_API tpu_status tpu_cma_read(pid_t pid, uint64_t remote_addr, void *dst, size_t len);
+/**
+ * tpu_cma_allow - let process @consumer pull from this one under Yama scope 1.
+ *
+ * A no-op returning 0 where Yama is absent.
+ */
+TPU_API tpu_status tpu_cma_allow(pid_t consumer);
+
+/** tpu_fd_send - pass descriptor @fd over the connected Unix socket @sock (SCM_RIGHTS) */
+TPU_API tpu_status tpu_fd_send(int sock, int fd);
+/** tpu_fd_recv - receive one descriptor (O_CLOEXEC) sent by tpu_fd_send(); -EBADMSG if none came */
+TPU_API tpu_status tpu_fd_recv(int sock, int *fd);
+
+/* ------------------------------------------------------------------ */
+/* TensorFlow-style rendezvous keys                                    */
+/* ------------------------------------------------------------------ */
+
+/** struct tpu_str - a string slice; not NUL terminated when it points into a key */
+struct tpu_str {
+	const char *ptr;
+	size_t len;
+};
+
+/** tpu_str - a slice of a NUL-terminated string (NULL gives the empty slice) */
+TPU_API struct tpu_str tpu_str(const char *s);
+
+/* Largest replica, task and device id, as TensorFlow stores them in an int. */
+#define TPU_DEVICE_NUMBER_MAX	2147483647u
+
+/**
+ * struct tpu_device_name - "/job:JOB/replica:R/task:T/device:TYPE:ID".
+ * @job:	[A-Za-z][A-Za-z0-9_]*
+ * @type:	[A-Za-z_][A-Za-z0-9_]* (CPU, GPU, TPU, ...)
+ *
+ * Only full names in this canonical order are accepted: a rendezvous key
+ * names the exact device.  Numbers are decimal without leading zeros.
+ */
+struct tpu_device_name {
+	struct tpu_str job;
+	uint32_t replica;
+	uint32_t task;
+	struct tpu_str type;
+	uint32_t id;
+};
+
+/**
+ * tpu_device_name_parse - split a device name into its parts.
+ * @out:	out: slices point into @name.
+ * @why:	out, may be NULL: on failure, a fixed sentence naming the fault.
+ *
+ * Errors: TPU_E_BAD_DEVICE_NAME, -EINVAL (NULL argument).
+ */
+TPU_API tpu_status tpu_device_name_parse(struct tpu_str name, struct tpu_device_name *out,
+					 const char **why);
+/**
+ * tpu_device_name_build - write @dev as a NUL-terminated name into @buf.
+ * @len:	out, may be NULL: length without the NUL, also when it did not fit.
+ *
+ * Errors: TPU_E_BAD_DEVICE_NAME (a part is invalid), -ENOSPC (@size too
+ * small; *@len says how much is needed), -EINVAL.
+ */
+TPU_API tpu_status tpu_device_name_build(const struct tpu_device_name *dev, char *buf, size_t size,
+					 size_t *len);
+
+/**
+ * struct tpu_key - "SRC;INCARNATION;DST;EDGE;FRAME:ITER", as TensorFlow's
+ * Rendezvous::CreateKey writes it.
+ * @src_device, @dst_device: full device names.
+ * @src_incarnation: written as 16 lower-case hex digits; 1 .. 16 digits of
+ *		either case are accepted when parsing.
+ * @edge_name:	non-empty; no ';' and no NUL.
+ * @frame_id, @iter_id: decimal.
+ */
+struct tpu_key {
+	struct tpu_str src_device;
+	uint64_t src_incarnation;
+	struct tpu_str dst_device;
+	struct tpu_str edge_name;
+	uint64_t frame_id;
+	uint64_t iter_id;
+};
+
+/**
+ * tpu_key_parse - split a rendezvous key; slices point into @key.
+ *
+ * Both device names are checked as tpu_device_name_parse() does.
+ * Errors: TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, -EINVAL.
+ */
+TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const char **why);
+/**
+ * tpu_key_build - write a rendezvous key, NUL-terminated, into @buf.
+ *
+ * The parts are checked as tpu_key_parse() would, so what is built parses.
+ * Errors as tpu_device_name_build(), plus TPU_E_BAD_KEY.
+ */
+TPU_API tpu_status tpu_key_build(const struct tpu_key *key, char *buf, size_t size, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPU_USER_H */

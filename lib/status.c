@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Status names and sentences.  The library keeps its own table instead of
+ * calling strerror(): strerror is not thread-safe for unknown numbers, and
+ * the sentences here say what an errno means for tensorpipe (ENOLINK is "not
+ * attached to a domain", not "link has been severed").
+ */
+#include <errno.h>
+#include <stddef.h>
+
+#include "tpu_user.h"
+
+struct status_text {
+	tpu_status status;
+	const char *name;
+	const char *text;
+};
+
+static const struct status_text status_texts[] = {
+	{ TPU_OK, "OK", "success" },
+	{ TPU_E_NO_DEVICE, "TPU_E_NO_DEVICE",
+	  "device node absent: the tensorpipe module is not loaded" },
+	{ TPU_E_NOT_TENSORPIPE, "TPU_E_NOT_TENSORPIPE",
+	  "not a tensorpipe device: it does not answer TP_IOC_GET_INFO" },
+	{ TPU_E_ABI_MISMATCH, "TPU_E_ABI_MISMATCH",
+	  "the module speaks another tensorpipe ABI version than this library" },
+	{ TPU_E_BAD_KEY, "TPU_E_BAD_KEY",
+	  "malformed rendezvous key (want SRC;INCARNATION;DST;EDGE;FRAME:ITER)" },
+	{ TPU_E_BAD_DEVICE_NAME, "TPU_E_BAD_DEVICE_NAME",
+	  "malformed device name (want /job:J/replica:R/task:T/device:TYPE:N)" },
+	{ TPU_E_NO_TRANSPORT, "TPU_E_NO_TRANSPORT",
+	  "no way to move tensors between processes: no module, and process_vm_readv is not permitted" },
+
+	{ -EPERM, "EPERM",
+	  "operation not permitted (endpoint used by another process, or ptrace access denied)" },
+	{ -ENOENT, "ENOENT", "no such file, region or pending operation" },
+	{ -ESRCH, "ESRCH", "no such process" },
+	{ -EINTR, "EINTR", "interrupted by a signal; nothing was taken" },
+	{ -EIO, "EIO", "input/output error" },
+	{ -ENXIO, "ENXIO", "no such device or address" },
+	{ -E2BIG, "E2BIG", "region larger than the module's max_region_bytes" },
+	{ -EBADF, "EBADF", "bad file descriptor" },
+	{ -EAGAIN, "EAGAIN", "nothing ready yet, try again" },
+	{ -ENOMEM, "ENOMEM", "out of memory, or RLIMIT_MEMLOCK reached (see ulimit -l)" },
+	{ -EACCES, "EACCES", "permission denied, or region lacks the access the operation needs" },
+	{ -EFAULT, "EFAULT", "bad address: memory not mapped, or not writable" },
+	{ -EBUSY, "EBUSY", "busy: endpoint already attached, or donated region still mapped" },
+	{ -EEXIST, "EEXIST", "a SEND of this key is already pending in the domain" },
+	{ -ENODEV, "ENODEV", "no such device" },
+	{ -EINVAL, "EINVAL",
+	  "invalid argument (NULL pointer, unknown flag, bad length or reserved field)" },
+	{ -EMFILE, "EMFILE", "too many open files in this process" },
+	{ -ENOTTY, "ENOTTY", "not a tensorpipe command" },
+	{ -ENOSPC, "ENOSPC", "limit reached (regions or pending slots), or output buffer too small" },
+	{ -EPIPE, "EPIPE", "peer closed its end of the socket" },
+	{ -ERANGE, "ERANGE", "offset + length lies past the region's end" },
+	{ -ENAMETOOLONG, "ENAMETOOLONG", "key longer than the module's max_key_len" },
+	{ -ENOSYS, "ENOSYS", "system call not implemented by this kernel" },
+	{ -ENOLINK, "ENOLINK", "endpoint is not attached to a domain" },
+	{ -EBADMSG, "EBADMSG", "unexpected message: no descriptor arrived" },
+	{ -EOPNOTSUPP, "EOPNOTSUPP", "operation not supported" },
+	{ -ENOBUFS, "ENOBUFS", "too many SENDs outstanding on this endpoint: read completions first" },
+	{ -ECONNRESET, "ECONNRESET", "connection reset by peer" },
+	{ -ETIMEDOUT, "ETIMEDOUT", "timed out" },
+	{ -EALREADY, "EALREADY", "the domain was already aborted" },
+	{ -EMSGSIZE, "EMSGSIZE", "tensor larger than the receive buffer; the slot stays for a retry" },
+	{ -ECANCELED, "ECANCELED", "operation cancelled" },
+};
+
+static const struct status_text *find(tpu_status status)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(status_texts) / sizeof(status_texts[0]); i++)
+		if (status_texts[i].status == status)
+			return &status_texts[i];
+	return NULL;
+}
+
+TPU_API const char *tpu_strerror(tpu_status status)
+{
+	const struct status_text *t = find(status);
+
+	if (t)
+		return t->text;
+	if (status < 0 && status >= -TPU_ERRNO_MAX)
+		return "system error (see the errno number in errno(3); an abort status may be any errno)";
+	if (status > 0)
+		return "not a status: positive value";
+	return "unknown status";
+}
+
+TPU_API const char *tpu_status_name(tpu_status status)
+{
+	const struct status_text *t = find(status);
+
+	if (t)
+		return t->name;
+	if (status < 0 && status >= -TPU_ERRNO_MAX)
+		return "ERRNO";
+	return "UNKNOWN";
+}
