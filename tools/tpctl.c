@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * tpctl: look at /dev/tensorpipe from the shell.
+ *
+ *   tpctl info [--dev PATH]   module ABI, features and limits, or why it is
+ *                             not usable and what would be used instead
+ *   tpctl stats [DOMAIN_ID]   the module's debugfs counters
+ *   tpctl key parse KEY       split a TensorFlow rendezvous key
+ *   tpctl version             library and ABI versions
+ *
+ * Exit status: 0 success; 1 error; 2 the module is absent or unusable
+ * (info and stats, after saying why).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tpu_user.h"
+#include "units.h"
+
+#define DEBUGFS		"/sys/kernel/debug"
+#define STATS_DIR	DEBUGFS "/tensorpipe"
+#define PARAMS_DIR	"/sys/module/tensorpipe/parameters"
+
+enum { EXIT_ABSENT = 2 };
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: tpctl info [--dev PATH]    module ABI, features, limits (or why it is unusable)\n"
+		"       tpctl stats [DOMAIN_ID]    counters from " STATS_DIR "\n"
+		"       tpctl key parse KEY        split a TensorFlow rendezvous key\n"
+		"       tpctl version              library and ABI versions\n"
+		"exit status: 0 ok, 1 error, 2 module absent or unusable (explained on stdout)\n");
+}
+
+static void print_features(uint64_t features)
+{
+	const char *sep = "";
+	int bit;
+
+	printf("  features          ");
+	for (bit = 0; bit < 64; bit++) {
+		uint64_t f = 1ULL << bit;
+		const char *name = tpu_feature_name(f);
+
+		if (!(features & f))
+			continue;
+		if (name)
+			printf("%s%s", sep, name);
+		else
+			printf("%sbit%d", sep, bit);
+		sep = ", ";
+	}
+	printf("%s (0x%" PRIx64 ")\n", *sep ? "" : "none", features);
+}
+
+static int cmd_info(const char *dev)
+{
+	struct tpu_probe_result pr;
+	struct tpu_endpoint *ep;
+	struct tpu_info info;
+	char sz[32];
+	tpu_status st;
+
+	printf("libtpu_user %s, built for tensorpipe ABI %u\n", tpu_version_string(),
+	       tpu_abi_version());
+	tpu_probe(dev, &pr);
+	if (pr.path != TPU_PATH_KMOD) {
+		printf("%s\n", pr.detail);
+		printf("  kmod               %s (%s)\n", tpu_status_name(pr.kmod_status),
+		       tpu_strerror(pr.kmod_status));
+		printf("  process_vm_readv   %s\n",
+		       pr.cma_status ? tpu_strerror(pr.cma_status) : "usable");
+		if (pr.yama_ptrace_scope >= 0)
+			printf("  yama ptrace_scope  %d\n", pr.yama_ptrace_scope);
+		return EXIT_ABSENT;
+	}
+	st = tpu_endpoint_open(dev, &ep);
+	if (!st) {
+		st = tpu_endpoint_info(ep, &info);
+		tpu_endpoint_close(ep);
+	}
+	if (st) {
+		printf("%s: %s\n", dev ? dev : TPU_DEVICE_PATH, tpu_strerror(st));
+		return 1;
+	}
+	printf("%s: tensorpipe module ABI %u\n", dev ? dev : TPU_DEVICE_PATH, info.abi_version);
+	print_features(info.features);
+	printf("  max_key_len       %u bytes\n", info.max_key_len);
+	printf("  max_regions       %u per endpoint\n", info.max_regions);
+	printf("  max_slots         %u pending per domain, outstanding per endpoint\n",
+	       info.max_slots);
+	printf("  max_region_bytes  %s\n", format_size(info.max_region_bytes, sz, sizeof(sz)));
+	printf("  page_size         %u\n", info.page_size);
+	printf("limits are module parameters (root may change them): %s/\n", PARAMS_DIR);
+	return 0;
+}
+
+/* Why a debugfs file cannot be read, in terms of what to do about it. */
+static int explain_stats_absent(const char *path)
+{
+	struct stat s;
+
+	if (stat(DEBUGFS "/tensorpipe", &s) == 0) {
+		printf("%s: no such file (no domain with that id?)\n", path);
+		return 1;
+	}
+	if (stat("/sys/module/tensorpipe", &s) != 0) {
+		printf("the tensorpipe module is not loaded: no statistics (insmod kmod/tensorpipe.ko)\n");
+		return EXIT_ABSENT;
+	}
+	printf("%s is not readable: is debugfs mounted? (mount -t debugfs none %s; needs root)\n",
+	       path, DEBUGFS);
+	return EXIT_ABSENT;
+}
+
+static int cmd_stats(const char *domain)
+{
+	char path[256], line[256], name[128];
+	unsigned long long value;
+	FILE *f;
+
+	if (domain) {
+		char *end;
+
+		strtoull(domain, &end, 10);
+		if (!*domain || *end) {
+			fprintf(stderr, "tpctl: domain id must be a number: %s\n", domain);
+			return 1;
+		}
+		snprintf(path, sizeof(path), STATS_DIR "/domain-%s", domain);
+	} else {
+		snprintf(path, sizeof(path), STATS_DIR "/stats");
+	}
+	f = fopen(path, "re");
+	if (!f)
+		return explain_stats_absent(path);
+	printf("%s\n", path);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%127s %llu", name, &value) == 2)
+			printf("  %-16s %llu\n", name, value);
+		else
+			printf("  %s", line);
+	}
+	fclose(f);
+	return 0;
+}
+
+static void print_slice(const char *label, struct tpu_str s)
+{
+	printf("  %-16s %.*s\n", label, (int)s.len, s.ptr);
+}
+
+static int cmd_key_parse(const char *text)
+{
+	struct tpu_key k;
+	const char *why = NULL;
+	tpu_status st = tpu_key_parse(tpu_str(text), &k, &why);
+
+	if (st) {
+		printf("not a rendezvous key: %s\n", why ? why : tpu_strerror(st));
+		return 1;
+	}
+	print_slice("src_device", k.src_device);
+	printf("  %-16s %016" PRIx64 "\n", "src_incarnation", k.src_incarnation);
+	print_slice("dst_device", k.dst_device);
+	print_slice("edge_name", k.edge_name);
+	printf("  %-16s %" PRIu64 "\n", "frame_id", k.frame_id);
+	printf("  %-16s %" PRIu64 "\n", "iter_id", k.iter_id);
+	return 0;
+}
+
+static int cmd_version(void)
+{
+	uint32_t abi;
+	tpu_status st = tpu_module_abi_version(NULL, &abi);
+
+	printf("libtpu_user %s, built for tensorpipe ABI %u\n", tpu_version_string(),
+	       tpu_abi_version());
+	if (st)
+		printf("module: %s\n", tpu_strerror(st));
+	else
+		printf("module: ABI %u\n", abi);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : "";
+
+	if (!strcmp(cmd, "info") && argc == 2)
+		return cmd_info(NULL);
+	if (!strcmp(cmd, "info") && argc == 4 && !strcmp(argv[2], "--dev"))
+		return cmd_info(argv[3]);
+	if (!strcmp(cmd, "stats") && argc <= 3)
+		return cmd_stats(argc == 3 ? argv[2] : NULL);
+	if (!strcmp(cmd, "key") && argc == 4 && !strcmp(argv[2], "parse"))
+		return cmd_key_parse(argv[3]);
+	if (!strcmp(cmd, "version") && argc == 2)
+		return cmd_version();
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		usage(stdout);
+		return 0;
+	}
+	usage(stderr);
+	return 1;
+}
