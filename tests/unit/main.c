@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* Host unit tests of libtpu_user: everything that needs no module. */
+#include "tap.h"
+
+int main(void)
+{
+	test_status();
+	test_version();
+	test_device_name();
+	test_key();
+	test_endpoint_args();
+	test_fdpass();
+	test_cma();
+	test_probe();
+	return tap_finish();
+}

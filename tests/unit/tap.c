@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "tap.h"
+
+static unsigned int points, failures;
+
+void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ...)
+{
+	va_list ap;
+
+	points++;
+	printf("%sok %u - ", ok ? "" : "not ", points);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	if (!ok) {
+		failures++;
+		printf("#   failed at %s: %s\n", where, expr);
+	}
+	fflush(stdout);
+}
+
+void tap_diag(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("# ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+int tap_finish(void)
+{
+	printf("1..%u\n", points);
+	if (failures)
+		printf("# %u of %u failed\n", failures, points);
+	fflush(stdout);
+	return failures ? 1 : 0;
+}

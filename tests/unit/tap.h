@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * A small TAP producer.  Every check prints its own "ok N - name" line at
+ * once; the plan "1..N" comes last, which TAP allows, so a run that dies
+ * half-way is seen as incomplete instead of passing what it printed.
+ */
+#ifndef UNIT_TAP_H
+#define UNIT_TAP_H
+
+#include <stdbool.h>
+
+void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print the plan; the exit status for main(): 0 when every point passed. */
+int tap_finish(void);
+
+#define TAP_STR2(x) #x
+#define TAP_STR(x) TAP_STR2(x)
+
+/* CHECK(condition, "name with %d formats", ...): one test point. */
+#define CHECK(cond, ...) \
+	tap_point((cond), __FILE__ ":" TAP_STR(__LINE__), #cond, __VA_ARGS__)
+
+/* A point comparing two statuses, printing both by name when they differ. */
+#define CHECK_STATUS(got, want, ...) do { \
+	int got_ = (got), want_ = (want); \
+	if (got_ != want_) \
+		tap_diag("%s: got %d (%s), want %d (%s)", #got, got_, \
+			 tpu_status_name(got_), want_, tpu_status_name(want_)); \
+	CHECK(got_ == want_, __VA_ARGS__); \
+} while (0)
+
+/* The test lists, one per library concept. */
+void test_status(void);
+void test_version(void);
+void test_device_name(void);
+void test_key(void);
+void test_endpoint_args(void);
+void test_fdpass(void);
+void test_cma(void);
+void test_probe(void);
+
+#endif

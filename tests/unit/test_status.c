@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "tap.h"
+#include "tpu_user.h"
+
+static const int library_codes[] = {
+	TPU_E_NO_DEVICE, TPU_E_NOT_TENSORPIPE, TPU_E_ABI_MISMATCH,
+	TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, TPU_E_NO_TRANSPORT,
+};
+
+/* Every errno the module's header lists for some command. */
+static const int module_errnos[] = {
+	EFAULT, EPERM, EINVAL, ENOTTY, E2BIG, ENOSPC, ENOMEM, ENOENT, EMFILE, EBADF, EBUSY,
+	ENAMETOOLONG, ENOLINK, EACCES, ERANGE, EEXIST, ENOBUFS, EMSGSIZE, EAGAIN, ETIMEDOUT,
+	EINTR, ECANCELED, EALREADY,
+};
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static void strerror_is_never_null(void)
+{
+	static const int probes[] = { INT_MIN, -20000, -10007, -10000, -4096, -4095, -1, 0, 1, INT_MAX };
+	bool ok = true;
+	size_t i;
+	int s;
+
+	for (s = -11000; s <= 10; s++)
+		ok &= tpu_strerror(s) && *tpu_strerror(s) && tpu_status_name(s) && *tpu_status_name(s);
+	for (i = 0; i < N(probes); i++)
+		ok &= tpu_strerror(probes[i]) && tpu_status_name(probes[i]);
+	CHECK(ok, "strerror_and_status_name_never_return_null_or_empty");
+}
+
+static void library_codes_have_own_names(void)
+{
+	size_t i;
+
+	for (i = 0; i < N(library_codes); i++) {
+		const char *name = tpu_status_name(library_codes[i]);
+
+		CHECK(!strncmp(name, "TPU_E_", 6) && library_codes[i] < -TPU_ERRNO_MAX,
+		      "library_code_%d_is_named_%s_and_below_errno_range", library_codes[i], name);
+	}
+}
+
+static void module_errnos_are_described(void)
+{
+	size_t i;
+
+	for (i = 0; i < N(module_errnos); i++) {
+		const char *name = tpu_status_name(-module_errnos[i]);
+
+		CHECK(name[0] == 'E' && strcmp(name, "ERRNO") &&
+		      strcmp(tpu_strerror(-module_errnos[i]), tpu_strerror(-EXDEV)),
+		      "module_errno_%s_has_a_name_and_its_own_sentence", name);
+	}
+}
+
+void test_status(void)
+{
+	CHECK(!strcmp(tpu_status_name(TPU_OK), "OK") && !strcmp(tpu_strerror(0), "success"),
+	      "status_zero_is_ok_and_reads_success");
+	strerror_is_never_null();
+	library_codes_have_own_names();
+	module_errnos_are_described();
+	CHECK(!strcmp(tpu_status_name(-EMSGSIZE), "EMSGSIZE") &&
+	      strstr(tpu_strerror(-EMSGSIZE), "retry"),
+	      "emsgsize_explains_that_the_slot_stays_for_a_retry");
+	CHECK(strstr(tpu_strerror(-ENOLINK), "domain") != NULL,
+	      "enolink_reads_as_not_attached_to_a_domain");
+	CHECK(!strcmp(tpu_status_name(-EXDEV), "ERRNO") && strstr(tpu_strerror(-EXDEV), "errno"),
+	      "unlisted_errno_is_reported_as_a_system_error");
+	CHECK(!strcmp(tpu_status_name(5), "UNKNOWN") && !strcmp(tpu_status_name(-10999), "UNKNOWN"),
+	      "positive_and_unassigned_values_are_unknown");
+}
