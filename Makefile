@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# tensorpipe: top-level build and test entry points.
+#
+#   make              module (kmod/tensorpipe.ko), library, tools, selftests
+#   make check        host unit tests, then the selftests in a QEMU VM;
+#                     ends with one line "N passed, N failed[, N skipped]"
+#   make demo         tools/tpdemo in the VM, module loaded
+#   make bench        tools/tpbench on the host (module-free paths) and in the VM
+#   make checkpatch   checkpatch.pl --strict on the module and the uapi header
+#   make deps         install missing Debian packages (or print the command)
+#   make vm-shell     interactive shell in the VM, module loaded
+#   make clean
+#
+# check, demo and bench install missing packages first (as root) and extract
+# the kselftest harness and checkpatch from linux-source-6.1 once.
+#
+# Variables (set on the command line, e.g. make check KVER=6.1.0-56-amd64):
+#   KVER          kernel release to build for and to boot in the VM; default:
+#                 the running kernel when /lib/modules/`uname -r`/build exists,
+#                 else the newest installed /lib/modules/*/build
+#   KDIR          kbuild tree, default /lib/modules/$(KVER)/build
+#   TP_SRC_CACHE  where the linux-source files are extracted, default
+#                 /var/cache/tensorpipe/linux-src (~/.cache/... if not writable)
+#   BENCH_ARGS    arguments for tools/tpbench in the VM
+#   BENCH_HOST_ARGS  arguments for tools/tpbench on the host
+#   TP_VM_MEM, TP_VM_SMP, TP_VM_TIMEOUT, TP_VM_APPEND: see tests/vm/run.sh
+
+# Computed once per make (:=), not at every use; a sub-make started after
+# `make deps` installed the headers computes it again.
+ifeq ($(origin KVER),undefined)
+KVER := $(shell scripts/kernel-version.sh $(KDIR) 2>/dev/null)
+endif
+KDIR ?= /lib/modules/$(KVER)/build
+
+ifeq ($(origin TP_SRC_CACHE),undefined)
+TP_SRC_CACHE := $(shell scripts/ksft-cache.sh --dir)
+endif
+LINUX_SRC_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
+LINUX_SRC := $(TP_SRC_CACHE)/$(notdir $(LINUX_SRC_TARBALL:.tar.xz=))
+KSFT_DIR := $(LINUX_SRC)/tools/testing/selftests
+CHECKPATCH := $(LINUX_SRC)/scripts/checkpatch.pl
+KERNEL_DOC := $(LINUX_SRC)/scripts/kernel-doc
+# The scripts and sub-makes find the same cache and tools through these.
+export TP_SRC_CACHE LINUX_SRC_TARBALL KSFT_DIR CHECKPATCH KERNEL_DOC
+
+MODULE := kmod/tensorpipe.ko
+BENCH_ARGS ?=
+BENCH_HOST_ARGS ?= --no-kmod
+# Two processes with tensors up to 256 MiB each, plus the kernel's copies.
+BENCH_VM_MEM ?= 4G
+
+# Generated kbuild files are not ours to lint.
+CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
+
+.PHONY: all kmod lib tools selftests ksft-cache deps prepare check demo bench \
+	checkpatch vm-shell clean help
+
+all: kmod lib tools selftests
+
+kmod:
+	@test -d "$(KDIR)" || { echo "No kernel build tree at '$(KDIR)': run 'make deps' or pass KDIR=/KVER=." >&2; exit 1; }
+	$(MAKE) -C kmod KDIR=$(KDIR) W=1
+
+lib:
+	$(MAKE) -C lib
+
+tools: lib
+	$(MAKE) -C tools
+
+selftests: ksft-cache
+	$(MAKE) -C tests/selftests KSFT_DIR=$(KSFT_DIR)
+
+ksft-cache:
+	@scripts/ksft-cache.sh
+
+deps:
+	@scripts/deps.sh
+
+# Packages first, then a fresh make for the build, so KVER and KDIR are
+# worked out after the kernel headers exist on a new machine.
+prepare:
+	@scripts/deps.sh
+	@scripts/ksft-cache.sh
+	+@$(MAKE) --no-print-directory all
+
+check: prepare
+	+@scripts/check.sh
+
+demo: prepare
+	@tests/vm/run.sh --name demo --module $(MODULE) -- tools/tpdemo
+
+bench: prepare
+	@echo "== tpbench on the host (paths that need no module)"
+	tools/tpbench $(BENCH_HOST_ARGS)
+	@echo "== tpbench in the VM (module loaded)"
+	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench --module $(MODULE) -- tools/tpbench $(BENCH_ARGS)
+
+checkpatch: ksft-cache
+	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)
+
+vm-shell: prepare
+	@tests/vm/run.sh --interactive --name shell --module $(MODULE)
+
+clean:
+	@for dir in kmod lib tools tests/unit tests/selftests; do \
+		if [ -f $$dir/Makefile ]; then $(MAKE) -C $$dir KDIR=$(KDIR) clean || exit 1; fi; \
+	done
+	rm -rf build
+
+help:
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile

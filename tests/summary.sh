@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# Total the TAP results of several test suites.
+#
+#   tests/summary.sh NAME LOG STATUS [NAME LOG STATUS]...
+#
+# LOG is a suite's output (TAP mixed with anything else), STATUS its exit
+# status.  Prints one line per suite, then exactly one line
+# "N passed, N failed" (", N skipped" appended when there are any), and exits
+# 1 when anything failed.
+#
+# Test points may be nested, indented by spaces (TAP 14 subtests) or behind
+# "# " (the kselftest runner wrapping each binary's TAP): only leaf results
+# count, so a binary's own "ok" line is not counted on top of its tests.  A
+# parent that fails with no failing child (a crashed binary), a "Bail out!",
+# a suite that exits non-zero with no failing test, or one that printed no
+# results at all each count as one failure, so the totals never say
+# "0 failed" about a run that went wrong.
+set -euo pipefail
+
+if [ $# -eq 0 ] || [ $(($# % 3)) -ne 0 ]; then
+	echo "usage: tests/summary.sh NAME LOG STATUS [NAME LOG STATUS]..." >&2
+	exit 2
+fi
+
+# Prints "passed failed skipped" for one log.
+count_tap() {
+	awk '
+	function depth_of(prefix,    d, spaces) {
+		d = gsub(/#[ ]?/, "", prefix)
+		spaces = prefix
+		gsub(/\t/, "    ", spaces)
+		return d + int(length(spaces) / 4)
+	}
+	{
+		sub(/\r$/, "")
+		if (!match($0, /^[ \t#]*/))
+			next
+		prefix = substr($0, 1, RLENGTH)
+		rest = substr($0, RLENGTH + 1)
+		if (rest ~ /^Bail out!/) {
+			failed++
+			next
+		}
+		if (rest !~ /^(not )?ok([ \t]|$)/)
+			next
+		d = depth_of(prefix)
+		is_parent = deeper[d]
+		child_failed = deeper_failed[d]
+		# Everything nested below this point belongs to it: forget it.
+		for (k in deeper)
+			if (k + 0 >= d) {
+				delete deeper[k]
+				delete deeper_failed[k]
+			}
+		fail = (rest ~ /^not ok/)
+		directive = rest
+		sub(/^[^#]*/, "", directive)
+		if (is_parent) {
+			if (fail && !child_failed) {
+				failed++
+				fail_mark(d)
+			}
+		} else if (directive ~ /^#[ \t]*([Ss][Kk][Ii][Pp]|[Tt][Oo][Dd][Oo])/) {
+			skipped++
+		} else if (fail) {
+			failed++
+			fail_mark(d)
+		} else {
+			passed++
+		}
+		for (k = 0; k < d; k++)
+			deeper[k] = 1
+	}
+	function fail_mark(d,    k) {
+		for (k = 0; k < d; k++)
+			deeper_failed[k] = 1
+	}
+	END { printf "%d %d %d\n", passed, failed, skipped }
+	' "$1"
+}
+
+total_passed=0 total_failed=0 total_skipped=0
+while [ $# -gt 0 ]; do
+	name=$1 log=$2 status=$3
+	shift 3
+	note=
+	if [ -r "$log" ]; then
+		read -r passed failed skipped < <(count_tap "$log")
+	else
+		passed=0 failed=0 skipped=0
+	fi
+	if [ "$status" != 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1
+		note=" (exit status $status with no failing test)"
+	elif [ $((passed + failed + skipped)) -eq 0 ]; then
+		failed=1
+		note=" (no test results)"
+	fi
+	line="$passed passed, $failed failed"
+	[ "$skipped" -gt 0 ] && line+=", $skipped skipped"
+	printf '  %-24s %s%s\n' "$name:" "$line" "$note"
+	total_passed=$((total_passed + passed))
+	total_failed=$((total_failed + failed))
+	total_skipped=$((total_skipped + skipped))
+done
+
+line="$total_passed passed, $total_failed failed"
+[ $total_skipped -gt 0 ] && line+=", $total_skipped skipped"
+echo "$line"
+[ $total_failed -eq 0 ]

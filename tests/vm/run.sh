@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# Run a command inside a throw-away QEMU VM booted from the installed
+# distribution kernel, with the host's root shared read-only over 9p (so the
+# repository and every host binary and library are simply there).
+#
+#   tests/vm/run.sh [options] [--] COMMAND...
+#
+# COMMAND is shell code run by /bin/sh from the repository directory, as root;
+# several words are joined with spaces, as ssh does.
+#
+# Options:
+#   -m, --module FILE   insmod FILE before COMMAND and rmmod it afterwards;
+#                       a module that will not unload fails the run
+#   -n, --name NAME     keep this run's files in build/vm/NAME (default: run)
+#   -t, --timeout SEC   kill the VM after SEC seconds (default: 1200)
+#   -i, --interactive   serial console on this terminal (Ctrl-A x quits)
+#
+# Environment: KVER or KDIR (which kernel; default as for the build),
+# TP_VM_KERNEL (kernel image, default /boot/vmlinuz-KVER), TP_VM_MEM (2G),
+# TP_VM_SMP (2), TP_VM_ACCEL (tcg, or kvm when /dev/kvm is usable), TP_VM_CPU,
+# TP_VM_APPEND (extra kernel arguments), TP_VM_OUT (build/vm).
+#
+# The command's output streams here from a second 9p share; the kernel's
+# serial console goes to build/vm/NAME/serial.log.  The exit status is the
+# command's, or non-zero when the VM crashed, timed out, or the kernel logged
+# a BUG, Oops, WARNING or stack trace.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+here="$repo/tests/vm"
+
+usage() {
+	sed -n '/^#   tests\/vm\/run.sh/,/^# a BUG/s/^# \{0,1\}//p' "$0" >&2
+	exit 2
+}
+
+module=
+name=run
+timeout_s=${TP_VM_TIMEOUT:-1200}
+interactive=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-m|--module)      module=${2:?}; shift 2 ;;
+	-n|--name)        name=${2:?}; shift 2 ;;
+	-t|--timeout)     timeout_s=${2:?}; shift 2 ;;
+	-i|--interactive) interactive=1; shift ;;
+	-h|--help)        usage ;;
+	--)               shift; break ;;
+	-*)               usage ;;
+	*)                break ;;
+	esac
+done
+[ $# -gt 0 ] || [ $interactive -eq 1 ] || usage
+command="$*"
+[ -n "$command" ] || command='exec bash || exec sh'
+
+# init passes paths through word splitting; keep them simple.
+case "$repo" in
+*[[:space:]]*) echo "tests/vm: the repository path must not contain spaces: $repo" >&2; exit 2 ;;
+esac
+
+kver=${KVER:-$("$repo/scripts/kernel-version.sh" "${KDIR:-}")}
+kernel=${TP_VM_KERNEL:-/boot/vmlinuz-$kver}
+if [ ! -r "$kernel" ]; then
+	echo "tests/vm: cannot read kernel image $kernel (package linux-image-amd64; run 'make deps')" >&2
+	exit 2
+fi
+if [ -n "$module" ] && [ ! -f "$module" ]; then
+	echo "tests/vm: module $module not built (run 'make')" >&2
+	exit 2
+fi
+
+# Why a VM at all: say it once, in a form a newcomer can act on.
+explain_vm() {
+	local running reason
+	running=$(uname -r)
+	if [ ! -d "/lib/modules/$running" ]; then
+		reason="the running kernel ($running) has no /lib/modules/$running, so it cannot load modules"
+	elif [ "$running" != "$kver" ]; then
+		reason="the module is built for $kver but the running kernel is $running"
+	else
+		reason="this keeps the host kernel out of reach of a crashing test module"
+	fi
+	echo "tests/vm: $reason;"
+	echo "tests/vm: booting $kernel in QEMU ($accel, ${smp} CPUs, $mem) and running there instead."
+}
+
+accel=${TP_VM_ACCEL:-}
+if [ -z "$accel" ]; then
+	if [ -w /dev/kvm ]; then accel=kvm; else accel=tcg; fi
+fi
+# TCG runs "rep movsb" a byte at a time, so a guest kernel that trusts ERMS or
+# FSRM copies to and from user space at about 40 MB/s; without them it uses
+# "rep movsq" and copies about six times faster.  Everything else TCG can do
+# stays on.  Figures from inside the VM are for ratios within one run only.
+cpu=${TP_VM_CPU:-max,-erms,-fsrm}
+[ "$accel" = kvm ] && cpu=${TP_VM_CPU:-host}
+mem=${TP_VM_MEM:-2G}
+smp=${TP_VM_SMP:-2}
+
+out=${TP_VM_OUT:-$repo/build/vm}/$name
+rm -rf "$out"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+printf '%s\n' "$command" >"$out/cmd.sh"
+# The guest sees the module through the output share wherever it was built
+# (the guest's /tmp, for one, is its own).
+if [ -n "$module" ]; then
+	cp "$module" "$out/"
+	guest_module=/run/tp-out/$(basename "$module")
+fi
+: >"$out/guest.log"
+{
+	echo "TP_REPO='$repo'"
+	echo "TP_MODULE='${guest_module:-}'"
+	echo "TP_INTERACTIVE=$interactive"
+	echo "TP_TERM='${TERM:-linux}'"
+} >"$out/settings"
+"$here/make-initramfs.sh" "$kver" "$out/settings" "$out/initramfs.cpio"
+
+# oops=panic and panic_on_warn turn any kernel complaint into a panic, and
+# panic=-1 with -no-reboot turns the panic into a QEMU exit without a status.
+# TCG is slow and the host may be busy: give RCU a longer stall timeout so a
+# stall report means a real livelock, not emulation speed.
+append="console=ttyS0 oops=panic panic_on_warn=1 panic=-1 rcupdate.rcu_cpu_stall_timeout=60"
+append+=" ${TP_VM_APPEND:-}"
+
+# shellcheck disable=SC2054 # the commas separate QEMU sub-options
+qemu=(
+	qemu-system-x86_64
+	-accel "$accel" -cpu "$cpu" -smp "$smp" -m "$mem"
+	-kernel "$kernel" -initrd "$out/initramfs.cpio" -append "$append"
+	-display none -vga none -nic none -no-reboot
+	-device isa-debug-exit,iobase=0xf4,iosize=0x04
+	# multidevs=remap keeps inode numbers unique across host file systems.
+	-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+	-virtfs "local,path=$out,mount_tag=tpout,security_model=none"
+)
+
+explain_vm
+
+if [ $interactive -eq 1 ]; then
+	qemu+=(-chardev "stdio,id=con,mux=on,signal=off,logfile=$out/serial.log"
+		-serial chardev:con -mon chardev=con)
+	"${qemu[@]}" || true
+	exit "$(cat "$out/status" 2>/dev/null || echo 1)"
+fi
+
+qemu+=(-serial "file:$out/serial.log" -monitor none)
+started=$(date +%s)
+# Bash makes background jobs ignore SIGINT; stop the VM ourselves on exit.
+timeout -k 10 "$timeout_s" "${qemu[@]}" 2>"$out/qemu.log" &
+vm_pid=$!
+trap 'kill $vm_pid 2>/dev/null || true' EXIT
+tail -n +1 -s 0.2 -f --pid=$vm_pid "$out/guest.log" &
+tail_pid=$!
+set +e
+wait $vm_pid
+qemu_status=$?
+set -e
+wait $tail_pid 2>/dev/null || true
+trap - EXIT
+elapsed=$(( $(date +%s) - started ))
+
+# Judge the run: every way it can go wrong gets its own message.  Success
+# needs both the status file (written over 9p) and an odd QEMU exit code
+# (isa-debug-exit): QEMU failing to start also exits 1.
+failed=1
+reason=
+guest_status=
+[ -s "$out/status" ] && guest_status=$(cat "$out/status")
+if [ $qemu_status -eq 124 ] || [ $qemu_status -eq 137 ]; then
+	reason="timed out after ${timeout_s}s"
+elif [ $((qemu_status & 1)) -eq 0 ] || [ -z "$guest_status" ]; then
+	reason="the VM stopped without the guest reporting a status (kernel panic, or QEMU exit status $qemu_status)"
+	guest_status=
+elif [ "$guest_status" != 0 ]; then
+	reason="the guest command exited with status $guest_status"
+else
+	failed=0
+fi
+
+if ! kernel_errors=$("$here/check-serial-log.sh" "$out/serial.log"); then
+	failed=1
+	echo "tests/vm: the kernel reported errors (from $out/serial.log):"
+	# shellcheck disable=SC2001 # indents every line, not a substitution
+	sed 's/^/  /' <<<"$kernel_errors"
+	reason=${reason:-"kernel errors in the serial log"}
+fi
+
+if [ $failed -ne 0 ]; then
+	echo "tests/vm: FAILED after ${elapsed}s: $reason"
+	echo "tests/vm: logs: $out/guest.log (command), $out/serial.log (kernel)"
+	if [ -z "$kernel_errors" ] && [ -z "$guest_status" ]; then
+		echo "tests/vm: last lines of the serial log:"
+		tail -n 15 "$out/serial.log" 2>/dev/null | sed 's/^/  /' || true
+		if [ -s "$out/qemu.log" ]; then
+			echo "tests/vm: QEMU said:"
+			sed 's/^/  /' "$out/qemu.log"
+		fi
+	fi
+	# The guest's status when it has one, so callers can tell test failures apart.
+	if [ -n "$guest_status" ] && [ "$guest_status" != 0 ]; then
+		exit "$guest_status"
+	fi
+	exit 1
+fi
+echo "tests/vm: passed in ${elapsed}s (logs in $out)"
