@@ -48,6 +48,8 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	spin_lock_init(&ep->lock);
 	INIT_LIST_HEAD(&ep->done);
 	INIT_LIST_HEAD(&ep->sends);
+	INIT_LIST_HEAD(&ep->urecvs);
+	INIT_DELAYED_WORK(&ep->monitor, tp_uring_monitor);
 	init_waitqueue_head(&ep->wq);
 	file->private_data = ep;
 	tp_stat_add(TP_STAT_ENDPOINTS, 1);
@@ -60,6 +62,8 @@ static int tp_endpoint_release(struct inode *inode, struct file *file)
 	struct tp_slot *slot, *tmp;
 	LIST_HEAD(unread);
 
+	/* io_uring commands hold the file: none is pending any more. */
+	cancel_delayed_work_sync(&ep->monitor);
 	tp_slot_withdraw_all(ep);
 	spin_lock(&ep->lock);
 	ep->dead = true;
@@ -161,7 +165,8 @@ static int tp_get_info(struct tp_info *info)
 		return -EINVAL;
 	info->abi_version = TP_ABI_VERSION;
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
-			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC;
+			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
+			 TP_FEAT_URING_CMD;
 	info->max_key_len = tp_key_len_limit();
 	info->max_regions = READ_ONCE(tp_max_regions);
 	info->max_slots = READ_ONCE(tp_max_slots);
@@ -203,7 +208,7 @@ static long tp_dispatch(struct tp_endpoint *ep, unsigned int cmd,
 	case TP_IOC_DOMAIN_ATTACH:
 		return tp_domain_attach(ep, &a->attach);
 	case TP_IOC_SEND:
-		return tp_send(ep, &a->send);
+		return tp_send(ep, &a->send, NULL);
 	case TP_IOC_RECV:
 		return tp_recv(ep, &a->recv);
 	case TP_IOC_CANCEL:
@@ -269,5 +274,6 @@ const struct file_operations tp_endpoint_fops = {
 	.mmap = tp_endpoint_mmap,
 	.unlocked_ioctl = tp_endpoint_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
+	.uring_cmd = tp_uring_cmd,
 	.llseek = noop_llseek,
 };

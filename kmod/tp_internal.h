@@ -24,11 +24,13 @@
 #include <linux/spinlock.h>
 #include <linux/types.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 #include <uapi/linux/tensorpipe.h>
 
 struct dentry;
 struct file;
+struct io_uring_cmd;
 struct mm_struct;
 struct page;
 struct vm_area_struct;
@@ -99,6 +101,10 @@ struct tp_region {
  * @dead:	the file was released: completions are dropped.
  * @wq:		woken when a completion is queued.
  * @sends:	this endpoint's pending slots; protected by the domain's lock.
+ * @urecvs:	this endpoint's io_uring RECVs waiting for a key; protected
+ *		by the domain's lock.
+ * @monitor:	runs while io_uring commands are pending, to fail those
+ *		whose task exits or whose ring is closed (see tp_uring.c).
  */
 struct tp_endpoint {
 	struct kref ref;
@@ -114,6 +120,8 @@ struct tp_endpoint {
 	bool dead;
 	wait_queue_head_t wq;
 	struct list_head sends;
+	struct list_head urecvs;
+	struct delayed_work monitor;
 };
 
 #define TP_DOMAIN_HASH_BITS	8
@@ -165,6 +173,8 @@ struct tp_domain {
  * @ep_node:	in the producer's tp_endpoint.sends while pending, then in
  *		its tp_endpoint.done once completed.
  * @ep:		the producer (one reference).
+ * @cmd:	the io_uring command that posted the SEND, completed instead of
+ *		queueing @cqe for read(); NULL for the ioctl.
  * @region:	the source (one reference).
  * @offset:	byte offset of the tensor in @region.
  * @len:	tensor length in bytes.
@@ -181,6 +191,7 @@ struct tp_slot {
 	struct hlist_node node;
 	struct list_head ep_node;
 	struct tp_endpoint *ep;
+	struct io_uring_cmd *cmd;
 	struct tp_region *region;
 	u64 offset;
 	u64 len;
@@ -193,15 +204,19 @@ struct tp_slot {
 };
 
 /**
- * struct tp_waiter - a RECV waiting for its key (lives on the waiter's stack).
+ * struct tp_waiter - a RECV waiting for its key.
  * @node:	in tp_domain.waiters.
  * @ep:		the consumer, for TP_IOC_CANCEL.
  * @hash:	hash of the key.
  * @key_len:	length of @key.
- * @key:	the key bytes (the caller's copy).
- * @wq:		where the waiter sleeps.
- * @event:	0 while nothing happened; 1 when a SEND of the key arrived;
- *		-ECANCELED when cancelled.  Written under tp_domain.lock.
+ * @key:	the key bytes (the waiter's own copy).
+ * @wake:	tells the waiter that @event changed; called under
+ *		tp_domain.lock, must not sleep.  A blocking ioctl wakes its
+ *		task, an io_uring RECV schedules task work.
+ * @wq:		where a blocking waiter sleeps.
+ * @event:	0 while nothing happened; 1 when a SEND of the key arrived or
+ *		the domain was aborted (look again); a negative errno when the
+ *		wait must end with it.  Written under tp_domain.lock.
  */
 struct tp_waiter {
 	struct hlist_node node;
@@ -209,6 +224,7 @@ struct tp_waiter {
 	u32 hash;
 	u32 key_len;
 	const u8 *key;
+	void (*wake)(struct tp_waiter *w);
 	wait_queue_head_t wq;
 	int event;
 };
@@ -278,13 +294,30 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg);
 u32 tp_key_hash(const u8 *key, u32 len);
 
 /* tp_slot.c */
-int tp_send(struct tp_endpoint *ep, const struct tp_send *arg);
+int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
+	    struct io_uring_cmd *cmd);
 int tp_recv(struct tp_endpoint *ep, struct tp_recv *arg);
+int tp_recv_check(struct tp_endpoint *ep, struct tp_recv *arg,
+		  struct tp_region **dstp);
+int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
+		  u32 hash, struct tp_recv *arg, struct tp_slot **slotp);
+int tp_recv_deliver(struct tp_domain *dom, struct tp_endpoint *ep,
+		    struct tp_slot *slot, struct tp_region *dst,
+		    struct tp_recv *arg);
 int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg);
 void tp_slot_complete(struct tp_slot *slot, int status, u64 len);
 void tp_slot_withdraw_all(struct tp_endpoint *ep);
 void tp_slot_free(struct tp_slot *slot);
+void tp_waiter_signal(struct tp_waiter *w, int event);
 void tp_waiters_wake_all(struct tp_domain *dom, int event);
+int tp_key_check(u32 len);
+u8 *tp_key_copy(u64 uptr, u32 len);
+
+/* tp_uring.c */
+int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+void tp_uring_track_send(struct tp_endpoint *ep, struct tp_slot *slot);
+void tp_uring_send_done(struct tp_slot *slot);
+void tp_uring_monitor(struct work_struct *work);
 
 /**
  * tp_endpoint_domain() - the domain an endpoint is attached to.

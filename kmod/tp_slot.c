@@ -19,7 +19,13 @@
 #include <linux/wait.h>
 #include "tp_internal.h"
 
-static int tp_key_check(u32 len)
+/**
+ * tp_key_check() - validate a key length against the limit in force.
+ * @len:	key length.
+ *
+ * Return: 0, -EINVAL (empty) or -ENAMETOOLONG.
+ */
+int tp_key_check(u32 len)
 {
 	if (!len)
 		return -EINVAL;
@@ -28,7 +34,14 @@ static int tp_key_check(u32 len)
 	return 0;
 }
 
-static u8 *tp_key_copy(u64 uptr, u32 len)
+/**
+ * tp_key_copy() - copy a key from user space.
+ * @uptr:	user address.
+ * @len:	length, already checked.
+ *
+ * Return: a kmalloc()ed copy or an ERR_PTR().
+ */
+u8 *tp_key_copy(u64 uptr, u32 len)
 {
 	return memdup_user(u64_to_user_ptr(uptr), len);
 }
@@ -58,11 +71,24 @@ static void tp_waiters_wake_key(struct tp_domain *dom, const u8 *key, u32 len,
 	struct tp_waiter *w;
 
 	hash_for_each_possible(dom->waiters, w, node, hash) {
-		if (w->hash == hash && tp_key_eq(w->key, w->key_len, key, len)) {
-			w->event = 1;
-			wake_up(&w->wq);
-		}
+		if (w->hash == hash && tp_key_eq(w->key, w->key_len, key, len))
+			tp_waiter_signal(w, 1);
 	}
+}
+
+/**
+ * tp_waiter_signal() - record an event for a waiter and wake it.
+ * @w:		waiter; caller holds the domain's lock.
+ * @event:	1 (look again) or a negative errno (end the wait with it).
+ *
+ * An ending event already recorded is kept: a cancelled RECV stays
+ * cancelled even if a SEND or an abort follows before it runs.
+ */
+void tp_waiter_signal(struct tp_waiter *w, int event)
+{
+	if (w->event >= 0)
+		w->event = event;
+	w->wake(w);
 }
 
 /**
@@ -75,10 +101,8 @@ void tp_waiters_wake_all(struct tp_domain *dom, int event)
 	struct tp_waiter *w;
 	int bkt;
 
-	hash_for_each(dom->waiters, bkt, w, node) {
-		w->event = event;
-		wake_up(&w->wq);
-	}
+	hash_for_each(dom->waiters, bkt, w, node)
+		tp_waiter_signal(w, event);
 }
 
 /**
@@ -108,6 +132,10 @@ void tp_slot_complete(struct tp_slot *slot, int status, u64 len)
 	slot->region = NULL;
 	slot->cqe.status = status;
 	slot->cqe.len = status ? 0 : len;
+	if (slot->cmd) {
+		tp_uring_send_done(slot);
+		return;
+	}
 
 	spin_lock(&ep->lock);
 	dead = ep->dead;
@@ -125,10 +153,13 @@ void tp_slot_complete(struct tp_slot *slot, int status, u64 len)
  * tp_send() - TP_IOC_SEND: post a tensor under a key; never blocks.
  * @ep:		the calling endpoint.
  * @arg:	the command, copied from user space.
+ * @cmd:	the io_uring command to complete instead of queueing a
+ *		completion for read(), or NULL.
  *
  * Return: 0 or a negative errno as documented in the uapi header.
  */
-int tp_send(struct tp_endpoint *ep, const struct tp_send *arg)
+int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
+	    struct io_uring_cmd *cmd)
 {
 	struct tp_domain *dom = tp_endpoint_domain(ep);
 	bool donate = arg->flags & TP_SEND_DONATE;
@@ -197,6 +228,9 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg)
 	spin_unlock(&ep->lock);
 	kref_get(&ep->ref);
 	slot->ep = ep;
+	slot->cmd = cmd;
+	if (cmd)
+		tp_uring_track_send(ep, slot);
 	hash_add(dom->slots, &slot->node, slot->hash);
 	list_add_tail(&slot->ep_node, &ep->sends);
 	dom->nr_slots++;
@@ -299,9 +333,26 @@ static int tp_deliver_new_region(struct tp_endpoint *ep, struct tp_slot *slot,
 	return 0;
 }
 
-static int tp_deliver(struct tp_endpoint *ep, struct tp_slot *slot,
-		      struct tp_region *dst, struct tp_recv *arg)
+/**
+ * tp_recv_deliver() - deliver a claimed slot to a RECV and finish it.
+ * @dom:	the domain.
+ * @ep:		the consumer.
+ * @slot:	the slot, claimed by tp_recv_claim().
+ * @dst:	destination region, or NULL for TP_RECV_DONATE.
+ * @arg:	the RECV; @len, and for DONATE @region and @mmap_offset, are set.
+ *
+ * On failure the slot is pending again (or failed, if the domain was
+ * aborted meanwhile): a failed delivery loses nothing.
+ *
+ * Context: process context, no lock held.
+ * Return: 0, or -EINTR (fatal signal), -ENOSPC or -ENOMEM.
+ */
+int tp_recv_deliver(struct tp_domain *dom, struct tp_endpoint *ep,
+		    struct tp_slot *slot, struct tp_region *dst,
+		    struct tp_recv *arg)
 {
+	bool moved = (slot->flags & TP_SEND_DONATE) &&
+		     (arg->flags & TP_RECV_DONATE);
 	int err;
 
 	if (arg->flags & TP_RECV_DONATE)
@@ -309,18 +360,29 @@ static int tp_deliver(struct tp_endpoint *ep, struct tp_slot *slot,
 	else
 		err = tp_copy_pages(dst, arg->offset, slot->region,
 				    slot->offset, slot->len);
-	if (err)
+	if (err) {
+		tp_slot_unclaim(dom, slot);
 		return err;
+	}
 	arg->len = slot->len;
+	tp_slot_finish(dom, slot, 0, slot->len, moved);
 	return 0;
 }
 
-/*
- * Claim the key's slot if it is pending.  Caller holds dom->lock.
- * Return: 0 with *slotp claimed, -EAGAIN if absent, or another error.
+/**
+ * tp_recv_claim() - claim the key's slot if it is pending.
+ * @dom:	the domain; caller holds its lock.
+ * @key:	key bytes.
+ * @key_len:	key length.
+ * @hash:	tp_key_hash() of the key.
+ * @arg:	the RECV; on -EMSGSIZE its @len is set to the tensor's.
+ * @slotp:	out: the claimed slot.
+ *
+ * Return: 0 with *@slotp claimed, -EAGAIN if absent, -EMSGSIZE, or the
+ * domain's abort status.
  */
-static int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
-			 u32 hash, struct tp_recv *arg, struct tp_slot **slotp)
+int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
+		  u32 hash, struct tp_recv *arg, struct tp_slot **slotp)
 {
 	struct tp_slot *slot;
 
@@ -336,6 +398,11 @@ static int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
 	slot->claimed = true;
 	*slotp = slot;
 	return 0;
+}
+
+static void tp_waiter_wake_task(struct tp_waiter *w)
+{
+	wake_up(&w->wq);
 }
 
 /* Sleep until woken, timed out or signalled.  Return: 0 when woken. */
@@ -372,6 +439,7 @@ static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
 		.hash = tp_key_hash(key, key_len),
 		.key_len = key_len,
 		.key = key,
+		.wake = tp_waiter_wake_task,
 	};
 	int err, sleep_err, event;
 
@@ -404,6 +472,51 @@ static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
 }
 
 /**
+ * tp_recv_check() - validate a RECV and look up its destination.
+ * @ep:		the calling endpoint.
+ * @arg:	the command.
+ * @dstp:	out: the destination region (a reference), NULL for DONATE.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_recv_check(struct tp_endpoint *ep, struct tp_recv *arg,
+		  struct tp_region **dstp)
+{
+	const u32 known = TP_RECV_NONBLOCK | TP_RECV_DONATE;
+	struct tp_region *dst;
+	int err;
+
+	*dstp = NULL;
+	if ((arg->flags & ~known) || arg->reserved0 ||
+	    arg->reserved[0] || arg->reserved[1])
+		return -EINVAL;
+	if ((arg->flags & TP_RECV_DONATE) && (arg->region || arg->offset))
+		return -EINVAL;
+	err = tp_key_check(arg->key_len);
+	if (err)
+		return err;
+	if (!tp_endpoint_domain(ep))
+		return -ENOLINK;
+	if (arg->flags & TP_RECV_DONATE)
+		return 0;
+	dst = tp_region_get(ep, arg->region);
+	if (!dst)
+		return -ENOENT;
+	err = -EACCES;
+	if (!(dst->access & TP_ACCESS_WRITE))
+		goto put_dst;
+	err = -ERANGE;
+	if (arg->offset > dst->len || arg->len > dst->len - arg->offset)
+		goto put_dst;
+	*dstp = dst;
+	return 0;
+
+put_dst:
+	tp_region_put(dst);
+	return err;
+}
+
+/**
  * tp_recv() - TP_IOC_RECV: take the tensor posted under a key.
  * @ep:		the calling endpoint.
  * @arg:	the command; @len, and for DONATE @region and @mmap_offset,
@@ -413,50 +526,23 @@ static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
  */
 int tp_recv(struct tp_endpoint *ep, struct tp_recv *arg)
 {
-	const u32 known = TP_RECV_NONBLOCK | TP_RECV_DONATE;
 	struct tp_domain *dom = tp_endpoint_domain(ep);
-	struct tp_region *dst = NULL;
+	struct tp_region *dst;
 	struct tp_slot *slot;
 	u8 *key;
 	int err;
 
-	if ((arg->flags & ~known) || arg->reserved0 ||
-	    arg->reserved[0] || arg->reserved[1])
-		return -EINVAL;
-	if ((arg->flags & TP_RECV_DONATE) && (arg->region || arg->offset))
-		return -EINVAL;
-	err = tp_key_check(arg->key_len);
+	err = tp_recv_check(ep, arg, &dst);
 	if (err)
 		return err;
-	if (!dom)
-		return -ENOLINK;
-	if (!(arg->flags & TP_RECV_DONATE)) {
-		dst = tp_region_get(ep, arg->region);
-		if (!dst)
-			return -ENOENT;
-		err = -EACCES;
-		if (!(dst->access & TP_ACCESS_WRITE))
-			goto put_dst;
-		err = -ERANGE;
-		if (arg->offset > dst->len || arg->len > dst->len - arg->offset)
-			goto put_dst;
-	}
 	key = tp_key_copy(arg->key_ptr, arg->key_len);
 	if (IS_ERR(key)) {
 		err = PTR_ERR(key);
 		goto put_dst;
 	}
-
 	err = tp_recv_wait_claim(dom, ep, key, arg->key_len, arg, &slot);
-	if (!err) {
-		err = tp_deliver(ep, slot, dst, arg);
-		if (err)
-			tp_slot_unclaim(dom, slot);
-		else
-			tp_slot_finish(dom, slot, 0, slot->len,
-				       (slot->flags & TP_SEND_DONATE) &&
-				       (arg->flags & TP_RECV_DONATE));
-	}
+	if (!err)
+		err = tp_recv_deliver(dom, ep, slot, dst, arg);
 	kfree(key);
 put_dst:
 	tp_region_put(dst);
@@ -509,8 +595,7 @@ int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
 			if (w->ep != ep || w->event < 0 ||
 			    !tp_key_eq(w->key, w->key_len, key, arg->key_len))
 				continue;
-			w->event = -ECANCELED;
-			wake_up(&w->wq);
+			tp_waiter_signal(w, -ECANCELED);
 			count++;
 		}
 	}

@@ -43,6 +43,29 @@
  * (that is, -1 with errno set); the errors each can return are listed with it.
  * Common to every command: -EFAULT (an argument could not be read or
  * written), -EPERM (the caller is not the endpoint's process).
+ *
+ * io_uring
+ * --------
+ * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL can also be submitted as
+ * IORING_OP_URING_CMD on the endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op
+ * is the ioctl number and the struct lies in the SQE's command area, which
+ * needs a ring created with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
+ * The struct is read once, at submission.  Validation errors are the
+ * ioctl's, reported as the CQE's res.  Another cmd_op gives -EOPNOTSUPP.
+ *
+ * - SEND: the CQE arrives when the slot completes, in place of the read()
+ *   record: res is 0 or the status a struct tp_completion would carry.
+ * - RECV: the CQE arrives when the tensor is in place, or the RECV failed
+ *   (-ETIMEDOUT, -ECANCELED, abort status...).  res is 0, or with
+ *   TP_RECV_DONATE the new region's handle (its mmap offset is
+ *   handle << TP_MMAP_REGION_SHIFT).  TP_RECV_NONBLOCK gives -EAGAIN at once.
+ *   No thread waits: the copy runs as task work in the submitting task.
+ * - CANCEL: res is the number of operations cancelled, or -ENOENT.
+ *
+ * With IORING_SETUP_CQE32, the first extra word of a SEND's or RECV's CQE is
+ * the tensor's length (also for -EMSGSIZE).  A command whose task exits or
+ * whose ring is closed completes with -ECANCELED (within about 100 ms); a
+ * pending SEND is then withdrawn.
  */
 #ifndef _UAPI_LINUX_TENSORPIPE_H
 #define _UAPI_LINUX_TENSORPIPE_H
