@@ -74,6 +74,8 @@ enum {
 	TPU_E_BAD_DEVICE_NAME	= -10005,
 	/** neither /dev/tensorpipe nor process_vm_readv can move a tensor between processes */
 	TPU_E_NO_TRANSPORT	= -10006,
+	/** the rendezvous or context was destroyed before the operation finished */
+	TPU_E_CLOSED		= -10007,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -431,6 +433,216 @@ TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const 
  * Errors as tpu_device_name_build(), plus TPU_E_BAD_KEY.
  */
 TPU_API tpu_status tpu_key_build(const struct tpu_key *key, char *buf, size_t size, size_t *len);
+
+/* ------------------------------------------------------------------ */
+/* Context, buffers and the rendezvous                                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A TensorFlow-style rendezvous: a producer posts a tensor under a key and
+ * never blocks; a consumer asks for the key before or after, with a
+ * callback or blocking; each key is delivered once.
+ *
+ * Everything asynchronous belongs to a context: one io_uring and one
+ * completion thread.  Every callback runs on that thread, and every
+ * callback is called exactly once, with an error status when the
+ * operation failed, was cancelled, aborted, or its context destroyed.
+ * Callbacks of operations on the same key of the same rendezvous run in the
+ * order the operations were issued.  A callback may issue new operations;
+ * it must not destroy its own context.
+ *
+ * Three implementations stand behind one API, chosen when a rendezvous is
+ * created (TPU_RDV_AUTO picks the first that works, in this order, unless
+ * the rendezvous is only for threads of one process):
+ *
+ *   kmod	/dev/tensorpipe domain, SEND/RECV as io_uring commands: one
+ *		copy in the kernel, none when a tpu_buffer is donated;
+ *   cma	no module: a key table in shared memory (a memfd) and a
+ *		process_vm_readv pull by the consumer, one copy;
+ *   inprocess	threads of one process: the pointer is handed over, the
+ *		consumer's callback copies nothing unless it asked for a copy.
+ */
+
+/** struct tpu_context - one io_uring and one completion thread (opaque) */
+struct tpu_context;
+
+/* Flags of struct tpu_context_options. */
+/** TPU_CTX_NO_KMOD - never use /dev/tensorpipe (as if the module were absent) */
+#define TPU_CTX_NO_KMOD		(1U << 0)
+
+/**
+ * struct tpu_context_options - how to create a context; zeroed means defaults.
+ * @dev_path:	device node, NULL for TPU_DEVICE_PATH.
+ * @entries:	io_uring size, 0 for 256.
+ * @flags:	TPU_CTX_* flags.
+ */
+struct tpu_context_options {
+	const char *dev_path;
+	unsigned int entries;
+	unsigned int flags;
+};
+
+/**
+ * tpu_context_create - start a context and its completion thread.
+ * @opts:	options, NULL for defaults.
+ * @out:	out: the context.
+ *
+ * The environment variable TPU_LOG=debug makes the library log, on stderr,
+ * which implementation each rendezvous uses and why.
+ */
+TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
+				      struct tpu_context **out);
+/**
+ * tpu_context_destroy - fail every pending operation with TPU_E_CLOSED, run
+ * its callback, stop the thread and free the context (NULL is ignored).
+ *
+ * Its rendezvous objects and buffers must be destroyed first.
+ */
+TPU_API void tpu_context_destroy(struct tpu_context *ctx);
+
+/** struct tpu_buffer - memory for tensors that can move without a copy (opaque) */
+struct tpu_buffer;
+
+/**
+ * tpu_buffer_alloc - allocate a zeroed buffer, mapped read-write.
+ * @len:	bytes, at least 1.
+ *
+ * From /dev/tensorpipe when the context uses it (such a buffer can be
+ * donated: its pages change owner instead of being copied), else from a
+ * memfd.
+ */
+TPU_API tpu_status tpu_buffer_alloc(struct tpu_context *ctx, size_t len, struct tpu_buffer **out);
+/** tpu_buffer_data - the buffer's address */
+TPU_API void *tpu_buffer_data(const struct tpu_buffer *buf);
+/** tpu_buffer_size - the buffer's length in bytes */
+TPU_API size_t tpu_buffer_size(const struct tpu_buffer *buf);
+/** tpu_buffer_free - unmap and free a buffer (NULL is ignored); not while a send uses it */
+TPU_API void tpu_buffer_free(struct tpu_buffer *buf);
+
+/** enum tpu_rdv_impl - implementations of the rendezvous */
+enum tpu_rdv_impl {
+	TPU_RDV_AUTO = 0,	/* choose: kmod, else cma (inprocess only on request) */
+	TPU_RDV_INPROCESS,	/* threads of one process */
+	TPU_RDV_KMOD,		/* /dev/tensorpipe with io_uring commands */
+	TPU_RDV_CMA,		/* shared-memory key table + process_vm_readv */
+};
+
+/** tpu_rdv_impl_name - "auto", "inprocess", "kmod" or "cma" */
+TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl);
+
+/** struct tpu_rendezvous - a table of keys shared by its members (opaque) */
+struct tpu_rendezvous;
+
+/**
+ * tpu_rendezvous_create - a new, empty rendezvous.
+ * @impl:	TPU_RDV_AUTO, or the implementation wanted.
+ *
+ * Errors: TPU_E_NO_TRANSPORT (no implementation viable; the log and
+ * tpu_probe() say why), the errno of what failed.
+ */
+TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_impl impl,
+					 struct tpu_rendezvous **out);
+/**
+ * tpu_rendezvous_share - a new descriptor that lets another process join.
+ * @fd:		out: O_CLOEXEC descriptor to pass over a Unix socket
+ *		(tpu_fd_send()) or to a child; the caller closes it.
+ *
+ * Errors: -ENOTSUP for an inprocess rendezvous.
+ */
+TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd);
+/** tpu_rendezvous_join - join the rendezvous behind @fd (from share); @fd stays the caller's */
+TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
+				       struct tpu_rendezvous **out);
+/** tpu_rendezvous_impl - the implementation this rendezvous uses */
+TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv);
+/**
+ * tpu_rendezvous_destroy - leave the rendezvous (NULL is ignored).
+ *
+ * Pending operations of this member fail with TPU_E_CLOSED, their
+ * callbacks run, and then it returns.  Other members are unaffected.
+ */
+TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv);
+
+/**
+ * struct tpu_tensor - bytes to send, or room to receive into.
+ * @data:	address.
+ * @len:	bytes (send), or capacity (receive).
+ * @buffer:	the tpu_buffer that holds @data, or NULL; lets the kmod
+ *		implementation skip registering the memory.
+ */
+struct tpu_tensor {
+	void *data;
+	size_t len;
+	struct tpu_buffer *buffer;
+};
+
+/** typedef tpu_send_cb - the consumer is done with the source (or @status says why not) */
+typedef void (*tpu_send_cb)(void *arg, tpu_status status);
+/** typedef tpu_recv_cb - the tensor is in place, @len bytes (or @status says why not) */
+typedef void (*tpu_recv_cb)(void *arg, tpu_status status, size_t len);
+/**
+ * typedef tpu_recv_buffer_cb - a tensor received into a new buffer, now the
+ * callee's to free with tpu_buffer_free(); NULL when @status is an error.
+ */
+typedef void (*tpu_recv_buffer_cb)(void *arg, tpu_status status, struct tpu_buffer *buf,
+				   size_t len);
+
+/* Flags of tpu_rendezvous_send. */
+/**
+ * TPU_SEND_GIVE - the send takes @tensor->buffer (the whole buffer, @len
+ * bytes valid); the caller must not touch or free it afterwards.  With
+ * kmod the pages move to the consumer without a copy.
+ */
+#define TPU_SEND_GIVE		(1U << 0)
+
+/**
+ * tpu_rendezvous_send - post @tensor under @key; never blocks.
+ * @flags:	0 or TPU_SEND_GIVE.
+ * @done:	called when the source may be reused (or freed, for GIVE).
+ *
+ * The source must stay untouched until @done runs.  Errors returned here
+ * mean @done will not be called: -EINVAL (bad arguments), -EEXIST (the
+ * key is pending already), the abort status.
+ */
+TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *tensor, unsigned int flags,
+				       tpu_send_cb done, void *arg);
+/**
+ * tpu_rendezvous_recv - receive @key into @dst, before or after its send.
+ * @timeout_ns:	0 waits until the tensor, cancel, abort or destroy.
+ *
+ * @done gets -EMSGSIZE (and the tensor's length) when @dst is too small;
+ * the tensor then stays for another receive.
+ */
+TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *dst, uint64_t timeout_ns,
+				       tpu_recv_cb done, void *arg);
+/** tpu_rendezvous_recv_buffer - receive @key into a new buffer of at most @max_len bytes */
+TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const void *key,
+					      size_t key_len, size_t max_len, uint64_t timeout_ns,
+					      tpu_recv_buffer_cb done, void *arg);
+/**
+ * tpu_rendezvous_recv_wait - tpu_rendezvous_recv() that blocks the caller.
+ * @len:	out, may be NULL: bytes received (the tensor's length on -EMSGSIZE).
+ *
+ * Must not be called from a callback.  Errors: -ETIMEDOUT, -EMSGSIZE,
+ * -ECANCELED, TPU_E_CLOSED, the abort status.
+ */
+TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const void *key,
+					    size_t key_len, const struct tpu_tensor *dst,
+					    uint64_t timeout_ns, size_t *len);
+/**
+ * tpu_rendezvous_cancel - cancel this member's pending operations on @key.
+ *
+ * Their callbacks run with -ECANCELED.  Errors: -ENOENT (nothing pending).
+ */
+TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void *key,
+					 size_t key_len);
+/**
+ * tpu_rendezvous_abort - fail every pending and later operation of every
+ * member with @status (-4095 .. -1).  Errors: -EINVAL, -EALREADY.
+ */
+TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status);
 
 #ifdef __cplusplus
 }

@@ -74,10 +74,14 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-/** define TP_ABI_VERSION - version of this interface, reported by GET_INFO */
+/**
+ * define TP_ABI_VERSION - version of this interface, reported by GET_INFO
+ */
 #define TP_ABI_VERSION		1
 
-/** define TP_DEVICE_PATH - path of the character device */
+/**
+ * define TP_DEVICE_PATH - path of the character device
+ */
 #define TP_DEVICE_PATH		"/dev/tensorpipe"
 
 /**
@@ -97,15 +101,25 @@
 #define TP_MMAP_REGION_SHIFT	36
 
 /* Feature bits in struct tp_info.features. */
-/** define TP_FEAT_REGION_ALLOC - TP_IOC_REGION_ALLOC and mmap of its buffers */
+/**
+ * define TP_FEAT_REGION_ALLOC - TP_IOC_REGION_ALLOC and mmap of its buffers
+ */
 #define TP_FEAT_REGION_ALLOC	_BITULL(0)
-/** define TP_FEAT_DONATE - TP_SEND_DONATE and TP_RECV_DONATE */
+/**
+ * define TP_FEAT_DONATE - TP_SEND_DONATE and TP_RECV_DONATE
+ */
 #define TP_FEAT_DONATE		_BITULL(1)
-/** define TP_FEAT_RECV_TIMEOUT - struct tp_recv.timeout_ns is honoured */
+/**
+ * define TP_FEAT_RECV_TIMEOUT - struct tp_recv.timeout_ns is honoured
+ */
 #define TP_FEAT_RECV_TIMEOUT	_BITULL(2)
-/** define TP_FEAT_LARGE_ALLOC - allocated buffers use high-order pages when possible */
+/**
+ * define TP_FEAT_LARGE_ALLOC - allocated buffers use 2 MiB chunks when memory allows
+ */
 #define TP_FEAT_LARGE_ALLOC	_BITULL(3)
-/** define TP_FEAT_URING_CMD - SEND/RECV/CANCEL accepted as IORING_OP_URING_CMD */
+/**
+ * define TP_FEAT_URING_CMD - SEND/RECV/CANCEL accepted as IORING_OP_URING_CMD
+ */
 #define TP_FEAT_URING_CMD	_BITULL(4)
 
 /**
@@ -135,9 +149,13 @@ struct tp_info {
 };
 
 /* Access bits for struct tp_region_register.access. */
-/** define TP_ACCESS_READ - the region may be the source of a SEND */
+/**
+ * define TP_ACCESS_READ - the region may be the source of a SEND
+ */
 #define TP_ACCESS_READ		_BITUL(0)
-/** define TP_ACCESS_WRITE - the region may be the destination of a RECV */
+/**
+ * define TP_ACCESS_WRITE - the region may be the destination of a RECV
+ */
 #define TP_ACCESS_WRITE		_BITUL(1)
 
 /**
@@ -267,7 +285,9 @@ struct tp_send {
 };
 
 /* Flags for struct tp_recv.flags. */
-/** define TP_RECV_NONBLOCK - fail with -EAGAIN instead of waiting for the key */
+/**
+ * define TP_RECV_NONBLOCK - fail at once (EAGAIN) instead of waiting for the key
+ */
 #define TP_RECV_NONBLOCK	_BITUL(0)
 /**
  * define TP_RECV_DONATE - receive into a new region instead of @region.
@@ -312,9 +332,13 @@ struct tp_recv {
 };
 
 /* Flags for struct tp_cancel.flags: at least one must be set. */
-/** define TP_CANCEL_SEND - withdraw this endpoint's pending SEND of the key */
+/**
+ * define TP_CANCEL_SEND - withdraw this endpoint's pending SEND of the key
+ */
 #define TP_CANCEL_SEND		_BITUL(0)
-/** define TP_CANCEL_RECV - wake this endpoint's RECVs waiting on the key with -ECANCELED */
+/**
+ * define TP_CANCEL_RECV - wake this endpoint's RECVs waiting on the key with ECANCELED
+ */
 #define TP_CANCEL_RECV		_BITUL(1)
 
 /**
@@ -351,7 +375,9 @@ struct tp_abort {
 };
 
 /* Values of struct tp_completion.op. */
-/** define TP_OP_SEND - the completion of a TP_IOC_SEND */
+/**
+ * define TP_OP_SEND - the completion of a TP_IOC_SEND
+ */
 #define TP_OP_SEND		1
 
 /**
@@ -376,7 +402,9 @@ struct tp_completion {
 	__u64 reserved;
 };
 
-/** define TP_IOC_MAGIC - ioctl type byte of tensorpipe */
+/**
+ * define TP_IOC_MAGIC - ioctl type byte of tensorpipe
+ */
 #define TP_IOC_MAGIC		0xB9
 
 /**
