@@ -441,34 +441,38 @@ static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
 		.key = key,
 		.wake = tp_waiter_wake_task,
 	};
-	int err, sleep_err, event;
+	bool waiting = false;
+	int err, sleep_err = 0;
 
 	init_waitqueue_head(&w.wq);
+	mutex_lock(&dom->lock);
+	/* Registered until the end, so that CANCEL always finds the RECV. */
 	for (;;) {
-		mutex_lock(&dom->lock);
-		err = tp_recv_claim(dom, key, key_len, w.hash, arg, slotp);
-		if (err != -EAGAIN || (arg->flags & TP_RECV_NONBLOCK)) {
-			mutex_unlock(&dom->lock);
-			return err;
+		err = w.event < 0 ? w.event :
+		      tp_recv_claim(dom, key, key_len, w.hash, arg, slotp);
+		if (err != -EAGAIN || (arg->flags & TP_RECV_NONBLOCK))
+			break;
+		/* A SEND that raced with a timeout or signal still wins. */
+		if (sleep_err) {
+			err = sleep_err;
+			break;
 		}
 		w.event = 0;
-		hash_add(dom->waiters, &w.node, w.hash);
-		dom->nr_waiters++;
+		if (!waiting) {
+			hash_add(dom->waiters, &w.node, w.hash);
+			dom->nr_waiters++;
+			waiting = true;
+		}
 		mutex_unlock(&dom->lock);
-
 		sleep_err = tp_recv_sleep(&w, timeout_ns, deadline);
-
 		mutex_lock(&dom->lock);
+	}
+	if (waiting) {
 		hash_del(&w.node);
 		dom->nr_waiters--;
-		event = w.event;
-		mutex_unlock(&dom->lock);
-		if (event < 0)
-			return event;
-		/* A SEND that raced with a timeout or signal still wins. */
-		if (sleep_err && !event)
-			return sleep_err;
 	}
+	mutex_unlock(&dom->lock);
+	return err;
 }
 
 /**
