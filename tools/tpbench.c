@@ -33,6 +33,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench_uring.h"
 #include "peer.h"
 #include "tensor.h"
 #include "tpu_user.h"
@@ -744,6 +745,8 @@ static void usage(FILE *f)
 "added; the socket messages pacing the two processes and filling the source\n"
 "are not counted for any path.\n"
 "\n"
+"tpbench uring [--size BYTES] [--rounds N] [--json]: SEND/RECV pairs through\n"
+"             io_uring commands against the ioctls, at queue depth 1 and 16\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
 "--json       print the results as JSON instead of tables\n"
@@ -878,6 +881,8 @@ int main(int argc, char **argv)
 	uint64_t s;
 	int rc = 0;
 
+	if (argc > 1 && !strcmp(argv[1], "uring"))
+		return bench_uring_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))
