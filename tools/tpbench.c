@@ -115,12 +115,20 @@ static tpu_status bench_key(const struct bench *b, const char *path, uint64_t si
 	return tpu_key_build(&k, key, KEY_BYTES, len);
 }
 
+/*
+ * Ask for transparent huge pages, as tensor allocators do for large
+ * buffers; --no-thp measures with whatever the system gives by default.
+ */
+static bool advise_thp = true;
+
 static void *map_anon(uint64_t len)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (p == MAP_FAILED)
 		return NULL;
+	if (advise_thp && len >= (2u << 20))
+		madvise(p, len, MADV_HUGEPAGE);
 	/* Fault everything in now so no path pays for first touches. */
 	memset(p, 0, len);
 	return p;
@@ -749,6 +757,7 @@ static void usage(FILE *f)
 "             io_uring commands against the ioctls, at queue depth 1 and 16\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
+"--no-thp     do not madvise(MADV_HUGEPAGE) buffers of 2 MiB and more\n"
 "--json       print the results as JSON instead of tables\n"
 "--dev PATH   device node (default " TPU_DEVICE_PATH ")\n"
 "\n"
@@ -791,6 +800,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->json = true;
 		} else if (!strcmp(a, "--no-kmod")) {
 			o->no_kmod = true;
+		} else if (!strcmp(a, "--no-thp")) {
+			advise_thp = false;
 		} else if (!v) {
 			break;
 		} else if (!strcmp(a, "--min") && !parse_size(v, &n) && n) {
