@@ -423,7 +423,12 @@ static int tp_recv_sleep(struct tp_waiter *w, u64 timeout_ns, ktime_t deadline)
 	}
 	if (ret == -ETIME)
 		return -ETIMEDOUT;
-	return ret ? -EINTR : 0;
+	/*
+	 * Restarted when no handler ran (io_uring task work also wakes us),
+	 * -EINTR when one did, whatever SA_RESTART says: a RECV that was
+	 * interrupted has taken nothing and the caller may want to know.
+	 */
+	return ret ? -ERESTARTNOHAND : 0;
 }
 
 static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,

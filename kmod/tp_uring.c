@@ -74,12 +74,18 @@ static void *tp_pdu_get(struct io_uring_cmd *cmd)
 	return obj;
 }
 
-/* The command can never complete normally: its task or its ring is gone. */
+/*
+ * The command can never complete normally: its task exits, or execs, or its
+ * ring is being closed.  io_uring marks a task in_idle while it cancels the
+ * task's requests (exec and exit), and waits there for ours.
+ */
 static bool tp_uring_orphaned(struct io_uring_cmd *cmd)
 {
 	struct io_kiocb *req = cmd_to_io_kiocb(cmd);
+	struct io_uring_task *tctx = req->task->io_uring;
 
 	return (req->task->flags & PF_EXITING) ||
+	       (tctx && atomic_read(&tctx->in_idle)) ||
 	       percpu_ref_is_dying(&req->ctx->refs);
 }
 
@@ -200,8 +206,12 @@ static void tp_urecv_task(struct io_uring_cmd *cmd, unsigned int issue_flags)
 
 	mutex_lock(&dom->lock);
 	err = u->w.event;
-	/* Run by io_uring's fallback worker: the submitter is gone. */
-	if (err >= 0 && current != cmd_to_io_kiocb(cmd)->task)
+	/*
+	 * Nobody would see the CQE (or io_uring runs us from its fallback
+	 * worker because the submitter is gone): take nothing.
+	 */
+	if (err >= 0 && (current != cmd_to_io_kiocb(cmd)->task ||
+			 tp_uring_orphaned(cmd)))
 		err = -ECANCELED;
 	if (err >= 0) {
 		err = tp_recv_claim(dom, u->key, u->arg.key_len, u->w.hash,

@@ -64,8 +64,10 @@
  *
  * With IORING_SETUP_CQE32, the first extra word of a SEND's or RECV's CQE is
  * the tensor's length (also for -EMSGSIZE).  A command whose task exits or
- * whose ring is closed completes with -ECANCELED (within about 100 ms); a
- * pending SEND is then withdrawn.
+ * whose ring is closed, or whose task calls execve(), completes with
+ * -ECANCELED (within about 100 ms); a pending SEND is then withdrawn.  A
+ * RECV's task work takes no tensor once its ring is closing; closing the
+ * endpoint's fd alone cancels nothing, as the command holds the file.
  */
 #ifndef _UAPI_LINUX_TENSORPIPE_H
 #define _UAPI_LINUX_TENSORPIPE_H
@@ -479,9 +481,10 @@ struct tp_completion {
  * region), -EACCES (region lacks TP_ACCESS_WRITE), -ERANGE (offset + len past
  * the region's end, or wrapping), -EMSGSIZE (tensor longer than len; len is
  * set to its length, the slot stays), -EAGAIN (NONBLOCK and no such key),
- * -ETIMEDOUT, -EINTR (a signal arrived, even with SA_RESTART; nothing was
- * taken), -ECANCELED (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOSPC (DONATE,
- * and the endpoint holds max_regions regions; the slot stays), -ENOMEM
+ * -ETIMEDOUT, -EINTR (a signal handler ran, even with SA_RESTART; nothing
+ * was taken; without a handler the call restarts and its timeout with it),
+ * -ECANCELED (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOSPC (DONATE, and the
+ * endpoint holds max_regions regions; the slot stays), -ENOMEM
  * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), or the domain's
  * abort status.
  */
