@@ -447,9 +447,13 @@ TPU_API tpu_status tpu_key_build(const struct tpu_key *key, char *buf, size_t si
  * completion thread.  Every callback runs on that thread, and every
  * callback is called exactly once, with an error status when the
  * operation failed, was cancelled, aborted, or its context destroyed.
- * Callbacks of operations on the same key of the same rendezvous run in the
- * order the operations were issued.  A callback may issue new operations;
- * it must not destroy its own context.
+ * Receives of the same key on the same rendezvous are served and called
+ * back in the order they were issued (the first receive gets the first
+ * tensor); a send is called back when it is done.  A callback may issue
+ * new operations and destroy a rendezvous; it must not block (see
+ * tpu_rendezvous_recv_wait) nor destroy its own context.  Calls are
+ * thread-safe.  A context, like an endpoint, belongs to the process that
+ * made it: after fork() the child makes its own.
  *
  * Three implementations stand behind one API, chosen when a rendezvous is
  * created (TPU_RDV_AUTO picks the first that works, in this order, unless
@@ -496,7 +500,9 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
  * tpu_context_destroy - fail every pending operation with TPU_E_CLOSED, run
  * its callback, stop the thread and free the context (NULL is ignored).
  *
- * Its rendezvous objects and buffers must be destroyed first.
+ * Rendezvous objects still open are destroyed first (their callbacks run).
+ * Buffers should be freed first; one freed later is still freed correctly.
+ * Not from a callback of the context.
  */
 TPU_API void tpu_context_destroy(struct tpu_context *ctx);
 
@@ -537,20 +543,29 @@ struct tpu_rendezvous;
  * tpu_rendezvous_create - a new, empty rendezvous.
  * @impl:	TPU_RDV_AUTO, or the implementation wanted.
  *
- * Errors: TPU_E_NO_TRANSPORT (no implementation viable; the log and
- * tpu_probe() say why), the errno of what failed.
+ * Errors: TPU_E_NO_TRANSPORT (no implementation viable, or cma asked for
+ * and not built; the log and tpu_probe() say why), TPU_E_NO_DEVICE (kmod
+ * asked for in a TPU_CTX_NO_KMOD context, or no module), -EOPNOTSUPP (a
+ * module without TPU_FEAT_URING_CMD), the errno of what failed.
  */
 TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_impl impl,
 					 struct tpu_rendezvous **out);
 /**
  * tpu_rendezvous_share - a new descriptor that lets another process join.
+ *
+ * kmod shares its domain's descriptor, cma the memfd of its key table;
+ * tpu_rendezvous_join() tells them apart.
  * @fd:		out: O_CLOEXEC descriptor to pass over a Unix socket
  *		(tpu_fd_send()) or to a child; the caller closes it.
  *
  * Errors: -ENOTSUP for an inprocess rendezvous.
  */
 TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd);
-/** tpu_rendezvous_join - join the rendezvous behind @fd (from share); @fd stays the caller's */
+/**
+ * tpu_rendezvous_join - join the rendezvous behind @fd (from share); @fd stays the caller's.
+ *
+ * Errors: -EBADF, -EINVAL (@fd is not a shared rendezvous), those of create.
+ */
 TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
 				       struct tpu_rendezvous **out);
 /** tpu_rendezvous_impl - the implementation this rendezvous uses */
@@ -560,6 +575,8 @@ TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv);
  *
  * Pending operations of this member fail with TPU_E_CLOSED, their
  * callbacks run, and then it returns.  Other members are unaffected.
+ * Called from a callback, callbacks already being delivered alongside
+ * that one may run just after it returns.
  */
 TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv);
 
@@ -600,24 +617,38 @@ typedef void (*tpu_recv_buffer_cb)(void *arg, tpu_status status, struct tpu_buff
  * @flags:	0 or TPU_SEND_GIVE.
  * @done:	called when the source may be reused (or freed, for GIVE).
  *
- * The source must stay untouched until @done runs.  Errors returned here
- * mean @done will not be called: -EINVAL (bad arguments), -EEXIST (the
- * key is pending already), the abort status.
+ * The source must stay untouched until @done runs (@done may be NULL).
+ * Errors returned here mean @done will not be called, and that a given
+ * buffer is still the caller's: -EINVAL (bad arguments), -ENAMETOOLONG
+ * (key over 4096 bytes), -EEXIST (the key is pending already), the abort
+ * status, TPU_E_CLOSED.  Once the call returned 0, errors go to @done
+ * instead; kmod learns of a key pending in another process, or of the
+ * module's own limits, only then (-EEXIST, -ENAMETOOLONG, -ENOSPC...).  A
+ * given buffer is freed by the library whatever happens after 0.
  */
 TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
 				       const struct tpu_tensor *tensor, unsigned int flags,
 				       tpu_send_cb done, void *arg);
 /**
  * tpu_rendezvous_recv - receive @key into @dst, before or after its send.
- * @timeout_ns:	0 waits until the tensor, cancel, abort or destroy.
+ * @timeout_ns:	0 waits until the tensor, cancel, abort or destroy;
+ *		otherwise @done gets -ETIMEDOUT after that long.
  *
  * @done gets -EMSGSIZE (and the tensor's length) when @dst is too small;
- * the tensor then stays for another receive.
+ * the tensor then stays for another receive.  Errors returned here mean
+ * @done will not be called: -EINVAL, -ENAMETOOLONG, the abort status,
+ * TPU_E_CLOSED.
  */
 TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
 				       const struct tpu_tensor *dst, uint64_t timeout_ns,
 				       tpu_recv_cb done, void *arg);
-/** tpu_rendezvous_recv_buffer - receive @key into a new buffer of at most @max_len bytes */
+/**
+ * tpu_rendezvous_recv_buffer - receive @key into a new buffer of at most @max_len bytes.
+ *
+ * With kmod the buffer is the sender's pages when it gave a buffer of its
+ * context (TPU_SEND_GIVE), a region the module filled otherwise; inprocess
+ * hands over a given buffer itself.  Errors as tpu_rendezvous_recv().
+ */
 TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const void *key,
 					      size_t key_len, size_t max_len, uint64_t timeout_ns,
 					      tpu_recv_buffer_cb done, void *arg);
@@ -625,8 +656,10 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
  * tpu_rendezvous_recv_wait - tpu_rendezvous_recv() that blocks the caller.
  * @len:	out, may be NULL: bytes received (the tensor's length on -EMSGSIZE).
  *
- * Must not be called from a callback.  Errors: -ETIMEDOUT, -EMSGSIZE,
- * -ECANCELED, TPU_E_CLOSED, the abort status.
+ * Errors: -EDEADLK when called on the context's thread (from a callback:
+ * the tensor's callback could never run), -ETIMEDOUT, -EMSGSIZE,
+ * -ECANCELED, TPU_E_CLOSED, the abort status, and those of
+ * tpu_rendezvous_recv().
  */
 TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const void *key,
 					    size_t key_len, const struct tpu_tensor *dst,
@@ -634,7 +667,8 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 /**
  * tpu_rendezvous_cancel - cancel this member's pending operations on @key.
  *
- * Their callbacks run with -ECANCELED.  Errors: -ENOENT (nothing pending).
+ * Their callbacks run with -ECANCELED; one that finished meanwhile gets
+ * its real result.  Errors: -ENOENT (nothing pending), -EINVAL.
  */
 TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void *key,
 					 size_t key_len);

@@ -21,7 +21,14 @@ echo "== selftests (VM)"
 tests/vm/run.sh --name check --module kmod/tensorpipe.ko -- tests/selftests/run.sh
 vm_status=$?
 
+echo "== rendezvous over every implementation (VM)"
+# The library's case list over inprocess, kmod (uring_cmd) and cma, in a VM of its own.
+$make --no-print-directory -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$logs/rdv-build.log"
+tests/vm/run.sh --name check-rdv --module kmod/tensorpipe.ko -- tests/rdv/rdv_test
+rdv_status=$?
+
 echo "== results"
 exec tests/summary.sh \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
-	"selftests (VM)" build/vm/check/guest.log "$vm_status"
+	"selftests (VM)" build/vm/check/guest.log "$vm_status" \
+	"rendezvous (VM)" build/vm/check-rdv/guest.log "$rdv_status"

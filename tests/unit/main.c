@@ -12,5 +12,9 @@ int main(void)
 	test_fdpass();
 	test_cma();
 	test_probe();
+	test_rendezvous();
+	test_cma_table();
+	test_cma_viability();
+	test_rdv_cma();
 	return tap_finish();
 }

@@ -40,5 +40,9 @@ void test_endpoint_args(void);
 void test_fdpass(void);
 void test_cma(void);
 void test_probe(void);
+void test_rendezvous(void);
+void test_cma_table(void);
+void test_cma_viability(void);
+void test_rdv_cma(void);
 
 #endif

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Inside the rendezvous: the context (context.c, ctx_timer.c), buffers
+ * (buffer.c), the generic front end (rendezvous.c, rdv_queue.c,
+ * rdv_select.c) and the implementations behind it (rdv_inprocess.c,
+ * rdv_kmod.c, rdv_cma.c).  Not installed.
+ *
+ * Life of an operation:
+ *   1. rendezvous.c validates the call, allocates a struct tpu__op, and
+ *      queues it behind earlier operations on the same key (per-key FIFO:
+ *      only the head RECV of a key is handed to the implementation, so
+ *      callbacks per key run in issue order);
+ *   2. the implementation's ->send/->recv starts it without blocking;
+ *   3. whoever finishes it, on any thread, calls tpu__op_complete(), which
+ *      hands the op to the context thread; that thread runs the user's
+ *      callback, lets the next queued op of the key start, and frees it.
+ *
+ * Locks, outermost first: tpu_rendezvous.lock (the front end holds it while
+ * it calls ->send, ->recv and ->cancel), then an implementation's own
+ * locks, then the context's (taken by tpu__ctx_sqe and tpu__op_complete).
+ * An implementation therefore never calls the front end with its own lock
+ * held, except tpu__op_complete(), which takes no rendezvous lock.
+ *
+ * Telling implementations apart from a shared descriptor (join): a
+ * tensorpipe domain descriptor reads "anon_inode:[tensorpipe-domain]" in
+ * /proc/self/fd; the cma implementation shares a memfd whose first 8 bytes
+ * are the magic TPU__CMA_MAGIC.  Anything else is refused with -EINVAL.
+ */
+#ifndef TPU_RDV_INTERNAL_H
+#define TPU_RDV_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+struct io_uring;
+struct io_uring_sqe;
+struct io_uring_cqe;
+
+/* First bytes of the memfd the cma implementation shares (see above). */
+#define TPU__CMA_MAGIC		"TPUCMA01"
+#define TPU__CMA_MAGIC_LEN	8
+
+/* Longest key any implementation accepts (the module may accept less). */
+#define TPU__KEY_MAX		TP_KEY_MAX_ABI
+
+enum tpu__op_kind {
+	TPU__OP_SEND,
+	TPU__OP_RECV,		/* into op->tensor */
+	TPU__OP_RECV_BUFFER,	/* into a new tpu_buffer of at most op->tensor.len */
+};
+
+/* Where an op is, as the front end sees it (rdv_queue.c). */
+enum tpu__op_stage {
+	TPU__STAGE_QUEUED,	/* a RECV behind another RECV of its key */
+	TPU__STAGE_STARTED,	/* handed to the implementation, or completing */
+	TPU__STAGE_DONE,	/* completed; its callback waits for earlier ops of the key */
+};
+
+/* One pending operation. */
+struct tpu__op {
+	struct tpu__op *next;		/* the context's completion list */
+	struct tpu__op *key_next;	/* the front end's per-key FIFO */
+	struct tpu__keyq *keyq;		/* the FIFO it is in */
+	enum tpu__op_stage stage;	/* front end only */
+	struct tpu_rendezvous *rdv;
+	enum tpu__op_kind kind;
+	unsigned int flags;		/* TPU_SEND_* */
+	uint8_t *key;			/* owned copy */
+	size_t key_len;
+	struct tpu_tensor tensor;
+	uint64_t timeout_ns;
+	union {
+		tpu_send_cb send;
+		tpu_recv_cb recv;
+		tpu_recv_buffer_cb recv_buffer;
+	} cb;
+	void *cb_arg;
+	/* Results, set by the implementation before tpu__op_complete(). */
+	tpu_status status;
+	size_t len;
+	struct tpu_buffer *out_buffer;	/* TPU__OP_RECV_BUFFER; freed by the front end on error */
+	void *impl;			/* the implementation's own state */
+};
+
+/*
+ * What an implementation provides.
+ *
+ * Ownership with TPU_SEND_GIVE: once ->send returned 0 the implementation
+ * owns op->tensor.buffer and must hand it to the consumer or free it
+ * (tpu_buffer_free), whatever the outcome.  When ->send fails the buffer
+ * is still the caller's.
+ */
+struct tpu__rdv_ops {
+	enum tpu_rdv_impl impl;
+	/* Fill rdv->impl_state for a new rendezvous, or for one joined from @fd. */
+	tpu_status (*create)(struct tpu_rendezvous *rdv);
+	tpu_status (*join)(struct tpu_rendezvous *rdv, int fd);
+	tpu_status (*share)(struct tpu_rendezvous *rdv, int *fd);
+	/* Fail every pending op of this member with TPU_E_CLOSED (completing
+	 * them), then free impl_state.  Called from a user thread, or from a
+	 * callback on the context thread: wait with tpu__ctx_wait(). */
+	void (*destroy)(struct tpu_rendezvous *rdv);
+	/* Start an op; never block.  A non-zero return means the op was not
+	 * started and tpu__op_complete() must not be called for it. */
+	tpu_status (*send)(struct tpu_rendezvous *rdv, struct tpu__op *op);
+	tpu_status (*recv)(struct tpu_rendezvous *rdv, struct tpu__op *op);
+	/* Cancel this member's pending ops on a key: each completes with
+	 * -ECANCELED.  Return the number cancelled, or a negative status. */
+	int (*cancel)(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
+	tpu_status (*abort)(struct tpu_rendezvous *rdv, tpu_status status);
+};
+
+extern const struct tpu__rdv_ops tpu__rdv_inprocess;
+extern const struct tpu__rdv_ops tpu__rdv_kmod;
+extern const struct tpu__rdv_ops tpu__rdv_cma;
+
+/*
+ * The implementations built into this library (rdv_impls.c): cma is listed
+ * only when lib/rdv_cma.c was present at build time.  NULL if not built.
+ */
+const struct tpu__rdv_ops *tpu__rdv_impl_ops(enum tpu_rdv_impl impl);
+
+struct tpu_rendezvous {
+	struct tpu_context *ctx;
+	const struct tpu__rdv_ops *ops;
+	void *impl_state;
+	pthread_mutex_t lock;		/* everything below */
+	struct tpu__keyq **buckets;	/* per-key FIFOs of ops not yet called back */
+	size_t nbuckets;
+	size_t nkeys;
+	size_t live;			/* ops whose callback has not returned */
+	size_t in_callback;		/* of those, callbacks running now */
+	bool closing;			/* destroy began: start nothing more */
+	struct tpu_rendezvous *ctx_next;	/* the context's list (context.c) */
+};
+
+/* Hand a finished op to the context thread; callable from any thread. */
+void tpu__op_complete(struct tpu__op *op);
+
+/* Front end, on the context thread: the op's result is in; call back in key order. */
+void tpu__rdv_op_done(struct tpu__op *op);
+
+/* The context's io_uring, for implementations that submit to it. */
+typedef void (*tpu__cqe_fn)(void *arg, const struct io_uring_cqe *cqe);
+/*
+ * Get a zeroed SQE (SQE128 ring) whose completion calls fn(arg, cqe) on the
+ * context thread (the CQE is a CQE32: cqe->big_cqe[0] is the extra word).
+ * Thread-safe.  On success the submission lock is held: fill the SQE (not
+ * its user_data) and call tpu__ctx_submit() at once, on the same thread.
+ * Returns NULL (lock not held) only when out of memory.
+ *
+ * Every io_uring_enter() happens on the context thread, so that the module
+ * runs a RECV's copy (task work) in a thread that lives as long as the
+ * ring: another thread's SQE is queued and the context thread woken.  When
+ * the ring is full the SQE is built in memory and copied in later.
+ */
+struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void *arg);
+tpu_status tpu__ctx_submit(struct tpu_context *ctx);
+
+/* True on the context's completion thread (in a callback, say). */
+bool tpu__ctx_on_thread(const struct tpu_context *ctx);
+
+/*
+ * Wait until done(arg) is true, re-checking after each round of completions.
+ * On the context thread it runs the rounds itself instead of sleeping, so
+ * that a callback may wait for other operations to finish.
+ */
+void tpu__ctx_wait(struct tpu_context *ctx, bool (*done)(void *arg), void *arg);
+
+/*
+ * One-shot timers on the context thread (IORING_OP_TIMEOUT): fn(arg, 0)
+ * when the time is up, fn(arg, -ECANCELED) after tpu__ctx_timer_cancel().
+ * Exactly one call either way; the timer's memory is the caller's until
+ * then.  Thread-safe.
+ */
+struct tpu__timer {
+	void (*fn)(void *arg, tpu_status status);
+	void *arg;
+	int64_t ts[2];			/* struct __kernel_timespec, read at submission */
+	uint64_t user_data;		/* the TIMEOUT's, for the cancel */
+};
+tpu_status tpu__ctx_timer_start(struct tpu_context *ctx, struct tpu__timer *t, uint64_t ns);
+void tpu__ctx_timer_cancel(struct tpu_context *ctx, struct tpu__timer *t);
+
+/*
+ * The context's own endpoint on /dev/tensorpipe, opened on first use, or
+ * NULL when the context does not use the module.  Buffers are allocated on
+ * it.  The first kmod rendezvous of the context attaches it to its domain
+ * (tpu__ctx_claim_endpoint() returns true once), so that buffers can be
+ * given without a copy; later ones open their own endpoint and copy from
+ * buffers (registering their memory).
+ */
+struct tpu_endpoint *tpu__ctx_endpoint(struct tpu_context *ctx);
+bool tpu__ctx_claim_endpoint(struct tpu_context *ctx);
+/* How the context was created. */
+const char *tpu__ctx_dev_path(const struct tpu_context *ctx);
+unsigned int tpu__ctx_flags(const struct tpu_context *ctx);
+
+/* A reference-counted endpoint, so that buffers may outlive nothing they need. */
+struct tpu__ep_ref;
+struct tpu__ep_ref *tpu__ctx_endpoint_ref(struct tpu_context *ctx);
+/* A new reference owning @ep (closed with the last put). */
+struct tpu__ep_ref *tpu__ep_ref_new(struct tpu_endpoint *ep);
+void tpu__ep_ref_hold(struct tpu__ep_ref *ref);
+struct tpu_endpoint *tpu__ep_ref_get(struct tpu__ep_ref *ref);
+void tpu__ep_ref_put(struct tpu__ep_ref *ref);
+
+/* Register/unregister a rendezvous with its context (context_destroy frees leftovers). */
+void tpu__ctx_add_rdv(struct tpu_context *ctx, struct tpu_rendezvous *rdv);
+void tpu__ctx_del_rdv(struct tpu_context *ctx, struct tpu_rendezvous *rdv);
+
+/* Buffers (buffer.c). */
+enum tpu__buffer_kind {
+	TPU__BUF_KMOD,		/* a module region mapped from the endpoint */
+	TPU__BUF_MEMFD,		/* a memfd mapped MAP_SHARED */
+	TPU__BUF_HEAP,		/* malloc, for copies that never leave the process */
+};
+
+struct tpu_buffer {
+	void *data;
+	size_t len;
+	enum tpu__buffer_kind kind;
+	uint64_t id;			/* unique per process: a cache key that is never reused */
+	int memfd;			/* TPU__BUF_MEMFD */
+	struct tpu__ep_ref *ep;		/* TPU__BUF_KMOD */
+	uint32_t region;		/* TPU__BUF_KMOD: handle on ep */
+};
+
+/* A buffer wrapping memory already mapped: a region received by DONATE. */
+tpu_status tpu__buffer_wrap_kmod(struct tpu__ep_ref *ep, uint32_t region, void *data, size_t len,
+				 struct tpu_buffer **out);
+tpu_status tpu__buffer_alloc_heap(size_t len, struct tpu_buffer **out);
+/* Unmap a module buffer and free the struct, keeping its region for a DONATE. */
+void tpu__buffer_unmap_for_donate(struct tpu_buffer *buf);
+
+/* Debug log (TPU_LOG=debug), one line, on stderr. */
+void tpu__log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+bool tpu__log_debug_enabled(void);
+
+#endif /* TPU_RDV_INTERNAL_H */

@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The cma rendezvous (lib/rdv_cma.c) through the public API: what only
+ * this implementation has, namely members in other processes, their
+ * death, the helper thread's idleness, and the ownership of given buffers.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "tpu_user.h"
+
+#define KEY(s) (s), sizeof(s) - 1
+#define BIG (1024 * 1024 + 3)
+
+/* What a callback reported; the tests wait on it. */
+struct rec {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int calls;
+	tpu_status status;
+	size_t len;
+	struct tpu_buffer *buf;
+};
+
+static void rec_init(struct rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+}
+
+static void rec_set(struct rec *r, tpu_status st, size_t len, struct tpu_buffer *buf)
+{
+	pthread_mutex_lock(&r->lock);
+	r->calls++;
+	r->status = st;
+	r->len = len;
+	r->buf = buf;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void on_send(void *arg, tpu_status st)
+{
+	rec_set(arg, st, 0, NULL);
+}
+
+static void on_recv(void *arg, tpu_status st, size_t len)
+{
+	rec_set(arg, st, len, NULL);
+}
+
+static void on_recv_buffer(void *arg, tpu_status st, struct tpu_buffer *buf, size_t len)
+{
+	rec_set(arg, st, len, buf);
+}
+
+/* Wait for @calls callbacks, at most 10 s. */
+static bool rec_wait(struct rec *r, int calls)
+{
+	struct timespec ts;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&r->lock);
+	while (r->calls < calls &&
+	       pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+		;
+	ok = r->calls == calls;
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+static void fill(uint8_t *p, size_t len, unsigned int seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		p[i] = (uint8_t)(i * 31 + seed);
+}
+
+static bool intact(const uint8_t *p, size_t len, unsigned int seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (p[i] != (uint8_t)(i * 31 + seed))
+			return false;
+	return true;
+}
+
+static struct tpu_context *new_context(void)
+{
+	struct tpu_context_options o = { .flags = TPU_CTX_NO_KMOD };
+	struct tpu_context *ctx = NULL;
+
+	return tpu_context_create(&o, &ctx) ? NULL : ctx;
+}
+
+static tpu_status send_bytes(struct tpu_rendezvous *rdv, const char *key, void *data, size_t len,
+			     struct rec *r)
+{
+	struct tpu_tensor t = { .data = data, .len = len };
+
+	return tpu_rendezvous_send(rdv, key, strlen(key), &t, 0, on_send, r);
+}
+
+static tpu_status recv_bytes(struct tpu_rendezvous *rdv, const char *key, void *dst, size_t cap,
+			     uint64_t timeout_ns, size_t *len)
+{
+	struct tpu_tensor t = { .data = dst, .len = cap };
+
+	return tpu_rendezvous_recv_wait(rdv, key, strlen(key), &t, timeout_ns, len);
+}
+
+static void one_member(struct tpu_context *ctx)
+{
+	static char src[] = "bytes pulled by process_vm_readv";
+	struct tpu_rendezvous *rdv = NULL;
+	struct tpu_tensor dst;
+	struct rec s, r;
+	char got[64] = { 0 };
+	size_t len = 0;
+
+	rec_init(&s);
+	rec_init(&r);
+	CHECK_STATUS(tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv), 0, "rdv_cma_create_succeeds");
+	if (!rdv)
+		return;
+	CHECK(tpu_rendezvous_impl(rdv) == TPU_RDV_CMA, "rdv_cma_reports_its_implementation");
+	CHECK_STATUS(send_bytes(rdv, "a", src, sizeof(src), &s), 0, "rdv_cma_send_succeeds");
+	CHECK_STATUS(send_bytes(rdv, "a", src, sizeof(src), &s), -EEXIST,
+		     "rdv_cma_send_of_a_pending_key_is_eexist");
+	CHECK_STATUS(recv_bytes(rdv, "a", got, 4, 0, &len), -EMSGSIZE,
+		     "rdv_cma_recv_into_too_small_room_is_emsgsize");
+	CHECK(len == sizeof(src) && s.calls == 0, "rdv_cma_emsgsize_gives_the_length_and_keeps_it");
+	CHECK_STATUS(recv_bytes(rdv, "a", got, sizeof(got), 0, &len), 0,
+		     "rdv_cma_recv_after_send_succeeds");
+	CHECK(len == sizeof(src) && !memcmp(got, src, sizeof(src)),
+	      "rdv_cma_recv_delivers_the_bytes");
+	CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_send_callback_runs_once_with_success");
+
+	dst = (struct tpu_tensor){ .data = got, .len = sizeof(got) };
+	CHECK_STATUS(tpu_rendezvous_recv(rdv, KEY("b"), &dst, 0, on_recv, &r), 0,
+		     "rdv_cma_recv_before_send_is_accepted");
+	usleep(20000);
+	CHECK(r.calls == 0, "rdv_cma_recv_waits_for_its_key");
+	CHECK_STATUS(send_bytes(rdv, "b", src, 5, &s), 0, "rdv_cma_send_after_recv_succeeds");
+	CHECK(rec_wait(&r, 1) && r.status == 0 && r.len == 5, "rdv_cma_waiting_recv_completes");
+	CHECK(rec_wait(&s, 2) && s.status == 0, "rdv_cma_its_send_completes");
+
+	CHECK_STATUS(recv_bytes(rdv, "none", got, sizeof(got), 50000000, &len), -ETIMEDOUT,
+		     "rdv_cma_recv_of_an_absent_key_times_out");
+	tpu_rendezvous_destroy(rdv);
+}
+
+static void cancel_abort_destroy(struct tpu_context *ctx)
+{
+	static char src[] = "never taken";
+	struct tpu_rendezvous *rdv = NULL;
+	struct tpu_tensor dst;
+	struct rec s, r, s2, r2;
+	char got[16];
+
+	rec_init(&s);
+	rec_init(&r);
+	rec_init(&s2);
+	rec_init(&r2);
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv)) {
+		CHECK(false, "rdv_cma_set_up");
+		return;
+	}
+	dst = (struct tpu_tensor){ .data = got, .len = sizeof(got) };
+	tpu_rendezvous_recv(rdv, KEY("r"), &dst, 0, on_recv, &r);
+	send_bytes(rdv, "s", src, sizeof(src), &s);
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("r")), 0, "rdv_cma_cancel_of_a_recv_succeeds");
+	CHECK(rec_wait(&r, 1) && r.status == -ECANCELED, "rdv_cma_cancelled_recv_gets_ecanceled");
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("s")), 0, "rdv_cma_cancel_of_a_send_succeeds");
+	CHECK(rec_wait(&s, 1) && s.status == -ECANCELED, "rdv_cma_cancelled_send_gets_ecanceled");
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("s")), -ENOENT,
+		     "rdv_cma_cancel_with_nothing_pending_is_enoent");
+	CHECK_STATUS(recv_bytes(rdv, "s", got, sizeof(got), 20000000, NULL), -ETIMEDOUT,
+		     "rdv_cma_cancelled_send_is_withdrawn");
+
+	rec_init(&r);
+	rec_init(&s);
+	tpu_rendezvous_recv(rdv, KEY("r"), &dst, 0, on_recv, &r);
+	send_bytes(rdv, "s", src, sizeof(src), &s);
+	CHECK_STATUS(tpu_rendezvous_abort(rdv, -ECONNRESET), 0, "rdv_cma_abort_succeeds");
+	CHECK(rec_wait(&r, 1) && r.status == -ECONNRESET, "rdv_cma_abort_fails_a_waiting_recv");
+	CHECK(rec_wait(&s, 1) && s.status == -ECONNRESET, "rdv_cma_abort_fails_a_posted_send");
+	CHECK_STATUS(send_bytes(rdv, "t", src, 1, &s), -ECONNRESET,
+		     "rdv_cma_send_after_abort_fails_with_the_status");
+	CHECK_STATUS(tpu_rendezvous_abort(rdv, -EPIPE), -EALREADY,
+		     "rdv_cma_second_abort_is_ealready");
+	tpu_rendezvous_destroy(rdv);
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv)) {
+		CHECK(false, "rdv_cma_set_up");
+		return;
+	}
+	tpu_rendezvous_recv(rdv, KEY("r"), &dst, 0, on_recv, &r2);
+	send_bytes(rdv, "s", src, sizeof(src), &s2);
+	tpu_rendezvous_destroy(rdv);
+	CHECK(r2.calls == 1 && r2.status == TPU_E_CLOSED, "rdv_cma_destroy_fails_a_waiting_recv");
+	CHECK(s2.calls == 1 && s2.status == TPU_E_CLOSED, "rdv_cma_destroy_fails_a_posted_send");
+}
+
+static void buffers(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *rdv = NULL;
+	struct tpu_buffer *given = NULL;
+	struct tpu_tensor t;
+	struct rec s, r;
+
+	rec_init(&s);
+	rec_init(&r);
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv) || tpu_buffer_alloc(ctx, BIG, &given)) {
+		CHECK(false, "rdv_cma_set_up");
+		tpu_rendezvous_destroy(rdv);
+		return;
+	}
+	fill(tpu_buffer_data(given), BIG, 7);
+	t = (struct tpu_tensor){ .data = tpu_buffer_data(given), .len = BIG, .buffer = given };
+	CHECK_STATUS(tpu_rendezvous_send(rdv, KEY("given"), &t, TPU_SEND_GIVE, on_send, &s), 0,
+		     "rdv_cma_send_of_a_given_buffer_succeeds");
+	CHECK_STATUS(tpu_rendezvous_recv_buffer(rdv, KEY("given"), BIG - 1, 0,
+						on_recv_buffer, &r), 0,
+		     "rdv_cma_recv_buffer_too_small_is_accepted");
+	CHECK(rec_wait(&r, 1) && r.status == -EMSGSIZE && r.len == BIG && !r.buf,
+	      "rdv_cma_recv_buffer_too_small_gets_emsgsize_and_no_buffer");
+	CHECK_STATUS(tpu_rendezvous_recv_buffer(rdv, KEY("given"), BIG, 0, on_recv_buffer, &r), 0,
+		     "rdv_cma_recv_buffer_is_accepted");
+	CHECK(rec_wait(&r, 2) && r.status == 0 && r.len == BIG && r.buf &&
+	      tpu_buffer_size(r.buf) >= BIG && intact(tpu_buffer_data(r.buf), BIG, 7),
+	      "rdv_cma_recv_buffer_delivers_a_new_buffer_with_the_bytes");
+	/* The given buffer is freed by the send; the sanitizers see a leak or a double free. */
+	CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_given_send_completes");
+	tpu_buffer_free(r.buf);
+	tpu_rendezvous_destroy(rdv);
+}
+
+static void two_members(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	uint8_t *src = malloc(BIG), *dst = malloc(BIG);
+	struct rec s;
+	size_t len = 0;
+	int fd = -1;
+
+	rec_init(&s);
+	if (!src || !dst || tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	CHECK_STATUS(tpu_rendezvous_share(a, &fd), 0, "rdv_cma_share_gives_a_descriptor");
+	CHECK_STATUS(tpu_rendezvous_join(ctx, fd, &b), 0, "rdv_cma_join_of_the_shared_descriptor");
+	CHECK(b && tpu_rendezvous_impl(b) == TPU_RDV_CMA, "rdv_cma_joined_rendezvous_is_cma");
+	if (!b)
+		goto out;
+	fill(src, BIG, 3);
+	CHECK_STATUS(send_bytes(a, "ab", src, BIG, &s), 0, "rdv_cma_member_a_sends");
+	CHECK_STATUS(send_bytes(b, "ab", src, 1, &s), -EEXIST,
+		     "rdv_cma_key_pending_at_one_member_is_eexist_at_another");
+	CHECK_STATUS(recv_bytes(b, "ab", dst, BIG, 0, &len), 0, "rdv_cma_member_b_receives");
+	CHECK(len == BIG && intact(dst, BIG, 3), "rdv_cma_member_b_gets_the_bytes");
+	CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_member_as_send_completes");
+	tpu_rendezvous_destroy(a);
+	a = NULL;
+	CHECK_STATUS(send_bytes(b, "after", src, 1, &s), 0, "rdv_cma_member_outlives_its_creator");
+	CHECK_STATUS(recv_bytes(b, "after", dst, 1, 0, &len), 0,
+		     "rdv_cma_rendezvous_works_without_its_creator");
+out:
+	tpu_rendezvous_destroy(a);
+	tpu_rendezvous_destroy(b);
+	if (fd >= 0)
+		close(fd);
+	free(src);
+	free(dst);
+}
+
+/*
+ * The parent's buffer of other_processes(), at file scope so that forked
+ * children can free their copy: valgrind would call it lost in each.
+ */
+static uint8_t *xproc_buf;
+
+/* A child process: join @fd in a context of its own and run @fn. */
+static pid_t child(int fd, int (*fn)(struct tpu_rendezvous *rdv))
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		struct tpu_context *ctx;
+		struct tpu_rendezvous *rdv = NULL;
+		int rc;
+
+		free(xproc_buf);
+		ctx = new_context();
+		if (!ctx || tpu_rendezvous_join(ctx, fd, &rdv))
+			_exit(100);
+		rc = fn(rdv);
+		tpu_rendezvous_destroy(rdv);
+		tpu_context_destroy(ctx);
+		_exit(rc);
+	}
+	return pid;
+}
+
+static int child_status(pid_t pid)
+{
+	int ws;
+
+	if (pid < 0 || waitpid(pid, &ws, 0) != pid)
+		return -1;
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static int child_sends(struct tpu_rendezvous *rdv)
+{
+	uint8_t *src = malloc(BIG);
+	struct rec s;
+	int rc;
+
+	rec_init(&s);
+	if (!src)
+		return 1;
+	fill(src, BIG, 11);
+	rc = send_bytes(rdv, "from-child", src, BIG, &s) ? 2 :
+	     !rec_wait(&s, 1) ? 3 : s.status ? 4 : 0;
+	free(src);
+	return rc;
+}
+
+static int child_receives(struct tpu_rendezvous *rdv)
+{
+	uint8_t *dst = malloc(BIG);
+	size_t len = 0;
+	int rc;
+
+	if (!dst)
+		return 1;
+	rc = recv_bytes(rdv, "from-parent", dst, BIG, 10000000000ULL, &len) ? 2 :
+	     len != BIG || !intact(dst, BIG, 5) ? 3 : 0;
+	free(dst);
+	return rc;
+}
+
+/* Posts and dies at once, without a goodbye. */
+static int child_posts_and_dies(struct tpu_rendezvous *rdv)
+{
+	static char src[] = "orphan";
+
+	_exit(send_bytes(rdv, "orphan", src, sizeof(src), NULL) ? 1 : 0);
+}
+
+
+static void other_processes(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *rdv = NULL;
+	uint8_t *buf = xproc_buf = malloc(BIG);
+	struct rec s;
+	size_t len = 0;
+	int fd = -1, rc;
+	pid_t pid;
+
+	rec_init(&s);
+	if (!buf || tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv) ||
+	    tpu_rendezvous_share(rdv, &fd)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	pid = child(fd, child_sends);
+	CHECK_STATUS(recv_bytes(rdv, "from-child", buf, BIG, 10000000000ULL, &len), 0,
+		     "rdv_cma_parent_receives_from_a_child_process");
+	CHECK(len == BIG && intact(buf, BIG, 11), "rdv_cma_bytes_from_the_child_are_intact");
+	rc = child_status(pid);
+	CHECK(rc == 0, "rdv_cma_childs_send_completed (exit %d)", rc);
+
+	fill(buf, BIG, 5);
+	CHECK_STATUS(send_bytes(rdv, "from-parent", buf, BIG, &s), 0, "rdv_cma_parent_sends");
+	pid = child(fd, child_receives);
+	rc = child_status(pid);
+	CHECK(rc == 0, "rdv_cma_child_process_receives_from_the_parent (exit %d)", rc);
+	CHECK(rec_wait(&s, 1) && s.status == 0,
+	      "rdv_cma_parents_send_completes_after_the_childs_pull");
+
+	pid = child(fd, child_posts_and_dies);
+	rc = child_status(pid);
+	CHECK(rc == 0, "rdv_cma_child_posted_and_died (exit %d)", rc);
+	CHECK_STATUS(recv_bytes(rdv, "orphan", buf, BIG, 100000000, &len), -ETIMEDOUT,
+		     "rdv_cma_post_of_a_dead_process_is_never_delivered");
+	CHECK_STATUS(send_bytes(rdv, "orphan", buf, 1, &s), 0,
+		     "rdv_cma_key_of_a_dead_process_can_be_sent_again");
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("orphan")), 0,
+		     "rdv_cma_resent_key_of_a_dead_process_can_be_cancelled");
+out:
+	tpu_rendezvous_destroy(rdv);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	xproc_buf = NULL;
+}
+
+static int64_t cpu_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+	       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+static void idle(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *rdv = NULL;
+	struct tpu_tensor dst;
+	struct rec r;
+	char got[8];
+	int64_t c0;
+
+	rec_init(&r);
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv)) {
+		CHECK(false, "rdv_cma_set_up");
+		return;
+	}
+	dst = (struct tpu_tensor){ .data = got, .len = sizeof(got) };
+	tpu_rendezvous_recv(rdv, KEY("idle"), &dst, 0, on_recv, &r);
+	usleep(20000);
+	c0 = cpu_ns();
+	usleep(300000);
+	c0 = cpu_ns() - c0;
+	CHECK(c0 < 30000000, "rdv_cma_waiting_recv_costs_no_cpu (%lld ns in 300 ms)",
+	      (long long)c0);
+	tpu_rendezvous_destroy(rdv);
+	CHECK(r.calls == 1 && r.status == TPU_E_CLOSED, "rdv_cma_idle_recv_closed_by_destroy");
+}
+
+void test_rdv_cma(void)
+{
+	struct tpu_context *ctx = new_context();
+	struct tpu_rendezvous *rdv = NULL;
+	struct tpu_probe_result probe;
+
+	tpu_probe(NULL, &probe);
+	if (probe.cma_status) {
+		tap_diag("rdv_cma: process_vm_readv not usable here; only the refusal is tested");
+		CHECK(tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv) == TPU_E_NO_TRANSPORT,
+		      "rdv_cma_create_without_process_vm_readv_is_no_transport");
+		tpu_rendezvous_destroy(rdv);
+		tpu_context_destroy(ctx);
+		return;
+	}
+	CHECK(ctx != NULL, "rdv_cma_context_created");
+	if (!ctx)
+		return;
+	one_member(ctx);
+	cancel_abort_destroy(ctx);
+	buffers(ctx);
+	two_members(ctx);
+	other_processes(ctx);
+	idle(ctx);
+	tpu_context_destroy(ctx);
+}
