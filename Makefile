@@ -93,9 +93,11 @@ demo: prepare
 bench: prepare
 	@echo "== tpbench on the host (paths that need no module)"
 	tools/tpbench $(BENCH_HOST_ARGS)
+	@echo
+	tools/tpbench rdv --impl inprocess,cma
 	@echo "== tpbench in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench --module $(MODULE) -- \
-		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring'
+		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring && echo && tools/tpbench rdv'
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)

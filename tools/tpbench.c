@@ -33,6 +33,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench_rdv.h"
 #include "bench_uring.h"
 #include "peer.h"
 #include "tensor.h"
@@ -755,6 +756,8 @@ static void usage(FILE *f)
 "\n"
 "tpbench uring [--size BYTES] [--rounds N] [--json]: SEND/RECV pairs through\n"
 "             io_uring commands against the ioctls, at queue depth 1 and 16\n"
+"tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--json]: round trip\n"
+"             and bandwidth of the rendezvous API, per implementation\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
 "--no-thp     do not madvise(MADV_HUGEPAGE) buffers of 2 MiB and more\n"
@@ -894,6 +897,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "uring"))
 		return bench_uring_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "rdv"))
+		return bench_rdv_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))

@@ -1,0 +1,499 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * tpbench rdv: what the public rendezvous API costs, per implementation.
+ *
+ * Side A (the measuring side) and side B (the responder) share one
+ * rendezvous: two threads with one inprocess rendezvous, or, for kmod and
+ * cma, the parent (A, creates and shares) and a forked child (B, joins the
+ * descriptor it got over a socketpair).  Everything between A and B goes
+ * through the rendezvous; each key is used once.
+ *
+ *   latency    A sends a 64-byte "ping/i", B receives it and sends
+ *              "pong/i" back, A's wait for it returns: one round trip.
+ *   bandwidth  A sends one tensor of each size; B's blocking receive
+ *              returns, B stamps CLOCK_MONOTONIC (one clock for both
+ *              processes) and sends the stamp back as a small "ack"; the
+ *              time is from before A's send to that stamp.  The first
+ *              iteration of each size is a warm-up whose bytes B checks.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <tpu_user.h>
+
+#include "bench_rdv.h"
+#include "peer.h"
+#include "units.h"
+
+#define MSG_LEN		64
+#define NSIZES		4
+#define WARMUP		10
+#define WAIT_NS		30000000000ull	/* 30 s: the VM is emulated */
+
+static const size_t bw_sizes[NSIZES] = { 64u << 10, 1u << 20, 16u << 20, 64u << 20 };
+
+struct rdv_opts {
+	bool want[4];		/* by enum tpu_rdv_impl */
+	unsigned int iters;	/* round trips */
+	unsigned int bw_iters;	/* timed transfers per size */
+	bool json;
+};
+
+struct rdv_result {
+	enum tpu_rdv_impl impl;
+	tpu_status skipped;	/* why not run, 0 when it ran */
+	char why[360];
+	bool failed;
+	double rtt_p50_us, rtt_p90_us;
+	double gbps[NSIZES];
+};
+
+/* What B sends back after each bandwidth transfer. */
+struct ack {
+	uint64_t t_done;
+	int32_t data_ok;
+	int32_t status;
+};
+
+/* The two sides of one run. */
+struct side {
+	const struct rdv_opts *o;
+	struct tpu_rendezvous *rdv;
+	struct tpu_buffer *buf;	/* room for the largest tensor */
+};
+
+struct send_done {
+	sem_t sem;
+	tpu_status status;
+};
+
+static void on_sent(void *arg, tpu_status status)
+{
+	struct send_done *d = arg;
+
+	d->status = status;
+	sem_post(&d->sem);
+}
+
+/* Post @len bytes of @data under @key and wait until the source is free. */
+static tpu_status send_sync(struct side *s, const char *key, void *data, size_t len)
+{
+	struct tpu_tensor t = { .data = data, .len = len,
+				.buffer = data == tpu_buffer_data(s->buf) ? s->buf : NULL };
+	struct send_done d = { .status = 0 };
+	tpu_status st;
+
+	sem_init(&d.sem, 0, 0);
+	st = tpu_rendezvous_send(s->rdv, key, strlen(key), &t, 0, on_sent, &d);
+	if (!st) {
+		while (sem_wait(&d.sem) && errno == EINTR)
+			;
+		st = d.status;
+	}
+	sem_destroy(&d.sem);
+	return st;
+}
+
+static tpu_status recv_sync(struct side *s, const char *key, void *data, size_t cap,
+			    struct tpu_buffer *buf)
+{
+	struct tpu_tensor t = { .data = data, .len = cap, .buffer = buf };
+
+	return tpu_rendezvous_recv_wait(s->rdv, key, strlen(key), &t, WAIT_NS, NULL);
+}
+
+static uint8_t pattern(size_t i, size_t size)
+{
+	return (uint8_t)(i * 7 + (i >> 12) + size / 4096 + 1);
+}
+
+/* B: answer every ping, then receive every tensor and acknowledge it. */
+static tpu_status responder(struct side *s)
+{
+	unsigned int i, si;
+	char key[64], msg[MSG_LEN];
+	uint8_t *dst = tpu_buffer_data(s->buf);
+	tpu_status st;
+
+	for (i = 0; i < WARMUP + s->o->iters; i++) {
+		snprintf(key, sizeof(key), "ping/%u", i);
+		st = recv_sync(s, key, msg, sizeof(msg), NULL);
+		snprintf(key, sizeof(key), "pong/%u", i);
+		if (!st)
+			st = send_sync(s, key, msg, sizeof(msg));
+		if (st)
+			return st;
+	}
+	for (si = 0; si < NSIZES; si++) {
+		for (i = 0; i <= s->o->bw_iters; i++) {
+			struct ack a = { 0 };
+			size_t k;
+
+			snprintf(key, sizeof(key), "bw/%zu/%u", bw_sizes[si], i);
+			a.status = recv_sync(s, key, dst, bw_sizes[si], s->buf);
+			a.t_done = now_ns();
+			a.data_ok = 1;
+			for (k = 0; i == 0 && !a.status && k < bw_sizes[si]; k++) {
+				if (dst[k] != pattern(k, bw_sizes[si])) {
+					a.data_ok = 0;
+					break;
+				}
+			}
+			snprintf(key, sizeof(key), "ack/%zu/%u", bw_sizes[si], i);
+			st = send_sync(s, key, &a, sizeof(a));
+			if (st || a.status)
+				return st ? st : a.status;
+		}
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static uint64_t quantile(uint64_t *v, unsigned int n, unsigned int pct)
+{
+	unsigned int k = (unsigned int)(((uint64_t)n * pct) / 100);
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return v[k < n ? k : n - 1];
+}
+
+/* A: time the round trips and the transfers into @r. */
+static tpu_status measure(struct side *s, struct rdv_result *r)
+{
+	unsigned int n = s->o->iters > s->o->bw_iters ? s->o->iters : s->o->bw_iters;
+	uint64_t *t = calloc(n, sizeof(*t));
+	uint8_t *src = tpu_buffer_data(s->buf);
+	char key[64], msg[MSG_LEN];
+	unsigned int i, si;
+	tpu_status st = 0;
+
+	if (!t)
+		return -ENOMEM;
+	memset(msg, 0x42, sizeof(msg));
+	for (i = 0; !st && i < WARMUP + s->o->iters; i++) {
+		uint64_t t0 = now_ns();
+
+		snprintf(key, sizeof(key), "ping/%u", i);
+		st = send_sync(s, key, msg, sizeof(msg));
+		snprintf(key, sizeof(key), "pong/%u", i);
+		if (!st)
+			st = recv_sync(s, key, msg, sizeof(msg), NULL);
+		if (i >= WARMUP)
+			t[i - WARMUP] = now_ns() - t0;
+	}
+	if (!st) {
+		r->rtt_p50_us = (double)quantile(t, s->o->iters, 50) / 1e3;
+		r->rtt_p90_us = (double)quantile(t, s->o->iters, 90) / 1e3;
+	}
+	for (si = 0; !st && si < NSIZES; si++) {
+		size_t k, size = bw_sizes[si];
+
+		for (k = 0; k < size; k++)
+			src[k] = pattern(k, size);
+		for (i = 0; !st && i <= s->o->bw_iters; i++) {
+			struct ack a = { 0 };
+			struct tpu_tensor tt = { .data = src, .len = size, .buffer = s->buf };
+			struct send_done d = { .status = 0 };
+			uint64_t t0;
+
+			sem_init(&d.sem, 0, 0);
+			snprintf(key, sizeof(key), "bw/%zu/%u", size, i);
+			t0 = now_ns();
+			st = tpu_rendezvous_send(s->rdv, key, strlen(key), &tt, 0, on_sent, &d);
+			snprintf(key, sizeof(key), "ack/%zu/%u", size, i);
+			if (!st) {
+				st = recv_sync(s, key, &a, sizeof(a), NULL);
+				while (sem_wait(&d.sem) && errno == EINTR)
+					;
+				if (!st)
+					st = d.status ? d.status : a.status;
+			}
+			sem_destroy(&d.sem);
+			if (!st && !a.data_ok) {
+				fprintf(stderr, "tpbench rdv: %s: %zu-byte tensor arrived corrupted\n",
+					tpu_rdv_impl_name(r->impl), size);
+				st = -EIO;
+			}
+			if (i > 0)
+				t[i - 1] = a.t_done - t0;
+		}
+		if (!st)
+			r->gbps[si] = (double)size / (double)quantile(t, s->o->bw_iters, 50);
+	}
+	free(t);
+	return st;
+}
+
+static void *responder_thread(void *arg)
+{
+	return (void *)(intptr_t)responder(arg);
+}
+
+static int child_main(struct peer *p, void *arg)
+{
+	struct side s = { .o = arg };
+	struct tpu_context_options co = { 0 };
+	struct tpu_context *ctx = NULL;
+	enum tpu_rdv_impl impl = TPU_RDV_AUTO;
+	int fd = -1;
+	tpu_status st;
+
+	st = peer_recv(p, &impl, sizeof(impl));
+	if (!st)
+		st = tpu_fd_recv(p->sock, &fd);
+	if (impl != TPU_RDV_KMOD)
+		co.flags = TPU_CTX_NO_KMOD;
+	if (!st)
+		st = tpu_context_create(&co, &ctx);
+	if (!st)
+		st = tpu_rendezvous_join(ctx, fd, &s.rdv);
+	if (fd >= 0)
+		close(fd);
+	if (!st)
+		st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &s.buf);
+	if (!st)
+		st = responder(&s);
+	if (st)
+		fprintf(stderr, "tpbench rdv: responder: %s (%s)\n", tpu_strerror(st),
+			tpu_status_name(st));
+	tpu_buffer_free(s.buf);
+	tpu_rendezvous_destroy(s.rdv);
+	tpu_context_destroy(ctx);
+	return st ? 1 : 0;
+}
+
+/* Start B: a thread for inprocess, a child process otherwise. */
+static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_context *ctx)
+{
+	struct side b = { .o = a->o, .rdv = a->rdv };
+	struct peer p = { -1, -1 };
+	pthread_t th;
+	void *ret = NULL;
+	tpu_status st, bst = 0;
+	int fd = -1;
+
+	if (r->impl == TPU_RDV_INPROCESS) {
+		st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &b.buf);
+		if (st)
+			return st;
+		st = -pthread_create(&th, NULL, responder_thread, &b);
+		if (!st) {
+			st = measure(a, r);
+			if (st)
+				tpu_rendezvous_abort(a->rdv, -ECANCELED);
+			pthread_join(th, &ret);
+			bst = (tpu_status)(intptr_t)ret;
+		}
+		tpu_buffer_free(b.buf);
+		return st ? st : bst;
+	}
+	st = tpu_rendezvous_share(a->rdv, &fd);
+	if (!st)
+		st = peer_fork(&p, child_main, (void *)a->o);
+	if (!st)
+		st = peer_send(&p, &r->impl, sizeof(r->impl));
+	if (!st)
+		st = tpu_fd_send(p.sock, fd);
+	if (fd >= 0)
+		close(fd);
+	if (!st)
+		st = measure(a, r);
+	if (st)
+		tpu_rendezvous_abort(a->rdv, -ECANCELED);
+	if (p.sock >= 0 && peer_wait(&p) && !st)
+		st = -ECHILD;
+	return st;
+}
+
+/* Run one implementation, or say why it cannot run here. */
+static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
+{
+	struct tpu_context_options co = { 0 };
+	struct tpu_context *ctx = NULL;
+	struct side a = { .o = o };
+	tpu_status st;
+
+	if (r->impl != TPU_RDV_KMOD)
+		co.flags = TPU_CTX_NO_KMOD;
+	st = tpu_context_create(&co, &ctx);
+	if (!st)
+		st = tpu_rendezvous_create(ctx, r->impl, &a.rdv);
+	if (st) {
+		struct tpu_probe_result pr;
+
+		r->skipped = st;
+		tpu_probe(NULL, &pr);
+		snprintf(r->why, sizeof(r->why), "%s (%s); %s", tpu_strerror(st),
+			 tpu_status_name(st), pr.detail);
+		tpu_context_destroy(ctx);
+		return;
+	}
+	st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &a.buf);
+	if (!st)
+		st = run_pair(&a, r, ctx);
+	if (st) {
+		r->failed = true;
+		snprintf(r->why, sizeof(r->why), "%s (%s)", tpu_strerror(st), tpu_status_name(st));
+	}
+	tpu_buffer_free(a.buf);
+	tpu_rendezvous_destroy(a.rdv);
+	tpu_context_destroy(ctx);
+}
+
+static void print_table(const struct rdv_result *res, unsigned int n, const struct rdv_opts *o)
+{
+	char sz[32];
+	unsigned int i, si;
+
+	printf("rendezvous: round trip of a %d-byte tensor (median, p90 over %u; us) and\n"
+	       "one tensor from send to the receiver's completion (median over %u; GB/s)\n\n",
+	       MSG_LEN, o->iters, o->bw_iters);
+	printf("%-10s %9s %9s", "impl", "rtt p50", "rtt p90");
+	for (si = 0; si < NSIZES; si++)
+		printf(" %9s", format_size(bw_sizes[si], sz, sizeof(sz)));
+	printf("\n");
+	for (i = 0; i < n; i++) {
+		const struct rdv_result *r = &res[i];
+
+		printf("%-10s", tpu_rdv_impl_name(r->impl));
+		if (r->skipped || r->failed) {
+			printf(" %s: %s\n", r->skipped ? "skipped" : "FAILED", r->why);
+			continue;
+		}
+		printf(" %9.1f %9.1f", r->rtt_p50_us, r->rtt_p90_us);
+		for (si = 0; si < NSIZES; si++)
+			printf(" %9.2f", r->gbps[si]);
+		printf("\n");
+	}
+}
+
+static void print_json_string(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", (unsigned char)*s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_json(const struct rdv_result *res, unsigned int n, const struct rdv_opts *o)
+{
+	unsigned int i, si;
+
+	printf("{\"bench\": \"rdv\", \"msg_bytes\": %d, \"iters\": %u, \"bw_iters\": %u,"
+	       " \"results\": [", MSG_LEN, o->iters, o->bw_iters);
+	for (i = 0; i < n; i++) {
+		const struct rdv_result *r = &res[i];
+
+		printf("%s\n  {\"impl\": \"%s\", ", i ? "," : "", tpu_rdv_impl_name(r->impl));
+		if (r->skipped || r->failed) {
+			printf("\"%s\": ", r->skipped ? "skipped" : "failed");
+			print_json_string(r->why);
+			printf("}");
+			continue;
+		}
+		printf("\"rtt_us\": {\"median\": %.2f, \"p90\": %.2f}, \"gbps\": {",
+		       r->rtt_p50_us, r->rtt_p90_us);
+		for (si = 0; si < NSIZES; si++)
+			printf("%s\"%zu\": %.3f", si ? ", " : "", bw_sizes[si], r->gbps[si]);
+		printf("}}");
+	}
+	printf("\n]}\n");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--json]\n"
+"--impl LIST  comma-separated implementations (default all); one that cannot\n"
+"             run here is skipped with the library's reason\n"
+"--iters N    round trips of the 64-byte latency test (default 100); each\n"
+"             bandwidth size runs N/10 timed transfers (3 to 20) after one\n"
+"             checked warm-up\n"
+"--json       print the results as JSON instead of a table\n");
+}
+
+static int parse_impls(char *list, bool *want)
+{
+	char *tok, *save = NULL;
+
+	memset(want, 0, 4 * sizeof(*want));
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "all"))
+			want[TPU_RDV_INPROCESS] = want[TPU_RDV_KMOD] = want[TPU_RDV_CMA] = true;
+		else if (!strcmp(tok, "inprocess"))
+			want[TPU_RDV_INPROCESS] = true;
+		else if (!strcmp(tok, "kmod"))
+			want[TPU_RDV_KMOD] = true;
+		else if (!strcmp(tok, "cma"))
+			want[TPU_RDV_CMA] = true;
+		else
+			return -1;
+	}
+	return 0;
+}
+
+int bench_rdv_main(int argc, char **argv)
+{
+	static const enum tpu_rdv_impl order[] = { TPU_RDV_INPROCESS, TPU_RDV_KMOD, TPU_RDV_CMA };
+	struct rdv_opts o = { .want = { false, true, true, true }, .iters = 100 };
+	struct rdv_result res[3];
+	unsigned int i, n = 0;
+	int rc = 0;
+
+	for (i = 1; i < (unsigned int)argc; i++) {
+		const char *a = argv[i], *v = i + 1 < (unsigned int)argc ? argv[i + 1] : NULL;
+		uint64_t num;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--json")) {
+			o.json = true;
+		} else if (v && !strcmp(a, "--impl") && !parse_impls(argv[i + 1], o.want)) {
+			i++;
+		} else if (v && !strcmp(a, "--iters") && !parse_size(v, &num) && num >= 1 &&
+			   num <= 1000000) {
+			o.iters = (unsigned int)num;
+			i++;
+		} else {
+			fprintf(stderr, "tpbench rdv: bad argument: %s\n", a);
+			usage(stderr);
+			return 1;
+		}
+	}
+	o.bw_iters = o.iters / 10 < 3 ? 3 : o.iters / 10 > 20 ? 20 : o.iters / 10;
+	for (i = 0; i < 3; i++) {
+		if (!o.want[order[i]])
+			continue;
+		memset(&res[n], 0, sizeof(res[n]));
+		res[n].impl = order[i];
+		run_impl(&o, &res[n]);
+		if (res[n].failed)
+			rc = 1;
+		n++;
+	}
+	if (o.json)
+		print_json(res, n, &o);
+	else
+		print_table(res, n, &o);
+	return rc;
+}
