@@ -275,7 +275,6 @@ int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
 int tp_region_reserve(struct tp_endpoint *ep, u32 *handle);
 void tp_region_unreserve(struct tp_endpoint *ep, u32 handle);
 void tp_region_publish(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
-int tp_region_charge(struct tp_region *r, struct mm_struct *mm);
 struct tp_region *tp_region_new_alloc(u64 len, struct mm_struct *mm);
 struct tp_region *tp_region_new_donated(struct tp_region *donor,
 					struct mm_struct *mm);

@@ -46,14 +46,8 @@ static void tp_region_uncharge(struct tp_region *r)
 	r->charged_mm = NULL;
 }
 
-/**
- * tp_region_charge() - charge a region's pages to @mm's RLIMIT_MEMLOCK.
- * @r:	region with @nr_pages set and nothing charged yet.
- * @mm:	the owner's mm.
- *
- * Return: 0, or -ENOMEM when the limit would be exceeded.
- */
-int tp_region_charge(struct tp_region *r, struct mm_struct *mm)
+/* Charge a region's pages to @mm: 0, or -ENOMEM past RLIMIT_MEMLOCK. */
+static int tp_region_charge(struct tp_region *r, struct mm_struct *mm)
 {
 	int err = tp_memlock_charge(mm, r->nr_pages);
 

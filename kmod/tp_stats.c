@@ -41,12 +41,14 @@ static struct dentry *tp_debugfs_dir;
  * Slots failed by an abort and RLIMIT_MEMLOCK refusals are also counted
  * where they are detected (err_aborted, err_memlock); here a command's errno
  * picks one counter, so a memlock refusal shows in err_other as well.
- * -EAGAIN from a non-blocking poll is not a failure.
+ * -EAGAIN from a non-blocking poll and a RECV restarted after a signal
+ * without handler are not failures.
  */
 void tp_stat_error(long err)
 {
 	switch (err) {
 	case -EAGAIN:
+	case -ERESTARTNOHAND:
 		return;
 	case -EINVAL:
 		tp_stat_add(TP_STAT_ERR_INVAL, 1);
