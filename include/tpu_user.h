@@ -479,11 +479,17 @@ struct tpu_context;
  * @dev_path:	device node, NULL for TPU_DEVICE_PATH.
  * @entries:	io_uring size, 0 for 256.
  * @flags:	TPU_CTX_* flags.
+ * @transports:	pipes: comma list of the transports allowed ("tcp,shm"),
+ *		NULL for all.
+ * @channels:	pipes: comma list of the channels allowed ("kmod,cma,basic"),
+ *		NULL for all; basic is always allowed.
  */
 struct tpu_context_options {
 	const char *dev_path;
 	unsigned int entries;
 	unsigned int flags;
+	const char *transports;
+	const char *channels;
 };
 
 /**
@@ -677,6 +683,235 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
  * member with @status (-4095 .. -1).  Errors: -EINVAL, -EALREADY.
  */
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status);
+
+/*
+ * Pipes: TensorPipe-style messaging between two contexts.
+ *
+ * A listener accepts pipes on one or more URLs; tpu_pipe_connect() opens
+ * one to a URL.  The first connection only bootstraps: the two ends
+ * exchange what they can use (transports and channels, each with a domain
+ * descriptor that says whether both ends can share it) and pick the best
+ * common transport for frames and small payloads and, per pair of device
+ * types, the best common channel for tensor bytes.  A pipe connected by
+ * tcp:// between two processes of one machine therefore moves to shm:// and
+ * the kmod channel when the listener offers them.
+ *
+ *   URL		transport
+ *   tcp://HOST:PORT	TCP through io_uring (PORT 0 on a listener: any)
+ *   shm://NAME	rings in shared memory, bootstrapped over an abstract
+ *			Unix socket "tensorpipe-shm/NAME" (same machine and
+ *			network namespace)
+ *
+ *   channel	tensor bytes go
+ *   kmod	through /dev/tensorpipe (one copy in the kernel; none when the
+ *		tensor lies in a tpu_buffer of the writer's context and the
+ *		reader asks for a buffer), shm transport only (it passes the
+ *		domain descriptor)
+ *   cma	process_vm_readv by the reader, same machine and permissions
+ *   basic	inline through the transport (always available)
+ * Tensors of at most TPU_PIPE_INLINE_MAX bytes always travel inline.
+ *
+ * Guarantees: messages arrive in the order they were written; the
+ * callbacks of one pipe end's writes, and of its reads and descriptor
+ * reads, run in the order the calls were made; all callbacks of a context
+ * run on its one thread; every callback runs exactly once, with an error
+ * when the pipe failed or closed, and hands the caller's message back.
+ * Back-pressure: a pipe reads the next message from its transport only
+ * when the user asked for it (tpu_pipe_read_descriptor), so a writer whose
+ * reader stops reading sees its writes stop completing instead of the
+ * reader buffering them.
+ *
+ * TPU_TRANSPORTS and TPU_CHANNELS (comma lists, e.g. "tcp" or "cma,basic")
+ * restrict the choice further than tpu_context_options does; TPU_LOG=debug
+ * logs every choice.  Calls are thread-safe; callbacks must not block.
+ */
+
+/** TPU_PIPE_MAX_PAYLOADS - most payloads in one message */
+#define TPU_PIPE_MAX_PAYLOADS	64
+/** TPU_PIPE_MAX_TENSORS - most tensors in one message */
+#define TPU_PIPE_MAX_TENSORS	1024
+/** TPU_PIPE_MAX_LEN - longest payload or tensor (1 TiB) */
+#define TPU_PIPE_MAX_LEN	(1ULL << 40)
+/** TPU_PIPE_MAX_METADATA - longest metadata of a message, payload or tensor */
+#define TPU_PIPE_MAX_METADATA	(64U << 10)
+/** TPU_PIPE_INLINE_MAX - tensors up to this size always travel inline */
+#define TPU_PIPE_INLINE_MAX	(32U << 10)
+
+/** enum tpu_device_type - where memory lies */
+enum tpu_device_type {
+	TPU_DEVICE_CPU = 0,
+	TPU_DEVICE_CUDA = 1,	/* reserved: no channel moves CUDA memory yet */
+};
+
+/**
+ * struct tpu_device - a device: its type and index (0 for the CPU).
+ * @type:	enum tpu_device_type.
+ * @index:	device number.
+ */
+struct tpu_device {
+	uint32_t type;
+	uint32_t index;
+};
+
+/**
+ * struct tpu_payload - a CPU buffer carried inline with the message.
+ * @data:	bytes (write), or where to put them (read; set by the reader).
+ * @len:	length (read: from the descriptor).
+ * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
+ * @metadata_len: their length.
+ */
+struct tpu_payload {
+	void *data;
+	size_t len;
+	const void *metadata;
+	size_t metadata_len;
+};
+
+/**
+ * struct tpu_message_tensor - a tensor of a message.
+ * @data:	bytes (write), or where to put them (read; set by the reader).
+ * @len:	length (read: from the descriptor).
+ * @buffer:	write: the tpu_buffer holding @data, or NULL (lets the kmod
+ *		channel skip registration).  Read: NULL, or set by the reader
+ *		with @data NULL to receive into a new buffer (the kmod channel
+ *		then moves pages instead of copying); the read callback hands
+ *		it over and the reader frees it with tpu_buffer_free().
+ * @device:	where @data lies (write), or where the reader put it (read).
+ * @target:	write: where the writer suggests the reader put it; read: that
+ *		suggestion, from the descriptor.
+ * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
+ * @metadata_len: their length.
+ */
+struct tpu_message_tensor {
+	void *data;
+	size_t len;
+	struct tpu_buffer *buffer;
+	struct tpu_device device;
+	struct tpu_device target;
+	const void *metadata;
+	size_t metadata_len;
+};
+
+/**
+ * struct tpu_message - metadata, inline payloads and tensors.
+ * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
+ * @metadata_len: their length.
+ * @payloads:	@npayloads payloads (at most TPU_PIPE_MAX_PAYLOADS).
+ * @npayloads:	their number.
+ * @tensors:	@ntensors tensors (at most TPU_PIPE_MAX_TENSORS).
+ * @ntensors:	their number.
+ *
+ * A message given to tpu_pipe_write() (the structure and every byte it
+ * points to) stays the caller's and must stay valid until the write's
+ * callback.  A descriptor handed out by tpu_pipe_read_descriptor() belongs
+ * to the pipe: the reader fills in the data pointers and passes it to
+ * tpu_pipe_read(); the pipe frees it after the read's callback returned.
+ */
+struct tpu_message {
+	const void *metadata;
+	size_t metadata_len;
+	struct tpu_payload *payloads;
+	size_t npayloads;
+	struct tpu_message_tensor *tensors;
+	size_t ntensors;
+};
+
+/** struct tpu_listener - accepts pipes on one or more URLs (opaque) */
+struct tpu_listener;
+/** struct tpu_pipe - one end of a pipe (opaque) */
+struct tpu_pipe;
+
+/** typedef tpu_accept_cb - a new pipe, now the callee's (NULL on error) */
+typedef void (*tpu_accept_cb)(void *arg, tpu_status status, struct tpu_pipe *pipe);
+/** typedef tpu_write_cb - the message's memory is the caller's again */
+typedef void (*tpu_write_cb)(void *arg, tpu_status status, struct tpu_message *msg);
+/** typedef tpu_descriptor_cb - the next message's descriptor (NULL on error) */
+typedef void (*tpu_descriptor_cb)(void *arg, tpu_status status, struct tpu_message *desc);
+/** typedef tpu_read_cb - the message is in place (or @status says why not) */
+typedef void (*tpu_read_cb)(void *arg, tpu_status status, struct tpu_message *msg);
+
+/**
+ * tpu_listener_create - listen on @nurls URLs.
+ * @urls:	"tcp://HOST:PORT", "shm://NAME"; NULL with @nurls 0 means
+ *		every transport the context allows, on local addresses
+ *		("tcp://127.0.0.1:0" and a unique shm name).
+ *
+ * Errors: -EINVAL (bad URL), TPU_E_NO_TRANSPORT (unknown scheme, or one
+ * the context options or TPU_TRANSPORTS rule out), -EADDRINUSE, and the
+ * system's.
+ */
+TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *const *urls,
+				       size_t nurls, struct tpu_listener **out);
+/**
+ * tpu_listener_accept - call @done once with the next pipe (one-shot; call
+ * again from @done to accept more).  -EBUSY if an accept is pending.
+ */
+TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb done, void *arg);
+/**
+ * tpu_listener_url - the URL peers can connect to on @transport ("tcp",
+ * "shm"), with any port 0 resolved; NULL with @transport picks the first.
+ * Errors: TPU_E_NO_TRANSPORT, -ENOSPC (@size too small).
+ */
+TPU_API tpu_status tpu_listener_url(const struct tpu_listener *l, const char *transport, char *buf,
+				    size_t size);
+/**
+ * tpu_listener_close - stop listening; a pending accept gets TPU_E_CLOSED.
+ * Pipes already accepted stay open.  NULL is ignored.
+ */
+TPU_API void tpu_listener_close(struct tpu_listener *l);
+
+/**
+ * tpu_pipe_connect - open a pipe to @url; returns at once.  Operations may
+ * be queued immediately; they start once the pipe is established, and
+ * fail with its error when it cannot be (-ECONNREFUSED, -ENOPROTOOPT when
+ * the two ends have no transport in common, ...).
+ */
+TPU_API tpu_status tpu_pipe_connect(struct tpu_context *ctx, const char *url,
+				    struct tpu_pipe **out);
+/**
+ * tpu_pipe_write - send @msg; @done gets it back once its memory may be reused.
+ *
+ * Errors returned here mean @done will not be called: -EINVAL (NULL,
+ * counts, lengths or metadata over the TPU_PIPE_MAX_* limits, a data
+ * pointer NULL with a length, a device type no channel moves), -EPIPE
+ * (the pipe failed or is closing).
+ */
+TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg,
+				  tpu_write_cb done, void *arg);
+/**
+ * tpu_pipe_read_descriptor - ask for the next message's descriptor.
+ *
+ * One-shot: call it again (from @done, say) for the next message.  After a
+ * descriptor the reader must call tpu_pipe_read() with it before the next
+ * descriptor is delivered.
+ */
+TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descriptor_cb done,
+					    void *arg);
+/**
+ * tpu_pipe_read - read the message of descriptor @msg into the memory its
+ * data pointers give (each at least its @len bytes; or a tensor's @buffer
+ * request, see struct tpu_message_tensor).  Errors returned here: -EINVAL
+ * (@msg is not the pipe's outstanding descriptor, a data pointer NULL).
+ */
+TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
+				 tpu_read_cb done, void *arg);
+/**
+ * tpu_pipe_close - close this end: every pending callback runs with
+ * TPU_E_CLOSED (on the context thread, perhaps after this returns) and the
+ * peer's with -ECONNRESET.  The pipe is freed; NULL is ignored.
+ */
+TPU_API void tpu_pipe_close(struct tpu_pipe *pipe);
+/**
+ * tpu_pipe_transport - the transport in use ("tcp", "shm"), or "" while
+ * the two ends are still negotiating.
+ */
+TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
+/**
+ * tpu_pipe_channel - the channel for tensors from @src to @dst device
+ * types ("kmod", "cma", "basic"), or "" while negotiating or if none.
+ */
+TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
+				     enum tpu_device_type dst);
 
 #ifdef __cplusplus
 }

@@ -26,11 +26,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rdv_internal.h"
 
 #define CTX_DEFAULT_ENTRIES	256
+#define CTX_DEFAULT_SPIN_NS	20000
+#define CTX_MAX_SPIN_NS		10000000
 
 /* What a CQE's user_data points to. */
 struct ctx_rec {
@@ -66,8 +69,14 @@ struct tpu_context {
 	unsigned int unsubmitted;
 	size_t inflight;		/* records whose CQE is due */
 
-	pthread_mutex_t done_lock;
+	pthread_mutex_t done_lock;	/* the finished ops and the deferred tasks */
 	struct tpu__op *done_head, **done_tail;
+	struct tpu__task *task_head, **task_tail;
+
+	/* Context thread only. */
+	struct tpu__poller *pollers;
+	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
+	uint64_t spin_ns;
 
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
@@ -217,6 +226,109 @@ void tpu__op_complete(struct tpu__op *op)
 		ctx_kick(ctx);
 }
 
+void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&ctx->done_lock);
+	*ctx->task_tail = t;
+	ctx->task_tail = &t->next;
+	pthread_mutex_unlock(&ctx->done_lock);
+	if (!tpu__ctx_on_thread(ctx))
+		ctx_kick(ctx);
+}
+
+/* Run deferred tasks, one at a time for the same reason as the ops below. */
+static bool ctx_run_tasks(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	for (;;) {
+		struct tpu__task *t;
+
+		pthread_mutex_lock(&ctx->done_lock);
+		t = ctx->task_head;
+		if (t) {
+			ctx->task_head = t->next;
+			if (!ctx->task_head)
+				ctx->task_tail = &ctx->task_head;
+		}
+		pthread_mutex_unlock(&ctx->done_lock);
+		if (!t)
+			return any;
+		t->fn(t);
+		any = true;
+	}
+}
+
+/* ---- pollers --------------------------------------------------------- */
+
+void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p)
+{
+	p->next = ctx->pollers;
+	ctx->pollers = p;
+}
+
+void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
+{
+	struct tpu__poller **pp;
+
+	for (pp = &ctx->pollers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	/* A pass in progress goes on with the one after it. */
+	if (ctx->poll_cursor == p)
+		ctx->poll_cursor = p->next;
+}
+
+int tpu__ctx_wake_fd(const struct tpu_context *ctx)
+{
+	return ctx->wake_fd;
+}
+
+static bool ctx_poll_all(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	ctx->poll_cursor = ctx->pollers;
+	while (ctx->poll_cursor) {
+		struct tpu__poller *p = ctx->poll_cursor;
+
+		ctx->poll_cursor = p->next;
+		any |= p->poll(p);
+	}
+	return any;
+}
+
+/* True if a poller saw something arrive after all: do not sleep. */
+static bool ctx_arm_all(struct tpu_context *ctx)
+{
+	struct tpu__poller *p;
+	bool pending = false;
+
+	for (p = ctx->pollers; p; p = p->next)
+		pending |= p->arm(p);
+	return pending;
+}
+
+static void ctx_disarm_all(struct tpu_context *ctx)
+{
+	struct tpu__poller *p;
+
+	for (p = ctx->pollers; p; p = p->next)
+		p->disarm(p);
+}
+
+static uint64_t ctx_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /*
  * Run the callbacks of finished ops; true if there were any.  One op at a
  * time off the shared list, so that a callback waiting in tpu__ctx_wait()
@@ -249,7 +361,7 @@ static bool ctx_has_work(struct tpu_context *ctx)
 	bool work;
 
 	pthread_mutex_lock(&ctx->done_lock);
-	work = ctx->done_head != NULL;
+	work = ctx->done_head || ctx->task_head;
 	pthread_mutex_unlock(&ctx->done_lock);
 	pthread_mutex_lock(&ctx->sq_lock);
 	work = work || ctx->unsubmitted || ctx->spill_head;
@@ -261,6 +373,11 @@ static void ctx_dispatch(struct tpu_context *ctx, const struct io_uring_cqe *cqe
 {
 	struct ctx_rec *rec = io_uring_cqe_get_data(cqe);
 
+	/* More CQEs will come for this request: keep its record. */
+	if (cqe->flags & IORING_CQE_F_MORE) {
+		rec->fn(rec->arg, cqe);
+		return;
+	}
 	pthread_mutex_lock(&ctx->sq_lock);
 	ctx->inflight--;
 	pthread_mutex_unlock(&ctx->sq_lock);
@@ -310,27 +427,59 @@ static void ctx_sleep(struct tpu_context *ctx)
 			;
 }
 
-/* One round of the loop: submit, call back, else sleep for a CQE. */
-static void ctx_round(struct tpu_context *ctx)
+/* Submit, take CQEs, run callbacks, tasks and pollers; true if anything ran. */
+static bool ctx_work(struct tpu_context *ctx)
 {
+	bool any;
+
 	pthread_mutex_lock(&ctx->sq_lock);
 	ctx_flush(ctx);
 	pthread_mutex_unlock(&ctx->sq_lock);
+	any = io_uring_cq_ready(&ctx->ring) != 0;
 	ctx_reap(ctx);
-	if (ctx_run_done(ctx)) {
+	any |= ctx_run_done(ctx);
+	any |= ctx_run_tasks(ctx);
+	if (ctx->pollers)
+		any |= ctx_poll_all(ctx);
+	return any;
+}
+
+/*
+ * With pollers, keep looking for a while before sleeping: a peer that
+ * answers within the spin costs neither side a wake-up.
+ */
+static bool ctx_spin(struct tpu_context *ctx)
+{
+	uint64_t until;
+
+	if (!ctx->pollers || !ctx->spin_ns)
+		return false;
+	until = ctx_now_ns() + ctx->spin_ns;
+	do {
+		if (ctx_work(ctx))
+			return true;
+	} while (ctx->pollers && ctx_now_ns() < until);
+	return false;
+}
+
+/* One round of the loop: submit, call back, else sleep for a CQE. */
+static void ctx_round(struct tpu_context *ctx)
+{
+	if (ctx_work(ctx) || ctx_spin(ctx)) {
 		ctx_progress(ctx);
 		return;
 	}
 	/* Announce the sleep, then look again: a kick now writes the eventfd. */
 	atomic_store(&ctx->asleep, true);
-	if (ctx_has_work(ctx)) {
+	if (ctx_has_work(ctx) || ctx_arm_all(ctx)) {
 		atomic_store(&ctx->asleep, false);
+		ctx_disarm_all(ctx);
 		return;
 	}
 	ctx_sleep(ctx);
 	atomic_store(&ctx->asleep, false);
-	ctx_reap(ctx);
-	ctx_run_done(ctx);
+	ctx_disarm_all(ctx);
+	ctx_work(ctx);
 	ctx_progress(ctx);
 }
 
@@ -347,7 +496,7 @@ static bool ctx_finished(struct tpu_context *ctx)
 	idle = !ctx->inflight && !ctx->unsubmitted && !ctx->spill_head;
 	pthread_mutex_unlock(&ctx->sq_lock);
 	pthread_mutex_lock(&ctx->done_lock);
-	idle = idle && !ctx->done_head;
+	idle = idle && !ctx->done_head && !ctx->task_head;
 	pthread_mutex_unlock(&ctx->done_lock);
 	return idle;
 }
@@ -504,6 +653,25 @@ static void ctx_free(struct tpu_context *ctx)
 	free(ctx);
 }
 
+/* TPU_SPIN_US: how long the thread polls shared memory before it sleeps. */
+static uint64_t ctx_spin_ns_from_env(void)
+{
+	const char *s = getenv("TPU_SPIN_US");
+	char *end;
+	unsigned long long us;
+
+	if (!s || !*s)
+		return CTX_DEFAULT_SPIN_NS;
+	errno = 0;
+	us = strtoull(s, &end, 10);
+	if (errno || *end || us * 1000 > CTX_MAX_SPIN_NS) {
+		tpu__log_debug("context: ignoring TPU_SPIN_US=%s (0 to %d)", s,
+			       CTX_MAX_SPIN_NS / 1000);
+		return CTX_DEFAULT_SPIN_NS;
+	}
+	return us * 1000;
+}
+
 /* The thread must not take the program's signals: it would only delay them. */
 static tpu_status ctx_start_thread(struct tpu_context *ctx)
 {
@@ -544,6 +712,8 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->done_tail = &ctx->done_head;
 	ctx->spill_tail = &ctx->spill_head;
+	ctx->task_tail = &ctx->task_head;
+	ctx->spin_ns = ctx_spin_ns_from_env();
 	atomic_init(&ctx->asleep, false);
 	ctx->flags = opts ? opts->flags : 0;
 	if (opts && opts->dev_path && !(ctx->dev_path = strdup(opts->dev_path))) {

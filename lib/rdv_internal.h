@@ -149,6 +149,8 @@ typedef void (*tpu__cqe_fn)(void *arg, const struct io_uring_cqe *cqe);
 /*
  * Get a zeroed SQE (SQE128 ring) whose completion calls fn(arg, cqe) on the
  * context thread (the CQE is a CQE32: cqe->big_cqe[0] is the extra word).
+ * A request that posts several CQEs (multishot, SEND_ZC's notification)
+ * calls fn for each; the last one is the CQE without IORING_CQE_F_MORE.
  * Thread-safe.  On success the submission lock is held: fill the SQE (not
  * its user_data) and call tpu__ctx_submit() at once, on the same thread.
  * Returns NULL (lock not held) only when out of memory.
@@ -185,6 +187,45 @@ struct tpu__timer {
 };
 tpu_status tpu__ctx_timer_start(struct tpu_context *ctx, struct tpu__timer *t, uint64_t ns);
 void tpu__ctx_timer_cancel(struct tpu_context *ctx, struct tpu__timer *t);
+
+/*
+ * Deferred work: t->fn(t) runs on the context thread, after the work
+ * deferred before it.  Thread-safe; the task's memory is the caller's until
+ * its fn runs (embed it in the object it works on).  Pipes use this to run
+ * every state change of a pipe on the one thread that owns it.
+ */
+struct tpu__task {
+	struct tpu__task *next;
+	void (*fn)(struct tpu__task *t);
+};
+void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t);
+
+/*
+ * Pollers: transports that share memory with a peer (shm rings) are polled
+ * by the context thread instead of waking it through the kernel for every
+ * frame.  While any poller is registered the thread spins for a short while
+ * (TPU_SPIN_US, default 20 us) after its last progress before it sleeps, so
+ * that a busy pipe costs no system call and an idle one costs no CPU.
+ *
+ *   poll	make progress; return true if anything happened;
+ *   arm	the thread is about to sleep: tell the peer (a flag in shared
+ *		memory) to write tpu__ctx_wake_fd() when it produces something,
+ *		then return true if something arrived meanwhile (no sleep);
+ *   disarm	the thread woke up: clear that flag.
+ *
+ * Add and delete only on the context thread (a poller may delete itself or
+ * another one from within poll).
+ */
+struct tpu__poller {
+	struct tpu__poller *next;
+	bool (*poll)(struct tpu__poller *p);
+	bool (*arm)(struct tpu__poller *p);
+	void (*disarm)(struct tpu__poller *p);
+};
+void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p);
+void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p);
+/* The eventfd that wakes the context thread; a peer may hold a duplicate. */
+int tpu__ctx_wake_fd(const struct tpu_context *ctx);
 
 /*
  * The context's own endpoint on /dev/tensorpipe, opened on first use, or

@@ -16,5 +16,10 @@ int main(void)
 	test_cma_table();
 	test_cma_viability();
 	test_rdv_cma();
+	test_pipe_wire();
+	test_shm_ring();
+	test_xport_tcp();
+	test_xport_shm();
+	test_pipe();
 	return tap_finish();
 }
