@@ -1,0 +1,7 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* Unit tests: being written. */
+#include "tap.h"
+
+void test_shm_ring(void)
+{
+}
