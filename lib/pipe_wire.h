@@ -119,7 +119,8 @@ struct tpu__wire_tensor {
 	uint64_t len;
 	uint32_t src_type, src_index;	/* where it lies at the writer */
 	uint32_t dst_type, dst_index;	/* where the writer suggests it go */
-	uint32_t channel;		/* index into WELCOME's chans, or TPU__WIRE_INLINE */
+	uint32_t channel;		/* index into WELCOME's chans (< TPU__WIRE_ENTRIES_MAX),
+					 * or TPU__WIRE_INLINE */
 	struct tpu__wire_blob meta;
 	struct tpu__wire_blob chan_desc;	/* the channel's own words (cma: pid, address) */
 };
@@ -140,18 +141,24 @@ struct tpu__wire_msg {
 /* ACK: the reader finished tensor index of message seq. */
 struct tpu__wire_ack {
 	uint64_t seq;
-	uint32_t tensor;
+	uint32_t tensor;		/* < TPU__WIRE_TENSORS_MAX */
 	int32_t status;			/* 0, or the reader's negative errno */
 };
 
-/* Header: encode into 16 bytes; decode checks magic, flags, rsvd and len. */
+/*
+ * Header: encode into 16 bytes; decode checks magic, type (one of the
+ * above), flags, rsvd (-EPROTO) and len (-EMSGSIZE).
+ */
 void tpu__wire_hdr_encode(uint8_t out[TPU__WIRE_HDR_LEN], uint16_t type, uint32_t len);
 tpu_status tpu__wire_hdr_decode(const uint8_t in[TPU__WIRE_HDR_LEN], struct tpu__wire_hdr *out);
 
 /*
  * Encoders write a whole frame (header and body) into buf and return its
  * length, or -EMSGSIZE if the frame exceeds size or a limit (buf may then
- * hold garbage).  Passing buf NULL, size 0 measures.
+ * hold garbage), or -EINVAL for a value the decoder would refuse as
+ * malformed (empty name, device type, status, channel or tensor index out
+ * of range, a WELCOME channel domain, NULL data with a length or count).
+ * Passing buf NULL (size is then ignored) measures.
  */
 long tpu__wire_hello_encode(uint8_t *buf, size_t size, const struct tpu__wire_hello *h);
 long tpu__wire_welcome_encode(uint8_t *buf, size_t size, const struct tpu__wire_welcome *w);
@@ -159,7 +166,7 @@ long tpu__wire_join_encode(uint8_t *buf, size_t size, const struct tpu__wire_joi
 long tpu__wire_msg_encode(uint8_t *buf, size_t size, const struct tpu__wire_msg *m);
 long tpu__wire_ack_encode(uint8_t *buf, size_t size, const struct tpu__wire_ack *a);
 
-/* Decoders take a body (without its header). */
+/* Decoders take a body (without its header); on error *out is unspecified. */
 tpu_status tpu__wire_hello_decode(const uint8_t *body, size_t len, struct tpu__wire_hello *out);
 tpu_status tpu__wire_welcome_decode(const uint8_t *body, size_t len, struct tpu__wire_welcome *out);
 tpu_status tpu__wire_join_decode(const uint8_t *body, size_t len, struct tpu__wire_join *out);
@@ -168,13 +175,16 @@ tpu_status tpu__wire_ack_decode(const uint8_t *body, size_t len, struct tpu__wir
  * MSG in two steps, so that the arrays are sized from checked counts:
  * counts() validates the whole body and returns npayloads and ntensors;
  * decode() then fills out->payloads and out->tensors, which the caller
- * allocated with those counts.
+ * allocated with those counts (-EINVAL if an array is NULL with a count).
  */
 tpu_status tpu__wire_msg_counts(const uint8_t *body, size_t len, uint32_t *npayloads,
 				uint32_t *ntensors);
 tpu_status tpu__wire_msg_decode(const uint8_t *body, size_t len, struct tpu__wire_msg *out);
 
-/* The blob as a NUL-terminated copy into buf; -ENAMETOOLONG if it does not fit. */
+/*
+ * The blob as a NUL-terminated copy into buf; -ENAMETOOLONG if it does not
+ * fit, -EINVAL if it holds a NUL (the string would silently be shorter).
+ */
 tpu_status tpu__wire_blob_str(struct tpu__wire_blob b, char *buf, size_t size);
 
 #endif /* TPU_PIPE_WIRE_H */

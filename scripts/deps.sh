@@ -20,6 +20,7 @@ packages=(
 	busybox-static cpio kmod	# the VM's initramfs and module loading
 	liburing-dev			# io_uring for the library and tools
 	valgrind			# leak checks of the host unit tests
+	clang libclang-rt-14-dev	# libFuzzer, for the pipe wire decoder's fuzz test
 )
 # shellcheck disable=SC2206 # word splitting of the extra list is the point
 packages+=(${TP_EXTRA_PACKAGES:-})
