@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * A single-producer single-consumer byte ring in memory shared by two
+ * processes (the shm transport, xport_shm.c).  Not installed.
+ *
+ * Layout: a header of TPU__SHM_RING_HDR_SIZE bytes, then the data area of
+ * a power-of-two capacity.  head and tail count every byte ever written and
+ * read (64 bits: they never wrap), each on its own cache line so that the
+ * two sides do not bounce one line between them:
+ *
+ *   head		written by the producer (release) once bytes are in;
+ *   tail		written by the consumer (release) once bytes are out;
+ *   reader_asleep	set by the consumer before its thread sleeps;
+ *   writer_waiting	set by the producer before it sleeps on a full ring.
+ *
+ * The sleep protocol (no lost wake-up): the sleeper stores its flag,
+ * fences (seq_cst) and looks at the ring again (..._arm returns true if
+ * there is something to do after all); the other side publishes bytes or
+ * space, fences, and if the flag is set clears it with an exchange and
+ * wakes the sleeper (..._needs_wake returns true once per sleep).  One of
+ * the two fences comes first, so one side always sees the other.
+ *
+ * The peer is not trusted: each side keeps the capacity and its own
+ * counter in process memory (struct tpu__shm_ring), so that a peer
+ * scribbling on the header can only make this side see a broken ring
+ * (tpu__shm_ring_broken), never copy outside the data area.
+ *
+ * Each struct tpu__shm_ring is used by one thread, in one role.
+ */
+#ifndef TPU_SHM_RING_H
+#define TPU_SHM_RING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define TPU__SHM_RING_MAGIC	0x31474e5253555054ull	/* "TPUSRNG1" little-endian */
+/* The data area starts one page in, so that it is page-aligned in a mapping. */
+#define TPU__SHM_RING_HDR_SIZE	4096u
+#define TPU__SHM_RING_MIN	4096u
+#define TPU__SHM_RING_MAX	(1u << 30)
+
+struct tpu__shm_ring_hdr {
+	_Alignas(64) _Atomic uint64_t head;
+	_Alignas(64) _Atomic uint64_t tail;
+	_Alignas(64) _Atomic uint32_t reader_asleep;
+	_Alignas(64) _Atomic uint32_t writer_waiting;
+	_Alignas(64) uint64_t magic;
+	uint64_t capacity;
+};
+
+/* One side's handle on a ring. */
+struct tpu__shm_ring {
+	struct tpu__shm_ring_hdr *hdr;
+	uint8_t *data;
+	uint64_t cap;		/* a power of two, from attach (never re-read) */
+	uint64_t pos;		/* producer: head; consumer: tail (this side's own) */
+	bool producer;
+	bool broken;		/* the other side's counter made no sense */
+};
+
+/* Bytes of shared memory one ring of @cap bytes takes. */
+static inline size_t tpu__shm_ring_size(uint64_t cap)
+{
+	return TPU__SHM_RING_HDR_SIZE + (size_t)cap;
+}
+
+/*
+ * Format a ring of @cap bytes (a power of two, TPU__SHM_RING_MIN to _MAX)
+ * at @mem (tpu__shm_ring_size(cap) bytes, 64-byte aligned).  -EINVAL if
+ * @cap is not acceptable.
+ */
+int tpu__shm_ring_init(void *mem, uint64_t cap);
+/*
+ * Take one side of the ring formatted at @mem: -EPROTO unless it carries
+ * the magic, a capacity of exactly @cap and counters that make sense.
+ */
+int tpu__shm_ring_attach(struct tpu__shm_ring *r, void *mem, uint64_t cap, bool producer);
+
+/* Producer: copy what fits of iov[0..n), skipping its first @skip bytes. */
+size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
+			   size_t skip);
+/* Consumer: copy out up to @len bytes. */
+size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len);
+/* Bytes the consumer may read now; bytes the producer may write now. */
+size_t tpu__shm_ring_readable(struct tpu__shm_ring *r);
+size_t tpu__shm_ring_writable(struct tpu__shm_ring *r);
+
+static inline bool tpu__shm_ring_broken(const struct tpu__shm_ring *r)
+{
+	return r->broken;
+}
+
+/* Consumer about to sleep: true if bytes arrived meanwhile. */
+bool tpu__shm_ring_reader_arm(struct tpu__shm_ring *r);
+void tpu__shm_ring_reader_disarm(struct tpu__shm_ring *r);
+/* Producer about to sleep on a full ring: true if space appeared meanwhile. */
+bool tpu__shm_ring_writer_arm(struct tpu__shm_ring *r);
+void tpu__shm_ring_writer_disarm(struct tpu__shm_ring *r);
+/* Producer, after writing: true if the consumer must be woken (once per sleep). */
+bool tpu__shm_ring_reader_needs_wake(struct tpu__shm_ring *r);
+/* Consumer, after reading: true if the producer must be woken. */
+bool tpu__shm_ring_writer_needs_wake(struct tpu__shm_ring *r);
+
+#endif /* TPU_SHM_RING_H */
