@@ -772,20 +772,21 @@ struct tpu_payload {
  * @data:	bytes (write), or where to put them (read; set by the reader).
  * @len:	length (read: from the descriptor).
  * @buffer:	write: the tpu_buffer holding @data, or NULL (lets the kmod
- *		channel skip registration).  Read: NULL, or set by the reader
- *		with @data NULL to receive into a new buffer (the kmod channel
- *		then moves pages instead of copying); the read callback hands
- *		it over and the reader frees it with tpu_buffer_free().
+ *		channel skip registration).  Read: set by the pipe when the
+ *		reader asked for a buffer (TPU_TENSOR_WANT_BUFFER); the reader
+ *		then owns it and frees it with tpu_buffer_free().
  * @device:	where @data lies (write), or where the reader put it (read).
  * @target:	write: where the writer suggests the reader put it; read: that
  *		suggestion, from the descriptor.
  * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
  * @metadata_len: their length.
+ * @flags:	write: TPU_TENSOR_GIVE or 0; read: TPU_TENSOR_WANT_BUFFER or 0.
  */
 struct tpu_message_tensor {
 	void *data;
 	size_t len;
 	struct tpu_buffer *buffer;
+	unsigned int flags;
 	struct tpu_device device;
 	struct tpu_device target;
 	const void *metadata;
@@ -815,6 +816,22 @@ struct tpu_message {
 	struct tpu_message_tensor *tensors;
 	size_t ntensors;
 };
+
+/**
+ * TPU_TENSOR_GIVE - the write takes the tensor's @buffer (@data must be its
+ * start): the write's callback comes once the buffer is gone, and the
+ * reader gets its pages without a copy when both ends use the kmod channel
+ * and the reader asks for a buffer.  Freed by the library on any error.
+ */
+#define TPU_TENSOR_GIVE		(1U << 0)
+
+/**
+ * TPU_TENSOR_WANT_BUFFER - read: leave @data NULL and receive the tensor
+ * into a new tpu_buffer (the writer's own pages when it gave a buffer and
+ * both ends use the kmod channel); @buffer and @data are set before the
+ * read's callback.
+ */
+#define TPU_TENSOR_WANT_BUFFER	(1U << 1)
 
 /** struct tpu_listener - accepts pipes on one or more URLs (opaque) */
 struct tpu_listener;

@@ -32,7 +32,7 @@
 #include "rdv_internal.h"
 
 #define CTX_DEFAULT_ENTRIES	256
-#define CTX_DEFAULT_SPIN_NS	20000
+#define CTX_DEFAULT_SPIN_NS	100000
 #define CTX_MAX_SPIN_NS		10000000
 
 /* What a CQE's user_data points to. */
@@ -57,6 +57,8 @@ struct tpu_context {
 	pthread_t thread;
 	unsigned int flags;
 	char *dev_path;
+	char *transports;		/* pipes: allowed transports, NULL for all */
+	char *channels;
 
 	int wake_fd;
 	atomic_bool asleep;
@@ -88,6 +90,7 @@ struct tpu_context {
 	bool ep_tried;
 	bool ep_claimed;
 	struct tpu_rendezvous *rdvs;
+	struct tpu__ctx_obj *objs;	/* pipes and listeners */
 };
 
 static _Thread_local const struct tpu_context *this_thread_ctx;
@@ -105,6 +108,16 @@ const char *tpu__ctx_dev_path(const struct tpu_context *ctx)
 unsigned int tpu__ctx_flags(const struct tpu_context *ctx)
 {
 	return ctx->flags;
+}
+
+const char *tpu__ctx_transports(const struct tpu_context *ctx)
+{
+	return ctx->transports;
+}
+
+const char *tpu__ctx_channels(const struct tpu_context *ctx)
+{
+	return ctx->channels;
 }
 
 /* Wake the thread if it is asleep or about to be; cheap when it is busy. */
@@ -637,6 +650,28 @@ void tpu__ctx_del_rdv(struct tpu_context *ctx, struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
+void tpu__ctx_add_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o)
+{
+	pthread_mutex_lock(&ctx->lock);
+	o->next = ctx->objs;
+	ctx->objs = o;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpu__ctx_del_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o)
+{
+	struct tpu__ctx_obj **p;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (p = &ctx->objs; *p; p = &(*p)->next) {
+		if (*p == o) {
+			*p = o->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 /* ---- create and destroy ---------------------------------------------- */
 
 static void ctx_free(struct tpu_context *ctx)
@@ -650,6 +685,8 @@ static void ctx_free(struct tpu_context *ctx)
 	pthread_cond_destroy(&ctx->progress);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx->dev_path);
+	free(ctx->transports);
+	free(ctx->channels);
 	free(ctx);
 }
 
@@ -701,6 +738,8 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	entries = opts && opts->entries ? opts->entries : CTX_DEFAULT_ENTRIES;
 	if (entries > 32768)
 		return -EINVAL;
+	if (opts && tpu__pipe_policy_check(opts->transports, opts->channels))
+		return -EINVAL;
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
@@ -717,6 +756,11 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	atomic_init(&ctx->asleep, false);
 	ctx->flags = opts ? opts->flags : 0;
 	if (opts && opts->dev_path && !(ctx->dev_path = strdup(opts->dev_path))) {
+		ctx_free(ctx);
+		return -ENOMEM;
+	}
+	if (opts && ((opts->transports && !(ctx->transports = strdup(opts->transports))) ||
+		     (opts->channels && !(ctx->channels = strdup(opts->channels))))) {
 		ctx_free(ctx);
 		return -ENOMEM;
 	}
@@ -750,6 +794,18 @@ TPU_API void tpu_context_destroy(struct tpu_context *ctx)
 
 	if (!ctx)
 		return;
+	/* Pipes and listeners left open are closed first: their callbacks run. */
+	for (;;) {
+		struct tpu__ctx_obj *o;
+
+		pthread_mutex_lock(&ctx->lock);
+		o = ctx->objs;
+		pthread_mutex_unlock(&ctx->lock);
+		if (!o)
+			break;
+		tpu__log_debug("context: closing a pipe or listener the program left open");
+		o->close(o);
+	}
 	/* A program that forgot its rendezvous still gets every callback. */
 	for (;;) {
 		pthread_mutex_lock(&ctx->lock);

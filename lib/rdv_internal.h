@@ -204,7 +204,7 @@ void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t);
  * Pollers: transports that share memory with a peer (shm rings) are polled
  * by the context thread instead of waking it through the kernel for every
  * frame.  While any poller is registered the thread spins for a short while
- * (TPU_SPIN_US, default 20 us) after its last progress before it sleeps, so
+ * (TPU_SPIN_US, default 100 us) after its last progress before it sleeps, so
  * that a busy pipe costs no system call and an idle one costs no CPU.
  *
  *   poll	make progress; return true if anything happened;
@@ -240,6 +240,11 @@ bool tpu__ctx_claim_endpoint(struct tpu_context *ctx);
 /* How the context was created. */
 const char *tpu__ctx_dev_path(const struct tpu_context *ctx);
 unsigned int tpu__ctx_flags(const struct tpu_context *ctx);
+/* Pipes: the context options' transport and channel lists (NULL: all). */
+const char *tpu__ctx_transports(const struct tpu_context *ctx);
+const char *tpu__ctx_channels(const struct tpu_context *ctx);
+/* -EINVAL when a list names an unknown transport or channel (pipe_offer.c). */
+tpu_status tpu__pipe_policy_check(const char *transports, const char *channels);
 
 /* A reference-counted endpoint, so that buffers may outlive nothing they need. */
 struct tpu__ep_ref;
@@ -249,6 +254,18 @@ struct tpu__ep_ref *tpu__ep_ref_new(struct tpu_endpoint *ep);
 void tpu__ep_ref_hold(struct tpu__ep_ref *ref);
 struct tpu_endpoint *tpu__ep_ref_get(struct tpu__ep_ref *ref);
 void tpu__ep_ref_put(struct tpu__ep_ref *ref);
+
+/*
+ * Pipes and listeners the program may leave open: tpu_context_destroy()
+ * calls close for each (which must unlink it with tpu__ctx_del_obj) before
+ * it stops the thread.
+ */
+struct tpu__ctx_obj {
+	struct tpu__ctx_obj *next;
+	void (*close)(struct tpu__ctx_obj *o);
+};
+void tpu__ctx_add_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o);
+void tpu__ctx_del_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o);
 
 /* Register/unregister a rendezvous with its context (context_destroy frees leftovers). */
 void tpu__ctx_add_rdv(struct tpu_context *ctx, struct tpu_rendezvous *rdv);

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Inside the pipes: the public calls (pipe.c), the write and read paths
+ * (pipe_write.c, pipe_read.c), connection set-up and negotiation
+ * (pipe_setup.c, pipe_listener.c, pipe_offer.c).  Not installed.
+ *
+ * Threading: a public call validates its arguments, packs them into a
+ * struct pipe_call and defers it to the context thread (tpu__ctx_defer), in
+ * the order the calls were made.  Everything else, every field of struct
+ * tpu_pipe below included, is touched only on the context thread, so no
+ * lock guards it.  The exceptions are the atomics marked as such.
+ *
+ * Life: a pipe is freed once the user closed it (or the context did) and
+ * nothing of it is in flight any more: no transport operation (io) and no
+ * channel operation (chan_ops).  Calls made before tpu_pipe_close() run
+ * before its own deferred call (the context runs tasks in order), and no
+ * call may follow it, so no deferred call can find the pipe freed.
+ */
+#ifndef TPU_PIPE_INTERNAL_H
+#define TPU_PIPE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipe_wire.h"
+#include "rdv_internal.h"
+#include "xport.h"
+
+/* Channels, best first; basic (inline) is always there. */
+enum pipe_chan {
+	PIPE_CHAN_BASIC = 0,
+	PIPE_CHAN_CMA,
+	PIPE_CHAN_KMOD,
+	PIPE_CHAN_COUNT,
+};
+
+const char *tpu__pipe_chan_name(enum pipe_chan c);
+/* PIPE_CHAN_COUNT if unknown. */
+enum pipe_chan tpu__pipe_chan_parse(const char *name, size_t len);
+
+/* What a context lets its pipes use (context options and environment). */
+struct tpu__pipe_policy {
+	bool xport_ok[2];		/* [0] tcp, [1] shm */
+	bool chan_ok[PIPE_CHAN_COUNT];
+};
+/* From the context's options, narrowed by TPU_TRANSPORTS / TPU_CHANNELS. */
+tpu_status tpu__pipe_policy(struct tpu_context *ctx, struct tpu__pipe_policy *out);
+const struct tpu__xport *tpu__pipe_xport_by_name(const char *name, size_t len);
+int tpu__pipe_xport_index(const struct tpu__xport *x);
+
+/* What one end offers (pipe_offer.c), kept as text for the HELLO. */
+struct tpu__pipe_offer {
+	unsigned int nxports;
+	struct {
+		const struct tpu__xport *xport;
+		char domain[TPU__WIRE_DESC_MAX];
+	} xports[2];
+	unsigned int nchans;
+	struct {
+		enum pipe_chan chan;
+		char domain[TPU__WIRE_DESC_MAX];
+	} chans[PIPE_CHAN_COUNT];
+};
+tpu_status tpu__pipe_offer(struct tpu_context *ctx, const struct tpu__pipe_policy *pol,
+			   struct tpu__pipe_offer *out);
+
+struct tpu_pipe;
+
+/* A public call on its way to the context thread. */
+enum pipe_call_kind {
+	PIPE_CALL_WRITE,
+	PIPE_CALL_READ_DESC,
+	PIPE_CALL_READ,
+	PIPE_CALL_CLOSE,
+};
+
+/* One write in flight. */
+struct pipe_write {
+	struct pipe_write *next;
+	struct tpu_message *msg;
+	tpu_write_cb cb;
+	void *arg;
+	uint64_t seq;
+	uint8_t *frame;			/* header + descriptor */
+	size_t frame_len;
+	unsigned int waiting;		/* parts not done: stream writes, channel tensors */
+	tpu_status status;		/* first error */
+	bool started;			/* on the wire, or failed: done once waiting is 0 */
+	bool *given;			/* per tensor: the kmod channel took its buffer */
+	bool *acked;			/* per tensor: the reader ACKed it (cma) */
+};
+
+struct pipe_rd_tensor {
+	uint32_t chan;			/* TPU__WIRE_INLINE or a pipe_chan */
+	uint32_t pid;			/* cma: the writer */
+	uint64_t addr;			/* cma: where the tensor lies in the writer */
+	uint64_t len;
+};
+
+/* One read in flight (a descriptor handed out, then read). */
+struct pipe_read {
+	struct pipe_read *next;
+	struct tpu_message msg;		/* what the user sees */
+	struct tpu_payload *payloads;
+	struct tpu_message_tensor *tensors;
+	struct pipe_rd_tensor *tinfo;	/* per tensor: what the descriptor said */
+	uint64_t *payload_len;		/* per payload: what the descriptor said */
+	uint8_t *body;			/* the descriptor frame's body (msg points into it) */
+	uint64_t seq;
+	tpu_read_cb cb;
+	void *arg;
+	unsigned int waiting;		/* inline parts and channel tensors not done */
+	tpu_status status;
+	bool delivered;			/* the descriptor went to the user */
+	bool started;			/* tpu_pipe_read() came */
+};
+
+struct pipe_call {
+	struct tpu__task task;
+	struct tpu_pipe *pipe;
+	enum pipe_call_kind kind;
+	struct tpu_message *msg;
+	union {
+		tpu_write_cb write;
+		tpu_descriptor_cb desc;
+		tpu_read_cb read;
+	} cb;
+	void *arg;
+};
+
+/* Where the inbound side of a pipe is. */
+enum pipe_in_state {
+	PIPE_IN_IDLE,		/* nothing asked of the transport */
+	PIPE_IN_HDR,		/* reading a frame header */
+	PIPE_IN_BODY,		/* reading a frame body */
+	PIPE_IN_HOLD,		/* a descriptor waits for the user (back-pressure) */
+	PIPE_IN_INLINE,		/* reading a message's inline bytes into the user's memory */
+};
+
+enum pipe_state {
+	PIPE_CONNECTING,	/* connector: HELLO sent, waiting for WELCOME / JOIN done */
+	PIPE_ACCEPTING,		/* listener side: set up not finished */
+	PIPE_OPEN,
+	PIPE_FAILED,		/* error: everything fails with pipe->error */
+};
+
+struct tpu_listener;
+
+struct tpu_pipe {
+	struct tpu_context *ctx;
+	struct tpu__ctx_obj obj;	/* the context's list, for context_destroy */
+	atomic_bool user_closed;	/* any thread: tpu_pipe_close() was called */
+	atomic_bool broken;		/* any thread: failed (writes return -EPIPE) */
+
+	enum pipe_state state;
+	tpu_status error;
+	bool closed;			/* the close call ran */
+	bool delivered;			/* listener side: handed to the user */
+	bool connector;			/* this end connected (names its keys "c") */
+	unsigned int io;		/* transport operations in flight */
+	unsigned int chan_ops;		/* channel operations in flight */
+
+	struct tpu__conn *conn;		/* the transport carrying frames */
+	const struct tpu__xport *xport;
+	enum pipe_chan chan_cpu;	/* CPU -> CPU channel, both directions */
+	struct tpu_rendezvous *kmod;	/* kmod channel: shared by the two ends */
+	int peer_pid;			/* cma channel: the peer's pid (from HELLO/WELCOME) */
+	struct tpu__pipe_policy policy;
+
+	/* Set-up (pipe_setup.c). */
+	uint8_t hdr[TPU__WIRE_HDR_LEN];
+	uint8_t *setup_frame;		/* HELLO or WELCOME being written */
+	uint8_t *setup_body;
+	uint64_t token;			/* listener: JOIN token of this pipe */
+	struct tpu_listener *listener;	/* listener side, until accepted */
+	struct tpu_pipe *join_next;	/* listener's pipes waiting for their JOIN */
+	int kmod_fd;			/* the kmod domain being passed */
+
+	/* Outbound. */
+	uint64_t next_write_seq;
+	struct pipe_write *writes, **writes_tail;	/* issue order, until called back */
+	/* Inbound. */
+	enum pipe_in_state in;
+	uint8_t in_hdr[TPU__WIRE_HDR_LEN];
+	struct tpu__wire_hdr in_frame;
+	uint8_t *in_body;
+	uint64_t next_read_seq;
+	struct pipe_read *held;		/* descriptor read ahead, not asked for yet */
+	struct pipe_read *reads, **reads_tail;	/* handed out, until called back */
+	unsigned int inline_next;	/* PIPE_IN_INLINE: index of the next inline part */
+	struct pipe_read *inline_rd;
+	/* read_descriptor calls not served yet, in order. */
+	struct pipe_call **desc_calls;
+	size_t ndesc_calls, desc_calls_cap;
+
+	char xport_name[8];		/* for tpu_pipe_transport(), written once */
+	char chan_name[8];
+	atomic_bool ready;		/* any thread: the two names are final */
+};
+
+/* pipe.c */
+struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector);
+/* Fail everything pending with @err (once), close the transport and channels. */
+void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err);
+/* Negotiation done: the pipe carries messages now. */
+void tpu__pipe_opened(struct tpu_pipe *p);
+/* Free the pipe if it is closed and idle. */
+void tpu__pipe_maybe_free(struct tpu_pipe *p);
+/* Take a transport operation's reference, and give it back. */
+static inline void tpu__pipe_io_get(struct tpu_pipe *p)
+{
+	p->io++;
+}
+
+void tpu__pipe_io_put(struct tpu_pipe *p);
+
+/* pipe_write.c, pipe_read.c (context thread) */
+void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c);
+void tpu__pipe_writes_fail(struct tpu_pipe *p);
+void tpu__pipe_ack(struct tpu_pipe *p, const struct tpu__wire_ack *ack);
+void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c);
+void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c);
+void tpu__pipe_in_pump(struct tpu_pipe *p);
+void tpu__pipe_reads_fail(struct tpu_pipe *p);
+/* Free reads nobody will call back (the pipe is being freed). */
+void tpu__pipe_reads_free(struct tpu_pipe *p);
+/* The key of tensor @idx of message @seq written by the connector or not. */
+size_t tpu__pipe_kmod_key(char *buf, size_t size, bool by_connector, uint64_t seq, uint32_t idx);
+
+/* pipe_setup.c */
+tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport *x,
+				     const char *addr);
+void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn);
+/* The listener found the pipe of a JOIN: continue on @conn. */
+void tpu__pipe_joined(struct tpu_pipe *p, struct tpu__conn *conn);
+
+/* pipe_listener.c */
+tpu_status tpu__listener_url_for(const struct tpu_listener *l, const struct tpu__xport *x,
+				 const char **addr);
+void tpu__listener_await_join(struct tpu_listener *l, struct tpu_pipe *p);
+/* The pipe waiting for the JOIN with @token, taken off the list; NULL if none. */
+struct tpu_pipe *tpu__listener_take_join(struct tpu_listener *l, uint64_t token);
+/* Run fn(arg) on the context thread and wait for it (pipe.c). */
+void tpu__ctx_run_sync(struct tpu_context *ctx, void (*fn)(void *arg), void *arg);
+void tpu__listener_forget(struct tpu_listener *l, struct tpu_pipe *p);
+/* The pipe is set up: hand it to an accept, or queue it. */
+void tpu__listener_deliver(struct tpu_listener *l, struct tpu_pipe *p);
+
+#endif /* TPU_PIPE_INTERNAL_H */

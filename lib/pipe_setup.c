@@ -1,0 +1,486 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Setting a pipe up (context thread only).
+ *
+ *   connector				listener
+ *   HELLO (its transports, channels)  ->
+ *				       <- WELCOME (status, transport, token,
+ *					  channel per device pair)
+ *   [if the transport changes: a new connection to WELCOME's address,
+ *    JOIN (token) as its first frame; the first connection is closed]
+ *   [kmod channel: the domain's descriptor, passed over the transport]
+ *   messages both ways ...
+ *
+ * The listener decides: the best transport both ends offer with equal
+ * domain descriptors and that it listens on, and per device pair the best
+ * such channel the transport can carry (kmod needs descriptor passing).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "pipe_internal.h"
+
+static void setup_fail(struct tpu_pipe *p, tpu_status st)
+{
+	tpu__pipe_fail(p, st);
+	/* Nobody holds a listener-side pipe before it is accepted. */
+	if (!p->connector && !p->delivered) {
+		p->closed = true;
+		tpu__pipe_maybe_free(p);
+	}
+}
+
+static tpu_status setup_write(struct tpu_pipe *p, uint8_t *frame, size_t len, tpu__io_cb cb)
+{
+	tpu_status st;
+
+	tpu__pipe_io_get(p);
+	st = p->conn->ops->write(p->conn, &(struct iovec){ frame, len }, 1, cb, p);
+	if (st)
+		p->io--;
+	return st;
+}
+
+static tpu_status setup_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb)
+{
+	tpu_status st;
+
+	tpu__pipe_io_get(p);
+	st = p->conn->ops->read(p->conn, buf, len, cb, p);
+	if (st)
+		p->io--;
+	return st;
+}
+
+/* Read a frame header, then its body into p->setup_body; then call @next. */
+static void frame_body_done(void *arg, tpu_status st);
+
+static void frame_hdr_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+	struct tpu__wire_hdr h;
+
+	if (p->state == PIPE_FAILED)
+		goto out;
+	if (!st)
+		st = tpu__wire_hdr_decode(p->hdr, &h);
+	if (!st && (!h.len || (h.type != TPU__WIRE_HELLO && h.type != TPU__WIRE_WELCOME &&
+			       h.type != TPU__WIRE_JOIN)))
+		st = -EPROTO;
+	if (!st) {
+		p->in_frame = h;
+		free(p->setup_body);
+		p->setup_body = malloc(h.len);
+		st = p->setup_body ? 0 : -ENOMEM;
+	}
+	if (!st)
+		st = setup_read(p, p->setup_body, h.len, frame_body_done);
+	if (st)
+		setup_fail(p, st);
+out:
+	tpu__pipe_io_put(p);
+}
+
+static tpu_status read_frame(struct tpu_pipe *p)
+{
+	return setup_read(p, p->hdr, TPU__WIRE_HDR_LEN, frame_hdr_done);
+}
+
+static void setup_written(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (st && p->state != PIPE_FAILED)
+		setup_fail(p, st);
+	tpu__pipe_io_put(p);
+}
+
+/* ---- the kmod channel's domain ---------------------------------------- */
+
+static void kmod_fd_sent(void *arg, tpu_status st)
+{
+	setup_written(arg, st);
+}
+
+static void kmod_fd_received(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (p->state == PIPE_FAILED)
+		goto out;
+	if (!st)
+		st = tpu_rendezvous_join(p->ctx, p->kmod_fd, &p->kmod);
+	if (p->kmod_fd >= 0)
+		close(p->kmod_fd);
+	p->kmod_fd = -1;
+	if (st) {
+		setup_fail(p, st);
+		goto out;
+	}
+	tpu__pipe_opened(p);
+	tpu__listener_deliver(p->listener, p);
+out:
+	tpu__pipe_io_put(p);
+}
+
+/* Listener side, on the connection the pipe will use: finish and hand over. */
+static void acceptor_finish(struct tpu_pipe *p)
+{
+	tpu_status st;
+
+	if (p->chan_cpu == PIPE_CHAN_KMOD) {
+		tpu__pipe_io_get(p);
+		st = p->conn->ops->recv_fd(p->conn, &p->kmod_fd, kmod_fd_received, p);
+		if (st) {
+			p->io--;
+			setup_fail(p, st);
+		}
+		return;
+	}
+	tpu__pipe_opened(p);
+	tpu__listener_deliver(p->listener, p);
+}
+
+void tpu__pipe_joined(struct tpu_pipe *p, struct tpu__conn *conn)
+{
+	p->conn = conn;
+	p->xport = conn->xport;
+	acceptor_finish(p);
+}
+
+/* ---- connector ---------------------------------------------------------- */
+
+static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_welcome *w)
+{
+	char name[TPU__WIRE_NAME_MAX + 1], addr[TPU__WIRE_ADDR_MAX + 1];
+	const struct tpu__xport *x;
+	enum pipe_chan chan = PIPE_CHAN_BASIC;
+	tpu_status st;
+	int fd;
+
+	if (w->status)
+		return w->status;
+	st = tpu__wire_blob_str(w->xport.name, name, sizeof(name));
+	if (st)
+		return -EPROTO;
+	x = tpu__pipe_xport_by_name(name, strlen(name));
+	if (!x || !p->policy.xport_ok[tpu__pipe_xport_index(x)])
+		return -EPROTO;
+	for (uint32_t i = 0; i < w->nchans; i++) {
+		const struct tpu__wire_chan_entry *e = &w->chans[i];
+
+		if (e->src_type != TPU_DEVICE_CPU || e->dst_type != TPU_DEVICE_CPU)
+			continue;
+		chan = tpu__pipe_chan_parse((const char *)e->name.data, e->name.len);
+		if (chan == PIPE_CHAN_COUNT || !p->policy.chan_ok[chan])
+			return -EPROTO;
+	}
+	p->chan_cpu = chan;
+	if (x != p->xport) {
+		struct tpu__wire_join join = { .token = w->token };
+		struct tpu__conn *old = p->conn;
+		long len;
+
+		st = tpu__wire_blob_str(w->xport.addr, addr, sizeof(addr));
+		if (st)
+			return -EPROTO;
+		tpu__log_debug("pipe %p: moving from %s to %s://%s", (void *)p, p->xport->name,
+			       x->name, addr);
+		st = x->connect(p->ctx, addr, &p->conn);
+		if (st) {
+			p->conn = old;
+			return st;
+		}
+		old->ops->close(old);
+		p->xport = x;
+		len = tpu__wire_join_encode(NULL, 0, &join);
+		free(p->setup_frame);
+		p->setup_frame = malloc((size_t)len);
+		if (!p->setup_frame)
+			return -ENOMEM;
+		tpu__wire_join_encode(p->setup_frame, (size_t)len, &join);
+		st = setup_write(p, p->setup_frame, (size_t)len, setup_written);
+		if (st)
+			return st;
+	}
+	if (chan == PIPE_CHAN_KMOD) {
+		if (!p->conn->ops->send_fd)
+			return -EPROTO;
+		st = tpu_rendezvous_create(p->ctx, TPU_RDV_KMOD, &p->kmod);
+		if (!st)
+			st = tpu_rendezvous_share(p->kmod, &fd);
+		if (st)
+			return st;
+		tpu__pipe_io_get(p);
+		st = p->conn->ops->send_fd(p->conn, fd, kmod_fd_sent, p);
+		close(fd);
+		if (st) {
+			p->io--;
+			return st;
+		}
+	}
+	tpu__pipe_opened(p);
+	return 0;
+}
+
+static void connector_frame(struct tpu_pipe *p)
+{
+	struct tpu__wire_welcome w;
+	tpu_status st = -EPROTO;
+
+	if (p->in_frame.type == TPU__WIRE_WELCOME)
+		st = tpu__wire_welcome_decode(p->setup_body, p->in_frame.len, &w);
+	if (!st)
+		st = connector_welcome(p, &w);
+	free(p->setup_body);
+	p->setup_body = NULL;
+	if (st)
+		tpu__pipe_fail(p, st);
+}
+
+tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport *x,
+				     const char *addr)
+{
+	struct tpu__wire_hello h = { .version = TPU__WIRE_VERSION };
+	struct tpu__pipe_offer offer;
+	long len;
+	tpu_status st;
+
+	st = tpu__pipe_offer(p->ctx, &p->policy, &offer);
+	if (st)
+		return st;
+	for (unsigned int i = 0; i < offer.nxports; i++)
+		h.xports[h.nxports++] = (struct tpu__wire_xport_entry){
+			.name = { (const uint8_t *)offer.xports[i].xport->name,
+				  (uint32_t)strlen(offer.xports[i].xport->name) },
+			.domain = { (const uint8_t *)offer.xports[i].domain,
+				    (uint32_t)strlen(offer.xports[i].domain) },
+		};
+	for (unsigned int i = 0; i < offer.nchans; i++) {
+		const char *name = tpu__pipe_chan_name(offer.chans[i].chan);
+
+		h.chans[h.nchans++] = (struct tpu__wire_chan_entry){
+			.name = { (const uint8_t *)name, (uint32_t)strlen(name) },
+			.src_type = TPU_DEVICE_CPU, .dst_type = TPU_DEVICE_CPU,
+			.domain = { (const uint8_t *)offer.chans[i].domain,
+				    (uint32_t)strlen(offer.chans[i].domain) },
+		};
+	}
+	len = tpu__wire_hello_encode(NULL, 0, &h);
+	if (len < 0)
+		return (tpu_status)len;
+	p->setup_frame = malloc((size_t)len);
+	if (!p->setup_frame)
+		return -ENOMEM;
+	tpu__wire_hello_encode(p->setup_frame, (size_t)len, &h);
+	st = x->connect(p->ctx, addr, &p->conn);
+	if (st)
+		return st;
+	p->xport = x;
+	st = setup_write(p, p->setup_frame, (size_t)len, setup_written);
+	if (!st)
+		st = read_frame(p);
+	if (st)
+		tpu__pipe_fail(p, st);
+	return 0;
+}
+
+/* ---- listener side ------------------------------------------------------ */
+
+static bool same(struct tpu__wire_blob b, const char *s)
+{
+	return b.len == strlen(s) && !memcmp(b.data, s, b.len);
+}
+
+/* The listener's choice for @h; fills @w (strings point into @offer or static data). */
+static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
+		   const struct tpu__pipe_offer *offer, struct tpu__wire_welcome *w,
+		   const struct tpu__xport **chosen)
+{
+	const struct tpu__xport *best = NULL;
+	const char *best_domain = NULL;
+	enum pipe_chan chan = PIPE_CHAN_BASIC;
+	const char *addr;
+
+	memset(w, 0, sizeof(*w));
+	*chosen = NULL;
+	if (h->version != TPU__WIRE_VERSION) {
+		w->status = -EPROTONOSUPPORT;
+		return;
+	}
+	for (unsigned int i = 0; i < offer->nxports; i++) {
+		const struct tpu__xport *x = offer->xports[i].xport;
+
+		if (tpu__listener_url_for(p->listener, x, &addr))
+			continue;
+		if (best && best->priority >= x->priority)
+			continue;
+		for (uint32_t j = 0; j < h->nxports; j++) {
+			if (same(h->xports[j].name, x->name) &&
+			    same(h->xports[j].domain, offer->xports[i].domain)) {
+				best = x;
+				best_domain = offer->xports[i].domain;
+			}
+		}
+	}
+	if (!best) {
+		w->status = -ENOPROTOOPT;
+		return;
+	}
+	(void)best_domain;
+	/* Offers list channels best first. */
+	for (unsigned int i = 0; i < offer->nchans && chan == PIPE_CHAN_BASIC; i++) {
+		enum pipe_chan c = offer->chans[i].chan;
+
+		if (c == PIPE_CHAN_KMOD && !p->conn->ops->send_fd && best == p->xport)
+			continue;
+		if (c == PIPE_CHAN_KMOD && best == &tpu__xport_tcp)
+			continue;
+		for (uint32_t j = 0; j < h->nchans; j++)
+			if (h->chans[j].src_type == TPU_DEVICE_CPU &&
+			    h->chans[j].dst_type == TPU_DEVICE_CPU &&
+			    same(h->chans[j].name, tpu__pipe_chan_name(c)) &&
+			    same(h->chans[j].domain, offer->chans[i].domain))
+				chan = c;
+	}
+	p->chan_cpu = chan;
+	*chosen = best;
+	w->xport.name = (struct tpu__wire_blob){ (const uint8_t *)best->name,
+						 (uint32_t)strlen(best->name) };
+	if (best != p->xport) {
+		tpu__listener_url_for(p->listener, best, &addr);
+		w->xport.addr = (struct tpu__wire_blob){ (const uint8_t *)addr,
+							 (uint32_t)strlen(addr) };
+	}
+	w->nchans = 1;
+	w->chans[0] = (struct tpu__wire_chan_entry){
+		.name = { (const uint8_t *)tpu__pipe_chan_name(chan),
+			  (uint32_t)strlen(tpu__pipe_chan_name(chan)) },
+		.src_type = TPU_DEVICE_CPU, .dst_type = TPU_DEVICE_CPU,
+	};
+}
+
+static void welcome_written(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (p->state == PIPE_FAILED)
+		goto out;
+	if (st) {
+		setup_fail(p, st);
+		goto out;
+	}
+	if (p->error) {
+		/* The WELCOME carried a refusal: the connector knows why. */
+		setup_fail(p, p->error);
+		goto out;
+	}
+	if (p->token) {
+		/* The pipe continues on the connection its JOIN comes on. */
+		struct tpu__conn *c = p->conn;
+
+		p->conn = NULL;
+		c->ops->close(c);
+		tpu__listener_await_join(p->listener, p);
+		goto out;
+	}
+	acceptor_finish(p);
+out:
+	tpu__pipe_io_put(p);
+}
+
+static tpu_status acceptor_hello(struct tpu_pipe *p)
+{
+	struct tpu__wire_hello h;
+	struct tpu__wire_welcome w;
+	struct tpu__pipe_offer offer;
+	const struct tpu__xport *x;
+	tpu_status st;
+	long len;
+
+	st = tpu__wire_hello_decode(p->setup_body, p->in_frame.len, &h);
+	if (st)
+		return st;
+	st = tpu__pipe_offer(p->ctx, &p->policy, &offer);
+	if (st)
+		return st;
+	choose(p, &h, &offer, &w, &x);
+	if (w.status) {
+		tpu__log_debug("pipe %p: refusing a peer: %s", (void *)p, tpu_strerror(w.status));
+		p->error = w.status;
+	} else if (x != p->xport) {
+		while (!p->token)
+			if (getrandom(&p->token, sizeof(p->token), 0) != sizeof(p->token))
+				p->token = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
+		w.token = p->token;
+	}
+	len = tpu__wire_welcome_encode(NULL, 0, &w);
+	if (len < 0)
+		return (tpu_status)len;
+	free(p->setup_frame);
+	p->setup_frame = malloc((size_t)len);
+	if (!p->setup_frame)
+		return -ENOMEM;
+	tpu__wire_welcome_encode(p->setup_frame, (size_t)len, &w);
+	return setup_write(p, p->setup_frame, (size_t)len, welcome_written);
+}
+
+static tpu_status acceptor_join(struct tpu_pipe *p)
+{
+	struct tpu__wire_join j;
+	struct tpu_pipe *q;
+	struct tpu__conn *c;
+	tpu_status st;
+
+	st = tpu__wire_join_decode(p->setup_body, p->in_frame.len, &j);
+	if (st)
+		return st;
+	q = tpu__listener_take_join(p->listener, j.token);
+	if (!q)
+		return -EPROTO;
+	/* This stand-in pipe gives its connection to the one the JOIN names. */
+	c = p->conn;
+	p->conn = NULL;
+	setup_fail(p, TPU_E_CLOSED);
+	tpu__pipe_joined(q, c);
+	return 0;
+}
+
+static void frame_body_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (p->state == PIPE_FAILED)
+		goto out;
+	if (st) {
+		setup_fail(p, st);
+		goto out;
+	}
+	if (p->connector) {
+		connector_frame(p);
+		goto out;
+	}
+	if (p->in_frame.type == TPU__WIRE_HELLO)
+		st = acceptor_hello(p);
+	else if (p->in_frame.type == TPU__WIRE_JOIN)
+		st = acceptor_join(p);
+	else
+		st = -EPROTO;
+	if (st)
+		setup_fail(p, st);
+out:
+	tpu__pipe_io_put(p);
+}
+
+void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn)
+{
+	tpu_status st;
+
+	p->conn = conn;
+	p->xport = conn->xport;
+	st = read_frame(p);
+	if (st)
+		setup_fail(p, st);
+}
