@@ -7,6 +7,7 @@
 #                     ends with one line "N passed, N failed[, N skipped]"
 #   make demo         tools/tpdemo in the VM, module loaded
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
+#   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe
 #   make checkpatch   checkpatch.pl --strict on the module and the uapi header
 #   make deps         install missing Debian packages (or print the command)
 #   make vm-shell     interactive shell in the VM, module loaded
@@ -53,7 +54,7 @@ BENCH_VM_MEM ?= 4G
 # Generated kbuild files are not ours to lint.
 CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
 
-.PHONY: all kmod lib tools selftests ksft-cache deps prepare check demo bench \
+.PHONY: all kmod lib tools selftests ksft-cache deps prepare check demo bench bench-peers \
 	checkpatch vm-shell clean help
 
 all: kmod lib tools selftests
@@ -95,9 +96,20 @@ bench: prepare
 	tools/tpbench $(BENCH_HOST_ARGS)
 	@echo
 	tools/tpbench rdv --impl inprocess,cma
+	@echo
+	tools/tpbench pipe
 	@echo "== tpbench in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench --module $(MODULE) -- \
-		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring && echo && tools/tpbench rdv'
+		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring && echo && tools/tpbench rdv && echo && tools/tpbench pipe --iters 500'
+
+# TensorPipe (libtensorpipe-dev) and UCX (ucx_perftest) beside tpbench pipe,
+# on the host, then in the VM against the kmod channel.
+bench-peers: prepare
+	@echo "== peers on the host"
+	tools/bench-peers.sh
+	@echo "== peers in the VM (module loaded)"
+	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench-peers --module $(MODULE) -- \
+		'tools/bench-peers.sh --no-install'
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)
@@ -106,7 +118,7 @@ vm-shell: prepare
 	@tests/vm/run.sh --interactive --name shell --module $(MODULE)
 
 clean:
-	@for dir in kmod lib tools tests/unit tests/selftests; do \
+	@for dir in kmod lib tools tests/unit tests/selftests tests/rdv tests/pipe tests/fuzz; do \
 		if [ -f $$dir/Makefile ]; then $(MAKE) -C $$dir KDIR=$(KDIR) clean || exit 1; fi; \
 	done
 	rm -rf build

@@ -33,6 +33,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "bench_uring.h"
 #include "peer.h"
@@ -756,6 +757,9 @@ static void usage(FILE *f)
 "\n"
 "tpbench uring [--size BYTES] [--rounds N] [--json]: SEND/RECV pairs through\n"
 "             io_uring commands against the ioctls, at queue depth 1 and 16\n"
+"tpbench pipe [--transport tcp|shm] [--channel kmod|cma|basic] [--iters N]\n"
+"             [--bw-iters N] [--json]: pipe round trip (avg, p50, p90) and\n"
+"             bandwidth at 64 KiB..64 MiB per transport/channel pair\n"
 "tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--json]: round trip\n"
 "             and bandwidth of the rendezvous API, per implementation\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
@@ -899,6 +903,8 @@ int main(int argc, char **argv)
 		return bench_uring_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "rdv"))
 		return bench_rdv_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "pipe"))
+		return bench_pipe_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))
