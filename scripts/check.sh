@@ -27,8 +27,19 @@ $make --no-print-directory -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$log
 tests/vm/run.sh --name check-rdv --module kmod/tensorpipe.ko -- tests/rdv/rdv_test
 rdv_status=$?
 
+echo "== pipes between processes, kmod channel (VM)"
+$make --no-print-directory -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
+tests/vm/run.sh --name check-pipe --module kmod/tensorpipe.ko -- tests/pipe/pipe_vm_test
+pipe_status=$?
+
+echo "== fuzz: the pipe wire decoder (host, bounded time)"
+tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
+fuzz_status=${PIPESTATUS[0]}
+
 echo "== results"
 exec tests/summary.sh \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
 	"selftests (VM)" build/vm/check/guest.log "$vm_status" \
-	"rendezvous (VM)" build/vm/check-rdv/guest.log "$rdv_status"
+	"rendezvous (VM)" build/vm/check-rdv/guest.log "$rdv_status" \
+	"pipes (VM)" build/vm/check-pipe/guest.log "$pipe_status" \
+	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"
