@@ -271,17 +271,30 @@ static tpu_status km_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 			goto fail;
 		s.offset = offset;
 	}
-	st = km_submit(km, c, TP_IOC_SEND, &s, sizeof(s));
-	if (st)
-		goto fail;
-	/* Submitted: from here the buffer is ours (see tpu__rdv_ops). */
+	/*
+	 * The module refuses to donate a mapped region, and on the context
+	 * thread the SEND reaches it within km_submit: unmap first (nobody
+	 * maps it again).  The buffer is ours from here (see tpu__rdv_ops).
+	 */
 	if (s.flags & TP_SEND_DONATE) {
 		c->donated = true;
 		c->donated_region = s.region;
-		/* The module refuses to donate a mapped region; nobody maps it again. */
 		tpu__buffer_unmap_for_donate(op->tensor.buffer);
 		op->tensor.buffer = NULL;
-	} else if (op->flags & TPU_SEND_GIVE) {
+	}
+	st = km_submit(km, c, TP_IOC_SEND, &s, sizeof(s));
+	if (st && (s.flags & TP_SEND_DONATE)) {
+		/* Too late to give the buffer back: fail the op through its callback. */
+		tpu_region_release(tpu__ep_ref_get(km->ep), s.region);
+		pthread_mutex_unlock(&km->lock);
+		km_cmd_free(km, c);
+		op->status = st;
+		tpu__op_complete(op);
+		return 0;
+	}
+	if (st)
+		goto fail;
+	if (op->flags & TPU_SEND_GIVE && !(s.flags & TP_SEND_DONATE)) {
 		c->give = op->tensor.buffer;
 	}
 	pthread_mutex_unlock(&km->lock);
