@@ -30,6 +30,8 @@ static const struct status_text status_texts[] = {
 	  "malformed device name (want /job:J/replica:R/task:T/device:TYPE:N)" },
 	{ TPU_E_NO_TRANSPORT, "TPU_E_NO_TRANSPORT",
 	  "no way to move tensors between processes: no module, and process_vm_readv is not permitted" },
+	{ TPU_E_CLOSED, "TPU_E_CLOSED",
+	  "closed: the context, rendezvous, pipe or listener went away first" },
 
 	{ -EPERM, "EPERM",
 	  "operation not permitted (endpoint used by another process, or ptrace access denied)" },
@@ -65,6 +67,12 @@ static const struct status_text status_texts[] = {
 	{ -EALREADY, "EALREADY", "the domain was already aborted" },
 	{ -EMSGSIZE, "EMSGSIZE", "tensor larger than the receive buffer; the slot stays for a retry" },
 	{ -ECANCELED, "ECANCELED", "operation cancelled" },
+	{ -ECONNREFUSED, "ECONNREFUSED", "connection refused: nothing listens at that address" },
+	{ -EADDRINUSE, "EADDRINUSE", "address already in use" },
+	{ -EPROTO, "EPROTO", "protocol error: the peer sent a malformed or unexpected frame" },
+	{ -ENOPROTOOPT, "ENOPROTOOPT", "the two pipe ends have no transport in common" },
+	{ -EPROTONOSUPPORT, "EPROTONOSUPPORT", "the peer speaks another pipe protocol version" },
+	{ -ENETUNREACH, "ENETUNREACH", "network unreachable (is the interface up?)" },
 };
 
 static const struct status_text *find(tpu_status status)

@@ -8,7 +8,7 @@
 
 static const int library_codes[] = {
 	TPU_E_NO_DEVICE, TPU_E_NOT_TENSORPIPE, TPU_E_ABI_MISMATCH,
-	TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, TPU_E_NO_TRANSPORT,
+	TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, TPU_E_NO_TRANSPORT, TPU_E_CLOSED,
 };
 
 /* Every errno the module's header lists for some command. */
