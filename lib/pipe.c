@@ -259,15 +259,34 @@ TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 	return pipe_call(pipe, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
 }
 
+static void pipe_close_now(void *arg)
+{
+	struct tpu_pipe *p = arg;
+
+	tpu__pipe_fail(p, TPU_E_CLOSED);
+	p->closed = true;
+	tpu__pipe_maybe_free(p);
+}
+
 TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
 {
 	if (!pipe || atomic_exchange(&pipe->user_closed, true))
 		return;
 	tpu__ctx_del_obj(pipe->ctx, &pipe->obj);
 	atomic_store(&pipe->broken, true);
-	/* Without memory for the call the pipe would leak: retry, it is tiny. */
-	while (pipe_call(pipe, PIPE_CALL_CLOSE, NULL, NULL, NULL))
-		;
+	/*
+	 * From a callback the close runs after the calls already queued (they
+	 * may name this pipe).  From any other thread, wait until it ran, so
+	 * that what the pipe holds (its kmod rendezvous) is released before
+	 * the caller goes on, tpu_context_destroy() in particular.
+	 */
+	if (tpu__ctx_on_thread(pipe->ctx)) {
+		/* Without memory for the call the pipe would leak: retry, it is tiny. */
+		while (pipe_call(pipe, PIPE_CALL_CLOSE, NULL, NULL, NULL))
+			;
+		return;
+	}
+	tpu__ctx_run_sync(pipe->ctx, pipe_close_now, pipe);
 }
 
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe)

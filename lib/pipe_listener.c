@@ -34,6 +34,7 @@ struct tpu_listener {
 	size_t nready;
 	tpu_accept_cb accept_cb;
 	void *accept_arg;
+	struct tpu__task close_task;	/* tpu_listener_close() from a callback */
 };
 
 tpu_status tpu__listener_url_for(const struct tpu_listener *l, const struct tpu__xport *x,
@@ -335,10 +336,21 @@ static void close_run(void *arg)
 	free(l);
 }
 
+static void close_task(struct tpu__task *t)
+{
+	close_run((char *)t - offsetof(struct tpu_listener, close_task));
+}
+
 TPU_API void tpu_listener_close(struct tpu_listener *l)
 {
 	if (!l || atomic_exchange(&l->closed, true))
 		return;
 	tpu__ctx_del_obj(l->ctx, &l->obj);
+	/* From a callback, after the accept calls already queued (they name l). */
+	if (tpu__ctx_on_thread(l->ctx)) {
+		l->close_task.fn = close_task;
+		tpu__ctx_defer(l->ctx, &l->close_task);
+		return;
+	}
 	tpu__ctx_run_sync(l->ctx, close_run, l);
 }

@@ -105,8 +105,14 @@ static void hdr_done(void *arg, tpu_status st)
 	p->in = PIPE_IN_IDLE;
 	if (p->state != PIPE_OPEN)
 		goto out;
-	if (!st)
+	if (!st) {
 		st = tpu__wire_hdr_decode(p->in_hdr, &p->in_frame);
+		if (st)
+			tpu__log_debug("pipe %p: bad frame header %02x%02x%02x%02x %02x%02x%02x%02x",
+				       (void *)p, p->in_hdr[0], p->in_hdr[1], p->in_hdr[2],
+				       p->in_hdr[3], p->in_hdr[4], p->in_hdr[5], p->in_hdr[6],
+				       p->in_hdr[7]);
+	}
 	if (!st && p->in_frame.type != TPU__WIRE_MSG && p->in_frame.type != TPU__WIRE_ACK)
 		st = -EPROTO;
 	if (!st && !p->in_frame.len)
@@ -419,13 +425,21 @@ static tpu_status read_kmod(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 	return st;
 }
 
+/*
+ * The read of a cma tensor ends when its ACK is on the transport, so that
+ * a reader closing the pipe right after its callback does not drop the
+ * ACK its writer waits for.
+ */
 static void ack_written(void *arg, tpu_status st)
 {
-	struct tpu_pipe *p = *(struct tpu_pipe **)arg;
+	struct read_part *part = arg;
+	struct tpu_pipe *p = part->pipe;
+	struct pipe_read *rd = part->rd;
 
-	free(arg);
+	free(part);
 	if (st)
 		tpu__pipe_fail(p, st);
+	rd_part_done(p, rd, st);
 	tpu__pipe_io_put(p);
 }
 
@@ -434,7 +448,8 @@ static tpu_status read_cma(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 {
 	const struct pipe_rd_tensor *ti = &rd->tinfo[i];
 	struct tpu__wire_ack ack = { .seq = rd->seq, .tensor = (uint32_t)i };
-	struct tpu_pipe **frame;
+	struct read_part *part;
+	uint8_t *frame;
 	long len;
 	tpu_status st;
 
@@ -445,18 +460,21 @@ static tpu_status read_cma(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 	len = tpu__wire_ack_encode(NULL, 0, &ack);
 	if (len < 0)
 		return (tpu_status)len;
-	/* The pipe pointer rides in front of the frame, for the callback. */
-	frame = malloc(sizeof(*frame) + (size_t)len);
-	if (!frame)
+	/* The frame rides behind the part, for the callback to free both. */
+	part = malloc(sizeof(*part) + (size_t)len);
+	if (!part)
 		return -ENOMEM;
-	*frame = p;
-	tpu__wire_ack_encode((uint8_t *)(frame + 1), (size_t)len, &ack);
+	*part = (struct read_part){ p, rd, i };
+	frame = (uint8_t *)(part + 1);
+	tpu__wire_ack_encode(frame, (size_t)len, &ack);
 	tpu__pipe_io_get(p);
-	st = p->conn->ops->write(p->conn, &(struct iovec){ frame + 1, (size_t)len }, 1,
-				 ack_written, frame);
+	rd->waiting++;
+	st = p->conn->ops->write(p->conn, &(struct iovec){ frame, (size_t)len }, 1,
+				 ack_written, part);
 	if (st) {
 		p->io--;
-		free(frame);
+		rd->waiting--;
+		free(part);
 	}
 	return st;
 }
