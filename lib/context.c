@@ -71,6 +71,13 @@ struct tpu_context {
 	unsigned int unsubmitted;
 	size_t inflight;		/* records whose CQE is due */
 
+	/*
+	 * Hints for the spinning thread, so that an idle round takes no lock:
+	 * non-zero when the SQ side, or the done and task lists, may hold
+	 * something.  Set after the item is queued, cleared before looking.
+	 */
+	atomic_uint sq_hint, done_hint;
+
 	pthread_mutex_t done_lock;	/* the finished ops and the deferred tasks */
 	struct tpu__op *done_head, **done_tail;
 	struct tpu__task *task_head, **task_tail;
@@ -194,6 +201,8 @@ static void ctx_flush(struct tpu_context *ctx)
 	int ret;
 
 	ctx_unspill(ctx);
+	if (ctx->spill_head)
+		atomic_store(&ctx->sq_hint, 1);
 	if (!ctx->unsubmitted)
 		return;
 	do {
@@ -201,6 +210,8 @@ static void ctx_flush(struct tpu_context *ctx)
 	} while (ret == -EINTR);
 	/* -EBUSY/-EAGAIN: CQEs must be reaped first; what was not taken stays queued. */
 	ctx->unsubmitted = io_uring_sq_ready(&ctx->ring);
+	if (ctx->unsubmitted || ctx->spill_head)
+		atomic_store(&ctx->sq_hint, 1);
 }
 
 tpu_status tpu__ctx_submit(struct tpu_context *ctx)
@@ -218,6 +229,8 @@ tpu_status tpu__ctx_submit(struct tpu_context *ctx)
 	}
 	if (here)
 		ctx_flush(ctx);
+	else
+		atomic_store(&ctx->sq_hint, 1);
 	pthread_mutex_unlock(&ctx->sq_lock);
 	if (!here)
 		ctx_kick(ctx);
@@ -235,6 +248,7 @@ void tpu__op_complete(struct tpu__op *op)
 	*ctx->done_tail = op;
 	ctx->done_tail = &op->next;
 	pthread_mutex_unlock(&ctx->done_lock);
+	atomic_store(&ctx->done_hint, 1);
 	if (!tpu__ctx_on_thread(ctx))
 		ctx_kick(ctx);
 }
@@ -246,6 +260,7 @@ void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t)
 	*ctx->task_tail = t;
 	ctx->task_tail = &t->next;
 	pthread_mutex_unlock(&ctx->done_lock);
+	atomic_store(&ctx->done_hint, 1);
 	if (!tpu__ctx_on_thread(ctx))
 		ctx_kick(ctx);
 }
@@ -443,15 +458,21 @@ static void ctx_sleep(struct tpu_context *ctx)
 /* Submit, take CQEs, run callbacks, tasks and pollers; true if anything ran. */
 static bool ctx_work(struct tpu_context *ctx)
 {
-	bool any;
+	bool any = false;
 
-	pthread_mutex_lock(&ctx->sq_lock);
-	ctx_flush(ctx);
-	pthread_mutex_unlock(&ctx->sq_lock);
-	any = io_uring_cq_ready(&ctx->ring) != 0;
-	ctx_reap(ctx);
-	any |= ctx_run_done(ctx);
-	any |= ctx_run_tasks(ctx);
+	if (atomic_exchange(&ctx->sq_hint, 0)) {
+		pthread_mutex_lock(&ctx->sq_lock);
+		ctx_flush(ctx);
+		pthread_mutex_unlock(&ctx->sq_lock);
+	}
+	if (io_uring_cq_ready(&ctx->ring)) {
+		any = true;
+		ctx_reap(ctx);
+	}
+	if (atomic_exchange(&ctx->done_hint, 0)) {
+		any |= ctx_run_done(ctx);
+		any |= ctx_run_tasks(ctx);
+	}
 	if (ctx->pollers)
 		any |= ctx_poll_all(ctx);
 	return any;
