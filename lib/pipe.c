@@ -34,6 +34,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
 	atomic_init(&p->user_closed, false);
 	atomic_init(&p->broken, false);
 	atomic_init(&p->ready, false);
+	atomic_init(&p->queued, 0);
 	p->obj.close = pipe_obj_close;
 	return p;
 }
@@ -125,6 +126,8 @@ static void pipe_call_run(struct tpu__task *t)
 	struct pipe_call *c = (struct pipe_call *)t;
 	struct tpu_pipe *p = c->pipe;
 
+	if (c->deferred)
+		atomic_fetch_sub(&p->queued, 1);
 	switch (c->kind) {
 	case PIPE_CALL_WRITE:
 		tpu__pipe_write_start(p, c);
@@ -169,6 +172,18 @@ static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct
 		break;
 	}
 	c->arg = arg;
+	/*
+	 * From a callback, with nothing of this pipe queued before it, run the
+	 * call now: a pipe driven from its callbacks (a ping-pong) then costs
+	 * no trip through the task queue.  Close always goes through the queue
+	 * (the pipe may be freed by it).
+	 */
+	if (kind != PIPE_CALL_CLOSE && tpu__ctx_on_thread(p->ctx) && !atomic_load(&p->queued)) {
+		pipe_call_run(&c->task);
+		return 0;
+	}
+	c->deferred = true;
+	atomic_fetch_add(&p->queued, 1);
 	tpu__ctx_defer(p->ctx, &c->task);
 	return 0;
 }

@@ -127,6 +127,7 @@ struct pipe_call {
 		tpu_read_cb read;
 	} cb;
 	void *arg;
+	bool deferred;			/* went through the task queue */
 };
 
 /* Where the inbound side of a pipe is. */
@@ -152,6 +153,7 @@ struct tpu_pipe {
 	struct tpu__ctx_obj obj;	/* the context's list, for context_destroy */
 	atomic_bool user_closed;	/* any thread: tpu_pipe_close() was called */
 	atomic_bool broken;		/* any thread: failed (writes return -EPIPE) */
+	atomic_uint queued;		/* any thread: calls in the task queue */
 
 	enum pipe_state state;
 	tpu_status error;

@@ -199,7 +199,7 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 		.ntensors = (uint32_t)m->ntensors,
 		.payloads = pl,
 	};
-	uint32_t pid = (uint32_t)getpid();
+	uint32_t pid = 0;
 	tpu_status st = -ENOMEM;
 	long len;
 
@@ -228,6 +228,8 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 			.meta = { t->metadata, (uint32_t)t->metadata_len },
 		};
 		if (c == PIPE_CHAN_CMA) {
+			if (!pid)
+				pid = (uint32_t)getpid();
 			for (int b = 0; b < 4; b++)
 				cma[i][b] = (uint8_t)(pid >> (8 * b));
 			for (int b = 0; b < 8; b++)
