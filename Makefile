@@ -105,11 +105,12 @@ bench: prepare
 # TensorPipe (libtensorpipe-dev) and UCX (ucx_perftest) beside tpbench pipe,
 # on the host, then in the VM against the kmod channel.
 bench-peers: prepare
-	@echo "== peers on the host"
+	@echo "== tpbench pipe and the peers on the host"
+	tools/tpbench pipe
 	tools/bench-peers.sh
-	@echo "== peers in the VM (module loaded)"
+	@echo "== tpbench pipe and the peers in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench-peers --module $(MODULE) -- \
-		'tools/bench-peers.sh --no-install'
+		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install'
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)
