@@ -106,12 +106,27 @@ void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
 	pipe_desc_calls_fail(p, err);
 }
 
+/*
+ * The peer went away.  A read in flight will drain what it left and fail
+ * by itself; a pipe holding a descriptor reads nothing, and its writes
+ * waiting for the peer (kmod, cma ACKs) would wait forever: fail it now.
+ */
+static void pipe_peer_gone(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (p->state == PIPE_OPEN && p->in == PIPE_IN_IDLE)
+		tpu__pipe_fail(p, st);
+}
+
 void tpu__pipe_opened(struct tpu_pipe *p)
 {
 	snprintf(p->xport_name, sizeof(p->xport_name), "%s", p->xport->name);
 	snprintf(p->chan_name, sizeof(p->chan_name), "%s", tpu__pipe_chan_name(p->chan_cpu));
 	atomic_store(&p->ready, true);
 	p->state = PIPE_OPEN;
+	if (p->conn->ops->watch)
+		p->conn->ops->watch(p->conn, pipe_peer_gone, p);
 	tpu__log_debug("pipe %p: open, transport %s, cpu->cpu channel %s", (void *)p,
 		       p->xport_name, p->chan_name);
 	/* Writes queued while connecting go out now, then reads may begin. */

@@ -69,6 +69,12 @@ struct tpu__conn_ops {
 	 */
 	int (*peer_pid)(struct tpu__conn *c);
 	/*
+	 * Optional (NULL in tcp): cb(arg, -ECONNRESET) once, when the peer
+	 * goes away, even with no operation pending (bytes it left may still
+	 * be read).  Never called after close; one watch per connection.
+	 */
+	void (*watch)(struct tpu__conn *c, tpu__io_cb cb, void *arg);
+	/*
 	 * Close: every pending operation fails with TPU_E_CLOSED (its callback
 	 * may run before close returns, or later on the context thread), the
 	 * peer sees EOF, and the transport frees the connection once the last

@@ -138,6 +138,8 @@ struct shm_conn {
 	int peer_pid;
 	tpu_status rerr, werr;	/* what reads and writes fail with now (0: nothing) */
 	bool peer_gone;
+	tpu__io_cb watch_cb;	/* told once when the peer goes (see xport.h) */
+	void *watch_arg;
 	bool closed;
 	bool polling;
 	bool task_queued;
@@ -632,6 +634,12 @@ static void on_peer_hup(void *arg, const struct io_uring_cqe *cqe)
 			c->werr = -EPIPE;
 		/* Reads drain what the peer left in the ring, then fail. */
 		conn_schedule(c);
+		if (c->watch_cb) {
+			tpu__io_cb cb = c->watch_cb;
+
+			c->watch_cb = NULL;
+			cb(c->watch_arg, -ECONNRESET);
+		}
 	}
 	conn_cqe_done(c);
 }
@@ -1282,10 +1290,19 @@ static void on_cancelled_conn(void *arg, const struct io_uring_cqe *cqe)
 	conn_cqe_done(arg);
 }
 
+static void shm_watch(struct tpu__conn *base, tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = container_of(base, struct shm_conn, base);
+
+	c->watch_cb = cb;
+	c->watch_arg = arg;
+}
+
 static void shm_close(struct tpu__conn *base)
 {
 	struct shm_conn *c = container_of(base, struct shm_conn, base);
 
+	c->watch_cb = NULL;
 	if (c->closed)
 		return;
 	tpu__log_debug("shm: connection %p closed", (void *)c);
@@ -1328,6 +1345,7 @@ static const struct tpu__conn_ops shm_conn_ops = {
 	.send_fd = shm_send_fd,
 	.recv_fd = shm_recv_fd,
 	.peer_pid = shm_peer_pid,
+	.watch = shm_watch,
 	.close = shm_close,
 };
 

@@ -160,7 +160,7 @@ static int child_echo(int sock)
 		struct tpu_message *m, out;
 		uint8_t *mem[TPU_PIPE_MAX_PAYLOADS + 8] = { 0 };
 		size_t k = 0;
-		bool want_buf;
+		bool want_buf, die;
 
 		waiter_init(&w);
 		if (tpu_pipe_read_descriptor(acc.pipe, on_desc, &w) || !waiter_wait(&w, 1))
@@ -171,6 +171,7 @@ static int child_echo(int sock)
 		}
 		m = w.desc;
 		want_buf = m->metadata_len == 3 && !memcmp(m->metadata, "buf", 3);
+		die = m->metadata_len == 3 && !memcmp(m->metadata, "die", 3);
 		for (size_t i = 0; i < m->npayloads; i++)
 			m->payloads[i].data = mem[k++] = malloc(m->payloads[i].len + 1);
 		for (size_t i = 0; i < m->ntensors; i++) {
@@ -186,6 +187,10 @@ static int child_echo(int sock)
 					    .ntensors = w.nt };
 		if (tpu_pipe_write(acc.pipe, &out, on_write, &w) || !waiter_wait(&w, 3) || w.status)
 			goto out;
+		/* "die": answer, then read nothing more, until killed. */
+		if (die)
+			for (;;)
+				pause();
 		for (size_t i = 0; i < w.nt; i++)
 			tpu_buffer_free(w.t[i].buffer);
 		for (size_t i = 0; i < k; i++)
@@ -419,6 +424,41 @@ static void test_peer_death(void)
 	free(src);
 }
 
+/*
+ * The peer dies while this end holds its message unread (so nothing is
+ * being read from the transport) and a channel write waits for the peer.
+ */
+static void test_peer_death_while_holding(void)
+{
+	struct session s;
+	bool up = session_start(&s), ok;
+	uint8_t small[8] = "die", *src = malloc(BIG);
+	struct tpu_payload pl = { .data = small, .len = sizeof(small) };
+	struct tpu_message die = { .metadata = "die", .metadata_len = 3, .payloads = &pl,
+				   .npayloads = 1 };
+	struct tpu_message_tensor t = { .data = src, .len = BIG };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct waiter w1, w2;
+	tpu_status st = -1;
+
+	waiter_init(&w1);
+	waiter_init(&w2);
+	if (up)
+		st = tpu_pipe_write(s.pipe, &die, on_write, &w1);
+	ok = !st && waiter_wait(&w1, 1) && !w1.status;
+	/* The child's answer arrives and is held: nobody asked for it. */
+	usleep(300 * 1000);
+	st = ok ? tpu_pipe_write(s.pipe, &m, on_write, &w2) : -1;
+	usleep(100 * 1000);
+	if (up)
+		kill(s.child, SIGKILL);
+	ok = ok && !st && waiter_wait(&w2, 1) && w2.status != 0;
+	CHECK(ok, "pipe_vm: a channel write fails when the peer dies while this end holds its "
+		  "unread message (%s)", tpu_status_name(w2.status));
+	session_end(&s);
+	free(src);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -429,5 +469,6 @@ int main(void)
 	test_give_want_buffer();
 	test_order();
 	test_peer_death();
+	test_peer_death_while_holding();
 	return tap_finish();
 }
