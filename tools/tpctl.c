@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tpu_user.h"
 #include "units.h"
@@ -34,6 +35,9 @@ static void usage(FILE *f)
 		"       tpctl stats [DOMAIN_ID]    counters from " STATS_DIR "\n"
 		"       tpctl key parse KEY        split a TensorFlow rendezvous key\n"
 		"       tpctl version              library and ABI versions\n"
+		"       tpctl pipes [URL]          what a pipe negotiates here: a listener on\n"
+		"                                  loopback tcp and shm, a pipe to URL (default\n"
+		"                                  its tcp URL); TPU_TRANSPORTS/TPU_CHANNELS apply\n"
 		"exit status: 0 ok, 1 error, 2 module absent or unusable (explained on stdout)\n");
 }
 
@@ -188,6 +192,62 @@ static int cmd_version(void)
 	return 0;
 }
 
+static void pipes_accepted(void *arg, tpu_status st, struct tpu_pipe *pipe)
+{
+	if (!st)
+		*(struct tpu_pipe *_Atomic *)arg = pipe;
+}
+
+/* Connect to a listener of this process and say what the two ends chose. */
+static int cmd_pipes(const char *url)
+{
+	struct tpu_pipe *_Atomic accepted = NULL;
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *pipe = NULL;
+	char own[300], shm[300];
+	tpu_status st;
+	int rc = 1;
+
+	st = tpu_context_create(NULL, &ctx);
+	if (!st)
+		st = tpu_listener_create(ctx, NULL, 0, &l);
+	if (!st)
+		st = tpu_listener_url(l, "tcp", own, sizeof(own));
+	if (!st && !url)
+		url = own;
+	if (!st)
+		st = tpu_listener_accept(l, pipes_accepted, (void *)&accepted);
+	if (!st)
+		st = tpu_pipe_connect(ctx, url, &pipe);
+	if (st) {
+		printf("pipes: %s\n", tpu_strerror(st));
+		goto out;
+	}
+	/* Up to 10 s: the set-up is a few round trips. */
+	for (int i = 0; i < 1000 && !*tpu_pipe_transport(pipe); i++)
+		usleep(10000);
+	printf("listener     %s\n", own);
+	if (!tpu_listener_url(l, "shm", shm, sizeof(shm)))
+		printf("             %s\n", shm);
+	printf("connected to %s\n", url);
+	if (!*tpu_pipe_transport(pipe)) {
+		printf("not set up after 10 s (TPU_LOG=debug says why)\n");
+		goto out;
+	}
+	printf("transport    %s\n", tpu_pipe_transport(pipe));
+	printf("channel      %s (cpu -> cpu)\n",
+	       tpu_pipe_channel(pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU));
+	rc = 0;
+out:
+	tpu_pipe_close(pipe);
+	if (accepted)
+		tpu_pipe_close(accepted);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -202,6 +262,8 @@ int main(int argc, char **argv)
 		return cmd_key_parse(argv[3]);
 	if (!strcmp(cmd, "version") && argc == 2)
 		return cmd_version();
+	if (!strcmp(cmd, "pipes") && argc <= 3)
+		return cmd_pipes(argc == 3 ? argv[2] : NULL);
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
 		usage(stdout);
 		return 0;
