@@ -18,6 +18,12 @@
 
 #include "pipe_internal.h"
 
+/* take_msg packs these arrays one after the other. */
+_Static_assert(sizeof(struct tpu_payload) % 8 == 0 && sizeof(struct tpu_message_tensor) % 8 == 0 &&
+	       sizeof(struct pipe_rd_tensor) % 8 == 0 && sizeof(struct tpu__wire_payload) % 8 == 0 &&
+	       sizeof(struct tpu__wire_tensor) % 8 == 0 && sizeof(struct pipe_read) % 8 == 0,
+	       "array sizes keep 8-byte alignment");
+
 struct read_part {
 	struct tpu_pipe *pipe;
 	struct pipe_read *rd;
@@ -26,10 +32,7 @@ struct read_part {
 
 static void rd_free(struct pipe_read *rd)
 {
-	free(rd->payloads);
-	free(rd->tensors);
-	free(rd->tinfo);
-	free(rd->payload_len);
+	/* The arrays live in rd's own allocation (take_msg). */
 	free(rd->body);
 	free(rd);
 }
@@ -146,19 +149,23 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 	st = tpu__wire_msg_counts(body, len, &np, &nt);
 	if (st)
 		return st;
-	rd = calloc(1, sizeof(*rd));
+	/*
+	 * One allocation for the read and all its arrays (every element size
+	 * is a multiple of 8, so each array starts aligned): a message costs
+	 * few trips to malloc.  The decoder's own arrays come last.
+	 */
+	rd = calloc(1, sizeof(*rd) + np * (sizeof(*rd->payloads) + sizeof(*rd->payload_len) +
+					   sizeof(*wp)) +
+			nt * (sizeof(*rd->tensors) + sizeof(*rd->tinfo) + sizeof(*wt)));
 	if (!rd)
 		return -ENOMEM;
 	rd->body = body;
-	wp = calloc(np ? np : 1, sizeof(*wp));
-	wt = calloc(nt ? nt : 1, sizeof(*wt));
-	rd->payloads = calloc(np ? np : 1, sizeof(*rd->payloads));
-	rd->payload_len = calloc(np ? np : 1, sizeof(*rd->payload_len));
-	rd->tensors = calloc(nt ? nt : 1, sizeof(*rd->tensors));
-	rd->tinfo = calloc(nt ? nt : 1, sizeof(*rd->tinfo));
-	st = -ENOMEM;
-	if (!wp || !wt || !rd->payloads || !rd->payload_len || !rd->tensors || !rd->tinfo)
-		goto fail;
+	rd->payloads = (struct tpu_payload *)(rd + 1);
+	rd->payload_len = (uint64_t *)(rd->payloads + np);
+	rd->tensors = (struct tpu_message_tensor *)(rd->payload_len + np);
+	rd->tinfo = (struct pipe_rd_tensor *)(rd->tensors + nt);
+	wp = (struct tpu__wire_payload *)(rd->tinfo + nt);
+	wt = (struct tpu__wire_tensor *)(wp + np);
 	wm.payloads = wp;
 	wm.tensors = wt;
 	st = tpu__wire_msg_decode(body, len, &wm);
@@ -217,14 +224,10 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 	};
 	p->next_read_seq++;
 	p->held = rd;
-	free(wp);
-	free(wt);
 	return 0;
 fail:
 	rd->body = NULL;	/* the caller frees it */
 	rd_free(rd);
-	free(wp);
-	free(wt);
 	return st;
 }
 
