@@ -34,6 +34,8 @@
 #define CTX_DEFAULT_ENTRIES	256
 #define CTX_DEFAULT_SPIN_NS	100000
 #define CTX_MAX_SPIN_NS		10000000
+/* The adaptive spin grows up to this (2 ms), never past the base's own maximum. */
+#define CTX_MAX_ADAPT_NS	2000000
 
 /* What a CQE's user_data points to. */
 struct ctx_rec {
@@ -85,7 +87,8 @@ struct tpu_context {
 	/* Context thread only. */
 	struct tpu__poller *pollers;
 	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
-	uint64_t spin_ns;
+	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
+	uint64_t spin_cur;		/* adapted to how fast peers answer */
 
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
@@ -488,7 +491,7 @@ static bool ctx_spin(struct tpu_context *ctx)
 
 	if (!ctx->pollers || !ctx->spin_ns)
 		return false;
-	until = ctx_now_ns() + ctx->spin_ns;
+	until = ctx_now_ns() + ctx->spin_cur;
 	do {
 		if (ctx_work(ctx))
 			return true;
@@ -510,7 +513,25 @@ static void ctx_round(struct tpu_context *ctx)
 		ctx_disarm_all(ctx);
 		return;
 	}
-	ctx_sleep(ctx);
+	if (ctx->pollers && ctx->spin_ns) {
+		uint64_t t0 = ctx_now_ns(), slept;
+
+		ctx_sleep(ctx);
+		slept = ctx_now_ns() - t0;
+		/*
+		 * Woken soon after giving up: the peer answers more slowly than
+		 * we spin (its own wake-up included), and two ends that both
+		 * sleep every time stay that slow.  Spin longer next time, up to
+		 * CTX_MAX_ADAPT_NS; a long sleep means idleness: back to the base.
+		 */
+		if (slept < CTX_MAX_ADAPT_NS)
+			ctx->spin_cur = ctx->spin_cur * 2 > CTX_MAX_ADAPT_NS ?
+					CTX_MAX_ADAPT_NS : ctx->spin_cur * 2;
+		else
+			ctx->spin_cur = ctx->spin_ns;
+	} else {
+		ctx_sleep(ctx);
+	}
 	atomic_store(&ctx->asleep, false);
 	ctx_disarm_all(ctx);
 	ctx_work(ctx);
@@ -774,6 +795,7 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	ctx->spill_tail = &ctx->spill_head;
 	ctx->task_tail = &ctx->task_head;
 	ctx->spin_ns = ctx_spin_ns_from_env();
+	ctx->spin_cur = ctx->spin_ns;
 	atomic_init(&ctx->asleep, false);
 	ctx->flags = opts ? opts->flags : 0;
 	if (opts && opts->dev_path && !(ctx->dev_path = strdup(opts->dev_path))) {
