@@ -4,8 +4,9 @@
  * (xport.h).  Everything runs on the context thread.
  *
  * One RECV and one SENDMSG are in flight per connection at most, which is
- * what keeps reads and writes in order without sequence numbers.  Writes of
- * 64 KiB or more go out with SENDMSG_ZC where the kernel has it: the pages
+ * what keeps reads and writes in order without sequence numbers.  With
+ * TPU_TCP_ZEROCOPY=1, writes of 64 KiB or more go out with SENDMSG_ZC where
+ * the kernel has it: the pages
  * are then the kernel's until a notification CQE comes, so a write's
  * callback waits for the notifications of every zero-copy send it made.  A
  * kernel without it answers -EINVAL or -EOPNOTSUPP once; the process then
@@ -28,11 +29,43 @@
 
 #include "xport.h"
 
+/*
+ * Valgrind cannot see the kernel fill a buffer through io_uring: say so
+ * for every RECV, or each byte read would count as uninitialised.
+ */
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define TCP_MARK_DEFINED(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#endif
+#endif
+#ifndef TCP_MARK_DEFINED
+#define TCP_MARK_DEFINED(p, n) ((void)(p), (void)(n))
+#endif
+
 #define TCP_ZC_MIN	(64u << 10)
 #define TCP_BACKLOG	128
 
 /* Cleared for good by the first kernel that refuses a zero-copy send. */
 static atomic_bool tcp_zc_ok = true;
+
+/*
+ * Zero-copy sends are opt-in (TPU_TCP_ZEROCOPY=1) for now: closing a
+ * connection whose peer stopped reading left a SEND_ZC's notification
+ * pending, and with it the write's callback (tests/unit/test_pipe_core.c,
+ * close_fails_pending, catches it).
+ */
+static bool tcp_zc_wanted(void)
+{
+	static atomic_int wanted = -1;
+
+	if (wanted < 0) {
+		const char *e = getenv("TPU_TCP_ZEROCOPY");
+
+		wanted = e && !strcmp(e, "1");
+	}
+	return wanted;
+}
 
 struct tcp_op {
 	struct tcp_op *next;
@@ -247,6 +280,7 @@ static void recv_done(void *arg, const struct io_uring_cqe *cqe)
 	c->inflight--;
 	c->recv_busy = false;
 	if (cqe->res > 0) {
+		TCP_MARK_DEFINED(op->buf + op->done, (size_t)cqe->res);
 		op->done += (size_t)cqe->res;
 		if (op->done == op->len) {
 			c->rq = op->next;
@@ -359,7 +393,7 @@ static void start_send(struct tcp_conn *c, struct tcp_op *op)
 
 	for (unsigned int i = op->cur; i < op->niov; i++)
 		left += op->iov[i].iov_len - (i == op->cur ? op->done : 0);
-	zc = left >= TCP_ZC_MIN && atomic_load(&tcp_zc_ok);
+	zc = left >= TCP_ZC_MIN && atomic_load(&tcp_zc_ok) && tcp_zc_wanted();
 	sqe = tpu__ctx_sqe(c->ctx, send_done, op);
 	if (!sqe) {
 		conn_error(c, -ENOMEM);
@@ -483,6 +517,14 @@ static void tcp_close(struct tpu__conn *conn)
 			c->inflight++;
 			tpu__ctx_submit(c->ctx);
 		}
+		/*
+		 * Close the socket now, not once the last CQE came: a zero-copy
+		 * send's notification waits for its pages to leave the send
+		 * queue, which a peer that stopped reading keeps full until the
+		 * socket is gone.  Requests in flight hold their own reference.
+		 */
+		close(c->fd);
+		c->fd = -1;
 	}
 	conn_defer(c);
 }
