@@ -21,5 +21,6 @@ int main(void)
 	test_xport_tcp();
 	test_xport_shm();
 	test_pipe();
+	test_pipe_core();
 	return tap_finish();
 }

@@ -1,0 +1,512 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Pipes between two contexts of this process, over tcp and over shm: the
+ * seed's guarantees (order, callback order, one thread, every callback
+ * once), back-pressure, close, listener close, and every argument check of
+ * tpu_pipe_write.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tpu_user.h"
+#include "tap.h"
+
+#define WAIT_S	20
+
+struct rec {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int n;				/* callbacks seen */
+	int order[256];			/* their tags, in the order they ran */
+	tpu_status st[256];
+	struct tpu_message *msg[256];
+	pthread_t thread[256];
+	struct tpu_pipe *pipe;
+};
+
+struct tag {
+	struct rec *r;
+	int id;
+};
+
+static void rec_init(struct rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+}
+
+static void rec_post(struct tag *t, tpu_status st, struct tpu_message *m)
+{
+	struct rec *r = t->r;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->n < 256) {
+		r->order[r->n] = t->id;
+		r->st[r->n] = st;
+		r->msg[r->n] = m;
+		r->thread[r->n] = pthread_self();
+	}
+	r->n++;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+static bool rec_wait(struct rec *r, int n)
+{
+	struct timespec until;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += WAIT_S;
+	pthread_mutex_lock(&r->lock);
+	while (r->n < n && pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
+		;
+	ok = r->n >= n;
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+static void on_write(void *arg, tpu_status st, struct tpu_message *m)
+{
+	rec_post(arg, st, m);
+}
+
+static void on_desc(void *arg, tpu_status st, struct tpu_message *d)
+{
+	rec_post(arg, st, d);
+}
+
+static void on_accept(void *arg, tpu_status st, struct tpu_pipe *p)
+{
+	struct tag *t = arg;
+
+	t->r->pipe = p;
+	rec_post(t, st, NULL);
+}
+
+/* A reader that reads every message into fixed buffers, counting them. */
+struct reader {
+	struct tpu_pipe *pipe;
+	struct rec *r;
+	struct tag tag;
+	uint8_t pl[8][4096];
+	uint8_t *big;			/* for payloads over 4 KiB (one at a time) */
+	int msgs;
+	int stop_after;			/* read no more after this many */
+};
+
+static void reader_next(struct reader *rd);
+
+static void reader_read(void *arg, tpu_status st, struct tpu_message *m)
+{
+	struct reader *rd = arg;
+
+	rd->tag.id = rd->pl[0][0];	/* the message's first byte */
+	rec_post(&rd->tag, st, m);
+	if (!st && ++rd->msgs < rd->stop_after)
+		reader_next(rd);
+}
+
+static void reader_desc(void *arg, tpu_status st, struct tpu_message *d)
+{
+	struct reader *rd = arg;
+
+	if (st) {
+		rd->tag.id = -1;
+		rec_post(&rd->tag, st, NULL);
+		return;
+	}
+	for (size_t i = 0; i < d->npayloads && i < 8; i++)
+		d->payloads[i].data = d->payloads[i].len <= sizeof(rd->pl[i]) ? rd->pl[i] : rd->big;
+	tpu_pipe_read(rd->pipe, d, reader_read, rd);
+}
+
+static void reader_next(struct reader *rd)
+{
+	tpu_pipe_read_descriptor(rd->pipe, reader_desc, rd);
+}
+
+struct pair {
+	struct tpu_context *a, *b;
+	struct tpu_listener *l;
+	struct tpu_pipe *client, *server;
+};
+
+static bool pair_open(struct pair *pp, const char *url, const char *channels)
+{
+	struct tpu_context_options o = { .channels = channels };
+	struct rec r;
+	struct tag t = { &r, 0 };
+	char got[300];
+
+	memset(pp, 0, sizeof(*pp));
+	rec_init(&r);
+	if (tpu_context_create(&o, &pp->a) || tpu_context_create(&o, &pp->b) ||
+	    tpu_listener_create(pp->a, &url, 1, &pp->l) ||
+	    tpu_listener_url(pp->l, NULL, got, sizeof(got)) ||
+	    tpu_listener_accept(pp->l, on_accept, &t) || tpu_pipe_connect(pp->b, got, &pp->client))
+		return false;
+	if (!rec_wait(&r, 1) || r.st[0])
+		return false;
+	pp->server = r.pipe;
+	return true;
+}
+
+static void pair_close(struct pair *pp)
+{
+	tpu_pipe_close(pp->client);
+	tpu_pipe_close(pp->server);
+	tpu_listener_close(pp->l);
+	tpu_context_destroy(pp->b);
+	tpu_context_destroy(pp->a);
+}
+
+/* Order of messages, of write callbacks and of read callbacks; one thread. */
+static void order_and_threads(const char *url, const char *name)
+{
+	enum { N = 64 };
+	struct pair pp;
+	struct rec w, rr;
+	struct tag tags[N];
+	static uint8_t bytes[N][64];
+	struct tpu_payload pl[N];
+	struct tpu_message m[N];
+	struct reader *rd = calloc(1, sizeof(*rd));
+	bool up = pair_open(&pp, url, NULL), ok = up;
+
+	rec_init(&w);
+	rec_init(&rr);
+	for (int i = 0; ok && i < N; i++) {
+		bytes[i][0] = (uint8_t)i;
+		pl[i] = (struct tpu_payload){ .data = bytes[i], .len = 64 };
+		m[i] = (struct tpu_message){ .payloads = &pl[i], .npayloads = 1 };
+		tags[i] = (struct tag){ &w, i };
+		ok = !tpu_pipe_write(pp.client, &m[i], on_write, &tags[i]);
+	}
+	*rd = (struct reader){ .pipe = pp.server, .r = &rr, .tag = { &rr, 0 }, .stop_after = N };
+	if (ok)
+		reader_next(rd);
+	ok = ok && rec_wait(&w, N) && rec_wait(&rr, N);
+	CHECK(ok, "pipe_%s_64_writes_and_reads_complete", name);
+	for (int i = 0; ok && i < N; i++)
+		ok = w.order[i] == i && !w.st[i] && w.msg[i] == &m[i];
+	CHECK(ok, "pipe_%s_write_callbacks_in_issue_order_with_their_message", name);
+	for (int i = 0; ok && i < N; i++)
+		ok = rr.order[i] == i && !rr.st[i];
+	CHECK(ok, "pipe_%s_messages_arrive_in_write_order", name);
+	for (int i = 1; ok && i < N; i++)
+		ok = pthread_equal(w.thread[i], w.thread[0]);
+	CHECK(ok, "pipe_%s_callbacks_of_a_context_run_on_one_thread", name);
+	CHECK(up && !strcmp(tpu_pipe_transport(pp.client), name),
+	      "pipe_%s_transport_reported", name);
+	pair_close(&pp);
+	free(rd);
+}
+
+/* Close with everything pending: each callback once, TPU_E_CLOSED. */
+static void close_fails_pending(const char *url, const char *name)
+{
+	struct pair pp;
+	struct rec r;
+	struct tag td = { &r, 100 }, tw[4];
+	uint8_t *big = calloc(1, 4u << 20);
+	struct tpu_payload pl = { .data = big, .len = 4u << 20 };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	bool up = pair_open(&pp, url, NULL), ok = up;
+	struct reader peer = { 0 };
+
+	rec_init(&r);
+	/* Nobody reads: 4 x 4 MiB cannot all fit in the transport. */
+	for (int i = 0; ok && i < 4; i++) {
+		tw[i] = (struct tag){ &r, i };
+		ok = !tpu_pipe_write(pp.client, &m, on_write, &tw[i]);
+	}
+	ok = ok && !tpu_pipe_read_descriptor(pp.client, on_desc,
+					     &td);
+	usleep(100 * 1000);
+	tpu_pipe_close(pp.client);
+	pp.client = NULL;
+	ok = ok && rec_wait(&r, 5);
+	usleep(50 * 1000);
+	CHECK(ok && r.n == 5, "pipe_%s_close_calls_every_pending_callback_once (%d)", name, r.n);
+	for (int i = 0; ok && i < 5; i++)
+		ok = r.st[i] == TPU_E_CLOSED || (r.order[i] < 4 && r.st[i] == 0);
+	CHECK(ok, "pipe_%s_pending_callbacks_get_TPU_E_CLOSED", name);
+	/* The peer's pending descriptor request sees the end. */
+	rec_init(&r);
+	peer = (struct reader){ .pipe = pp.server, .r = &r, .tag = { &r, 0 }, .stop_after = 100,
+				.big = big };
+	if (up)
+		reader_next(&peer);
+	ok = up && rec_wait(&r, 1);
+	/* It may read what was written before the close, then must see the end. */
+	for (int i = 0; ok && i < 50 && !r.st[r.n - 1]; i++) {
+		usleep(20 * 1000);
+		pthread_mutex_lock(&r.lock);
+		pthread_mutex_unlock(&r.lock);
+	}
+	ok = ok && r.st[r.n - 1] != 0;
+	CHECK(ok, "pipe_%s_peer_of_a_closed_pipe_gets_an_error (%s)", name,
+	      tpu_status_name(r.n ? r.st[r.n - 1] : 0));
+	pair_close(&pp);
+	free(big);
+}
+
+
+/* A reader that stops: the writer's callbacks stop, then all come. */
+static void backpressure(const char *url, const char *name)
+{
+	enum { N = 48, LEN = 1u << 20 };
+	struct pair pp;
+	struct rec w, rr;
+	struct tag tags[N];
+	uint8_t *src = calloc(1, LEN);
+
+	/* Nobody reads at first; then one message at a time. */
+	struct tpu_payload pl = { .data = src, .len = LEN };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	bool up = pair_open(&pp, url, NULL), ok = up;
+	int done1, done2;
+
+	rec_init(&w);
+	rec_init(&rr);
+	for (int i = 0; ok && i < N; i++) {
+		tags[i] = (struct tag){ &w, i };
+		ok = !tpu_pipe_write(pp.client, &m, on_write, &tags[i]);
+	}
+	usleep(300 * 1000);
+	pthread_mutex_lock(&w.lock);
+	done1 = w.n;
+	pthread_mutex_unlock(&w.lock);
+	usleep(300 * 1000);
+	pthread_mutex_lock(&w.lock);
+	done2 = w.n;
+	pthread_mutex_unlock(&w.lock);
+	CHECK(ok && done1 == done2 && done2 < N,
+	      "pipe_%s_writes_stall_while_the_reader_does_not_read (%d of %d done)", name, done2, N);
+	{
+		struct rec r2;
+		static uint8_t sink[LEN];
+		int got = 0;
+
+		rec_init(&r2);
+		for (int i = 0; up && i < N; i++) {
+			struct tag t = { &r2, i };
+			struct tpu_message *d;
+
+			if (tpu_pipe_read_descriptor(pp.server,
+						     on_desc, &t) ||
+			    !rec_wait(&r2, 2 * i + 1) || r2.st[2 * i])
+				break;
+			d = r2.msg[2 * i];
+			d->payloads[0].data = sink;
+			if (tpu_pipe_read(pp.server, d, on_write, &t) || !rec_wait(&r2, 2 * i + 2) ||
+			    r2.st[2 * i + 1])
+				break;
+			got++;
+		}
+		CHECK(got == N && rec_wait(&w, N), "pipe_%s_reading_completes_every_stalled_write",
+		      name);
+	}
+	pair_close(&pp);
+	free(src);
+}
+
+static void write_validation(void)
+{
+	struct pair pp;
+	bool up = pair_open(&pp, "tcp://127.0.0.1:0", NULL);
+	uint8_t b[8];
+	struct rec r;
+	struct tag t = { &r, 0 };
+	struct tpu_payload pl = { .data = b, .len = 8 };
+	struct tpu_message_tensor tt = { .data = b, .len = 8 };
+	struct tpu_message m;
+
+	rec_init(&r);
+	if (!up) {
+		CHECK(false, "pipe_validation_setup");
+		return;
+	}
+	CHECK_STATUS(tpu_pipe_write(NULL, &(struct tpu_message){ 0 }, on_write, &t), -EINVAL,
+		     "pipe_write_null_pipe_einval");
+	CHECK_STATUS(tpu_pipe_write(pp.client, NULL, on_write, &t), -EINVAL,
+		     "pipe_write_null_message_einval");
+	CHECK_STATUS(tpu_pipe_write(pp.client, &(struct tpu_message){ 0 }, NULL, &t), -EINVAL,
+		     "pipe_write_null_callback_einval");
+	m = (struct tpu_message){ .metadata = b, .metadata_len = TPU_PIPE_MAX_METADATA + 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_metadata_over_limit_einval");
+	m = (struct tpu_message){ .metadata = NULL, .metadata_len = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_metadata_null_with_length_einval");
+	m = (struct tpu_message){ .payloads = &pl, .npayloads = TPU_PIPE_MAX_PAYLOADS + 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_too_many_payloads_einval");
+	m = (struct tpu_message){ .payloads = NULL, .npayloads = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_payload_array_null_einval");
+	m = (struct tpu_message){ .payloads = &(struct tpu_payload){ .len = 1 }, .npayloads = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_payload_data_null_with_length_einval");
+	m = (struct tpu_message){ .payloads = &(struct tpu_payload){ .data = b,
+		.len = TPU_PIPE_MAX_LEN + 1 }, .npayloads = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_payload_over_max_len_einval");
+	m = (struct tpu_message){ .tensors = &tt, .ntensors = TPU_PIPE_MAX_TENSORS + 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_too_many_tensors_einval");
+	m = (struct tpu_message){ .tensors = &(struct tpu_message_tensor){ .len = 1 },
+				  .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_tensor_data_null_with_length_einval");
+	m = (struct tpu_message){ .tensors = &(struct tpu_message_tensor){ .data = b, .len = 8,
+		.device = { TPU_DEVICE_CUDA, 0 } }, .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_cuda_tensor_einval_until_a_channel_moves_it");
+	m = (struct tpu_message){ .tensors = &(struct tpu_message_tensor){ .data = b, .len = 8,
+		.target = { 7, 0 } }, .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_unknown_target_device_einval");
+	m = (struct tpu_message){ .tensors = &(struct tpu_message_tensor){ .data = b, .len = 8,
+		.flags = 1u << 7 }, .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_unknown_tensor_flag_einval");
+	m = (struct tpu_message){ .tensors = &(struct tpu_message_tensor){ .data = b, .len = 8,
+		.flags = TPU_TENSOR_GIVE }, .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_give_without_a_buffer_einval");
+	m = (struct tpu_message){ .metadata = b, .metadata_len = TPU_PIPE_MAX_METADATA,
+				  .tensors = &(struct tpu_message_tensor){ .data = b,
+					.len = 8, .metadata = b,
+					.metadata_len = TPU_PIPE_MAX_METADATA + 1 },
+				  .ntensors = 1 };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &t), -EINVAL,
+		     "pipe_write_tensor_metadata_over_limit_einval");
+	usleep(50 * 1000);
+	CHECK(r.n == 0, "pipe_write_refused_calls_never_call_back (%d)", r.n);
+	pair_close(&pp);
+}
+
+static void urls_and_options(void)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_context_options bad = { .transports = "tcp,carrier-pigeon" };
+	struct tpu_context_options badc = { .channels = "cma,telepathy" };
+	struct tpu_context_options tcp_only = { .transports = "tcp" };
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *p = NULL;
+	const char *shm = "shm://pipe-core-opts";
+	const char *bad_shm = "shm://bad/name";
+
+	CHECK_STATUS(tpu_context_create(&bad, &ctx), -EINVAL,
+		     "context_unknown_transport_in_options_einval");
+	CHECK_STATUS(tpu_context_create(&badc, &ctx), -EINVAL,
+		     "context_unknown_channel_in_options_einval");
+	if (tpu_context_create(&tcp_only, &ctx)) {
+		CHECK(false, "context_tcp_only");
+		return;
+	}
+	CHECK_STATUS(tpu_pipe_connect(ctx, "carrier://x", &p), TPU_E_NO_TRANSPORT,
+		     "pipe_connect_unknown_scheme_no_transport");
+	CHECK_STATUS(tpu_pipe_connect(ctx, "no-scheme", &p), -EINVAL,
+		     "pipe_connect_url_without_scheme_einval");
+	CHECK_STATUS(tpu_pipe_connect(ctx, "tcp://nohostport", &p), -EINVAL,
+		     "pipe_connect_tcp_without_port_einval");
+	CHECK_STATUS(tpu_pipe_connect(ctx, "shm://x", &p), TPU_E_NO_TRANSPORT,
+		     "pipe_connect_transport_ruled_out_by_options");
+	CHECK_STATUS(tpu_listener_create(ctx, &shm, 1, &l), TPU_E_NO_TRANSPORT,
+		     "listener_transport_ruled_out_by_options");
+	tpu_context_destroy(ctx);
+	if (tpu_context_create(NULL, &ctx))
+		return;
+	CHECK_STATUS(tpu_listener_create(ctx, &bad_shm, 1, &l), -EINVAL,
+		     "listener_bad_shm_name_einval");
+	CHECK_STATUS(tpu_listener_create(ctx, &shm, 1, &l), 0, "listener_on_shm");
+	{
+		struct tpu_listener *l2 = NULL;
+
+		CHECK_STATUS(tpu_listener_create(ctx, &shm, 1, &l2), -EADDRINUSE,
+			     "listener_same_shm_name_twice_eaddrinuse");
+	}
+	{
+		struct rec r;
+		struct tag t = { &r, 0 };
+
+		rec_init(&r);
+		CHECK_STATUS(tpu_listener_accept(l, on_accept, &t), 0, "listener_accept_armed");
+		CHECK_STATUS(tpu_listener_accept(l, on_accept, &t), -EBUSY,
+			     "listener_second_accept_ebusy");
+		tpu_listener_close(l);
+		CHECK(rec_wait(&r, 1) && r.st[0] == TPU_E_CLOSED && !r.pipe,
+		      "listener_close_fails_pending_accept_with_closed");
+	}
+	tpu_context_destroy(ctx);
+}
+
+/* tcp:// between two contexts moves to shm when both allow it. */
+static void upgrade(void)
+{
+	struct tpu_context *a = NULL, *b = NULL;
+	struct tpu_context_options tcp_only = { .transports = "tcp" };
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *p1 = NULL, *p2 = NULL;
+	struct rec r;
+	struct tag t = { &r, 0 };
+	char url[300];
+	const char *urls[2] = { "tcp://127.0.0.1:0", "shm://pipe-core-upgrade" };
+
+	rec_init(&r);
+	if (tpu_context_create(NULL, &a) || tpu_context_create(NULL, &b) ||
+	    tpu_listener_create(a, urls, 2, &l) || tpu_listener_url(l, "tcp", url, sizeof(url))) {
+		CHECK(false, "pipe_upgrade_setup");
+		return;
+	}
+	tpu_listener_accept(l, on_accept, &t);
+	tpu_pipe_connect(b, url, &p1);
+	for (int i = 0; i < 2000 && !*tpu_pipe_transport(p1); i++)
+		usleep(1000);
+	CHECK(!strcmp(tpu_pipe_transport(p1), "shm"), "pipe_tcp_url_moves_to_shm (%s)",
+	      tpu_pipe_transport(p1));
+	rec_wait(&r, 1);
+	tpu_pipe_close(p1);
+	tpu_pipe_close(r.pipe);
+	tpu_context_destroy(b);
+	tpu_context_create(&tcp_only, &b);
+	rec_init(&r);
+	tpu_listener_accept(l, on_accept, &t);
+	tpu_pipe_connect(b, url, &p2);
+	for (int i = 0; i < 2000 && !*tpu_pipe_transport(p2); i++)
+		usleep(1000);
+	CHECK(!strcmp(tpu_pipe_transport(p2), "tcp"),
+	      "pipe_stays_on_tcp_when_the_connector_allows_only_tcp (%s)", tpu_pipe_transport(p2));
+	rec_wait(&r, 1);
+	tpu_pipe_close(p2);
+	tpu_pipe_close(r.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(b);
+	tpu_context_destroy(a);
+}
+
+void test_pipe_core(void)
+{
+	char shm[64];
+
+	snprintf(shm, sizeof(shm), "shm://pipe-core-%d", (int)getpid());
+	order_and_threads("tcp://127.0.0.1:0", "tcp");
+	order_and_threads(shm, "shm");
+	close_fails_pending("tcp://127.0.0.1:0", "tcp");
+	close_fails_pending(shm, "shm");
+	backpressure("tcp://127.0.0.1:0", "tcp");
+	backpressure(shm, "shm");
+	write_validation();
+	urls_and_options();
+	upgrade();
+}
