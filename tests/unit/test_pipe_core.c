@@ -5,12 +5,18 @@
  * once), back-pressure, close, listener close, and every argument check of
  * tpu_pipe_write.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -495,6 +501,135 @@ static void upgrade(void)
 	tpu_context_destroy(a);
 }
 
+/* A raw TCP client of a listener: true if the listener hung up on it. */
+static bool raw_client_is_dropped(const char *url, const void *bytes, size_t len)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	const char *port = strrchr(url, ':');
+	struct pollfd pfd;
+	char buf[64];
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool dropped = false;
+
+	sa.sin_port = htons((uint16_t)atoi(port + 1));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    send(fd, bytes, len, MSG_NOSIGNAL) != (ssize_t)len)
+		goto out;
+	pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+	/* The listener reads the frame, refuses it and closes: EOF (or a reset). */
+	if (poll(&pfd, 1, WAIT_S * 1000) == 1)
+		dropped = recv(fd, buf, sizeof(buf), 0) <= 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return dropped;
+}
+
+/* Garbage from a peer closes that pipe and nothing else. */
+static void hostile_peers(void)
+{
+	static const uint8_t bad_magic[16] = { 'X', 'X', 'X', 'X', 1, 0, 0, 0, 4, 0, 0, 0 };
+	/* Magic "TPW1", type HELLO, body of 8 bytes claiming 1000 transports. */
+	static const uint8_t bad_hello[24] = { 'T', 'P', 'W', '1', 1, 0, 0, 0, 8, 0, 0, 0,
+					       0, 0, 0, 0, 1, 0, 0, 0, 0xe8, 3, 0, 0 };
+	/* A MSG frame where a HELLO must come first. */
+	static const uint8_t early_msg[16] = { 'T', 'P', 'W', '1', 4, 0, 0, 0, 8, 0, 0, 0 };
+	/* A header announcing a body over the 1 MiB limit. */
+	static const uint8_t huge[16] = { 'T', 'P', 'W', '1', 1, 0, 0, 0, 0, 0, 0x20, 0 };
+	struct pair pp;
+	bool up = pair_open(&pp, "tcp://127.0.0.1:0", NULL);
+	char url[300] = "";
+
+	if (up)
+		tpu_listener_url(pp.l, "tcp", url, sizeof(url));
+	CHECK(up && raw_client_is_dropped(url, bad_magic, sizeof(bad_magic)),
+	      "listener_drops_a_peer_with_a_bad_magic");
+	CHECK(up && raw_client_is_dropped(url, bad_hello, sizeof(bad_hello)),
+	      "listener_drops_a_peer_whose_hello_claims_too_many_entries");
+	CHECK(up && raw_client_is_dropped(url, early_msg, sizeof(early_msg)),
+	      "listener_drops_a_peer_sending_a_message_before_hello");
+	CHECK(up && raw_client_is_dropped(url, huge, sizeof(huge)),
+	      "listener_drops_a_peer_announcing_an_oversized_frame");
+	/* The listener still accepts, and the first pipe still works. */
+	if (up) {
+		struct rec r;
+		struct tag t = { &r, 0 };
+		struct tpu_pipe *p = NULL;
+
+		rec_init(&r);
+		tpu_listener_accept(pp.l, on_accept, &t);
+		tpu_pipe_connect(pp.b, url, &p);
+		CHECK(rec_wait(&r, 1) && !r.st[0], "listener_still_accepts_after_hostile_peers");
+		tpu_pipe_close(p);
+		tpu_pipe_close(r.pipe);
+	}
+	pair_close(&pp);
+}
+
+/* A child writes a large message and is killed half-way: the read fails. */
+static void peer_killed_mid_message(const char *url, const char *name)
+{
+	enum { LEN = 64u << 20 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_context_options o = { .channels = "basic" };
+	struct tpu_listener *l = NULL;
+	struct rec r, rd;
+	struct tag t = { &r, 0 }, td = { &rd, 0 };
+	char got[300];
+	uint8_t *sink = malloc(LEN);
+	pid_t child = -1;
+	bool ok;
+
+	rec_init(&r);
+	rec_init(&rd);
+	ok = sink && !tpu_context_create(&o, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
+	     !tpu_listener_url(l, NULL, got, sizeof(got)) &&
+	     !tpu_listener_accept(l, on_accept, &t);
+	if (ok) {
+		child = fork();
+		if (child == 0) {
+			struct tpu_context *c2;
+			struct tpu_pipe *p;
+			uint8_t *src = calloc(1, LEN);
+			struct tpu_payload pl = { .data = src, .len = LEN };
+			struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+			struct rec w;
+			struct tag tw = { &w, 0 };
+
+			rec_init(&w);
+			if (!src || tpu_context_create(&o, &c2) || tpu_pipe_connect(c2, got, &p) ||
+			    tpu_pipe_write(p, &m, on_write, &tw))
+				_exit(1);
+			rec_wait(&w, 1);
+			_exit(0);
+		}
+	}
+	ok = ok && child > 0 && rec_wait(&r, 1) && !r.st[0];
+	ok = ok && !tpu_pipe_read_descriptor(r.pipe, on_desc, &td) && rec_wait(&rd, 1) &&
+	     !rd.st[0];
+	if (ok) {
+		rd.msg[0]->payloads[0].data = sink;
+		ok = !tpu_pipe_read(r.pipe, rd.msg[0], on_write, &td);
+	}
+	/*
+	 * Kill the writer now: at most the ring (1 MiB) and the socket buffers
+	 * hold what it wrote ahead, far less than the message.
+	 */
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	ok = ok && rec_wait(&rd, 2);
+	CHECK(ok && rd.st[1] != 0,
+	      "pipe_%s_read_fails_when_the_writer_dies_mid_message (%s)", name,
+	      tpu_status_name(rd.n > 1 ? rd.st[1] : 0));
+	tpu_pipe_close(r.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	free(sink);
+}
+
 void test_pipe_core(void)
 {
 	char shm[64];
@@ -509,4 +644,8 @@ void test_pipe_core(void)
 	write_validation();
 	urls_and_options();
 	upgrade();
+	hostile_peers();
+	peer_killed_mid_message("tcp://127.0.0.1:0", "tcp");
+	snprintf(shm, sizeof(shm), "shm://pipe-core-kill-%d", (int)getpid());
+	peer_killed_mid_message(shm, "shm");
 }
