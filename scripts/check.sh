@@ -32,6 +32,10 @@ $make --no-print-directory -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$l
 tests/vm/run.sh --name check-pipe --module kmod/tensorpipe.ko -- tests/pipe/pipe_vm_test
 pipe_status=$?
 
+echo "== pipes between processes, cma channel (host)"
+tests/pipe/pipe_vm_test 2>&1 | tee "$logs/pipe-host.log"
+pipe_host_status=${PIPESTATUS[0]}
+
 echo "== fuzz: the pipe wire decoder (host, bounded time)"
 tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
@@ -42,4 +46,5 @@ exec tests/summary.sh \
 	"selftests (VM)" build/vm/check/guest.log "$vm_status" \
 	"rendezvous (VM)" build/vm/check-rdv/guest.log "$rdv_status" \
 	"pipes (VM)" build/vm/check-pipe/guest.log "$pipe_status" \
+	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"
