@@ -45,6 +45,11 @@
 
 #define TCP_ZC_MIN	(64u << 10)
 #define TCP_BACKLOG	128
+/*
+ * Large reads ask for every byte at once (MSG_WAITALL: io_uring retries
+ * inside the kernel) instead of one CQE per socket-buffer's worth.
+ */
+#define TCP_WAITALL_MIN	(64u << 10)
 
 /* Cleared for good by the first kernel that refuses a zero-copy send. */
 static atomic_bool tcp_zc_ok = true;
@@ -379,7 +384,8 @@ static void start_recv(struct tcp_conn *c)
 		conn_error(c, -ENOMEM);
 		return;
 	}
-	io_uring_prep_recv(sqe, c->fd, op->buf + op->done, op->len - op->done, 0);
+	io_uring_prep_recv(sqe, c->fd, op->buf + op->done, op->len - op->done,
+			   op->len - op->done >= TCP_WAITALL_MIN ? MSG_WAITALL : 0);
 	c->recv_busy = true;
 	c->inflight++;
 	tpu__ctx_submit(c->ctx);
