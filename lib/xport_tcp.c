@@ -50,6 +50,13 @@
  * inside the kernel) instead of one CQE per socket-buffer's worth.
  */
 #define TCP_WAITALL_MIN	(64u << 10)
+/*
+ * Reads smaller than this go through a staging buffer: one RECV takes a
+ * frame header, its descriptor and small payloads together, where exact
+ * reads would cost one RECV each.
+ */
+#define TCP_STAGE_MIN	(16u << 10)
+#define TCP_STAGE_CAP	(64u << 10)
 
 /* Cleared for good by the first kernel that refuses a zero-copy send. */
 static atomic_bool tcp_zc_ok = true;
@@ -104,6 +111,9 @@ struct tcp_conn {
 	struct msghdr msg;
 	struct sockaddr_storage sa;	/* connect target */
 	socklen_t salen;
+	uint8_t *stage;			/* TCP_STAGE_CAP bytes, once a small read came */
+	size_t stage_len, stage_off;	/* bytes received, bytes handed out */
+	bool recv_staged;		/* the RECV in flight fills the stage */
 	struct tpu__task task;		/* reports errors and closes */
 	bool task_queued;
 };
@@ -212,6 +222,7 @@ static void conn_maybe_free(struct tcp_conn *c)
 	if (c->closed && !c->inflight && !c->rq && !c->wq && !c->task_queued) {
 		if (c->fd >= 0)
 			close(c->fd);
+		free(c->stage);
 		free(c);
 	}
 }
@@ -284,6 +295,18 @@ static void recv_done(void *arg, const struct io_uring_cqe *cqe)
 
 	c->inflight--;
 	c->recv_busy = false;
+	if (c->recv_staged) {
+		c->recv_staged = false;
+		if (cqe->res > 0) {
+			/* conn_kick hands the bytes to the reads. */
+			TCP_MARK_DEFINED(c->stage, (size_t)cqe->res);
+			c->stage_len = (size_t)cqe->res;
+			c->stage_off = 0;
+			conn_kick(c);
+			conn_maybe_free(c);
+			return;
+		}
+	}
 	if (cqe->res > 0) {
 		TCP_MARK_DEFINED(op->buf + op->done, (size_t)cqe->res);
 		op->done += (size_t)cqe->res;
@@ -378,14 +401,25 @@ static void connect_done(void *arg, const struct io_uring_cqe *cqe)
 static void start_recv(struct tcp_conn *c)
 {
 	struct tcp_op *op = c->rq;
-	struct io_uring_sqe *sqe = tpu__ctx_sqe(c->ctx, recv_done, c);
+	size_t need = op->len - op->done;
+	struct io_uring_sqe *sqe;
 
+	if (need < TCP_STAGE_MIN && !c->stage && !(c->stage = malloc(TCP_STAGE_CAP))) {
+		conn_error(c, -ENOMEM);
+		return;
+	}
+	sqe = tpu__ctx_sqe(c->ctx, recv_done, c);
 	if (!sqe) {
 		conn_error(c, -ENOMEM);
 		return;
 	}
-	io_uring_prep_recv(sqe, c->fd, op->buf + op->done, op->len - op->done,
-			   op->len - op->done >= TCP_WAITALL_MIN ? MSG_WAITALL : 0);
+	if (need < TCP_STAGE_MIN) {
+		io_uring_prep_recv(sqe, c->fd, c->stage, TCP_STAGE_CAP, 0);
+		c->recv_staged = true;
+	} else {
+		io_uring_prep_recv(sqe, c->fd, op->buf + op->done, need,
+				   need >= TCP_WAITALL_MIN ? MSG_WAITALL : 0);
+	}
 	c->recv_busy = true;
 	c->inflight++;
 	tpu__ctx_submit(c->ctx);
@@ -424,6 +458,28 @@ static void start_send(struct tcp_conn *c, struct tcp_op *op)
 	tpu__ctx_submit(c->ctx);
 }
 
+/* Hand staged bytes to the reads at the head, in order (calls them back). */
+static void serve_stage(struct tcp_conn *c)
+{
+	while (c->rq && c->stage_off < c->stage_len && !c->error) {
+		struct tcp_op *op = c->rq;
+		size_t n = op->len - op->done;
+
+		if (n > c->stage_len - c->stage_off)
+			n = c->stage_len - c->stage_off;
+		memcpy(op->buf + op->done, c->stage + c->stage_off, n);
+		op->done += n;
+		c->stage_off += n;
+		if (op->done < op->len)
+			break;
+		c->rq = op->next;
+		if (!c->rq)
+			c->rq_tail = &c->rq;
+		op->cb(op->arg, 0);
+		free(op);
+	}
+}
+
 /* Start what can start; fail what cannot. */
 static void conn_kick(struct tcp_conn *c)
 {
@@ -433,8 +489,15 @@ static void conn_kick(struct tcp_conn *c)
 	}
 	if (!c->connected)
 		return;
-	if (c->rq && !c->recv_busy)
-		start_recv(c);
+	if (c->rq && !c->recv_busy) {
+		serve_stage(c);
+		if (c->error) {
+			conn_flush_errors(c);
+			return;
+		}
+		if (c->rq && !c->recv_busy)
+			start_recv(c);
+	}
 	if (!c->send_busy) {
 		struct tcp_op *op;
 
