@@ -1,26 +1,56 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
-/* Host unit tests of libtpu_user: everything that needs no module. */
+/*
+ * Host unit tests of libtpu_user: everything that needs no module.
+ * UNIT_ONLY=name[,name...] runs only the named lists (names as below,
+ * without "test_"), for working on one of them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
 #include "tap.h"
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+} lists[] = {
+	{ "status", test_status },
+	{ "version", test_version },
+	{ "device_name", test_device_name },
+	{ "key", test_key },
+	{ "endpoint_args", test_endpoint_args },
+	{ "fdpass", test_fdpass },
+	{ "cma", test_cma },
+	{ "probe", test_probe },
+	{ "rendezvous", test_rendezvous },
+	{ "cma_table", test_cma_table },
+	{ "cma_viability", test_cma_viability },
+	{ "rdv_cma", test_rdv_cma },
+	{ "pipe_wire", test_pipe_wire },
+	{ "shm_ring", test_shm_ring },
+	{ "xport_tcp", test_xport_tcp },
+	{ "xport_shm", test_xport_shm },
+	{ "pipe", test_pipe },
+	{ "pipe_core", test_pipe_core },
+};
+
+static int wanted(const char *only, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!only || !*only)
+		return 1;
+	for (const char *p = only; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
 
 int main(void)
 {
-	test_status();
-	test_version();
-	test_device_name();
-	test_key();
-	test_endpoint_args();
-	test_fdpass();
-	test_cma();
-	test_probe();
-	test_rendezvous();
-	test_cma_table();
-	test_cma_viability();
-	test_rdv_cma();
-	test_pipe_wire();
-	test_shm_ring();
-	test_xport_tcp();
-	test_xport_shm();
-	test_pipe();
-	test_pipe_core();
+	const char *only = getenv("UNIT_ONLY");
+
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+		if (wanted(only, lists[i].name))
+			lists[i].fn();
 	return tap_finish();
 }

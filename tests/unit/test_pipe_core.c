@@ -318,8 +318,9 @@ static void backpressure(const char *url, const char *name)
 				break;
 			got++;
 		}
-		CHECK(got == N && rec_wait(&w, N), "pipe_%s_reading_completes_every_stalled_write",
-		      name);
+		CHECK(got == N && rec_wait(&w, N),
+		      "pipe_%s_reading_completes_every_stalled_write (%d read, %d written)", name,
+		      got, w.n);
 	}
 	pair_close(&pp);
 	free(src);
