@@ -925,7 +925,7 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe);
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
 /**
  * tpu_pipe_channel - the channel for tensors from @src to @dst device
- * types ("kmod", "cma", "basic"), or "" while negotiating or if none.
+ * types ("kmod", "cma", "mtcp", "basic"), or "" while negotiating or if none.
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);

@@ -43,6 +43,7 @@ static void pipe_free(struct tpu_pipe *p)
 {
 	tpu__pipe_reads_free(p);
 	free(p->setup_frame);
+	free(p->lane_frames);
 	free(p->setup_body);
 	free(p->in_body);
 	free(p->desc_calls);
@@ -94,6 +95,7 @@ void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
 	p->conn = NULL;
 	if (conn)
 		conn->ops->close(conn);
+	tpu__mtcp_close(p);
 	if (p->kmod) {
 		struct tpu_rendezvous *r = p->kmod;
 

@@ -27,9 +27,10 @@
 #include "rdv_internal.h"
 #include "xport.h"
 
-/* Channels, best first; basic (inline) is always there. */
+/* Channels, worst first (the offer lists them best first); basic is always there. */
 enum pipe_chan {
 	PIPE_CHAN_BASIC = 0,
+	PIPE_CHAN_MTCP,			/* striped over extra tcp connections (pipe_mtcp.c) */
 	PIPE_CHAN_CMA,
 	PIPE_CHAN_KMOD,
 	PIPE_CHAN_COUNT,
@@ -43,6 +44,7 @@ enum pipe_chan tpu__pipe_chan_parse(const char *name, size_t len);
 struct tpu__pipe_policy {
 	bool xport_ok[2];		/* [0] tcp, [1] shm */
 	bool chan_ok[PIPE_CHAN_COUNT];
+	unsigned int mtcp_lanes;	/* TPU_MTCP_LANES: lanes a listener asks for */
 };
 /* From the context's options, narrowed by TPU_TRANSPORTS / TPU_CHANNELS. */
 tpu_status tpu__pipe_policy(struct tpu_context *ctx, struct tpu__pipe_policy *out);
@@ -168,6 +170,19 @@ struct tpu_pipe {
 	enum pipe_chan chan_cpu;	/* CPU -> CPU channel, both directions */
 	struct tpu_rendezvous *kmod;	/* kmod channel: shared by the two ends */
 	int peer_pid;			/* cma channel: the peer's pid (from HELLO/WELCOME) */
+	/*
+	 * mtcp channel: the extra tcp connections tensors are striped over,
+	 * lanes[0..nlanes) (nlanes from WELCOME, 0 without mtcp).  Each end
+	 * picks lanes round-robin in message and tensor order, the writer with
+	 * mtcp_tx, the reader with mtcp_rx, so both pick the same ones.
+	 */
+	struct tpu__conn *lanes[TPU__WIRE_LANES_MAX];
+	unsigned int nlanes;
+	unsigned int lanes_joined;	/* listener side: lanes whose JOIN came */
+	unsigned int mtcp_tx, mtcp_rx;
+	bool await_main;		/* listener side: the pipe's own connection is to JOIN */
+	uint8_t *lane_frames;		/* connector: the lanes' JOIN frames */
+	char connect_addr[TPU__XPORT_ADDR_MAX];	/* connector: where lanes connect to */
 	struct tpu__pipe_policy policy;
 
 	/* Set-up (pipe_setup.c). */
@@ -234,15 +249,32 @@ size_t tpu__pipe_kmod_key(char *buf, size_t size, bool by_connector, uint64_t se
 tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport *x,
 				     const char *addr);
 void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn);
-/* The listener found the pipe of a JOIN: continue on @conn. */
-void tpu__pipe_joined(struct tpu_pipe *p, struct tpu__conn *conn);
+
+/* pipe_mtcp.c */
+/* Tensors smaller than this many bytes per lane use fewer lanes. */
+#define PIPE_MTCP_CHUNK_MIN	(256u << 10)
+#define PIPE_MTCP_LANES_DEFAULT	4
+/* TPU_MTCP_LANES (1..TPU__WIRE_LANES_MAX), else the default; -EINVAL if malformed. */
+tpu_status tpu__mtcp_lanes_policy(unsigned int *lanes);
+/* How many lanes a tensor of @len bytes goes over (1..nlanes). */
+unsigned int tpu__mtcp_stripes(uint64_t len, unsigned int nlanes);
+/* Stripe @i of @k of a tensor of @len bytes: [*off, *off + *n). */
+void tpu__mtcp_stripe(uint64_t len, unsigned int k, unsigned int i, uint64_t *off, uint64_t *n);
+/* The lane the next stripe goes over, advancing @cursor (mtcp_tx or mtcp_rx). */
+struct tpu__conn *tpu__mtcp_next_lane(struct tpu_pipe *p, unsigned int *cursor);
+/* Connector: open @n lanes to @addr, each starting with JOIN (token, lane). */
+tpu_status tpu__mtcp_connect(struct tpu_pipe *p, const char *addr, uint64_t token, unsigned int n);
+/* Listener: @conn came with JOIN (token, @lane >= 1) for @p. */
+tpu_status tpu__mtcp_lane_joined(struct tpu_pipe *p, uint32_t lane, struct tpu__conn *conn);
+/* Close every lane (pending operations fail with TPU_E_CLOSED). */
+void tpu__mtcp_close(struct tpu_pipe *p);
 
 /* pipe_listener.c */
 tpu_status tpu__listener_url_for(const struct tpu_listener *l, const struct tpu__xport *x,
 				 const char **addr);
 void tpu__listener_await_join(struct tpu_listener *l, struct tpu_pipe *p);
-/* The pipe waiting for the JOIN with @token, taken off the list; NULL if none. */
-struct tpu_pipe *tpu__listener_take_join(struct tpu_listener *l, uint64_t token);
+/* The pipe in set-up whose JOIN token is @token (non-zero); NULL if none. */
+struct tpu_pipe *tpu__listener_find_join(struct tpu_listener *l, uint64_t token);
 /* Run fn(arg) on the context thread and wait for it (pipe.c). */
 void tpu__ctx_run_sync(struct tpu_context *ctx, void (*fn)(void *arg), void *arg);
 void tpu__listener_forget(struct tpu_listener *l, struct tpu_pipe *p);

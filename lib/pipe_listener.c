@@ -72,14 +72,11 @@ void tpu__listener_await_join(struct tpu_listener *l, struct tpu_pipe *p)
 	/* Already on the set-up list; its token marks it as waiting. */
 }
 
-struct tpu_pipe *tpu__listener_take_join(struct tpu_listener *l, uint64_t token)
+struct tpu_pipe *tpu__listener_find_join(struct tpu_listener *l, uint64_t token)
 {
-	for (struct tpu_pipe *p = l->setup; p; p = p->join_next) {
-		if (p->token && p->token == token && !p->conn) {
-			p->token = 0;
+	for (struct tpu_pipe *p = l->setup; p; p = p->join_next)
+		if (p->token && p->token == token)
 			return p;
-		}
-	}
 	return NULL;
 }
 

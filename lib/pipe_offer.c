@@ -8,7 +8,8 @@
  * process:
  *   cma	boot id, pid namespace (pids travel in descriptors), uid;
  *   kmod	boot id, module ABI and the device number of the node (the
- *		same module instance), mount namespace of the node's path.
+ *		same module instance), mount namespace of the node's path;
+ *   mtcp	nothing: any two ends that share a tcp transport.
  * Transports describe themselves (xport.h).
  */
 #include <stdio.h>
@@ -22,6 +23,7 @@
 
 static const char *const chan_names[PIPE_CHAN_COUNT] = {
 	[PIPE_CHAN_BASIC] = "basic",
+	[PIPE_CHAN_MTCP] = "mtcp",
 	[PIPE_CHAN_CMA] = "cma",
 	[PIPE_CHAN_KMOD] = "kmod",
 };
@@ -99,7 +101,7 @@ static tpu_status narrow(const char *list, bool *ok, size_t n, bool is_xport)
 
 tpu_status tpu__pipe_policy_check(const char *transports, const char *channels)
 {
-	struct tpu__pipe_policy pol = { { true, true }, { true, true, true } };
+	struct tpu__pipe_policy pol = { { true, true }, { true, true, true, true }, 0 };
 	tpu_status st = narrow(transports, pol.xport_ok, 2, true);
 
 	return st ? st : narrow(channels, pol.chan_ok, PIPE_CHAN_COUNT, false);
@@ -109,8 +111,10 @@ tpu_status tpu__pipe_policy(struct tpu_context *ctx, struct tpu__pipe_policy *ou
 {
 	tpu_status st;
 
-	*out = (struct tpu__pipe_policy){ { true, true }, { true, true, true } };
-	st = narrow(tpu__ctx_transports(ctx), out->xport_ok, 2, true);
+	*out = (struct tpu__pipe_policy){ { true, true }, { true, true, true, true }, 0 };
+	st = tpu__mtcp_lanes_policy(&out->mtcp_lanes);
+	if (!st)
+		st = narrow(tpu__ctx_transports(ctx), out->xport_ok, 2, true);
 	if (!st)
 		st = narrow(getenv("TPU_TRANSPORTS"), out->xport_ok, 2, true);
 	if (!st)
@@ -192,7 +196,7 @@ tpu_status tpu__pipe_offer(struct tpu_context *ctx, const struct tpu__pipe_polic
 		else if (c == PIPE_CHAN_CMA)
 			st = cma_domain(d, size);
 		else
-			st = snprintf(d, size, "basic") < 0 ? -EIO : 0;
+			st = snprintf(d, size, "%s", chan_names[c]) < 0 ? -EIO : 0;
 		if (st) {
 			tpu__log_debug("pipe: channel %s not offered: %s", chan_names[c],
 				       tpu_strerror(st));

@@ -10,8 +10,9 @@
  * most one descriptor waits in memory whatever the writer does: that is the
  * back-pressure, the writer's transport fills up and its writes stall.
  *
- * Tensors of the kmod and cma channels are fetched when the read starts;
- * a cma pull is ACKed to the writer, which holds its memory until then.
+ * Tensors of the kmod, cma and mtcp channels are fetched when the read
+ * starts; a cma pull is ACKed to the writer, which holds its memory until
+ * then.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -482,6 +483,49 @@ static tpu_status read_cma(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 	return st;
 }
 
+static void mtcp_stripe_read(void *arg, tpu_status st)
+{
+	struct read_part *part = arg;
+	struct tpu_pipe *p = part->pipe;
+	struct pipe_read *rd = part->rd;
+
+	free(part);
+	if (st)
+		tpu__pipe_fail(p, st);
+	rd_part_done(p, rd, st);
+	tpu__pipe_io_put(p);
+}
+
+/* Read tensor @i's stripes from the lanes the writer put them on. */
+static tpu_status read_mtcp(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
+{
+	struct tpu_message_tensor *t = &rd->msg.tensors[i];
+	unsigned int k = tpu__mtcp_stripes(t->len, p->nlanes);
+
+	for (unsigned int s = 0; s < k; s++) {
+		struct tpu__conn *lane = tpu__mtcp_next_lane(p, &p->mtcp_rx);
+		struct read_part *part = malloc(sizeof(*part));
+		uint64_t off, n;
+		tpu_status st;
+
+		if (!part)
+			return -ENOMEM;
+		*part = (struct read_part){ p, rd, i };
+		tpu__mtcp_stripe(t->len, k, s, &off, &n);
+		rd->waiting++;
+		tpu__pipe_io_get(p);
+		st = lane->ops->read(lane, (uint8_t *)t->data + off, (size_t)n, mtcp_stripe_read,
+				     part);
+		if (st) {
+			rd->waiting--;
+			p->io--;
+			free(part);
+			return st;
+		}
+	}
+	return 0;
+}
+
 void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 {
 	struct pipe_read *rd;
@@ -529,6 +573,8 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 			st = read_kmod(p, rd, i);
 		else if (rd->tinfo[i].chan == PIPE_CHAN_CMA)
 			st = read_cma(p, rd, i);
+		else if (rd->tinfo[i].chan == PIPE_CHAN_MTCP)
+			st = read_mtcp(p, rd, i);
 	}
 	if (st) {
 		/* The stream is out of step with this message now: the pipe is done. */

@@ -7,7 +7,9 @@
  *				       <- WELCOME (status, transport, token,
  *					  channel per device pair)
  *   [if the transport changes: a new connection to WELCOME's address,
- *    JOIN (token) as its first frame; the first connection is closed]
+ *    JOIN (token, lane 0) as its first frame; the first one is closed]
+ *   [mtcp channel: WELCOME's lanes more tcp connections, each starting
+ *    with JOIN (token, lane 1..lanes); see pipe_mtcp.c]
  *   [kmod channel: the domain's descriptor, passed over the transport]
  *   messages both ways ...
  *
@@ -143,13 +145,6 @@ static void acceptor_finish(struct tpu_pipe *p)
 	tpu__listener_deliver(p->listener, p);
 }
 
-void tpu__pipe_joined(struct tpu_pipe *p, struct tpu__conn *conn)
-{
-	p->conn = conn;
-	p->xport = conn->xport;
-	acceptor_finish(p);
-}
-
 /* ---- connector ---------------------------------------------------------- */
 
 static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_welcome *w)
@@ -177,9 +172,26 @@ static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_w
 		if (chan == PIPE_CHAN_COUNT || !p->policy.chan_ok[chan])
 			return -EPROTO;
 	}
+	/* Lanes are tcp connections, and only mtcp asks for them. */
+	if (chan == PIPE_CHAN_MTCP ? x != &tpu__xport_tcp || !w->lanes || !w->token : w->lanes)
+		return -EPROTO;
 	p->chan_cpu = chan;
+	if (chan == PIPE_CHAN_MTCP) {
+		const char *lane_addr = p->connect_addr;
+
+		/* Lanes go where the pipe went, unless the pipe moves. */
+		if (x != p->xport) {
+			st = tpu__wire_blob_str(w->xport.addr, addr, sizeof(addr));
+			if (st)
+				return -EPROTO;
+			lane_addr = addr;
+		}
+		st = tpu__mtcp_connect(p, lane_addr, w->token, w->lanes);
+		if (st)
+			return st;
+	}
 	if (x != p->xport) {
-		struct tpu__wire_join join = { .token = w->token };
+		struct tpu__wire_join join = { .token = w->token, .lane = 0 };
 		struct tpu__conn *old = p->conn;
 		long len;
 
@@ -275,6 +287,9 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 	if (!p->setup_frame)
 		return -ENOMEM;
 	tpu__wire_hello_encode(p->setup_frame, (size_t)len, &h);
+	if (strlen(addr) >= sizeof(p->connect_addr))
+		return -EINVAL;
+	strcpy(p->connect_addr, addr);
 	st = x->connect(p->ctx, addr, &p->conn);
 	if (st)
 		return st;
@@ -338,6 +353,9 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 			continue;
 		if (c == PIPE_CHAN_KMOD && best == &tpu__xport_tcp)
 			continue;
+		/* Lanes are tcp connections to the listener: only beside a tcp pipe. */
+		if (c == PIPE_CHAN_MTCP && best != &tpu__xport_tcp)
+			continue;
 		for (uint32_t j = 0; j < h->nchans; j++)
 			if (h->chans[j].src_type == TPU_DEVICE_CPU &&
 			    h->chans[j].dst_type == TPU_DEVICE_CPU &&
@@ -346,6 +364,8 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 				chan = c;
 	}
 	p->chan_cpu = chan;
+	if (chan == PIPE_CHAN_MTCP)
+		p->nlanes = w->lanes = p->policy.mtcp_lanes;
 	*chosen = best;
 	w->xport.name = (struct tpu__wire_blob){ (const uint8_t *)best->name,
 						 (uint32_t)strlen(best->name) };
@@ -379,10 +399,12 @@ static void welcome_written(void *arg, tpu_status st)
 	}
 	if (p->token) {
 		/* The pipe continues on the connection its JOIN comes on. */
-		struct tpu__conn *c = p->conn;
+		if (p->await_main) {
+			struct tpu__conn *c = p->conn;
 
-		p->conn = NULL;
-		c->ops->close(c);
+			p->conn = NULL;
+			c->ops->close(c);
+		}
 		tpu__listener_await_join(p->listener, p);
 		goto out;
 	}
@@ -410,7 +432,8 @@ static tpu_status acceptor_hello(struct tpu_pipe *p)
 	if (w.status) {
 		tpu__log_debug("pipe %p: refusing a peer: %s", (void *)p, tpu_strerror(w.status));
 		p->error = w.status;
-	} else if (x != p->xport) {
+	} else if (x != p->xport || p->nlanes) {
+		p->await_main = x != p->xport;
 		while (!p->token)
 			if (getrandom(&p->token, sizeof(p->token), 0) != sizeof(p->token))
 				p->token = ((uint64_t)rand() << 32) ^ (uint64_t)rand();
@@ -437,14 +460,26 @@ static tpu_status acceptor_join(struct tpu_pipe *p)
 	st = tpu__wire_join_decode(p->setup_body, p->in_frame.len, &j);
 	if (st)
 		return st;
-	q = tpu__listener_take_join(p->listener, j.token);
-	if (!q)
+	q = tpu__listener_find_join(p->listener, j.token);
+	if (!q || (!j.lane && !q->await_main))
 		return -EPROTO;
-	/* This stand-in pipe gives its connection to the one the JOIN names. */
 	c = p->conn;
+	if (j.lane) {
+		st = tpu__mtcp_lane_joined(q, j.lane, c);
+		if (st)
+			return st;
+	} else {
+		q->await_main = false;
+		q->conn = c;
+		q->xport = c->xport;
+	}
+	/* This stand-in pipe gave its connection to the one the JOIN names. */
 	p->conn = NULL;
 	setup_fail(p, TPU_E_CLOSED);
-	tpu__pipe_joined(q, c);
+	if (!q->await_main && q->lanes_joined == q->nlanes) {
+		q->token = 0;
+		acceptor_finish(q);
+	}
 	return 0;
 }
 

@@ -275,8 +275,11 @@ long tpu__wire_welcome_encode(uint8_t *buf, size_t size, const struct tpu__wire_
 	wr_u32(&w, (uint32_t)we->status);
 	if (we->status == 0) {
 		err = wr_xport(&w, &we->xport);
+		if (!err && we->lanes > TPU__WIRE_LANES_MAX)
+			err = -EMSGSIZE;
 		if (!err) {
 			wr_u64(&w, we->token);
+			wr_u32(&w, we->lanes);
 			err = wr_chans(&w, we->nchans, we->chans, 0);
 		}
 	}
@@ -288,7 +291,8 @@ long tpu__wire_join_encode(uint8_t *buf, size_t size, const struct tpu__wire_joi
 	struct wr w = wr_start(buf, size);
 
 	wr_u64(&w, j->token);
-	return wr_finish(&w, TPU__WIRE_JOIN, 0);
+	wr_u32(&w, j->lane);
+	return wr_finish(&w, TPU__WIRE_JOIN, j->lane > TPU__WIRE_LANES_MAX ? -EMSGSIZE : 0);
 }
 
 static int wr_tensor(struct wr *w, const struct tpu__wire_tensor *t)
@@ -518,9 +522,13 @@ tpu_status tpu__wire_welcome_decode(const uint8_t *body, size_t len,
 	if (!err)
 		err = rd_u64(&r, &out->token);
 	if (!err)
+		err = rd_u32(&r, &out->lanes);
+	if (!err)
 		err = rd_chans(&r, &out->nchans, out->chans, 0);
 out:
 	err = rd_end(&r, err);
+	if (!err && out->lanes > TPU__WIRE_LANES_MAX)
+		err = -EMSGSIZE;
 	if (!err)
 		out->status = (int32_t)status;
 	return err;
@@ -535,7 +543,10 @@ tpu_status tpu__wire_join_decode(const uint8_t *body, size_t len, struct tpu__wi
 	err = rd_start(&r, body, len);
 	if (!err)
 		err = rd_u64(&r, &out->token);
-	return rd_end(&r, err);
+	if (!err)
+		err = rd_u32(&r, &out->lane);
+	err = rd_end(&r, err);
+	return !err && out->lane > TPU__WIRE_LANES_MAX ? -EMSGSIZE : err;
 }
 
 tpu_status tpu__wire_ack_decode(const uint8_t *body, size_t len, struct tpu__wire_ack *out)

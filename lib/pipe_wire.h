@@ -55,6 +55,7 @@ enum {
 #define TPU__WIRE_PAYLOADS_MAX	TPU_PIPE_MAX_PAYLOADS
 #define TPU__WIRE_TENSORS_MAX	TPU_PIPE_MAX_TENSORS
 #define TPU__WIRE_LEN_MAX	TPU_PIPE_MAX_LEN	/* one payload or tensor */
+#define TPU__WIRE_LANES_MAX	16		/* extra connections of the mtcp channel */
 
 struct tpu__wire_hdr {
 	uint16_t type;
@@ -95,18 +96,23 @@ struct tpu__wire_hello {
  * transport is not the one this connection uses, the connector opens a new
  * connection to xport.addr and sends JOIN with token as its first frame.
  * chans lists the channel chosen per device pair (same entry layout as in
- * HELLO, domain empty).
+ * HELLO, domain empty).  lanes is how many extra tcp connections the mtcp
+ * channel stripes tensors over (0 when it was not chosen): the connector
+ * opens them to the listener and sends JOIN (token, lane 1..lanes) on each.
  */
 struct tpu__wire_welcome {
 	int32_t status;
 	struct tpu__wire_xport_entry xport;
 	uint64_t token;
+	uint32_t lanes;			/* <= TPU__WIRE_LANES_MAX */
 	uint32_t nchans;
 	struct tpu__wire_chan_entry chans[TPU__WIRE_ENTRIES_MAX];
 };
 
+/* JOIN: lane 0 is the pipe's own connection, 1..TPU__WIRE_LANES_MAX an mtcp lane. */
 struct tpu__wire_join {
 	uint64_t token;
+	uint32_t lane;
 };
 
 /* MSG: one message's descriptor.  Inline bytes follow the frame. */

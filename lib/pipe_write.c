@@ -3,8 +3,8 @@
  * The write path of a pipe (context thread only).
  *
  * A write is a descriptor frame, then the inline bytes (payloads, and
- * tensors that go inline), on the transport; tensors of the cma and kmod
- * channels travel apart.  It is done when every part is: the transport took
+ * tensors that go inline), on the transport; tensors of the cma, kmod and
+ * mtcp channels travel apart.  It is done when every part is: the transport took
  * its bytes, the kmod SEND completed (the reader took the tensor), the
  * reader ACKed each cma tensor it pulled.  Callbacks run in write order:
  * a write done early waits for the ones before it.
@@ -159,6 +159,35 @@ static tpu_status write_stream(struct tpu_pipe *p, struct pipe_write *w)
 	return 0;
 }
 
+/* Stripe tensor @i over the mtcp lanes; each stripe is a part of the write. */
+static tpu_status write_mtcp(struct tpu_pipe *p, struct pipe_write *w, size_t i)
+{
+	const struct tpu_message_tensor *t = &w->msg->tensors[i];
+	unsigned int k = tpu__mtcp_stripes(t->len, p->nlanes);
+
+	for (unsigned int s = 0; s < k; s++) {
+		struct tpu__conn *lane = tpu__mtcp_next_lane(p, &p->mtcp_tx);
+		struct write_part *part = part_new(p, w);
+		uint64_t off, n;
+		tpu_status st;
+
+		if (!part)
+			return -ENOMEM;
+		tpu__mtcp_stripe(t->len, k, s, &off, &n);
+		w->waiting++;
+		tpu__pipe_io_get(p);
+		st = lane->ops->write(lane, &(struct iovec){ (uint8_t *)t->data + off, (size_t)n },
+				      1, stream_written, part);
+		if (st) {
+			w->waiting--;
+			p->io--;
+			free(part);
+			return st;
+		}
+	}
+	return 0;
+}
+
 static tpu_status write_kmod(struct tpu_pipe *p, struct pipe_write *w, size_t i)
 {
 	struct tpu_message_tensor *t = &w->msg->tensors[i];
@@ -270,6 +299,9 @@ static void write_send(struct tpu_pipe *p, struct pipe_write *w)
 		switch (tensor_chan(p, &m->tensors[i])) {
 		case PIPE_CHAN_KMOD:
 			st = write_kmod(p, w, i);
+			break;
+		case PIPE_CHAN_MTCP:
+			st = write_mtcp(p, w, i);
 			break;
 		case PIPE_CHAN_CMA:
 			w->waiting++;	/* until the reader's ACK */

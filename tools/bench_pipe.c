@@ -45,7 +45,7 @@ struct pair {
 
 static const struct pair pairs[] = {
 	{ "shm", "kmod" }, { "shm", "cma" }, { "shm", "basic" },
-	{ "tcp", "cma" }, { "tcp", "basic" },
+	{ "tcp", "cma" }, { "tcp", "mtcp" }, { "tcp", "basic" },
 };
 
 struct pipe_opts {
@@ -361,7 +361,7 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|basic]\n"
+	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic]\n"
 		   "                    [--iters N] [--bw-iters N] [--json]\n");
 }
 

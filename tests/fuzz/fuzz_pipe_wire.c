@@ -109,14 +109,15 @@ static bool frame_eq(uint16_t type, const union frame *a, const union frame *b)
 		if (a->welcome.status)
 			return true;
 		if (!xport_eq(&a->welcome.xport, &b->welcome.xport) ||
-		    a->welcome.token != b->welcome.token || a->welcome.nchans != b->welcome.nchans)
+		    a->welcome.token != b->welcome.token || a->welcome.lanes != b->welcome.lanes ||
+		    a->welcome.nchans != b->welcome.nchans)
 			return false;
 		for (i = 0; i < a->welcome.nchans; i++)
 			if (!chan_eq(&a->welcome.chans[i], &b->welcome.chans[i]))
 				return false;
 		return true;
 	case TPU__WIRE_JOIN:
-		return a->join.token == b->join.token;
+		return a->join.token == b->join.token && a->join.lane == b->join.lane;
 	case TPU__WIRE_ACK:
 		return a->ack.seq == b->ack.seq && a->ack.tensor == b->ack.tensor &&
 		       a->ack.status == b->ack.status;

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 	};
 	struct tpu__wire_msg m = { 0 };
 	struct tpu__wire_ack a = { 3, 2, -EIO };
-	struct tpu__wire_join j = { 0x0123456789abcdefull };
+	struct tpu__wire_join j = { 0x0123456789abcdefull, 2 };
 
 	if (argc != 2) {
 		fprintf(stderr, "usage: gen_seeds DIR\n");
@@ -79,8 +79,9 @@ int main(int argc, char **argv)
 
 	w.xport = (struct tpu__wire_xport_entry){ B("tcp"), B(""), B("127.0.0.1:5000") };
 	w.token = 42;
+	w.lanes = 4;
 	w.nchans = 2;
-	w.chans[0] = (struct tpu__wire_chan_entry){ B("cma"), 0, 0, B("") };
+	w.chans[0] = (struct tpu__wire_chan_entry){ B("mtcp"), 0, 0, B("") };
 	w.chans[1] = (struct tpu__wire_chan_entry){ B("basic"), 1, 0, B("") };
 	seed("welcome", TPU__WIRE_WELCOME, tpu__wire_welcome_encode(frame, sizeof(frame), &w));
 	w.status = -ENOPROTOOPT;

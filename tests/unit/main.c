@@ -31,6 +31,7 @@ static const struct {
 	{ "xport_shm", test_xport_shm },
 	{ "pipe", test_pipe },
 	{ "pipe_core", test_pipe_core },
+	{ "pipe_mtcp", test_pipe_mtcp },
 };
 
 static int wanted(const char *only, const char *name)

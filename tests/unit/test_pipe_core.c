@@ -20,82 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tpu_user.h"
+#include "pipe_harness.h"
 #include "tap.h"
-
-#define WAIT_S	20
-
-struct rec {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int n;				/* callbacks seen */
-	int order[256];			/* their tags, in the order they ran */
-	tpu_status st[256];
-	struct tpu_message *msg[256];
-	pthread_t thread[256];
-	struct tpu_pipe *pipe;
-};
-
-struct tag {
-	struct rec *r;
-	int id;
-};
-
-static void rec_init(struct rec *r)
-{
-	memset(r, 0, sizeof(*r));
-	pthread_mutex_init(&r->lock, NULL);
-	pthread_cond_init(&r->cond, NULL);
-}
-
-static void rec_post(struct tag *t, tpu_status st, struct tpu_message *m)
-{
-	struct rec *r = t->r;
-
-	pthread_mutex_lock(&r->lock);
-	if (r->n < 256) {
-		r->order[r->n] = t->id;
-		r->st[r->n] = st;
-		r->msg[r->n] = m;
-		r->thread[r->n] = pthread_self();
-	}
-	r->n++;
-	pthread_cond_broadcast(&r->cond);
-	pthread_mutex_unlock(&r->lock);
-}
-
-static bool rec_wait(struct rec *r, int n)
-{
-	struct timespec until;
-	bool ok;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += WAIT_S;
-	pthread_mutex_lock(&r->lock);
-	while (r->n < n && pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
-		;
-	ok = r->n >= n;
-	pthread_mutex_unlock(&r->lock);
-	return ok;
-}
-
-static void on_write(void *arg, tpu_status st, struct tpu_message *m)
-{
-	rec_post(arg, st, m);
-}
-
-static void on_desc(void *arg, tpu_status st, struct tpu_message *d)
-{
-	rec_post(arg, st, d);
-}
-
-static void on_accept(void *arg, tpu_status st, struct tpu_pipe *p)
-{
-	struct tag *t = arg;
-
-	t->r->pipe = p;
-	rec_post(t, st, NULL);
-}
+#include "tpu_user.h"
 
 /* A reader that reads every message into fixed buffers, counting them. */
 struct reader {
@@ -137,41 +64,6 @@ static void reader_desc(void *arg, tpu_status st, struct tpu_message *d)
 static void reader_next(struct reader *rd)
 {
 	tpu_pipe_read_descriptor(rd->pipe, reader_desc, rd);
-}
-
-struct pair {
-	struct tpu_context *a, *b;
-	struct tpu_listener *l;
-	struct tpu_pipe *client, *server;
-};
-
-static bool pair_open(struct pair *pp, const char *url, const char *channels)
-{
-	struct tpu_context_options o = { .channels = channels };
-	struct rec r;
-	struct tag t = { &r, 0 };
-	char got[300];
-
-	memset(pp, 0, sizeof(*pp));
-	rec_init(&r);
-	if (tpu_context_create(&o, &pp->a) || tpu_context_create(&o, &pp->b) ||
-	    tpu_listener_create(pp->a, &url, 1, &pp->l) ||
-	    tpu_listener_url(pp->l, NULL, got, sizeof(got)) ||
-	    tpu_listener_accept(pp->l, on_accept, &t) || tpu_pipe_connect(pp->b, got, &pp->client))
-		return false;
-	if (!rec_wait(&r, 1) || r.st[0])
-		return false;
-	pp->server = r.pipe;
-	return true;
-}
-
-static void pair_close(struct pair *pp)
-{
-	tpu_pipe_close(pp->client);
-	tpu_pipe_close(pp->server);
-	tpu_listener_close(pp->l);
-	tpu_context_destroy(pp->b);
-	tpu_context_destroy(pp->a);
 }
 
 /* Order of messages, of write callbacks and of read callbacks; one thread. */

@@ -312,7 +312,7 @@ static bool frame_is(const uint8_t *got, long n, uint16_t type, const uint8_t *b
 
 static void known_bytes(void)
 {
-	static const uint8_t join[] = { 8, 7, 6, 5, 4, 3, 2, 1 };
+	static const uint8_t join[] = { 8, 7, 6, 5, 4, 3, 2, 1, 9, 0, 0, 0 };
 	static const uint8_t ack[] = { 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0xfb, 0xff, 0xff, 0xff };
 	static const uint8_t hello[] = {
 		1, 0, 0, 0,				/* version */
@@ -332,6 +332,7 @@ static void known_bytes(void)
 		1, 0, 0, 0, 'd',			/* domain */
 		1, 0, 0, 0, 'a',			/* addr */
 		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,	/* token */
+		4, 0, 0, 0,				/* lanes */
 		1, 0, 0, 0,				/* nchans */
 		5, 0, 0, 0, 'b', 'a', 's', 'i', 'c', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 	};
@@ -347,7 +348,7 @@ static void known_bytes(void)
 		0, 0, 0, 0, 1, 0, 0, 0, 'd',		/* meta, chan_desc */
 	};
 	struct tpu__wire_hello h = { .version = 1, .nxports = 1, .nchans = 1 };
-	struct tpu__wire_welcome w = { .token = 0x0123456789abcdefull, .nchans = 1 };
+	struct tpu__wire_welcome w = { .token = 0x0123456789abcdefull, .lanes = 4, .nchans = 1 };
 	struct tpu__wire_payload p = { .len = 3 };
 	struct tpu__wire_tensor t = { .len = 0xff00000004ull, .src_index = 5, .dst_type = 1,
 				      .dst_index = 6, .channel = INLINE };
@@ -356,7 +357,7 @@ static void known_bytes(void)
 	uint8_t b[256];
 	long n;
 
-	n = tpu__wire_join_encode(b, sizeof(b), &(struct tpu__wire_join){ 0x0102030405060708ull });
+	n = tpu__wire_join_encode(b, sizeof(b), &(struct tpu__wire_join){ 0x0102030405060708ull, 9 });
 	CHECK(frame_is(b, n, TPU__WIRE_JOIN, join, sizeof(join)), "wire_join_known_bytes");
 	n = tpu__wire_ack_encode(b, sizeof(b), &(struct tpu__wire_ack){ 1, 2, -5 });
 	CHECK(frame_is(b, n, TPU__WIRE_ACK, ack, sizeof(ack)), "wire_ack_known_bytes");
@@ -422,7 +423,8 @@ static bool welcome_eq(const struct tpu__wire_welcome *a, const struct tpu__wire
 		return false;
 	if (a->status)
 		return true;
-	if (!xport_eq(&a->xport, &b->xport) || a->token != b->token || a->nchans != b->nchans)
+	if (!xport_eq(&a->xport, &b->xport) || a->token != b->token || a->lanes != b->lanes ||
+	    a->nchans != b->nchans)
 		return false;
 	for (i = 0; i < a->nchans; i++)
 		if (!chan_eq(&a->chans[i], &b->chans[i]))
@@ -602,10 +604,23 @@ static void round_trips(void)
 	w.status = -TPU_ERRNO_MAX;
 	welcome_round_trip("welcome_errno_max", &w);
 
-	j.token = 0x8000000000000001ull;
+	j = (struct tpu__wire_join){ 0x8000000000000001ull, TPU__WIRE_LANES_MAX };
 	f = encode_checked("join", enc_join, &j, &n);
-	CHECK(n == HDR + 8, "wire_join_is_8_bytes_of_body");
+	CHECK(n == HDR + 12, "wire_join_is_12_bytes_of_body");
 	frame_checks("join", TPU__WIRE_JOIN, f, n, true);
+	{
+		struct tpu__wire_join jd;
+
+		CHECK(!tpu__wire_join_decode(f + HDR, 12, &jd) && jd.token == j.token &&
+		      jd.lane == j.lane, "wire_join_decodes_to_what_was_encoded");
+		/* One lane past the limit: well-formed, so -EMSGSIZE both ways. */
+		f[HDR + 8] = TPU__WIRE_LANES_MAX + 1;
+		CHECK_STATUS(tpu__wire_join_decode(f + HDR, 12, &jd), -EMSGSIZE,
+			     "wire_join_lane_over_max_decodes_emsgsize");
+		j.lane = TPU__WIRE_LANES_MAX + 1;
+		CHECK_STATUS((tpu_status)tpu__wire_join_encode(NULL, 0, &j), -EMSGSIZE,
+			     "wire_join_lane_over_max_encodes_emsgsize");
+	}
 	free(f);
 
 	a = (struct tpu__wire_ack){ UINT64_MAX, TPU__WIRE_TENSORS_MAX - 1, -EIO };
@@ -683,7 +698,7 @@ static void hello_fill(struct tpu__wire_hello *h, const struct hspec *s)
 
 struct wspec {
 	int32_t status;
-	uint32_t name, dom, addr, nc, cname, src, dst, cdom;
+	uint32_t name, dom, addr, nc, cname, src, dst, cdom, lanes;
 };
 
 static void welcome_build(struct bb *b, const struct wspec *s)
@@ -697,6 +712,7 @@ static void welcome_build(struct bb *b, const struct wspec *s)
 	bb_blob(b, s->dom);
 	bb_blob(b, s->addr);
 	bb_u64(b, 77);
+	bb_u32(b, s->lanes);
 	bb_u32(b, s->nc);
 	for (i = 0; i < s->nc; i++) {
 		bb_blob(b, s->cname);
@@ -710,7 +726,8 @@ static void welcome_fill(struct tpu__wire_welcome *w, const struct wspec *s)
 {
 	uint32_t i;
 
-	*w = (struct tpu__wire_welcome){ .status = s->status, .token = 77, .nchans = s->nc };
+	*w = (struct tpu__wire_welcome){ .status = s->status, .token = 77, .lanes = s->lanes,
+					 .nchans = s->nc };
 	w->xport = (struct tpu__wire_xport_entry){ blob_n(s->name), blob_n(s->dom),
 						   blob_n(s->addr) };
 	for (i = 0; i < TPU__WIRE_ENTRIES_MAX; i++)
@@ -876,7 +893,7 @@ static void ack_limit(const char *name, uint32_t tensor, int32_t status, tpu_sta
 static void limits(void)
 {
 	const struct hspec h0 = { 1, 3, 0, 0, 1, 5, 0, 0, 0 };
-	const struct wspec w0 = { 0, 3, 0, 5, 1, 3, 0, 0, 0 };
+	const struct wspec w0 = { 0, 3, 0, 5, 1, 3, 0, 0, 0, 0 };
 	const struct mspec m0 = { 3, 2, 2, 100, 2, 200, 0, 1, INLINE, 1, 4 };
 	const uint32_t name = TPU__WIRE_NAME_MAX, desc = TPU__WIRE_DESC_MAX;
 	const uint32_t addr = TPU__WIRE_ADDR_MAX, ents = TPU__WIRE_ENTRIES_MAX;
@@ -940,6 +957,9 @@ static void limits(void)
 	W(cdom, 1, -EPROTO, -EINVAL);
 	W(src, TPU_DEVICE_CUDA + 1, -EPROTO, -EINVAL);
 	W(dst, TPU_DEVICE_CUDA + 1, -EPROTO, -EINVAL);
+	W(lanes, TPU__WIRE_LANES_MAX, 0, 0);
+	W(lanes, TPU__WIRE_LANES_MAX + 1, -EMSGSIZE, -EMSGSIZE);
+	W(lanes, UINT32_MAX, -EMSGSIZE, -EMSGSIZE);
 #undef W
 
 #define M(field, v, dec, enc) (ms = m0, ms.field = (v), msg_limit("msg_" #field "_" #v, ms, \

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* What the pipe tests share: see pipe_harness.h. */
+#include <string.h>
+#include <time.h>
+
+#include "pipe_harness.h"
+
+void rec_init(struct rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+}
+
+void rec_post(struct tag *t, tpu_status st, struct tpu_message *m)
+{
+	struct rec *r = t->r;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->n < 256) {
+		r->order[r->n] = t->id;
+		r->st[r->n] = st;
+		r->msg[r->n] = m;
+		r->thread[r->n] = pthread_self();
+	}
+	r->n++;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+bool rec_wait(struct rec *r, int n)
+{
+	struct timespec until;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += WAIT_S;
+	pthread_mutex_lock(&r->lock);
+	while (r->n < n && pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
+		;
+	ok = r->n >= n;
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+void on_write(void *arg, tpu_status st, struct tpu_message *m)
+{
+	rec_post(arg, st, m);
+}
+
+void on_desc(void *arg, tpu_status st, struct tpu_message *d)
+{
+	rec_post(arg, st, d);
+}
+
+void on_accept(void *arg, tpu_status st, struct tpu_pipe *p)
+{
+	struct tag *t = arg;
+
+	t->r->pipe = p;
+	rec_post(t, st, NULL);
+}
+
+
+bool pair_open(struct pair *pp, const char *url, const char *channels)
+{
+	struct tpu_context_options o = { .channels = channels };
+	struct rec r;
+	struct tag t = { &r, 0 };
+	char got[300];
+
+	memset(pp, 0, sizeof(*pp));
+	rec_init(&r);
+	if (tpu_context_create(&o, &pp->a) || tpu_context_create(&o, &pp->b) ||
+	    tpu_listener_create(pp->a, &url, 1, &pp->l) ||
+	    tpu_listener_url(pp->l, NULL, got, sizeof(got)) ||
+	    tpu_listener_accept(pp->l, on_accept, &t) || tpu_pipe_connect(pp->b, got, &pp->client))
+		return false;
+	if (!rec_wait(&r, 1) || r.st[0])
+		return false;
+	pp->server = r.pipe;
+	return true;
+}
+
+void pair_close(struct pair *pp)
+{
+	tpu_pipe_close(pp->client);
+	tpu_pipe_close(pp->server);
+	tpu_listener_close(pp->l);
+	tpu_context_destroy(pp->b);
+	tpu_context_destroy(pp->a);
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * What the pipe tests share (pipe_harness.c): a record of callbacks that the
+ * test thread waits on with a deadline, and a pair of pipes between two
+ * contexts of this process through a listener.
+ */
+#ifndef UNIT_PIPE_HARNESS_H
+#define UNIT_PIPE_HARNESS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "tpu_user.h"
+
+/* How long a test waits for any one thing before calling it a hang. */
+#define WAIT_S	20
+
+struct rec {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int n;				/* callbacks seen */
+	int order[256];			/* their tags, in the order they ran */
+	tpu_status st[256];
+	struct tpu_message *msg[256];
+	pthread_t thread[256];
+	struct tpu_pipe *pipe;
+};
+
+struct tag {
+	struct rec *r;
+	int id;
+};
+
+struct pair {
+	struct tpu_context *a, *b;
+	struct tpu_listener *l;
+	struct tpu_pipe *client, *server;
+};
+
+void rec_init(struct rec *r);
+void rec_post(struct tag *t, tpu_status st, struct tpu_message *m);
+/* Wait until @n callbacks were recorded; false after WAIT_S seconds. */
+bool rec_wait(struct rec *r, int n);
+/* Callbacks that record into the struct tag their arg points to. */
+void on_write(void *arg, tpu_status st, struct tpu_message *m);
+void on_desc(void *arg, tpu_status st, struct tpu_message *d);
+void on_accept(void *arg, tpu_status st, struct tpu_pipe *p);
+/* Contexts a (listening) and b (connecting), both with @channels (NULL: all). */
+bool pair_open(struct pair *pp, const char *url, const char *channels);
+void pair_close(struct pair *pp);
+
+#endif
