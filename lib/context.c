@@ -87,6 +87,8 @@ struct tpu_context {
 	/* Context thread only. */
 	struct tpu__poller *pollers;
 	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
+	unsigned int spinners;		/* tpu__ctx_spinner_get() minus put() */
+	bool coop;			/* the ring defers completion work (COOP_TASKRUN) */
 	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
 	uint64_t spin_cur;		/* adapted to how fast peers answer */
 
@@ -314,6 +316,22 @@ void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
 		ctx->poll_cursor = p->next;
 }
 
+void tpu__ctx_spinner_get(struct tpu_context *ctx)
+{
+	ctx->spinners++;
+}
+
+void tpu__ctx_spinner_put(struct tpu_context *ctx)
+{
+	ctx->spinners--;
+}
+
+/* Whether the thread spins before it sleeps. */
+static bool ctx_spins(const struct tpu_context *ctx)
+{
+	return ctx->spin_ns && (ctx->pollers || (ctx->spinners && ctx->coop));
+}
+
 int tpu__ctx_wake_fd(const struct tpu_context *ctx)
 {
 	return ctx->wake_fd;
@@ -468,6 +486,9 @@ static bool ctx_work(struct tpu_context *ctx)
 		ctx_flush(ctx);
 		pthread_mutex_unlock(&ctx->sq_lock);
 	}
+	/* Completion work the kernel holds until this thread enters it. */
+	if (ctx->coop && (IO_URING_READ_ONCE(*ctx->ring.sq.kflags) & IORING_SQ_TASKRUN))
+		io_uring_get_events(&ctx->ring);
 	if (io_uring_cq_ready(&ctx->ring)) {
 		any = true;
 		ctx_reap(ctx);
@@ -482,20 +503,20 @@ static bool ctx_work(struct tpu_context *ctx)
 }
 
 /*
- * With pollers, keep looking for a while before sleeping: a peer that
- * answers within the spin costs neither side a wake-up.
+ * With pollers or spinners, keep looking for a while before sleeping: a
+ * peer that answers within the spin costs neither side a wake-up.
  */
 static bool ctx_spin(struct tpu_context *ctx)
 {
 	uint64_t until;
 
-	if (!ctx->pollers || !ctx->spin_ns)
+	if (!ctx_spins(ctx))
 		return false;
 	until = ctx_now_ns() + ctx->spin_cur;
 	do {
 		if (ctx_work(ctx))
 			return true;
-	} while (ctx->pollers && ctx_now_ns() < until);
+	} while (ctx_spins(ctx) && ctx_now_ns() < until);
 	return false;
 }
 
@@ -513,7 +534,7 @@ static void ctx_round(struct tpu_context *ctx)
 		ctx_disarm_all(ctx);
 		return;
 	}
-	if (ctx->pollers && ctx->spin_ns) {
+	if (ctx_spins(ctx)) {
 		uint64_t t0 = ctx_now_ns(), slept;
 
 		ctx_sleep(ctx);
@@ -814,8 +835,20 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 		return st;
 	}
 	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
+	/*
+	 * COOP_TASKRUN: completion work waits for this thread to enter the
+	 * kernel instead of interrupting it, which a spinning thread does
+	 * when TASKRUN_FLAG says there is some (kernels before 5.19 refuse).
+	 */
+	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_COOP_TASKRUN |
+		  IORING_SETUP_TASKRUN_FLAG;
 	st = io_uring_queue_init_params(entries, &ctx->ring, &p);
+	ctx->coop = !st;
+	if (st == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
+		st = io_uring_queue_init_params(entries, &ctx->ring, &p);
+	}
 	if (st) {
 		tpu__log_debug("context: io_uring_setup failed: %s", tpu_strerror(st));
 		ctx_free(ctx);

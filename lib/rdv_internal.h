@@ -226,6 +226,15 @@ void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p);
 void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p);
 /* The eventfd that wakes the context thread; a peer may hold a duplicate. */
 int tpu__ctx_wake_fd(const struct tpu_context *ctx);
+/*
+ * Spinners: sockets whose peer answers within microseconds (tcp pipes).
+ * While any is held the thread spins after its progress as it does for
+ * pollers, entering the kernel only when io_uring has completion work
+ * for it (IORING_SQ_TASKRUN): a wake-up from sleep costs more than the
+ * round trip itself.  Context thread only.
+ */
+void tpu__ctx_spinner_get(struct tpu_context *ctx);
+void tpu__ctx_spinner_put(struct tpu_context *ctx);
 
 /*
  * The context's own endpoint on /dev/tensorpipe, opened on first use, or

@@ -273,6 +273,7 @@ static void conn_maybe_free(struct tcp_conn *c)
 		close(c->fd);
 	if (c->ai)
 		freeaddrinfo(c->ai);
+	tpu__ctx_spinner_put(c->ctx);
 	free(c->stage);
 	free(c);
 }
@@ -753,6 +754,7 @@ static struct tcp_conn *conn_new(struct tpu_context *ctx, int fd)
 	c->zc = tcp_zc_wanted();
 	c->rq_tail = &c->rq;
 	c->wq_tail = &c->wq;
+	tpu__ctx_spinner_get(ctx);
 	if (fd >= 0)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return c;
@@ -828,6 +830,7 @@ static tpu_status tcp_connect(struct tpu_context *ctx, const char *addr, struct 
 	if (st) {
 		if (c->ai)
 			freeaddrinfo(c->ai);
+		tpu__ctx_spinner_put(ctx);
 		free(c);
 		return st;
 	}

@@ -108,6 +108,57 @@ static void order_and_threads(const char *url, const char *name)
 	free(rd);
 }
 
+static double cpu_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * After a burst of round trips the context threads spin a while, then
+ * sleep: a pipe nobody uses costs (next to) no CPU.  The bound is loose,
+ * a spinning thread would use the whole second.
+ */
+static void idle_costs_nothing(const char *url, const char *name)
+{
+	struct pair pp;
+	struct rec w, r;
+	static uint8_t buf[64];
+	struct tpu_payload pl = { .data = buf, .len = sizeof(buf) };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	bool ok = pair_open(&pp, url, NULL);
+	double used = -1;
+
+	rec_init(&w);
+	rec_init(&r);
+	/* 100 messages: the records keep the first 256 callbacks. */
+	for (int i = 0; ok && i < 100; i++) {
+		struct tag tw = { &w, i }, tr = { &r, i };
+
+		ok = !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+		     !tpu_pipe_read_descriptor(pp.server, on_desc, &tr) && rec_wait(&r, 2 * i + 1) &&
+		     !r.st[2 * i];
+		if (ok) {
+			r.msg[2 * i]->payloads[0].data = buf;
+			ok = !tpu_pipe_read(pp.server, r.msg[2 * i], on_write, &tr) &&
+			     rec_wait(&r, 2 * i + 2) && rec_wait(&w, i + 1);
+		}
+	}
+	if (ok) {
+		double t0;
+
+		usleep(100 * 1000);	/* past the longest spin (2 ms) */
+		t0 = cpu_seconds();
+		usleep(1000 * 1000);
+		used = cpu_seconds() - t0;
+	}
+	CHECK(ok && used < 0.1, "pipe_%s_idle_after_traffic_uses_no_cpu (%.4f s in 1 s)", name,
+	      used);
+	pair_close(&pp);
+}
+
 /* Close with everything pending: each callback once, TPU_E_CLOSED. */
 static void close_fails_pending(const char *url, const char *name)
 {
@@ -534,6 +585,8 @@ void test_pipe_core(void)
 	close_fails_pending(shm, "shm");
 	backpressure("tcp://127.0.0.1:0", "tcp");
 	backpressure(shm, "shm");
+	idle_costs_nothing("tcp://127.0.0.1:0", "tcp");
+	idle_costs_nothing(shm, "shm");
 	write_validation();
 	urls_and_options();
 	upgrade();
