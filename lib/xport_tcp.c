@@ -70,6 +70,11 @@
 #define TCP_STAGE_CAP	(64u << 10)
 /* The most one RECV asks for (its length is 32 bits, its result an int). */
 #define TCP_RECV_MAX	(1u << 30)
+/*
+ * A RECV or send of this many bytes or more keeps the socket busy long
+ * enough that spinning for it only takes a core from the kernel's copy.
+ */
+#define TCP_BULK_MIN	(64u << 10)
 /* Accepting failed for want of descriptors or memory: try again after this. */
 #define TCP_ACCEPT_RETRY_NS	(10u * 1000 * 1000)
 
@@ -145,6 +150,8 @@ struct tcp_conn {
 	bool connected;
 	bool closed;
 	bool zc;			/* zero-copy sends wanted on this connection */
+	bool spinning;			/* holds the context as a spinner (conn_spin) */
+	bool recv_bulk, send_bulk;	/* a RECV or send of TCP_BULK_MIN or more in flight */
 	tpu_status error;		/* first error; every operation after it fails */
 	unsigned int inflight;		/* requests whose last CQE is due */
 	unsigned int depth;		/* conn_progress running: do not free */
@@ -265,6 +272,23 @@ static tpu_status tcp_domain(char *buf, size_t size)
 
 static void conn_progress(struct tcp_conn *c);
 
+/*
+ * The context spins for a connection whose peer may answer any moment:
+ * open, and with no bulk transfer in flight.
+ */
+static void conn_spin(struct tcp_conn *c)
+{
+	bool want = !c->closed && !c->recv_bulk && !c->send_bulk;
+
+	if (want == c->spinning)
+		return;
+	c->spinning = want;
+	if (want)
+		tpu__ctx_spinner_get(c->ctx);
+	else
+		tpu__ctx_spinner_put(c->ctx);
+}
+
 static void conn_maybe_free(struct tcp_conn *c)
 {
 	if (!c->closed || c->depth || c->inflight || c->rq || c->wq || c->task_queued)
@@ -273,7 +297,7 @@ static void conn_maybe_free(struct tcp_conn *c)
 		close(c->fd);
 	if (c->ai)
 		freeaddrinfo(c->ai);
-	tpu__ctx_spinner_put(c->ctx);
+	conn_spin(c);
 	free(c->stage);
 	free(c);
 }
@@ -362,6 +386,8 @@ static void send_done(void *arg, const struct io_uring_cqe *cqe)
 
 	c->inflight--;
 	c->send_busy = false;
+	c->send_bulk = false;
+	conn_spin(c);
 	tcp_count(TCP_CNT_SEND);
 	if (cqe->res < 0) {
 		conn_fail(c, cqe->res == -ECONNRESET ? -EPIPE : cqe->res);
@@ -393,6 +419,8 @@ static void send_zc_done(void *arg, const struct io_uring_cqe *cqe)
 		c->inflight--;
 	c->send_busy = false;
 	c->send_zc = false;
+	c->send_bulk = false;
+	conn_spin(c);
 	if (cqe->res == -EOPNOTSUPP || cqe->res == -EINVAL) {
 		/* This kernel or socket cannot: plain sends from now on, these bytes too. */
 		atomic_store(&tcp_zc_ok, false);
@@ -451,6 +479,8 @@ static void start_send(struct tcp_conn *c)
 	c->send_asked = asked;
 	c->send_zc = zc;
 	c->send_busy = true;
+	c->send_bulk = asked >= TCP_BULK_MIN;
+	conn_spin(c);
 	c->inflight++;
 	tpu__ctx_submit(c->ctx);
 	return;
@@ -464,6 +494,8 @@ static void recv_done(void *arg, const struct io_uring_cqe *cqe)
 
 	c->inflight--;
 	c->recv_busy = false;
+	c->recv_bulk = false;
+	conn_spin(c);
 	tcp_count(TCP_CNT_RECV);
 	if (cqe->res > 0) {
 		size_t n = (size_t)cqe->res;
@@ -512,12 +544,14 @@ static void start_recv(struct tcp_conn *c)
 			need = TCP_RECV_MAX;
 		io_uring_prep_recv(sqe, c->fd, op->buf + op->done, need, MSG_WAITALL);
 		c->recv_asked = need;
+		c->recv_bulk = need >= TCP_BULK_MIN;
 	}
 	/* The socket was empty a moment ago: wait for data instead of trying first. */
 	if (c->recv_drained)
 		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	c->recv_busy = true;
 	c->inflight++;
+	conn_spin(c);
 	tpu__ctx_submit(c->ctx);
 }
 
@@ -698,6 +732,7 @@ static void tcp_close(struct tpu__conn *conn)
 	if (c->closed)
 		return;
 	c->closed = true;
+	conn_spin(c);
 	if (!c->error)
 		c->error = TPU_E_CLOSED;
 	for (struct tcp_wr *op = c->wq; op && !notifs; op = op->next)
@@ -754,7 +789,7 @@ static struct tcp_conn *conn_new(struct tpu_context *ctx, int fd)
 	c->zc = tcp_zc_wanted();
 	c->rq_tail = &c->rq;
 	c->wq_tail = &c->wq;
-	tpu__ctx_spinner_get(ctx);
+	conn_spin(c);
 	if (fd >= 0)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return c;
@@ -830,7 +865,8 @@ static tpu_status tcp_connect(struct tpu_context *ctx, const char *addr, struct 
 	if (st) {
 		if (c->ai)
 			freeaddrinfo(c->ai);
-		tpu__ctx_spinner_put(ctx);
+		c->closed = true;
+		conn_spin(c);
 		free(c);
 		return st;
 	}
