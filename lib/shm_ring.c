@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "copy_stream.h"
 #include "shm_ring.h"
 
 /* The counters are shared with another process: they must not need a lock. */
@@ -132,7 +133,8 @@ size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, uns
 	return done;
 }
 
-size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)
+static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
+			void (*copy)(void *dst, const void *src, size_t n))
 {
 	uint64_t avail;
 	size_t off, first;
@@ -146,12 +148,27 @@ size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)
 		return 0;
 	off = r->pos & (r->cap - 1);
 	first = r->cap - off < len ? r->cap - off : len;
-	memcpy(buf, r->data + off, first);
-	memcpy((uint8_t *)buf + first, r->data, len - first);
+	copy(buf, r->data + off, first);
+	copy((uint8_t *)buf + first, r->data, len - first);
 	r->pos += len;
 	/* Release: our copies are done before the producer may reuse the space. */
 	atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_release);
 	return len;
+}
+
+static void copy_plain(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+
+size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)
+{
+	return ring_read(r, buf, len, copy_plain);
+}
+
+size_t tpu__shm_ring_read_stream(struct tpu__shm_ring *r, void *buf, size_t len)
+{
+	return ring_read(r, buf, len, tpu__copy_stream);
 }
 
 bool tpu__shm_ring_reader_arm(struct tpu__shm_ring *r)

@@ -84,6 +84,8 @@ size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, uns
 			   size_t skip);
 /* Consumer: copy out up to @len bytes. */
 size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len);
+/* The same with non-temporal stores to @buf (copy_stream.h), for large reads. */
+size_t tpu__shm_ring_read_stream(struct tpu__shm_ring *r, void *buf, size_t len);
 /* Bytes the consumer may read now; bytes the producer may write now. */
 size_t tpu__shm_ring_readable(struct tpu__shm_ring *r);
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r);

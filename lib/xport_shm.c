@@ -55,6 +55,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "copy_stream.h"
 #include "shm_ring.h"
 #include "xport.h"
 
@@ -552,7 +553,10 @@ static bool rx_progress(struct shm_conn *c)
 				start_recv_fd(c);
 			break;
 		}
-		n = tpu__shm_ring_read(&c->rx, (char *)op->buf + op->done, op->total - op->done);
+		n = op->total >= TPU__COPY_STREAM_MIN ?
+		    tpu__shm_ring_read_stream(&c->rx, (char *)op->buf + op->done,
+					      op->total - op->done) :
+		    tpu__shm_ring_read(&c->rx, (char *)op->buf + op->done, op->total - op->done);
 		if (n) {
 			op->done += n;
 			any = true;

@@ -26,6 +26,7 @@ static const struct {
 	{ "cma_viability", test_cma_viability },
 	{ "rdv_cma", test_rdv_cma },
 	{ "pipe_wire", test_pipe_wire },
+	{ "copy_stream", test_copy_stream },
 	{ "shm_ring", test_shm_ring },
 	{ "xport_tcp", test_xport_tcp },
 	{ "xport_shm", test_xport_shm },
