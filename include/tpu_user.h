@@ -723,7 +723,9 @@ TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status s
  *
  * TPU_TRANSPORTS and TPU_CHANNELS (comma lists, e.g. "tcp" or "cma,basic")
  * restrict the choice further than tpu_context_options does; TPU_LOG=debug
- * logs every choice.  Calls are thread-safe; callbacks must not block.
+ * logs every choice.  Between hosts, tensors go over the mtcp channel:
+ * striped over TPU_MTCP_LANES (1..16, default 4; set on the listener's
+ * side) more tcp connections.  Calls are thread-safe; callbacks must not block.
  */
 
 /** TPU_PIPE_MAX_PAYLOADS - most payloads in one message */
