@@ -30,7 +30,6 @@ static const struct {
 	{ "shm_ring", test_shm_ring },
 	{ "xport_tcp", test_xport_tcp },
 	{ "xport_shm", test_xport_shm },
-	{ "pipe", test_pipe },
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
 };
