@@ -430,11 +430,12 @@ static tpu_status read_kmod(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 }
 
 /*
- * The read of a cma tensor ends when its ACK is on the transport, so that
- * a reader closing the pipe right after its callback does not drop the
- * ACK its writer waits for.
+ * A transport operation of one tensor's read is done: an mtcp stripe read,
+ * or a cma ACK written.  The read of a cma tensor ends when its ACK is on
+ * the transport, so that a reader closing the pipe right after its
+ * callback does not drop the ACK its writer waits for.
  */
-static void ack_written(void *arg, tpu_status st)
+static void part_io_done(void *arg, tpu_status st)
 {
 	struct read_part *part = arg;
 	struct tpu_pipe *p = part->pipe;
@@ -474,26 +475,13 @@ static tpu_status read_cma(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 	tpu__pipe_io_get(p);
 	rd->waiting++;
 	st = p->conn->ops->write(p->conn, &(struct iovec){ frame, (size_t)len }, 1,
-				 ack_written, part);
+				 part_io_done, part);
 	if (st) {
 		p->io--;
 		rd->waiting--;
 		free(part);
 	}
 	return st;
-}
-
-static void mtcp_stripe_read(void *arg, tpu_status st)
-{
-	struct read_part *part = arg;
-	struct tpu_pipe *p = part->pipe;
-	struct pipe_read *rd = part->rd;
-
-	free(part);
-	if (st)
-		tpu__pipe_fail(p, st);
-	rd_part_done(p, rd, st);
-	tpu__pipe_io_put(p);
 }
 
 /* Read tensor @i's stripes from the lanes the writer put them on. */
@@ -514,7 +502,7 @@ static tpu_status read_mtcp(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 		tpu__mtcp_stripe(t->len, k, s, &off, &n);
 		rd->waiting++;
 		tpu__pipe_io_get(p);
-		st = lane->ops->read(lane, (uint8_t *)t->data + off, (size_t)n, mtcp_stripe_read,
+		st = lane->ops->read(lane, (uint8_t *)t->data + off, (size_t)n, part_io_done,
 				     part);
 		if (st) {
 			rd->waiting--;

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* What the pipe tests share: see pipe_harness.h. */
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pipe_harness.h"
 
@@ -89,4 +93,80 @@ void pair_close(struct pair *pp)
 	tpu_listener_close(pp->l);
 	tpu_context_destroy(pp->b);
 	tpu_context_destroy(pp->a);
+}
+
+static void writer_child(const char *url, const struct tpu_context_options *o, size_t len,
+			 bool tensor)
+{
+	struct tpu_context *ctx;
+	struct tpu_pipe *p;
+	uint8_t *src = calloc(1, len);
+	struct tpu_payload pl = { .data = src, .len = len };
+	struct tpu_message_tensor t = { .data = src, .len = len };
+	struct tpu_message m = { 0 };
+	struct rec w;
+	struct tag tw = { &w, 0 };
+
+	if (tensor) {
+		m.tensors = &t;
+		m.ntensors = 1;
+	} else {
+		m.payloads = &pl;
+		m.npayloads = 1;
+	}
+	rec_init(&w);
+	if (!src || tpu_context_create(o, &ctx) || tpu_pipe_connect(ctx, url, &p) ||
+	    tpu_pipe_write(p, &m, on_write, &tw))
+		_exit(1);
+	rec_wait(&w, 1);
+	_exit(0);
+}
+
+bool writer_start(struct writer_peer *ww, const char *url, const char *channels, size_t len,
+		  bool tensor)
+{
+	struct tpu_context_options o = { .channels = channels };
+	struct tag t = { &ww->r, 0 };
+	char got[300];
+
+	memset(ww, 0, sizeof(*ww));
+	ww->child = -1;
+	rec_init(&ww->r);
+	if (tpu_context_create(&o, &ww->ctx) || tpu_listener_create(ww->ctx, &url, 1, &ww->l) ||
+	    tpu_listener_url(ww->l, NULL, got, sizeof(got)) ||
+	    tpu_listener_accept(ww->l, on_accept, &t))
+		return false;
+	ww->child = fork();
+	if (ww->child == 0)
+		writer_child(got, &o, len, tensor);
+	if (ww->child < 0 || !rec_wait(&ww->r, 1) || ww->r.st[0])
+		return false;
+	ww->pipe = ww->r.pipe;
+	/* Waited for below, so t outlives the callback. */
+	t.id = 1;
+	if (tpu_pipe_read_descriptor(ww->pipe, on_desc, &t) || !rec_wait(&ww->r, 2) ||
+	    ww->r.st[1])
+		return false;
+	ww->desc = ww->r.msg[1];
+	return true;
+}
+
+void writer_kill(struct writer_peer *ww)
+{
+	if (ww->child > 0) {
+		kill(ww->child, SIGKILL);
+		waitpid(ww->child, NULL, 0);
+		ww->child = -1;
+	}
+}
+
+void writer_close(struct writer_peer *ww)
+{
+	writer_kill(ww);
+	if (ww->pipe)
+		tpu_pipe_close(ww->pipe);
+	if (ww->l)
+		tpu_listener_close(ww->l);
+	if (ww->ctx)
+		tpu_context_destroy(ww->ctx);
 }

@@ -9,6 +9,8 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
 
 #include "tpu_user.h"
 
@@ -48,5 +50,26 @@ void on_accept(void *arg, tpu_status st, struct tpu_pipe *p);
 /* Contexts a (listening) and b (connecting), both with @channels (NULL: all). */
 bool pair_open(struct pair *pp, const char *url, const char *channels);
 void pair_close(struct pair *pp);
+
+/*
+ * A writer in another process: a context (with @channels) listening on
+ * @url here, and a fork()ed child that connects and writes one message of
+ * @len bytes, a payload or a tensor, then waits.  writer_start returns
+ * once this side accepted the pipe (ww->pipe) and read its descriptor
+ * (ww->desc), or false.
+ */
+struct writer_peer {
+	struct tpu_context *ctx;
+	struct tpu_listener *l;
+	struct tpu_pipe *pipe;
+	struct tpu_message *desc;
+	pid_t child;
+	struct rec r;
+};
+bool writer_start(struct writer_peer *ww, const char *url, const char *channels, size_t len,
+		  bool tensor);
+/* SIGKILL the child and reap it. */
+void writer_kill(struct writer_peer *ww);
+void writer_close(struct writer_peer *ww);
 
 #endif

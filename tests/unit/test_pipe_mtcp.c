@@ -233,65 +233,28 @@ static void data(void)
 static void writer_killed(void)
 {
 	enum { LEN = 64u << 20 };
-	struct tpu_context_options o = { .channels = "mtcp" };
-	struct tpu_context *ctx = NULL;
-	struct tpu_listener *l = NULL;
-	const char *url = TCP_URL;
-	struct rec r, rd;
-	struct tag t = { &r, 0 }, td = { &rd, 0 };
-	char got[300];
+	struct writer_peer ww;
+	struct rec rd;
+	struct tag td = { &rd, 0 };
 	uint8_t *sink = malloc(LEN);
-	pid_t child = -1;
-	bool ok;
+	bool ok = sink && writer_start(&ww, TCP_URL, "mtcp", LEN, true);
 
-	rec_init(&r);
 	rec_init(&rd);
-	ok = sink && !tpu_context_create(&o, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
-	     !tpu_listener_url(l, NULL, got, sizeof(got)) &&
-	     !tpu_listener_accept(l, on_accept, &t);
-	if (ok) {
-		child = fork();
-		if (child == 0) {
-			struct tpu_context *c2;
-			struct tpu_pipe *p;
-			uint8_t *src = calloc(1, LEN);
-			struct tpu_message_tensor tt = { .data = src, .len = LEN };
-			struct tpu_message m = { .tensors = &tt, .ntensors = 1 };
-			struct rec w;
-			struct tag tw = { &w, 0 };
-
-			rec_init(&w);
-			if (!src || tpu_context_create(&o, &c2) || tpu_pipe_connect(c2, got, &p) ||
-			    tpu_pipe_write(p, &m, on_write, &tw))
-				_exit(1);
-			rec_wait(&w, 1);
-			_exit(0);
-		}
-	}
-	ok = ok && child > 0 && rec_wait(&r, 1) && !r.st[0];
-	ok = ok && !strcmp(tpu_pipe_channel(r.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "mtcp");
-	ok = ok && !tpu_pipe_read_descriptor(r.pipe, on_desc, &td) && rec_wait(&rd, 1) &&
-	     !rd.st[0];
+	ok = ok && !strcmp(tpu_pipe_channel(ww.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "mtcp");
 	/*
 	 * Killed before the read starts, so that however slowly this side
 	 * runs (valgrind) the tensor cannot all have crossed: the lanes'
 	 * socket buffers hold far less than 64 MiB.
 	 */
-	if (child > 0) {
-		kill(child, SIGKILL);
-		waitpid(child, NULL, 0);
-	}
+	writer_kill(&ww);
 	if (ok) {
-		rd.msg[0]->tensors[0].data = sink;
-		ok = !tpu_pipe_read(r.pipe, rd.msg[0], on_write, &td);
+		ww.desc->tensors[0].data = sink;
+		ok = !tpu_pipe_read(ww.pipe, ww.desc, on_write, &td);
 	}
-	ok = ok && rec_wait(&rd, 2);
-	CHECK(ok && rd.st[1] != 0, "mtcp_read_fails_when_the_writer_dies_mid_tensor (%s)",
-	      tpu_status_name(rd.n > 1 ? rd.st[1] : 0));
-	if (r.pipe)
-		tpu_pipe_close(r.pipe);
-	tpu_listener_close(l);
-	tpu_context_destroy(ctx);
+	ok = ok && rec_wait(&rd, 1);
+	CHECK(ok && rd.st[0] != 0, "mtcp_read_fails_when_the_writer_dies_mid_tensor (%s)",
+	      tpu_status_name(rd.n > 0 ? rd.st[0] : 0));
+	writer_close(&ww);
 	free(sink);
 }
 

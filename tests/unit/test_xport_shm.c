@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "shm_ring.h"
+#include "ctx_call.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
@@ -68,38 +69,6 @@ static bool wait_for(atomic_int *v, int want, int ms)
 		sleep_ms(1);
 	}
 	return true;
-}
-
-/* ---- running on the context thread ------------------------------------- */
-
-struct call {
-	struct tpu__task task;
-	void (*fn)(void *arg);
-	void *arg;
-	atomic_bool done;
-};
-
-static void call_task(struct tpu__task *t)
-{
-	struct call *c = (struct call *)t;
-
-	c->fn(c->arg);
-	atomic_store(&c->done, true);
-}
-
-static bool call_done(void *arg)
-{
-	return atomic_load(&((struct call *)arg)->done);
-}
-
-static void on_ctx(struct tpu_context *ctx, void (*fn)(void *arg), void *arg)
-{
-	struct call c = { .fn = fn, .arg = arg };
-
-	c.task.fn = call_task;
-	atomic_init(&c.done, false);
-	tpu__ctx_defer(ctx, &c.task);
-	tpu__ctx_wait(ctx, call_done, &c);
 }
 
 /* One callback's record: how often it ran, with what, and when (a global sequence). */

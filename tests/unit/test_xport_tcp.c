@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctx_call.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
@@ -28,38 +29,6 @@
 uint64_t tpu__xport_tcp_counter(const char *name);
 
 static struct tpu_context *ctx_a, *ctx_b;
-
-/* ---- running on the context thread ---------------------------------------- */
-
-struct call {
-	struct tpu__task task;
-	void (*fn)(void *arg);
-	void *arg;
-	atomic_bool done;
-};
-
-static void call_task(struct tpu__task *t)
-{
-	struct call *c = (struct call *)t;
-
-	c->fn(c->arg);
-	atomic_store(&c->done, true);
-}
-
-static bool call_done(void *arg)
-{
-	return atomic_load(&((struct call *)arg)->done);
-}
-
-static void on_ctx(struct tpu_context *ctx, void (*fn)(void *arg), void *arg)
-{
-	struct call c = { .fn = fn, .arg = arg };
-
-	c.task.fn = call_task;
-	atomic_init(&c.done, false);
-	tpu__ctx_defer(ctx, &c.task);
-	tpu__ctx_wait(ctx, call_done, &c);
-}
 
 /* ---- callback records ------------------------------------------------------ */
 
