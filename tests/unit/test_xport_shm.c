@@ -9,13 +9,12 @@
  *
  * Every transport call runs on the context thread (a deferred task); the
  * test thread waits for callbacks with a deadline, so a bug fails a check
- * instead of hanging the run.
+ * instead of hanging the run.  That harness is shared with the tcp tests
+ * (xport_harness.h).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -25,7 +24,6 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,299 +34,14 @@
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
+#include "xport_harness.h"
 
-#define MiB		(1u << 20)
-#define WAIT_MS		10000	/* generous: valgrind and sanitizers are slow */
+#define XP	(&tpu__xport_shm)
 
 static struct tpu_context *ctx_a, *ctx_b;	/* the connecting side, the listening side */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
-/* Wait until *v reaches want; false after ms milliseconds. */
-static bool wait_for(atomic_int *v, int want, int ms)
-{
-	int64_t end = now_ms() + ms;
-
-	while (atomic_load(v) < want) {
-		if (now_ms() > end)
-			return false;
-		sleep_ms(1);
-	}
-	return true;
-}
-
-/* One callback's record: how often it ran, with what, and when (a global sequence). */
-struct done {
-	atomic_int calls;
-	tpu_status status;
-	int seq;
-};
-
-static atomic_int seq_counter;
-
-static void done_cb(void *arg, tpu_status st)
-{
-	struct done *d = arg;
-
-	d->status = st;
-	d->seq = atomic_fetch_add(&seq_counter, 1);
-	atomic_fetch_add(&d->calls, 1);
-}
-
-struct req {
-	struct tpu_context *ctx;
-	struct tpu__conn *c;
-	const struct iovec *iov;
-	unsigned int niov;
-	void *buf;
-	size_t len;
-	int fd;
-	int *fdp;
-	struct done *d;
-	const char *name;
-	tpu_status ret;
-};
-
-static void req_write(void *arg)
-{
-	struct req *r = arg;
-
-	r->ret = r->c->ops->write(r->c, r->iov, r->niov, done_cb, r->d);
-}
-
-static void req_read(void *arg)
-{
-	struct req *r = arg;
-
-	r->ret = r->c->ops->read(r->c, r->buf, r->len, done_cb, r->d);
-}
-
-static void req_send_fd(void *arg)
-{
-	struct req *r = arg;
-
-	r->ret = r->c->ops->send_fd(r->c, r->fd, done_cb, r->d);
-}
-
-static void req_recv_fd(void *arg)
-{
-	struct req *r = arg;
-
-	r->ret = r->c->ops->recv_fd(r->c, r->fdp, done_cb, r->d);
-}
-
-static void req_close(void *arg)
-{
-	struct req *r = arg;
-
-	r->c->ops->close(r->c);
-}
-
-static void req_connect(void *arg)
-{
-	struct req *r = arg;
-
-	r->ret = tpu__xport_shm.connect(r->ctx, r->name, &r->c);
-}
-
-static tpu_status x_writev(struct tpu_context *ctx, struct tpu__conn *c, const struct iovec *iov,
-			   unsigned int n, struct done *d)
-{
-	struct req r = { .c = c, .iov = iov, .niov = n, .d = d };
-
-	on_ctx(ctx, req_write, &r);
-	return r.ret;
-}
-
-static tpu_status x_write(struct tpu_context *ctx, struct tpu__conn *c, const void *buf,
-			  size_t len, struct done *d)
-{
-	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
-
-	return x_writev(ctx, c, &iov, 1, d);
-}
-
-static tpu_status x_read(struct tpu_context *ctx, struct tpu__conn *c, void *buf, size_t len,
-			 struct done *d)
-{
-	struct req r = { .c = c, .buf = buf, .len = len, .d = d };
-
-	on_ctx(ctx, req_read, &r);
-	return r.ret;
-}
-
-static tpu_status x_send_fd(struct tpu_context *ctx, struct tpu__conn *c, int fd, struct done *d)
-{
-	struct req r = { .c = c, .fd = fd, .d = d };
-
-	on_ctx(ctx, req_send_fd, &r);
-	return r.ret;
-}
-
-static tpu_status x_recv_fd(struct tpu_context *ctx, struct tpu__conn *c, int *fd, struct done *d)
-{
-	struct req r = { .c = c, .fdp = fd, .d = d };
-
-	on_ctx(ctx, req_recv_fd, &r);
-	return r.ret;
-}
-
-static void x_close(struct tpu_context *ctx, struct tpu__conn *c)
-{
-	struct req r = { .c = c };
-
-	if (c)
-		on_ctx(ctx, req_close, &r);
-}
-
-static tpu_status x_connect(struct tpu_context *ctx, const char *name, struct tpu__conn **out)
-{
-	struct req r = { .ctx = ctx, .name = name };
-
-	on_ctx(ctx, req_connect, &r);
-	*out = r.c;
-	return r.ret;
-}
-
-/* Accepted connections, filled in on the listening context's thread. */
-struct acceptq {
-	atomic_int n;
-	atomic_int errs;
-	struct tpu__conn *conns[64];
-};
-
-static void accept_fn(void *arg, tpu_status st, struct tpu__conn *conn)
-{
-	struct acceptq *q = arg;
-	int i = atomic_load(&q->n);
-
-	if (st) {
-		atomic_fetch_add(&q->errs, 1);
-		return;
-	}
-	if (i == 64) {
-		conn->ops->close(conn);
-		return;
-	}
-	q->conns[i] = conn;
-	atomic_store(&q->n, i + 1);
-}
-
-struct lreq {
-	struct tpu_context *ctx;
-	const char *name;
-	struct acceptq *q;
-	struct tpu__xlistener *l;
-	tpu_status ret;
-	char addr[TPU__XPORT_ADDR_MAX];
-};
-
-static void req_listen(void *arg)
-{
-	struct lreq *r = arg;
-
-	r->ret = tpu__xport_shm.listen(r->ctx, r->name, accept_fn, r->q, &r->l);
-	if (!r->ret)
-		snprintf(r->addr, sizeof(r->addr), "%s", r->l->ops->addr(r->l));
-}
-
-static void req_lclose(void *arg)
-{
-	struct lreq *r = arg;
-
-	r->l->ops->close(r->l);
-}
-
-static tpu_status x_listen(struct tpu_context *ctx, const char *name, struct acceptq *q,
-			   struct tpu__xlistener **out, char *addr, size_t size)
-{
-	struct lreq r = { .ctx = ctx, .name = name, .q = q };
-
-	on_ctx(ctx, req_listen, &r);
-	*out = r.l;
-	if (addr)
-		snprintf(addr, size, "%s", r.addr);
-	return r.ret;
-}
-
-static void x_lclose(struct tpu_context *ctx, struct tpu__xlistener *l)
-{
-	struct lreq r = { .l = l };
-
-	if (l)
-		on_ctx(ctx, req_lclose, &r);
-}
-
-/* ---- the shared listener and pairs ---------------------------------------- */
-
-static struct acceptq aq;
-static struct tpu__xlistener *lst;
-static char lname[64];
-
-struct pair {
-	struct tpu__conn *client, *server;	/* on ctx_a, ctx_b */
-};
-
-static bool make_pair(struct pair *p)
-{
-	int before = atomic_load(&aq.n);
-
-	p->server = NULL;
-	if (x_connect(ctx_a, lname, &p->client))
-		return false;
-	if (!wait_for(&aq.n, before + 1, WAIT_MS)) {
-		x_close(ctx_a, p->client);
-		return false;
-	}
-	p->server = aq.conns[before];
-	return true;
-}
-
-static void close_pair(struct pair *p)
-{
-	x_close(ctx_a, p->client);
-	x_close(ctx_b, p->server);
-}
-
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		seed ^= seed << 13;
-		seed ^= seed >> 7;
-		seed ^= seed << 17;
-		p[i] = (uint8_t)seed;
-	}
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1;	/* the directory's own */
-}
+/* The shared listener, on ctx_b, that ctx_a connects to. */
+static struct site site;
 
 /* ---- tests ------------------------------------------------------------------ */
 
@@ -347,15 +60,16 @@ static void test_names(void)
 	max[92] = '\0';
 	over[93] = '\0';
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		all &= x_connect(ctx_a, bad[i], &c) == -EINVAL && !c;
-		all &= x_listen(ctx_b, bad[i], &q, &l, NULL, 0) == -EINVAL && !l;
+		all &= x_connect(XP, ctx_a, bad[i], &c) == -EINVAL && !c;
+		all &= x_listen(XP, ctx_b, bad[i], &q, &l, NULL, 0) == -EINVAL && !l;
 	}
 	CHECK(all, "shm: names outside [A-Za-z0-9._-] are -EINVAL for connect and listen");
-	CHECK_STATUS(x_connect(ctx_a, over, &c), -EINVAL, "shm: a 93-character name is -EINVAL");
-	CHECK_STATUS(x_listen(ctx_b, over, &q, &l, NULL, 0), -EINVAL,
+	CHECK_STATUS(x_connect(XP, ctx_a, over, &c), -EINVAL,
+		     "shm: a 93-character name is -EINVAL");
+	CHECK_STATUS(x_listen(XP, ctx_b, over, &q, &l, NULL, 0), -EINVAL,
 		     "shm: listening on a 93-character name is -EINVAL");
-	CHECK_STATUS(x_connect(ctx_a, NULL, &c), -EINVAL, "shm: connecting to NULL is -EINVAL");
-	CHECK_STATUS(x_listen(ctx_b, max, &q, &l, addr, sizeof(addr)), 0,
+	CHECK_STATUS(x_connect(XP, ctx_a, NULL, &c), -EINVAL, "shm: connecting to NULL is -EINVAL");
+	CHECK_STATUS(x_listen(XP, ctx_b, max, &q, &l, addr, sizeof(addr)), 0,
 		     "shm: a 92-character name is fine");
 	CHECK(!strcmp(addr, max), "shm: addr() is the name");
 	x_lclose(ctx_b, l);
@@ -385,12 +99,12 @@ static void test_addr_in_use(void)
 	struct acceptq q = { 0 };
 
 	snprintf(name, sizeof(name), "tpu-test-inuse-%d", (int)getpid());
-	CHECK_STATUS(x_listen(ctx_b, name, &q, &l1, NULL, 0), 0, "shm: listen");
-	CHECK_STATUS(x_listen(ctx_a, name, &q, &l2, NULL, 0), -EADDRINUSE,
+	CHECK_STATUS(x_listen(XP, ctx_b, name, &q, &l1, NULL, 0), 0, "shm: listen");
+	CHECK_STATUS(x_listen(XP, ctx_a, name, &q, &l2, NULL, 0), -EADDRINUSE,
 		     "shm: a second listener on the name is -EADDRINUSE");
 	x_lclose(ctx_b, l1);
 	l2 = NULL;
-	CHECK_STATUS(x_listen(ctx_a, name, &q, &l2, NULL, 0), 0,
+	CHECK_STATUS(x_listen(XP, ctx_a, name, &q, &l2, NULL, 0), 0,
 		     "shm: the name is free again as soon as the listener closed");
 	x_lclose(ctx_a, l2);
 }
@@ -403,7 +117,7 @@ static void test_refused(void)
 	bool ok;
 
 	snprintf(name, sizeof(name), "tpu-test-nobody-%d", (int)getpid());
-	CHECK_STATUS(x_connect(ctx_a, name, &c), 0, "shm: connect returns at once");
+	CHECK_STATUS(x_connect(XP, ctx_a, name, &c), 0, "shm: connect returns at once");
 	x_read(ctx_a, c, buf, sizeof(buf), &r);
 	x_write(ctx_a, c, "ping", 4, &w);
 	ok = wait_for(&r.calls, 1, WAIT_MS) && wait_for(&w.calls, 1, WAIT_MS);
@@ -499,38 +213,7 @@ out:
 	free(dst2);
 }
 
-/* Many small ops queued at once, from one task each side. */
-#define MANY	2000
-
-struct many {
-	struct tpu__conn *c;
-	uint64_t vals[MANY];
-	struct done d[MANY];
-	tpu_status ret;
-};
-
-static void many_writes(void *arg)
-{
-	struct many *m = arg;
-	int i;
-
-	for (i = 0; i < MANY; i++) {
-		struct iovec iov = { &m->vals[i], sizeof(m->vals[i]) };
-
-		m->vals[i] = 0x1000000ull + (uint64_t)i;
-		m->ret |= m->c->ops->write(m->c, &iov, 1, done_cb, &m->d[i]);
-	}
-}
-
-static void many_reads(void *arg)
-{
-	struct many *m = arg;
-	int i;
-
-	for (i = 0; i < MANY; i++)
-		m->ret |= m->c->ops->read(m->c, &m->vals[i], sizeof(m->vals[i]), done_cb, &m->d[i]);
-}
-
+/* Many small ops queued at once, from one task each side (xport_harness.h). */
 static void test_many(struct pair *p)
 {
 	struct many *w = calloc(1, sizeof(*w)), *r = calloc(1, sizeof(*r));
@@ -630,29 +313,6 @@ static void test_fds(struct pair *p)
 			close(got[i]);
 }
 
-/* An idle connection (a read pending each way) lets both contexts sleep. */
-struct thread_info {
-	clockid_t cpu;
-	pid_t tid;
-};
-
-static void get_thread_info(void *arg)
-{
-	struct thread_info *t = arg;
-
-	pthread_getcpuclockid(pthread_self(), &t->cpu);
-	t->tid = (pid_t)syscall(SYS_gettid);
-}
-
-static int64_t cpu_ns(clockid_t id)
-{
-	struct timespec ts;
-
-	if (clock_gettime(id, &ts))
-		return -1;
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* A write larger than the ring waits asleep; a late reader wakes it. */
 static void test_idle_writer(struct pair *p)
 {
@@ -676,6 +336,7 @@ out:
 	free(dst);
 }
 
+/* An idle connection (a read pending each way) lets both contexts sleep. */
 static void test_idle(struct pair *p)
 {
 	struct thread_info ta, tb;
@@ -725,72 +386,6 @@ static void test_idle(struct pair *p)
  * with both ends on one context it is checked.
  */
 #define PP_ROUNDS	2000
-
-struct pp {
-	struct tpu__conn *c;
-	bool initiator;
-	int left;
-	uint8_t in[64], out[64];
-	tpu_status err;
-	atomic_int finished;
-};
-
-static void pp_read_cb(void *arg, tpu_status st);
-
-static void pp_write_cb(void *arg, tpu_status st)
-{
-	struct pp *p = arg;
-
-	if (st && !p->err)
-		p->err = st;
-}
-
-/* Send what came in, one higher; then, if asked, wait for the answer. */
-static void pp_send(struct pp *p, bool then_read)
-{
-	struct iovec iov = { p->out, sizeof(p->out) };
-
-	memcpy(p->out, p->in, sizeof(p->out));
-	p->out[0]++;
-	if (p->c->ops->write(p->c, &iov, 1, pp_write_cb, p) ||
-	    (then_read && p->c->ops->read(p->c, p->in, sizeof(p->in), pp_read_cb, p))) {
-		p->err = -EIO;
-		atomic_store(&p->finished, 1);
-	}
-}
-
-static void pp_read_cb(void *arg, tpu_status st)
-{
-	struct pp *p = arg;
-
-	if (st) {
-		p->err = st;
-		atomic_store(&p->finished, 1);
-		return;
-	}
-	if (p->initiator) {
-		if (--p->left == 0)
-			atomic_store(&p->finished, 1);
-		else
-			pp_send(p, true);
-		return;
-	}
-	pp_send(p, --p->left > 0);
-	if (!p->left)
-		atomic_store(&p->finished, 1);
-}
-
-static void pp_start(void *arg)
-{
-	struct pp *p = arg;
-
-	if (p->initiator) {
-		pp_send(p, true);
-	} else if (p->c->ops->read(p->c, p->in, sizeof(p->in), pp_read_cb, p)) {
-		p->err = -EIO;
-		atomic_store(&p->finished, 1);
-	}
-}
 
 static long switches(pid_t tid)
 {
@@ -856,7 +451,8 @@ static void test_pingpong_one_ctx(void)
 	bool ok;
 
 	snprintf(name, sizeof(name), "tpu-test-one-%d", (int)getpid());
-	if (!a || !b || x_listen(ctx_a, name, &q, &l, NULL, 0) || x_connect(ctx_a, name, &c) ||
+	if (!a || !b || x_listen(XP, ctx_a, name, &q, &l, NULL, 0) ||
+	    x_connect(XP, ctx_a, name, &c) ||
 	    !wait_for(&q.n, 1, WAIT_MS)) {
 		CHECK(false, "shm: a pair on one context");
 		goto out;
@@ -907,8 +503,8 @@ static void early_connect(void *arg)
 
 static void test_early_ops(void)
 {
-	struct early e = { .name = lname };
-	int before = atomic_load(&aq.n);
+	struct early e = { .name = site.addr };
+	int before = atomic_load(&site.q.n);
 	struct done r = { 0 }, w = { 0 };
 	char buf[8] = { 0 };
 
@@ -916,17 +512,17 @@ static void test_early_ops(void)
 	CHECK_STATUS(e.ret, 0, "shm: connect, write and read in one go");
 	if (e.ret)
 		return;
-	CHECK(wait_for(&aq.n, before + 1, WAIT_MS), "shm: accepted");
-	if (atomic_load(&aq.n) > before) {
-		x_read(ctx_b, aq.conns[before], buf, 5, &r);
-		x_write(ctx_b, aq.conns[before], "late", 4, &w);
+	CHECK(wait_for(&site.q.n, before + 1, WAIT_MS), "shm: accepted");
+	if (atomic_load(&site.q.n) > before) {
+		x_read(ctx_b, site.q.conns[before], buf, 5, &r);
+		x_write(ctx_b, site.q.conns[before], "late", 4, &w);
 		CHECK(wait_for(&r.calls, 1, WAIT_MS) && !r.status && !strcmp(buf, "early") &&
 		      wait_for(&e.w.calls, 1, WAIT_MS) && !e.w.status,
 		      "shm: a write queued before the handshake arrives");
 		CHECK(wait_for(&e.r.calls, 1, WAIT_MS) && !e.r.status && !memcmp(e.in, "late", 4),
 		      "shm: a read queued before the handshake completes");
 		wait_for(&w.calls, 1, WAIT_MS);
-		x_close(ctx_b, aq.conns[before]);
+		x_close(ctx_b, site.q.conns[before]);
 	}
 	x_close(ctx_a, e.c);
 }
@@ -942,7 +538,7 @@ static void test_close_pending(void)
 	bool ok = true;
 
 	memset(r, 0, sizeof(r));
-	if (!big || !make_pair(&p)) {
+	if (!big || !make_pair(&site, &p)) {
 		CHECK(false, "shm: a pair for close with pending ops");
 		free(big);
 		return;
@@ -991,7 +587,7 @@ static void test_eof_after_data(void)
 	char buf[16] = { 0 };
 	struct done w = { 0 }, r1 = { 0 }, r2 = { 0 }, r3 = { 0 };
 
-	if (!make_pair(&p)) {
+	if (!make_pair(&site, &p)) {
 		CHECK(false, "shm: a pair for EOF");
 		return;
 	}
@@ -1013,34 +609,7 @@ static void test_eof_after_data(void)
 	x_close(ctx_b, p.server);
 }
 
-/* Closing from callbacks: its own connection, and another one. */
-struct closer {
-	struct tpu__conn *conn;		/* the read is on this one */
-	bool close_own;
-	struct tpu__conn *other;	/* closed too, if set */
-	char byte;
-	struct done d;
-};
-
-static void closer_cb(void *arg, tpu_status st)
-{
-	struct closer *c = arg;
-
-	if (c->close_own)
-		c->conn->ops->close(c->conn);
-	if (c->other)
-		c->other->ops->close(c->other);
-	done_cb(&c->d, st);
-}
-
-static void queue_closer_read(void *arg)
-{
-	struct closer *c = arg;
-
-	if (c->conn->ops->read(c->conn, &c->byte, 1, closer_cb, c))
-		done_cb(&c->d, -EIO);
-}
-
+/* Closing from callbacks: its own connection, and another one (struct closer). */
 static void test_close_in_callbacks(void)
 {
 	struct pair p1, p2, p3;
@@ -1049,7 +618,7 @@ static void test_close_in_callbacks(void)
 	char b1[4], b3[4];
 	int fd1 = -1;
 
-	if (!make_pair(&p1) || !make_pair(&p2) || !make_pair(&p3)) {
+	if (!make_pair(&site, &p1) || !make_pair(&site, &p2) || !make_pair(&site, &p3)) {
 		CHECK(false, "shm: pairs for closing in callbacks");
 		return;
 	}
@@ -1184,7 +753,7 @@ enum raw_case { RAW_GARBAGE, RAW_BAD_MAGIC, RAW_NO_FDS, RAW_UNSEALED, RAW_UNFORM
 static bool raw_try(enum raw_case what, bool *welcomed)
 {
 	struct raw_hs hs = { RAW_MAGIC, 1, 1, 4096, 0 };
-	int sock = raw_connect(lname), fds[2] = { -1, -1 }, pp[2] = { -1, -1 };
+	int sock = raw_connect(site.addr), fds[2] = { -1, -1 }, pp[2] = { -1, -1 };
 	unsigned int nfds = 2;
 	char junk[64];
 	bool dropped = false;
@@ -1264,7 +833,7 @@ static void test_hostile(void)
 		"an unsealed memfd", "rings without headers", "a pipe for the wake descriptor",
 		"a ring of 1 TiB",
 	};
-	int before = atomic_load(&aq.n), i;
+	int before = atomic_load(&site.q.n), i;
 	bool welcomed;
 	struct pair p;
 
@@ -1272,22 +841,22 @@ static void test_hostile(void)
 		CHECK(raw_try((enum raw_case)i, &welcomed), "shm: the listener drops %s", what[i]);
 	raw_try(RAW_SILENT_CLOSE, &welcomed);
 	sleep_ms(20);
-	CHECK(atomic_load(&aq.n) == before && !atomic_load(&aq.errs),
+	CHECK(atomic_load(&site.q.n) == before && !atomic_load(&site.q.errs),
 	      "shm: no bad handshake reaches the accept callback");
 	raw_try(RAW_GOOD, &welcomed);
 	CHECK(welcomed, "shm: a correct hand-made hello is welcomed (the cases above were real)");
-	CHECK(wait_for(&aq.n, before + 1, WAIT_MS), "shm: and accepted");
-	if (atomic_load(&aq.n) > before) {
+	CHECK(wait_for(&site.q.n, before + 1, WAIT_MS), "shm: and accepted");
+	if (atomic_load(&site.q.n) > before) {
 		struct done r = { 0 };
 		char b;
 
 		/* That peer is gone already: a read says so. */
-		x_read(ctx_b, aq.conns[before], &b, 1, &r);
+		x_read(ctx_b, site.q.conns[before], &b, 1, &r);
 		CHECK(wait_for(&r.calls, 1, WAIT_MS) && r.status == -ECONNRESET,
 		      "shm: its connection sees the raw peer gone");
-		x_close(ctx_b, aq.conns[before]);
+		x_close(ctx_b, site.q.conns[before]);
 	}
-	if (make_pair(&p)) {
+	if (make_pair(&site, &p)) {
 		struct done w = { 0 }, r = { 0 };
 		char b = 0;
 
@@ -1312,7 +881,7 @@ static void child_main(bool write_then_wait, int ready_fd)
 	struct tpu__conn *c;
 	struct done d = { 0 };
 
-	if (tpu_context_create(NULL, &child_ctx) || x_connect(child_ctx, lname, &c))
+	if (tpu_context_create(NULL, &child_ctx) || x_connect(XP, child_ctx, site.addr, &c))
 		_exit(2);
 	/* A write of nothing completes once connected: the handshake is done, no byte sent. */
 	if (write_then_wait)
@@ -1331,7 +900,7 @@ static void child_main(bool write_then_wait, int ready_fd)
 
 static void test_peer_exits(void)
 {
-	int before = atomic_load(&aq.n), ws;
+	int before = atomic_load(&site.q.n), ws;
 	struct done r = { 0 };
 	pid_t pid;
 	char b;
@@ -1344,9 +913,9 @@ static void test_peer_exits(void)
 	CHECK(pid > 0, "shm: fork");
 	if (pid < 0)
 		return;
-	CHECK(wait_for(&aq.n, before + 1, WAIT_MS), "shm: the child connects");
-	if (atomic_load(&aq.n) > before) {
-		struct tpu__conn *s = aq.conns[before];
+	CHECK(wait_for(&site.q.n, before + 1, WAIT_MS), "shm: the child connects");
+	if (atomic_load(&site.q.n) > before) {
+		struct tpu__conn *s = site.q.conns[before];
 
 		CHECK(s->ops->peer_pid(s) == pid, "shm: peer_pid is the child's pid");
 		t0 = now_ms();
@@ -1363,7 +932,7 @@ static void test_peer_exits(void)
 
 static void test_peer_killed(void)
 {
-	int before = atomic_load(&aq.n), ready[2], ws;
+	int before = atomic_load(&site.q.n), ready[2], ws;
 	struct done r0 = { 0 }, r = { 0 }, w = { 0 };
 	uint8_t *big = malloc(4 * MiB);
 	struct pollfd pfd;
@@ -1384,10 +953,10 @@ static void test_peer_killed(void)
 	}
 	close(ready[1]);
 	pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
-	CHECK(pid > 0 && wait_for(&aq.n, before + 1, WAIT_MS) && poll(&pfd, 1, WAIT_MS) == 1,
+	CHECK(pid > 0 && wait_for(&site.q.n, before + 1, WAIT_MS) && poll(&pfd, 1, WAIT_MS) == 1,
 	      "shm: the child connects and writes");
-	if (pid > 0 && atomic_load(&aq.n) > before) {
-		struct tpu__conn *s = aq.conns[before];
+	if (pid > 0 && atomic_load(&site.q.n) > before) {
+		struct tpu__conn *s = site.q.conns[before];
 
 		x_read(ctx_b, s, buf, 3, &r0);
 		CHECK(wait_for(&r0.calls, 1, WAIT_MS) && !r0.status && !strcmp(buf, "abc"),
@@ -1423,19 +992,20 @@ void test_xport_shm(void)
 	struct tpu_context_options o = { .flags = TPU_CTX_NO_KMOD };
 	int fds0 = count_fds();
 	struct pair p;
+	char name[64];
 
 	if (tpu_context_create(&o, &ctx_a) || tpu_context_create(&o, &ctx_b)) {
 		CHECK(false, "shm: two contexts");
 		tpu_context_destroy(ctx_a);
 		return;
 	}
-	snprintf(lname, sizeof(lname), "tpu-test-shm-%d", (int)getpid());
-	CHECK_STATUS(x_listen(ctx_b, lname, &aq, &lst, NULL, 0), 0, "shm: listen on %s", lname);
+	snprintf(name, sizeof(name), "tpu-test-shm-%d", (int)getpid());
+	CHECK_STATUS(site_open(&site, XP, ctx_a, ctx_b, name), 0, "shm: listen on %s", name);
 	test_names();
 	test_domain();
 	test_addr_in_use();
 	test_refused();
-	if (lst && make_pair(&p)) {
+	if (site.l && make_pair(&site, &p)) {
 		CHECK(true, "shm: connect and accept");
 		test_basic(&p);
 		test_large(&p);
@@ -1447,7 +1017,7 @@ void test_xport_shm(void)
 	} else {
 		CHECK(false, "shm: connect and accept");
 	}
-	if (lst) {
+	if (site.l) {
 		test_pingpong_one_ctx();
 		test_early_ops();
 		test_close_pending();
@@ -1457,8 +1027,8 @@ void test_xport_shm(void)
 		test_peer_exits();
 		test_peer_killed();
 	}
-	x_lclose(ctx_b, lst);
-	CHECK(!atomic_load(&aq.errs), "shm: the listener never reported an error");
+	site_close(&site);
+	CHECK(!atomic_load(&site.q.errs), "shm: the listener never reported an error");
 	tpu_context_destroy(ctx_a);
 	tpu_context_destroy(ctx_b);
 	CHECK(count_fds() == fds0, "shm: no descriptor leaked (%d before, %d after)", fds0,
