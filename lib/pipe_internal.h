@@ -275,8 +275,6 @@ tpu_status tpu__listener_url_for(const struct tpu_listener *l, const struct tpu_
 void tpu__listener_await_join(struct tpu_listener *l, struct tpu_pipe *p);
 /* The pipe in set-up whose JOIN token is @token (non-zero); NULL if none. */
 struct tpu_pipe *tpu__listener_find_join(struct tpu_listener *l, uint64_t token);
-/* Run fn(arg) on the context thread and wait for it (pipe.c). */
-void tpu__ctx_run_sync(struct tpu_context *ctx, void (*fn)(void *arg), void *arg);
 void tpu__listener_forget(struct tpu_listener *l, struct tpu_pipe *p);
 /* The pipe is set up: hand it to an accept, or queue it. */
 void tpu__listener_deliver(struct tpu_listener *l, struct tpu_pipe *p);

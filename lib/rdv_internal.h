@@ -172,6 +172,8 @@ bool tpu__ctx_on_thread(const struct tpu_context *ctx);
  * that a callback may wait for other operations to finish.
  */
 void tpu__ctx_wait(struct tpu_context *ctx, bool (*done)(void *arg), void *arg);
+/* Run fn(arg) on the context thread and wait for it to return (pipe.c). */
+void tpu__ctx_run_sync(struct tpu_context *ctx, void (*fn)(void *arg), void *arg);
 
 /*
  * One-shot timers on the context thread (IORING_OP_TIMEOUT): fn(arg, 0)

@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "shm_ring.h"
-#include "ctx_call.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
@@ -226,8 +225,8 @@ static void test_many(struct pair *p)
 	}
 	w->c = p->client;
 	r->c = p->server;
-	on_ctx(ctx_b, many_reads, r);
-	on_ctx(ctx_a, many_writes, w);
+	tpu__ctx_run_sync(ctx_b, many_reads, r);
+	tpu__ctx_run_sync(ctx_a, many_writes, w);
 	CHECK(!w->ret && !r->ret, "shm: %d writes and %d reads queued", MANY, MANY);
 	for (i = 0; i < MANY; i++) {
 		ok &= wait_for(&w->d[i].calls, 1, WAIT_MS) && !w->d[i].status;
@@ -339,28 +338,17 @@ out:
 /* An idle connection (a read pending each way) lets both contexts sleep. */
 static void test_idle(struct pair *p)
 {
-	struct thread_info ta, tb;
-	int64_t a0, b0, a1, b1, w0, w1;
-	char x = 0, y = 0;
 	struct done ra = { 0 }, rb = { 0 }, wa = { 0 }, wb = { 0 };
+	struct idle_cpu u;
+	char x = 0, y = 0;
 
-	on_ctx(ctx_a, get_thread_info, &ta);
-	on_ctx(ctx_b, get_thread_info, &tb);
 	x_read(ctx_a, p->client, &x, 1, &ra);
 	x_read(ctx_b, p->server, &y, 1, &rb);
-	sleep_ms(20);
-	w0 = now_ms();
-	a0 = cpu_ns(ta.cpu);
-	b0 = cpu_ns(tb.cpu);
-	sleep_ms(300);
-	a1 = cpu_ns(ta.cpu);
-	b1 = cpu_ns(tb.cpu);
-	w1 = now_ms();
-	CHECK(a0 >= 0 && b0 >= 0, "shm: context threads' CPU clocks");
-	CHECK((a1 - a0) / 1000000 < (w1 - w0) / 2 && (b1 - b0) / 1000000 < (w1 - w0) / 2,
+	u = idle_cpu(ctx_a, ctx_b);
+	CHECK(u.a_ms >= 0 && u.b_ms >= 0, "shm: context threads' CPU clocks");
+	CHECK(u.a_ms < u.wall_ms / 2 && u.b_ms < u.wall_ms / 2,
 	      "shm: idle connection: contexts used %lld and %lld ms of CPU in %lld ms",
-	      (long long)(a1 - a0) / 1000000, (long long)(b1 - b0) / 1000000,
-	      (long long)(w1 - w0));
+	      u.a_ms, u.b_ms, u.wall_ms);
 	CHECK(!atomic_load(&ra.calls) && !atomic_load(&rb.calls),
 	      "shm: the reads are still pending");
 	/*
@@ -421,11 +409,11 @@ static void test_pingpong(struct pair *p)
 	a->left = PP_ROUNDS;
 	b->c = p->server;
 	b->left = PP_ROUNDS;
-	on_ctx(ctx_a, get_thread_info, &ta);
+	tpu__ctx_run_sync(ctx_a, get_thread_info, &ta);
 	s0 = switches(ta.tid);
 	t0 = now_ms();
-	on_ctx(ctx_b, pp_start, b);
-	on_ctx(ctx_a, pp_start, a);
+	tpu__ctx_run_sync(ctx_b, pp_start, b);
+	tpu__ctx_run_sync(ctx_a, pp_start, a);
 	ok = wait_for(&a->finished, 1, 4 * WAIT_MS) && wait_for(&b->finished, 1, WAIT_MS);
 	took = now_ms() - t0;
 	s1 = switches(ta.tid);
@@ -462,10 +450,10 @@ static void test_pingpong_one_ctx(void)
 	a->left = PP_ROUNDS;
 	b->c = q.conns[0];
 	b->left = PP_ROUNDS;
-	on_ctx(ctx_a, get_thread_info, &ta);
+	tpu__ctx_run_sync(ctx_a, get_thread_info, &ta);
 	s0 = switches(ta.tid);
-	on_ctx(ctx_a, pp_start, b);
-	on_ctx(ctx_a, pp_start, a);
+	tpu__ctx_run_sync(ctx_a, pp_start, b);
+	tpu__ctx_run_sync(ctx_a, pp_start, a);
 	ok = wait_for(&a->finished, 1, 4 * WAIT_MS) && wait_for(&b->finished, 1, WAIT_MS);
 	s1 = switches(ta.tid);
 	CHECK(ok && !a->err && !b->err && a->in[0] == (uint8_t)(2 * PP_ROUNDS),
@@ -508,7 +496,7 @@ static void test_early_ops(void)
 	struct done r = { 0 }, w = { 0 };
 	char buf[8] = { 0 };
 
-	on_ctx(ctx_a, early_connect, &e);
+	tpu__ctx_run_sync(ctx_a, early_connect, &e);
 	CHECK_STATUS(e.ret, 0, "shm: connect, write and read in one go");
 	if (e.ret)
 		return;
@@ -625,14 +613,14 @@ static void test_close_in_callbacks(void)
 	/* p1: the first read's callback closes its own connection. */
 	own.conn = p1.client;
 	own.close_own = true;
-	on_ctx(ctx_a, queue_closer_read, &own);
+	tpu__ctx_run_sync(ctx_a, queue_closer_read, &own);
 	x_read(ctx_a, p1.client, b1, 4, &r1);
 	x_recv_fd(ctx_a, p1.client, &fd1, &w1);
 	/* p2's read callback closes p3's client, whose read is pending (same poll pass). */
 	x_read(ctx_a, p3.client, b3, 4, &r3);
 	other.conn = p2.client;
 	other.other = p3.client;
-	on_ctx(ctx_a, queue_closer_read, &other);
+	tpu__ctx_run_sync(ctx_a, queue_closer_read, &other);
 	x_write(ctx_b, p1.server, "a", 1, &w);
 	x_write(ctx_b, p2.server, "b", 1, &w2);
 	CHECK(wait_for(&own.d.calls, 1, WAIT_MS) && !own.d.status && own.byte == 'a',

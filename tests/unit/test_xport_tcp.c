@@ -26,7 +26,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ctx_call.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
@@ -72,8 +71,8 @@ static void nop(void *arg)
 static void settle(void)
 {
 	sleep_ms(20);
-	on_ctx(ctx_a, nop, NULL);
-	on_ctx(ctx_b, nop, NULL);
+	tpu__ctx_run_sync(ctx_a, nop, NULL);
+	tpu__ctx_run_sync(ctx_b, nop, NULL);
 }
 
 /* ---- ops queued from one task, so that none completes between them ------- */
@@ -116,7 +115,7 @@ static tpu_status queue_batch(struct tpu_context *ctx, struct tpu__conn *c, bool
 {
 	struct batch b = { .c = c, .n = n, .buf = buf, .len = len, .d = d };
 
-	on_ctx(ctx, write ? batch_writes : batch_reads, &b);
+	tpu__ctx_run_sync(ctx, write ? batch_writes : batch_reads, &b);
 	return b.ret;
 }
 
@@ -395,7 +394,7 @@ static void test_listener_close(void)
 		CHECK(false, "tcp: memory for the listener tests");
 		goto out;
 	}
-	on_ctx(ctx_b, listen_and_close, lc);
+	tpu__ctx_run_sync(ctx_b, listen_and_close, lc);
 	CHECK_STATUS(lc->ret, 0, "tcp: listen, then close with its ACCEPT in flight");
 	if (!lc->ret) {
 		settle();
@@ -406,7 +405,7 @@ static void test_listener_close(void)
 	}
 
 	/* Closed by its own accept callback: that one connection, no more. */
-	on_ctx(ctx_b, listen_closing, lc2);
+	tpu__ctx_run_sync(ctx_b, listen_closing, lc2);
 	if (lc2->ret || x_connect(XP, ctx_a, lc2->addr, &c)) {
 		CHECK(false, "tcp: a listener closing itself in its callback");
 		goto out;
@@ -522,7 +521,7 @@ static void test_iovecs(struct pair *p)
 		CHECK(false, "tcp: memory for the iovec test");
 		goto out;
 	}
-	on_ctx(ctx_a, queue_iov_writes, w);
+	tpu__ctx_run_sync(ctx_a, queue_iov_writes, w);
 	x_read(ctx_b, p->server, dst, off, &r);
 	CHECK(!w->ret && all_ok_in_order(w->d, 4),
 	      "tcp: writes of %d iovecs (some empty) and one of only empty ones complete in order",
@@ -710,8 +709,8 @@ static void test_many(struct pair *p)
 	w->c = p->client;
 	r->c = p->server;
 	counts_take(&c0);
-	on_ctx(ctx_b, many_reads, r);
-	on_ctx(ctx_a, many_writes, w);
+	tpu__ctx_run_sync(ctx_b, many_reads, r);
+	tpu__ctx_run_sync(ctx_a, many_writes, w);
 	CHECK(!w->ret && !r->ret && all_ok_in_order(w->d, MANY),
 	      "tcp: %d writes queued at once complete once each, in order", MANY);
 	CHECK(all_ok_in_order(r->d, MANY), "tcp: %d reads likewise", MANY);
@@ -761,30 +760,17 @@ static void test_order_mixed(struct pair *p)
  */
 static void test_idle(struct pair *p)
 {
-	struct thread_info ta, tb;
 	struct done ra = { 0 }, rb = { 0 }, wa = { 0 }, wb = { 0 };
-	int64_t a0, b0, a1, b1, w0, w1;
+	struct idle_cpu u;
 	char x = 0, y = 0;
 
-	on_ctx(ctx_a, get_thread_info, &ta);
-	on_ctx(ctx_b, get_thread_info, &tb);
 	x_read(ctx_a, p->client, &x, 1, &ra);
 	x_read(ctx_b, p->server, &y, 1, &rb);
-	sleep_ms(20);
-	w0 = now_ms();
-	a0 = cpu_ns(ta.cpu);
-	b0 = cpu_ns(tb.cpu);
-	sleep_ms(300);
-	a1 = cpu_ns(ta.cpu);
-	b1 = cpu_ns(tb.cpu);
-	w1 = now_ms();
-	CHECK(a0 >= 0 && b0 >= 0 && (a1 - a0) / 1000000 < (w1 - w0) / 2 &&
-	      (b1 - b0) / 1000000 < (w1 - w0) / 2 && !atomic_load(&ra.calls) &&
-	      !atomic_load(&rb.calls),
+	u = idle_cpu(ctx_a, ctx_b);
+	CHECK(u.a_ms >= 0 && u.b_ms >= 0 && u.a_ms < u.wall_ms / 2 && u.b_ms < u.wall_ms / 2 &&
+	      !atomic_load(&ra.calls) && !atomic_load(&rb.calls),
 	      "tcp: idle connection, reads pending: contexts used %lld and %lld ms of CPU "
-	      "in %lld ms",
-	      (long long)(a1 - a0) / 1000000, (long long)(b1 - b0) / 1000000,
-	      (long long)(w1 - w0));
+	      "in %lld ms", u.a_ms, u.b_ms, u.wall_ms);
 	x_write(ctx_a, p->client, "X", 1, &wa);
 	x_write(ctx_b, p->server, "Y", 1, &wb);
 	CHECK(wait_done(&ra, 1) && wait_done(&rb, 1) && !ra.status && !rb.status && x == 'Y' &&
@@ -810,8 +796,8 @@ static void test_pingpong(struct pair *p)
 	b->c = p->server;
 	b->left = ROUNDS;
 	t0 = now_ms();
-	on_ctx(ctx_b, pp_start, b);
-	on_ctx(ctx_a, pp_start, a);
+	tpu__ctx_run_sync(ctx_b, pp_start, b);
+	tpu__ctx_run_sync(ctx_a, pp_start, a);
 	ok = wait_for(&a->finished, 1, WAIT_MS) && wait_for(&b->finished, 1, WAIT_MS);
 	t0 = now_ms() - t0;
 	CHECK(ok && !a->err && !b->err && a->in[0] == (uint8_t)(2 * ROUNDS),
@@ -854,7 +840,7 @@ static void test_early_ops(void)
 	char buf[8] = { 0 };
 	bool ok;
 
-	on_ctx(ctx_a, connect_and_queue, &e);
+	tpu__ctx_run_sync(ctx_a, connect_and_queue, &e);
 	if (e.ret || !wait_for(&site.q.n, before + 1, WAIT_MS)) {
 		CHECK(false, "tcp: connect, write and read in one go (%s)", tpu_status_name(e.ret));
 		x_close(ctx_a, e.c);
@@ -896,7 +882,7 @@ static void test_close_connecting(void)
 		return;
 	}
 	e.addr = s.addr;
-	on_ctx(ctx_a, connect_and_close, &e);
+	tpu__ctx_run_sync(ctx_a, connect_and_close, &e);
 	CHECK(!e.ret && wait_done(&e.r, 1) && wait_done(&e.w, 1) && e.r.status == TPU_E_CLOSED &&
 	      e.w.status == TPU_E_CLOSED,
 	      "tcp: close while connecting fails the queued read and write with TPU_E_CLOSED");
@@ -1170,14 +1156,14 @@ static void test_close_in_callbacks(void)
 	/* p0: a read callback closes its own connection; a read and a write wait behind it. */
 	own.conn = p[0].client;
 	own.close_own = true;
-	on_ctx(ctx_a, queue_closer_read, &own);
+	tpu__ctx_run_sync(ctx_a, queue_closer_read, &own);
 	x_read(ctx_a, p[0].client, b1, 4, &r1);
 	x_write(ctx_a, p[0].client, pat, 32 * MiB, &w1);
 	/* p1: a read callback closes p2's client, whose read is pending. */
 	x_read(ctx_a, p[2].client, b3, 4, &r3);
 	other.conn = p[1].client;
 	other.other = p[2].client;
-	on_ctx(ctx_a, queue_closer_read, &other);
+	tpu__ctx_run_sync(ctx_a, queue_closer_read, &other);
 	x_write(ctx_b, p[0].server, "a", 1, &wa);
 	x_write(ctx_b, p[1].server, "b", 1, &wb);
 	CHECK(wait_done(&own.d, 1) && !own.d.status && own.byte == 'a',
@@ -1191,7 +1177,7 @@ static void test_close_in_callbacks(void)
 
 	/* p3: a write callback closes its connection, with reads and a write pending. */
 	wc.c = p[3].client;
-	on_ctx(ctx_a, queue_wcloser, &wc);
+	tpu__ctx_run_sync(ctx_a, queue_wcloser, &wc);
 	CHECK(!wc.ret && wait_done(&wc.own, 1) && !wc.own.status && wait_done(&wc.w2, 1) &&
 	      wc.w2.status == TPU_E_CLOSED && wait_done(wc.r, 2) &&
 	      wc.r[0].status == TPU_E_CLOSED && wc.r[1].status == TPU_E_CLOSED,
@@ -1201,7 +1187,7 @@ static void test_close_in_callbacks(void)
 	x_read(ctx_a, p[5].client, b6, 4, &r6);
 	during.conn = p[4].client;
 	during.other = p[5].client;
-	on_ctx(ctx_a, queue_closer_read, &during);
+	tpu__ctx_run_sync(ctx_a, queue_closer_read, &during);
 	x_close(ctx_a, p[4].client);
 	CHECK(wait_done(&during.d, 1) && during.d.status == TPU_E_CLOSED && wait_done(&r6, 1) &&
 	      r6.status == TPU_E_CLOSED,
@@ -1284,7 +1270,7 @@ static void test_zerocopy(void)
 	zw.buf = pat + 1;
 	zw.len = n;
 	x_read(ctx_b, p.server, dst, n, &r);
-	on_ctx(ctx_a, queue_zc_write, &zw);
+	tpu__ctx_run_sync(ctx_a, queue_zc_write, &zw);
 	ok = !zw.ret && wait_done(&zw.d, 1) && wait_done(&r, 1) && !zw.d.status && !r.status &&
 	     !memcmp(dst, pat + 1, n);
 	zc = moved(&c0, C_ZC);

@@ -9,7 +9,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctx_call.h"
 #include "xport_harness.h"
 
 int64_t now_ms(void)
@@ -166,7 +165,7 @@ tpu_status x_writev(struct tpu_context *ctx, struct tpu__conn *c, const struct i
 {
 	struct req r = { .c = c, .iov = iov, .niov = n, .d = d };
 
-	on_ctx(ctx, req_write, &r);
+	tpu__ctx_run_sync(ctx, req_write, &r);
 	return r.ret;
 }
 
@@ -183,7 +182,7 @@ tpu_status x_read(struct tpu_context *ctx, struct tpu__conn *c, void *buf, size_
 {
 	struct req r = { .c = c, .buf = buf, .len = len, .d = d };
 
-	on_ctx(ctx, req_read, &r);
+	tpu__ctx_run_sync(ctx, req_read, &r);
 	return r.ret;
 }
 
@@ -191,7 +190,7 @@ tpu_status x_send_fd(struct tpu_context *ctx, struct tpu__conn *c, int fd, struc
 {
 	struct req r = { .c = c, .fd = fd, .d = d };
 
-	on_ctx(ctx, req_send_fd, &r);
+	tpu__ctx_run_sync(ctx, req_send_fd, &r);
 	return r.ret;
 }
 
@@ -199,7 +198,7 @@ tpu_status x_recv_fd(struct tpu_context *ctx, struct tpu__conn *c, int *fd, stru
 {
 	struct req r = { .c = c, .fdp = fd, .d = d };
 
-	on_ctx(ctx, req_recv_fd, &r);
+	tpu__ctx_run_sync(ctx, req_recv_fd, &r);
 	return r.ret;
 }
 
@@ -208,7 +207,7 @@ void x_close(struct tpu_context *ctx, struct tpu__conn *c)
 	struct req r = { .c = c };
 
 	if (c)
-		on_ctx(ctx, req_close, &r);
+		tpu__ctx_run_sync(ctx, req_close, &r);
 }
 
 tpu_status x_connect(const struct tpu__xport *xp, struct tpu_context *ctx, const char *addr,
@@ -216,7 +215,7 @@ tpu_status x_connect(const struct tpu__xport *xp, struct tpu_context *ctx, const
 {
 	struct req r = { .xp = xp, .ctx = ctx, .addr = addr };
 
-	on_ctx(ctx, req_connect, &r);
+	tpu__ctx_run_sync(ctx, req_connect, &r);
 	*out = r.c;
 	return r.ret;
 }
@@ -271,7 +270,7 @@ tpu_status x_listen(const struct tpu__xport *xp, struct tpu_context *ctx, const 
 {
 	struct lreq r = { .xp = xp, .ctx = ctx, .addr = addr, .q = q };
 
-	on_ctx(ctx, req_listen, &r);
+	tpu__ctx_run_sync(ctx, req_listen, &r);
 	*out = r.l;
 	if (laddr)
 		snprintf(laddr, size, "%s", r.laddr);
@@ -283,7 +282,7 @@ void x_lclose(struct tpu_context *ctx, struct tpu__xlistener *l)
 	struct lreq r = { .l = l };
 
 	if (l)
-		on_ctx(ctx, req_lclose, &r);
+		tpu__ctx_run_sync(ctx, req_lclose, &r);
 }
 
 /* ---- sites and pairs ----------------------------------------------------- */
@@ -369,6 +368,25 @@ int64_t cpu_ns(clockid_t id)
 	if (clock_gettime(id, &ts))
 		return -1;
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct idle_cpu idle_cpu(struct tpu_context *a, struct tpu_context *b)
+{
+	struct thread_info ta, tb;
+	int64_t a0, b0, w0;
+	struct idle_cpu r;
+
+	tpu__ctx_run_sync(a, get_thread_info, &ta);
+	tpu__ctx_run_sync(b, get_thread_info, &tb);
+	sleep_ms(20);
+	w0 = now_ms();
+	a0 = cpu_ns(ta.cpu);
+	b0 = cpu_ns(tb.cpu);
+	sleep_ms(300);
+	r.a_ms = a0 < 0 ? -1 : (cpu_ns(ta.cpu) - a0) / 1000000;
+	r.b_ms = b0 < 0 ? -1 : (cpu_ns(tb.cpu) - b0) / 1000000;
+	r.wall_ms = now_ms() - w0;
+	return r;
 }
 
 /* ---- many ops, closers, ping-pong ---------------------------------------- */

@@ -2,11 +2,11 @@
 /*
  * What the transport tests share (xport_harness.c), for any transport:
  * callback records the test thread waits on with a deadline, every
- * transport call run on the context thread (through on_ctx), an accept
+ * transport call run on the context thread (through tpu__ctx_run_sync), an accept
  * queue, and pairs of connections between two contexts through a listener.
  *
  * The op_* functions run on the context thread (inside a task of the
- * test's own); the x_* ones wrap one op each in on_ctx, for the test
+ * test's own); the x_* ones wrap one op each in tpu__ctx_run_sync, for the test
  * thread.  While op_* is inside the transport's call a thread-local flag
  * is set, so that done_cb can tell a callback run inside the call that
  * queued it (which xport.h forbids) from one run later.
@@ -110,7 +110,7 @@ void fill(uint8_t *p, size_t n, uint64_t seed);
 /* Descriptors open in this process, -1 if unknown. */
 int count_fds(void);
 
-/* A context thread's CPU clock and thread id: get_thread_info is a task for on_ctx. */
+/* A context thread's CPU clock and thread id: get_thread_info is a task for tpu__ctx_run_sync. */
 struct thread_info {
 	clockid_t cpu;
 	pid_t tid;
@@ -119,6 +119,17 @@ struct thread_info {
 void get_thread_info(void *arg);
 /* The CPU time on clock id in ns, -1 if unknown. */
 int64_t cpu_ns(clockid_t id);
+
+/*
+ * CPU milliseconds the context threads of @a and @b used over 300 ms of
+ * wall time (after 20 ms to settle), for idle tests; a_ms or b_ms is -1
+ * when a thread's clock cannot be read.
+ */
+struct idle_cpu {
+	long long a_ms, b_ms, wall_ms;
+};
+
+struct idle_cpu idle_cpu(struct tpu_context *a, struct tpu_context *b);
 
 /* Many small ops queued from one task each side: writes of vals[i] = MANY_BASE + i. */
 #define MANY		2000
@@ -131,7 +142,7 @@ struct many {
 	tpu_status ret;
 };
 
-/* Tasks for on_ctx (arg a struct many). */
+/* Tasks for tpu__ctx_run_sync (arg a struct many). */
 void many_writes(void *arg);
 void many_reads(void *arg);
 
@@ -145,13 +156,13 @@ struct closer {
 };
 
 void closer_cb(void *arg, tpu_status st);
-/* Task for on_ctx: queue the closer's read (arg a struct closer). */
+/* Task for tpu__ctx_run_sync: queue the closer's read (arg a struct closer). */
 void queue_closer_read(void *arg);
 
 /*
  * Ping-pong driven from callbacks, 64 bytes a message: the initiator sends,
  * the other answers with the first byte one higher, left rounds each.
- * pp_start (a task for on_ctx, the answering side first) starts one end;
+ * pp_start (a task for tpu__ctx_run_sync, the answering side first) starts one end;
  * finished is set when its rounds are done or an op failed (err).
  */
 struct pp {
