@@ -88,7 +88,6 @@ struct tpu_context {
 	struct tpu__poller *pollers;
 	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
 	unsigned int spinners;		/* tpu__ctx_spinner_get() minus put() */
-	bool coop;			/* the ring defers completion work (COOP_TASKRUN) */
 	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
 	uint64_t spin_cur;		/* adapted to how fast peers answer */
 
@@ -326,10 +325,16 @@ void tpu__ctx_spinner_put(struct tpu_context *ctx)
 	ctx->spinners--;
 }
 
+/* The ring defers completion work until this thread enters the kernel. */
+static bool ctx_coop(const struct tpu_context *ctx)
+{
+	return ctx->ring.flags & IORING_SETUP_COOP_TASKRUN;
+}
+
 /* Whether the thread spins before it sleeps. */
 static bool ctx_spins(const struct tpu_context *ctx)
 {
-	return ctx->spin_ns && (ctx->pollers || (ctx->spinners && ctx->coop));
+	return ctx->spin_ns && (ctx->pollers || (ctx->spinners && ctx_coop(ctx)));
 }
 
 int tpu__ctx_wake_fd(const struct tpu_context *ctx)
@@ -487,7 +492,7 @@ static bool ctx_work(struct tpu_context *ctx)
 		pthread_mutex_unlock(&ctx->sq_lock);
 	}
 	/* Completion work the kernel holds until this thread enters it. */
-	if (ctx->coop && (IO_URING_READ_ONCE(*ctx->ring.sq.kflags) & IORING_SQ_TASKRUN))
+	if (ctx_coop(ctx) && (IO_URING_READ_ONCE(*ctx->ring.sq.kflags) & IORING_SQ_TASKRUN))
 		io_uring_get_events(&ctx->ring);
 	if (io_uring_cq_ready(&ctx->ring)) {
 		any = true;
@@ -843,7 +848,6 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_COOP_TASKRUN |
 		  IORING_SETUP_TASKRUN_FLAG;
 	st = io_uring_queue_init_params(entries, &ctx->ring, &p);
-	ctx->coop = !st;
 	if (st == -EINVAL) {
 		memset(&p, 0, sizeof(p));
 		p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
