@@ -19,7 +19,8 @@
 #
 # Environment: KVER or KDIR (which kernel; default as for the build),
 # TP_VM_KERNEL (kernel image, default /boot/vmlinuz-KVER), TP_VM_MEM (2G),
-# TP_VM_SMP (2), TP_VM_ACCEL (tcg, or kvm when /dev/kvm is usable), TP_VM_CPU,
+# TP_VM_SMP (2), TP_VM_ACCEL (kvm or tcg; default: kvm when a probe boot
+# under KVM works, see accel.sh), TP_VM_CPU,
 # TP_VM_APPEND (extra kernel arguments), TP_VM_OUT (build/vm).
 #
 # The command's output streams here from a second 9p share; the kernel's
@@ -84,13 +85,14 @@ explain_vm() {
 		reason="this keeps the host kernel out of reach of a crashing test module"
 	fi
 	echo "tests/vm: $reason;"
-	echo "tests/vm: booting $kernel in QEMU ($accel, ${smp} CPUs, $mem) and running there instead."
+	echo "tests/vm: booting $kernel in QEMU ($accel, ${smp} CPUs, $mem) and running there instead;"
+	echo "tests/vm: $accel because $accel_reason."
 }
 
-accel=${TP_VM_ACCEL:-}
-if [ -z "$accel" ]; then
-	if [ -w /dev/kvm ]; then accel=kvm; else accel=tcg; fi
-fi
+# KVM only where a probe boot proved it works (tests/vm/accel.sh).
+accel_verdict=$("$here/accel.sh" "$kernel") || exit 2
+accel=${accel_verdict%%$'\n'*}
+accel_reason=${accel_verdict#*$'\n'}
 # TCG runs "rep movsb" a byte at a time, so a guest kernel that trusts ERMS or
 # FSRM copies to and from user space at about 40 MB/s; without them it uses
 # "rep movsq" and copies about six times faster.  Everything else TCG can do
