@@ -123,6 +123,7 @@ TPU_API tpu_status tpu_module_abi_version(const char *dev_path, uint32_t *abi);
 #define TPU_FEAT_RECV_TIMEOUT	(1ULL << 2)
 #define TPU_FEAT_LARGE_ALLOC	(1ULL << 3)
 #define TPU_FEAT_URING_CMD	(1ULL << 4)
+#define TPU_FEAT_URING_KERNEL_CANCEL	(1ULL << 5)
 
 /** tpu_feature_name - short name of one feature bit ("donate"), or NULL if unknown */
 TPU_API const char *tpu_feature_name(uint64_t feature_bit);
@@ -257,7 +258,7 @@ TPU_API tpu_status tpu_recv(struct tpu_endpoint *ep, struct tpu_recv_args *args)
 /** tpu_cancel - cancel this endpoint's operations on a key; @count (may be NULL) gets how many */
 TPU_API tpu_status tpu_cancel(struct tpu_endpoint *ep, const void *key, size_t key_len,
 			      unsigned int flags, uint32_t *count);
-/** tpu_abort - fail the domain's pending and later operations with @status (-4095 .. -1) */
+/** tpu_abort - fail the domain's pending and later operations with @status (-EHWPOISON .. -1) */
 TPU_API tpu_status tpu_abort(struct tpu_endpoint *ep, int status);
 
 #define TPU_OP_SEND		1
@@ -680,7 +681,8 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 					 size_t key_len);
 /**
  * tpu_rendezvous_abort - fail every pending and later operation of every
- * member with @status (-4095 .. -1).  Errors: -EINVAL, -EALREADY.
+ * member with @status, an errno value of <errno.h> (-EHWPOISON .. -1).
+ * Errors: -EINVAL, -EALREADY.
  */
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status);
 

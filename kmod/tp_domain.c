@@ -10,6 +10,7 @@
 #include <linux/jhash.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include "tp_compat.h"
 #include "tp_internal.h"
 
 static atomic64_t tp_domain_ids = ATOMIC64_INIT(0);
@@ -127,19 +128,21 @@ put_dom:
 int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg)
 {
 	struct tp_domain *dom;
+	struct file *file;
 	struct fd f;
 	int err = 0;
 
 	if (arg->flags)
 		return -EINVAL;
 	f = fdget(arg->fd);
-	if (!f.file)
+	file = tp_fd_file(f);
+	if (!file)
 		return -EBADF;
-	if (f.file->f_op != &tp_domain_fops) {
+	if (file->f_op != &tp_domain_fops) {
 		err = -EINVAL;
 		goto out;
 	}
-	dom = f.file->private_data;
+	dom = file->private_data;
 	mutex_lock(&ep->domain_lock);
 	if (ep->domain) {
 		err = -EBUSY;
@@ -173,7 +176,8 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
 	LIST_HEAD(failed);
 	int bkt;
 
-	if (arg->flags || arg->status >= 0 || arg->status < -MAX_ERRNO)
+	/* Real errno values only: an internal code would leak to io_uring. */
+	if (arg->flags || arg->status >= 0 || arg->status < -EHWPOISON)
 		return -EINVAL;
 	if (!dom)
 		return -ENOLINK;

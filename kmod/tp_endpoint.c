@@ -9,6 +9,7 @@
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include "tp_compat.h"
 #include "tp_internal.h"
 
 static void tp_endpoint_destroy(struct kref *ref)
@@ -16,6 +17,7 @@ static void tp_endpoint_destroy(struct kref *ref)
 	struct tp_endpoint *ep = container_of(ref, struct tp_endpoint, ref);
 
 	mmdrop(ep->mm);
+	tp_user_put(ep->owner);
 	mutex_destroy(&ep->domain_lock);
 	tp_stat_add(TP_STAT_ENDPOINTS, -1);
 	kfree(ep);
@@ -39,6 +41,11 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	ep = kzalloc(sizeof(*ep), GFP_KERNEL_ACCOUNT);
 	if (!ep)
 		return -ENOMEM;
+	ep->owner = tp_user_get_current();
+	if (!ep->owner) {
+		kfree(ep);
+		return -ENOMEM;
+	}
 	kref_init(&ep->ref);
 	ep->mm = current->mm;
 	mmgrab(ep->mm);
@@ -49,7 +56,7 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	INIT_LIST_HEAD(&ep->done);
 	INIT_LIST_HEAD(&ep->sends);
 	INIT_LIST_HEAD(&ep->urecvs);
-	INIT_DELAYED_WORK(&ep->monitor, tp_uring_monitor);
+	tp_uring_endpoint_init(ep);
 	init_waitqueue_head(&ep->wq);
 	file->private_data = ep;
 	tp_stat_add(TP_STAT_ENDPOINTS, 1);
@@ -63,7 +70,7 @@ static int tp_endpoint_release(struct inode *inode, struct file *file)
 	LIST_HEAD(unread);
 
 	/* io_uring commands hold the file: none is pending any more. */
-	cancel_delayed_work_sync(&ep->monitor);
+	tp_uring_endpoint_release(ep);
 	tp_slot_withdraw_all(ep);
 	spin_lock(&ep->lock);
 	ep->dead = true;
@@ -167,6 +174,8 @@ static int tp_get_info(struct tp_info *info)
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
 			 TP_FEAT_URING_CMD;
+	if (IS_ENABLED(TP_URING_KERNEL_CANCELS))
+		info->features |= TP_FEAT_URING_KERNEL_CANCEL;
 	info->max_key_len = tp_key_len_limit();
 	info->max_regions = READ_ONCE(tp_max_regions);
 	info->max_slots = READ_ONCE(tp_max_slots);

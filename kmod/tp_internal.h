@@ -9,6 +9,8 @@
  *   region    (struct tp_region)    pinned user pages or an allocated buffer
  *   domain    (struct tp_domain)    a table of keys; a file is its capability
  *   slot      (struct tp_slot)      one SEND, from posting to its completion
+ *   user      (struct tp_user)      per-user limits; each endpoint and each
+ *                                   charged region holds one
  *
  * Lock order: tp_domain.lock, then tp_endpoint.lock.  No lock is held while
  * copying, pinning, allocating or freeing.
@@ -35,11 +37,19 @@ struct mm_struct;
 struct page;
 struct vm_area_struct;
 
+/*
+ * Errno values user space may see are below 512; from there up are the
+ * kernel's internal codes (-ERESTARTSYS, -EIOCBQUEUED...), which io_uring and
+ * the C library would misread.
+ */
+#define TP_ERRNO_MAX	511
+
 /* Module parameters, read with READ_ONCE at each use (root may change them). */
 extern unsigned int tp_max_slots;
 extern unsigned int tp_max_regions;
 extern unsigned int tp_max_key_len;
 extern unsigned int tp_max_region_mb;
+extern unsigned int tp_max_user_ops;
 
 u32 tp_key_len_limit(void);
 u64 tp_region_bytes_limit(void);
@@ -55,6 +65,24 @@ enum tp_region_kind {
 };
 
 /**
+ * struct tp_user - what one user (real uid) holds, wherever its endpoints went.
+ * @node:	in the module's table of users, under its lock.
+ * @uid:	the user.
+ * @user:	the kernel's user_struct (get_uid()), whose locked_vm is
+ *		charged for pinned and allocated pages.
+ * @ref:	each endpoint and each charged region hold one.
+ * @ops:	pending SENDs (until their slot is freed) and waiting io_uring
+ *		RECVs of the user's endpoints, limited by max_user_ops.
+ */
+struct tp_user {
+	struct hlist_node node;
+	kuid_t uid;
+	struct user_struct *user;
+	refcount_t ref;
+	atomic_t ops;
+};
+
+/**
  * struct tp_region - memory a SEND reads from or a RECV writes to.
  * @ref:	references: the owner's handle table, each pending slot, each
  *		mapping (vma) and each copy in progress.
@@ -65,8 +93,11 @@ enum tp_region_kind {
  *		need not start on a page boundary).
  * @nr_pages:	entries in @pages.
  * @pages:	the pages; NULL once an allocated region's pages were donated.
- * @charged_mm:	mm whose pinned_vm is charged for @nr_pages (mmgrab()bed),
- *		NULL when nothing is charged.
+ * @charged_mm:	mm whose pinned_vm shows @nr_pages (mmgrab()bed) as
+ *		"VmPin", NULL when nothing is charged.
+ * @charged_user: the user charged (a reference), NULL when nothing is.
+ * @locked:	pages charged to @charged_user's locked_vm (0 under
+ *		CAP_IPC_LOCK).
  *
  * Everything but @ref is fixed once the region is published, except that
  * donation moves @pages away, which tp_region_detach() allows only while
@@ -81,12 +112,15 @@ struct tp_region {
 	unsigned long nr_pages;
 	struct page **pages;
 	struct mm_struct *charged_mm;
+	struct tp_user *charged_user;
+	unsigned long locked;
 };
 
 /**
  * struct tp_endpoint - state of one open() of /dev/tensorpipe.
  * @ref:	the file holds one reference, each slot of this endpoint one.
  * @mm:		the opener's mm (mmgrab()bed); other mms get -EPERM.
+ * @owner:	the opener's user, charged for what the endpoint holds.
  * @regions:	handle -> struct tp_region (one reference each); the xarray's
  *		own lock serialises handle allocation and removal.
  * @nr_regions:	entries in @regions, limited by tp_max_regions.
@@ -101,14 +135,20 @@ struct tp_region {
  * @dead:	the file was released: completions are dropped.
  * @wq:		woken when a completion is queued.
  * @sends:	this endpoint's pending slots; protected by the domain's lock.
+ * @withdrawn:	the file was released and its pending SENDs withdrawn: a
+ *		claimed slot of this producer whose delivery fails must end,
+ *		as nothing would withdraw it again.  Protected by the domain's
+ *		lock.
  * @urecvs:	this endpoint's io_uring RECVs waiting for a key; protected
  *		by the domain's lock.
- * @monitor:	runs while io_uring commands are pending, to fail those
- *		whose task exits or whose ring is closed (see tp_uring.c).
+ * @monitor:	on kernels that do not cancel uring_cmds themselves, runs
+ *		while io_uring commands are pending, to fail those whose task
+ *		exits or whose ring is closed (see tp_uring.c).
  */
 struct tp_endpoint {
 	struct kref ref;
 	struct mm_struct *mm;
+	struct tp_user *owner;
 	struct xarray regions;
 	atomic_t nr_regions;
 	u32 next_handle;
@@ -120,6 +160,7 @@ struct tp_endpoint {
 	bool dead;
 	wait_queue_head_t wq;
 	struct list_head sends;
+	bool withdrawn;
 	struct list_head urecvs;
 	struct delayed_work monitor;
 };
@@ -265,6 +306,15 @@ void tp_debugfs_exit(void);
 void tp_debugfs_add_domain(struct tp_domain *dom);
 void tp_debugfs_remove_domain(struct tp_domain *dom);
 
+/* tp_user.c */
+struct tp_user *tp_user_get_current(void);
+void tp_user_get(struct tp_user *u);
+void tp_user_put(struct tp_user *u);
+long tp_user_lock_pages(struct tp_user *u, unsigned long npages);
+void tp_user_unlock_pages(struct tp_user *u, unsigned long npages);
+int tp_user_op_get(struct tp_user *u);
+void tp_user_op_put(struct tp_user *u);
+
 /* tp_region.c */
 int tp_region_register(struct tp_endpoint *ep, struct tp_region_register *arg);
 int tp_region_alloc(struct tp_endpoint *ep, struct tp_region_alloc *arg);
@@ -275,9 +325,9 @@ int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
 int tp_region_reserve(struct tp_endpoint *ep, u32 *handle);
 void tp_region_unreserve(struct tp_endpoint *ep, u32 handle);
 void tp_region_publish(struct tp_endpoint *ep, u32 handle, struct tp_region *r);
-struct tp_region *tp_region_new_alloc(u64 len, struct mm_struct *mm);
+struct tp_region *tp_region_new_alloc(u64 len, struct tp_endpoint *ep);
 struct tp_region *tp_region_new_donated(struct tp_region *donor,
-					struct mm_struct *mm);
+					struct tp_endpoint *ep);
 void tp_region_put(struct tp_region *r);
 int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma);
 
@@ -316,7 +366,8 @@ u8 *tp_key_copy(u64 uptr, u32 len);
 int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
 void tp_uring_track_send(struct tp_endpoint *ep, struct tp_slot *slot);
 void tp_uring_send_done(struct tp_slot *slot);
-void tp_uring_monitor(struct work_struct *work);
+void tp_uring_endpoint_init(struct tp_endpoint *ep);
+void tp_uring_endpoint_release(struct tp_endpoint *ep);
 
 /**
  * tp_endpoint_domain() - the domain an endpoint is attached to.

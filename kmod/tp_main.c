@@ -47,6 +47,11 @@ u64 tp_region_bytes_limit(void)
 	return clamp_t(u64, bytes, PAGE_SIZE, 1ULL << TP_MMAP_REGION_SHIFT);
 }
 
+unsigned int tp_max_user_ops = 65536;
+module_param_named(max_user_ops, tp_max_user_ops, uint, 0644);
+MODULE_PARM_DESC(max_user_ops,
+		 "Pending SENDs and waiting io_uring RECVs per user, all endpoints together (default 65536)");
+
 static struct miscdevice tp_miscdev = {
 	.minor = MISC_DYNAMIC_MINOR,
 	.name = "tensorpipe",

@@ -3,16 +3,17 @@
  * Regions: pinned user memory and module-allocated buffers, their handles,
  * RLIMIT_MEMLOCK accounting and mmap.
  *
- * Pinned and allocated pages are charged to mm->pinned_vm of the process that
- * owns the region, the counter RDMA uses for the same purpose, so that
- * "VmPin" in /proc/PID/status shows them and RLIMIT_MEMLOCK bounds them.
+ * Pinned and allocated pages are charged to the locked_vm of the endpoint
+ * opener's user, against RLIMIT_MEMLOCK (see tp_user.c: a per-process charge
+ * could be escaped by exec), and shown in mm->pinned_vm of the process that
+ * created the region, as "VmPin" in /proc/PID/status.
  */
-#include <linux/capability.h>
 #include <linux/gfp.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
+#include "tp_compat.h"
 #include "tp_internal.h"
 
 /* Bits of an mmap page offset that address pages inside one region. */
@@ -22,39 +23,34 @@
 /* pin_user_pages_fast() takes an int count; pin in bounded batches. */
 #define TP_PIN_BATCH		BIT(16)
 /* 2 MiB chunks: one allocation per huge page worth of memory. */
-#define TP_ALLOC_MAX_ORDER	min_t(unsigned int, 9, MAX_ORDER - 1)
-
-static int tp_memlock_charge(struct mm_struct *mm, unsigned long npages)
-{
-	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-	s64 pinned = atomic64_add_return(npages, &mm->pinned_vm);
-
-	if (pinned > limit && !capable(CAP_IPC_LOCK)) {
-		atomic64_sub(npages, &mm->pinned_vm);
-		tp_stat_add(TP_STAT_ERR_MEMLOCK, 1);
-		return -ENOMEM;
-	}
-	return 0;
-}
+#define TP_ALLOC_MAX_ORDER	min_t(unsigned int, 9, TP_MAX_PAGE_ORDER)
 
 static void tp_region_uncharge(struct tp_region *r)
 {
-	if (!r->charged_mm)
+	if (!r->charged_user)
 		return;
+	tp_user_unlock_pages(r->charged_user, r->locked);
+	tp_user_put(r->charged_user);
 	atomic64_sub(r->nr_pages, &r->charged_mm->pinned_vm);
 	mmdrop(r->charged_mm);
+	r->charged_user = NULL;
 	r->charged_mm = NULL;
+	r->locked = 0;
 }
 
-/* Charge a region's pages to @mm: 0, or -ENOMEM past RLIMIT_MEMLOCK. */
-static int tp_region_charge(struct tp_region *r, struct mm_struct *mm)
+/* Charge a region's pages to @ep's user: 0, or -ENOMEM past RLIMIT_MEMLOCK. */
+static int tp_region_charge(struct tp_region *r, struct tp_endpoint *ep)
 {
-	int err = tp_memlock_charge(mm, r->nr_pages);
+	long locked = tp_user_lock_pages(ep->owner, r->nr_pages);
 
-	if (err)
-		return err;
-	mmgrab(mm);
-	r->charged_mm = mm;
+	if (locked < 0)
+		return locked;
+	tp_user_get(ep->owner);
+	r->charged_user = ep->owner;
+	r->locked = locked;
+	atomic64_add(r->nr_pages, &ep->mm->pinned_vm);
+	mmgrab(ep->mm);
+	r->charged_mm = ep->mm;
 	return 0;
 }
 
@@ -277,7 +273,7 @@ int tp_region_register(struct tp_endpoint *ep, struct tp_region_register *arg)
 	err = tp_region_reserve(ep, &handle);
 	if (err)
 		goto put;
-	err = tp_region_charge(r, ep->mm);
+	err = tp_region_charge(r, ep);
 	if (err)
 		goto unreserve;
 	r->pages = kvcalloc(r->nr_pages, sizeof(*r->pages), GFP_KERNEL_ACCOUNT);
@@ -305,20 +301,20 @@ put:
 }
 
 /**
- * tp_region_new_alloc() - a new, uncharged, unpublished allocated region.
+ * tp_region_new_alloc() - a new, charged, unpublished allocated region.
  * @len:	length in bytes, already validated.
- * @mm:		mm to charge.
+ * @ep:		the endpoint whose user is charged, in its process.
  *
  * Return: the region (one reference) or an ERR_PTR().
  */
-struct tp_region *tp_region_new_alloc(u64 len, struct mm_struct *mm)
+struct tp_region *tp_region_new_alloc(u64 len, struct tp_endpoint *ep)
 {
 	struct tp_region *r = tp_region_shell(TP_REGION_ALLOC, len, 0);
 	int err;
 
 	if (!r)
 		return ERR_PTR(-ENOMEM);
-	err = tp_region_charge(r, mm);
+	err = tp_region_charge(r, ep);
 	if (!err)
 		err = tp_region_alloc_pages(r);
 	if (err) {
@@ -331,21 +327,21 @@ struct tp_region *tp_region_new_alloc(u64 len, struct mm_struct *mm)
 /**
  * tp_region_new_donated() - a new region that takes over a donor's pages.
  * @donor:	a donated allocated region that nobody maps or uses any more.
- * @mm:		the receiver's mm, charged for the pages.
+ * @ep:		the receiving endpoint, in its process; its user is charged.
  *
  * On success the donor keeps no pages and no charge.
  *
  * Return: the region (one reference) or an ERR_PTR().
  */
 struct tp_region *tp_region_new_donated(struct tp_region *donor,
-					struct mm_struct *mm)
+					struct tp_endpoint *ep)
 {
 	struct tp_region *r = tp_region_shell(TP_REGION_ALLOC, donor->len, 0);
 	int err;
 
 	if (!r)
 		return ERR_PTR(-ENOMEM);
-	err = tp_region_charge(r, mm);
+	err = tp_region_charge(r, ep);
 	if (err) {
 		tp_region_put(r);
 		return ERR_PTR(err);
@@ -377,7 +373,7 @@ int tp_region_alloc(struct tp_endpoint *ep, struct tp_region_alloc *arg)
 	err = tp_region_reserve(ep, &handle);
 	if (err)
 		return err;
-	r = tp_region_new_alloc(arg->len, ep->mm);
+	r = tp_region_new_alloc(arg->len, ep);
 	if (IS_ERR(r)) {
 		tp_region_unreserve(ep, handle);
 		return PTR_ERR(r);
@@ -535,7 +531,7 @@ int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma)
 	if (err)
 		return err;
 	/* Children would keep pages that may later be donated away. */
-	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+	tp_vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
 	vma->vm_ops = &tp_vm_ops;
 	vma->vm_private_data = r;
 	return 0;

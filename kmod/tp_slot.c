@@ -111,6 +111,7 @@ void tp_waiters_wake_all(struct tp_domain *dom, int event)
  */
 void tp_slot_free(struct tp_slot *slot)
 {
+	tp_user_op_put(slot->ep->owner);
 	tp_endpoint_put(slot->ep);
 	kfree(slot);
 }
@@ -190,10 +191,13 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 	if (arg->offset > r->len || arg->len > r->len - arg->offset)
 		goto put_region;
 
+	err = tp_user_op_get(ep->owner);
+	if (err)
+		goto put_region;
 	err = -ENOMEM;
 	slot = kzalloc(struct_size(slot, key, arg->key_len), GFP_KERNEL_ACCOUNT);
 	if (!slot)
-		goto put_region;
+		goto put_op;
 	err = -EFAULT;
 	if (copy_from_user(slot->key, u64_to_user_ptr(arg->key_ptr),
 			   arg->key_len))
@@ -246,6 +250,8 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 
 free_slot:
 	kfree(slot);
+put_op:
+	tp_user_op_put(ep->owner);
 put_region:
 	tp_region_put(r);
 	return err;
@@ -281,7 +287,9 @@ static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
 
 /*
  * A delivery failed in the consumer: the slot is pending again, unless the
- * domain was aborted meanwhile, in which case it fails like its peers did.
+ * domain was aborted meanwhile (it fails like its peers did) or its producer
+ * closed meanwhile (it ends: the producer's withdrawal has run and would
+ * never see it again).  This is the one place a slot returns to the table.
  */
 static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
 {
@@ -289,15 +297,17 @@ static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
 
 	mutex_lock(&dom->lock);
 	status = dom->abort_status;
-	if (!status) {
-		slot->claimed = false;
-		tp_waiters_wake_key(dom, slot->key, slot->key_len, slot->hash);
-	}
-	mutex_unlock(&dom->lock);
-	if (status) {
+	if (status)
 		tp_stat_add(TP_STAT_ERR_ABORTED, 1);
+	else if (slot->ep->withdrawn)
+		status = -ECANCELED;
+	else
+		slot->claimed = false;
+	if (!status)
+		tp_waiters_wake_key(dom, slot->key, slot->key_len, slot->hash);
+	mutex_unlock(&dom->lock);
+	if (status)
 		tp_slot_finish(dom, slot, status, 0, false);
-	}
 }
 
 /* Deliver into a new region of the consumer's (TP_RECV_DONATE). */
@@ -312,9 +322,9 @@ static int tp_deliver_new_region(struct tp_endpoint *ep, struct tp_slot *slot,
 	if (err)
 		return err;
 	if (slot->flags & TP_SEND_DONATE)
-		r = tp_region_new_donated(src, ep->mm);
+		r = tp_region_new_donated(src, ep);
 	else
-		r = tp_region_new_alloc(max_t(u64, slot->len, 1), ep->mm);
+		r = tp_region_new_alloc(max_t(u64, slot->len, 1), ep);
 	if (IS_ERR(r)) {
 		tp_region_unreserve(ep, handle);
 		return PTR_ERR(r);
@@ -623,8 +633,9 @@ int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
  * tp_slot_withdraw_all() - withdraw a closing endpoint's pending SENDs.
  * @ep:		endpoint being released; no completion will be read.
  *
- * Claimed slots stay: their consumer finishes them and, seeing the
- * endpoint dead, frees them.
+ * Claimed slots stay: their consumer finishes them, or ends them if the
+ * delivery fails (see tp_slot_unclaim()), and, seeing the endpoint dead,
+ * frees them.
  */
 void tp_slot_withdraw_all(struct tp_endpoint *ep)
 {
@@ -635,6 +646,7 @@ void tp_slot_withdraw_all(struct tp_endpoint *ep)
 	if (!dom)
 		return;
 	mutex_lock(&dom->lock);
+	ep->withdrawn = true;
 	list_for_each_entry_safe(slot, tmp, &ep->sends, ep_node) {
 		if (slot->claimed)
 			continue;

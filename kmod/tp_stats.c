@@ -83,11 +83,17 @@ DEFINE_SHOW_ATTRIBUTE(tp_stats);
 static int tp_domain_show(struct seq_file *m, void *unused)
 {
 	struct tp_domain *dom = m->private;
+	unsigned int claimed = 0;
+	struct tp_slot *slot;
+	int bkt;
 
 	mutex_lock(&dom->lock);
+	hash_for_each(dom->slots, bkt, slot, node)
+		claimed += slot->claimed;
 	seq_printf(m, "pending_slots %u\nwaiters %u\nsends %llu\nrecvs %llu\n",
 		   dom->nr_slots, dom->nr_waiters, dom->stats.sends,
 		   dom->stats.recvs);
+	seq_printf(m, "claimed %u\n", claimed);
 	seq_printf(m, "bytes_copied %llu\nbytes_donated %llu\nabort_status %d\n",
 		   dom->stats.bytes_copied, dom->stats.bytes_donated,
 		   dom->abort_status);

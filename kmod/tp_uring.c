@@ -13,20 +13,21 @@
  * by cmpxchg, only the winner schedules the task work, and the task work is
  * the only place that completes or re-arms it.
  *
- * Kernels before 6.7 cannot cancel a uring_cmd when its ring is closed or
- * its task exits, and would wait forever for it.  As ublk did there, a
- * delayed work per endpoint polls, while commands are pending, for an
- * exiting task or a dying ring and fails their commands with -ECANCELED.
+ * A command whose task exits or execs, or whose ring is closed, must end,
+ * or io_uring waits for it forever.  Where the kernel cancels uring_cmds
+ * itself (6.7 and later, found by conftest.sh), waiting SENDs and RECVs are
+ * marked cancelable and io_uring calls the handler with IO_URING_F_CANCEL.
+ * Elsewhere, as ublk did there, a delayed work per endpoint polls, while
+ * commands are pending, for an exiting task or a dying ring.  Either way
+ * the command ends with -ECANCELED and its SEND is withdrawn.
  */
 #include <linux/hrtimer.h>
-#include <linux/io_uring.h>
 #include <linux/io_uring_types.h>
 #include <linux/percpu-refcount.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
+#include "tp_compat.h"
 #include "tp_internal.h"
-
-#define TP_URING_MONITOR_PERIOD	(HZ / 10)
 
 enum tp_urecv_state {
 	TP_UR_WAITING,
@@ -74,24 +75,88 @@ static void *tp_pdu_get(struct io_uring_cmd *cmd)
 	return obj;
 }
 
+#ifdef TP_URING_KERNEL_CANCELS
+static void tp_uring_watch(struct tp_endpoint *ep, struct io_uring_cmd *cmd,
+			   unsigned int issue_flags)
+{
+	/* Before the command is visible: io_uring's lock nests outside ours. */
+	io_uring_cmd_mark_cancelable(cmd, issue_flags);
+}
+
+static void tp_uring_arm_monitor(struct tp_endpoint *ep)
+{
+}
+
+/* Task work for a task that is gone takes nothing: nobody sees its CQE. */
+static bool tp_uring_task_gone(struct io_uring_cmd *cmd,
+			       unsigned int issue_flags)
+{
+#ifdef TP_HAVE_URING_F_TASK_DEAD
+	return issue_flags & IO_URING_F_TASK_DEAD;
+#else
+	return current->flags & (PF_EXITING | PF_KTHREAD);
+#endif
+}
+#else
 /*
  * The command can never complete normally: its task exits, or execs, or its
  * ring is being closed.  io_uring marks a task in_idle while it cancels the
- * task's requests (exec and exit), and waits there for ours.
+ * task's requests (exec and exit), and waits there for ours.  Without the
+ * kernel's cancellation there is no other way to know than to look.
  */
 static bool tp_uring_orphaned(struct io_uring_cmd *cmd)
 {
 	struct io_kiocb *req = cmd_to_io_kiocb(cmd);
 	struct io_uring_task *tctx = req->task->io_uring;
 
+#ifdef TP_HAVE_TCTX_IN_CANCEL
+	if (tctx && atomic_read(&tctx->in_cancel))
+		return true;
+#else
+	if (tctx && atomic_read(&tctx->in_idle))
+		return true;
+#endif
 	return (req->task->flags & PF_EXITING) ||
-	       (tctx && atomic_read(&tctx->in_idle)) ||
 	       percpu_ref_is_dying(&req->ctx->refs);
 }
+
+static void tp_uring_watch(struct tp_endpoint *ep, struct io_uring_cmd *cmd,
+			   unsigned int issue_flags)
+{
+}
+
+#define TP_URING_MONITOR_PERIOD	(HZ / 10)
 
 static void tp_uring_arm_monitor(struct tp_endpoint *ep)
 {
 	schedule_delayed_work(&ep->monitor, TP_URING_MONITOR_PERIOD);
+}
+
+/*
+ * io_uring runs the task work from its fallback worker when the submitter
+ * is gone.
+ */
+static bool tp_uring_task_gone(struct io_uring_cmd *cmd,
+			       unsigned int issue_flags)
+{
+	return current != cmd_to_io_kiocb(cmd)->task ||
+	       tp_uring_orphaned(cmd);
+}
+#endif
+
+/*
+ * Every CQE of the module is posted here.  A result is 0, a count or handle,
+ * or an errno of <errno.h>: the kernel's internal codes (from 512 up) mean
+ * something else to io_uring and must never reach it.
+ */
+static void tp_uring_complete(struct io_uring_cmd *cmd, int res, u64 res2,
+			      unsigned int issue_flags)
+{
+	if (WARN_ON_ONCE(res < -TP_ERRNO_MAX))
+		res = -EIO;
+	if (res < 0)
+		tp_stat_error(res);
+	io_uring_cmd_done(cmd, res, res2, issue_flags);
 }
 
 static void tp_usend_task(struct io_uring_cmd *cmd, unsigned int issue_flags)
@@ -105,7 +170,7 @@ static void tp_usend_task(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	ep->outstanding--;
 	spin_unlock(&ep->lock);
 	tp_slot_free(slot);
-	io_uring_cmd_done(cmd, status, len, issue_flags);
+	tp_uring_complete(cmd, status, len, issue_flags);
 }
 
 /**
@@ -155,6 +220,7 @@ static enum hrtimer_restart tp_urecv_timeout(struct hrtimer *timer)
 
 static void tp_urecv_free(struct tp_urecv *u)
 {
+	tp_user_op_put(u->ep->owner);
 	tp_region_put(u->dst);
 	kfree(u->key);
 	kfree(u);
@@ -169,10 +235,8 @@ static void tp_urecv_done(struct tp_urecv *u, int err, unsigned int issue_flags)
 
 	if (!err && (u->arg.flags & TP_RECV_DONATE))
 		res = u->arg.region;
-	if (err)
-		tp_stat_error(err);
 	tp_urecv_free(u);
-	io_uring_cmd_done(cmd, res, len, issue_flags);
+	tp_uring_complete(cmd, res, len, issue_flags);
 }
 
 /*
@@ -210,8 +274,7 @@ static void tp_urecv_task(struct io_uring_cmd *cmd, unsigned int issue_flags)
 	 * Nobody would see the CQE (or io_uring runs us from its fallback
 	 * worker because the submitter is gone): take nothing.
 	 */
-	if (err >= 0 && (current != cmd_to_io_kiocb(cmd)->task ||
-			 tp_uring_orphaned(cmd)))
+	if (err >= 0 && tp_uring_task_gone(cmd, issue_flags))
 		err = -ECANCELED;
 	if (err >= 0) {
 		err = tp_recv_claim(dom, u->key, u->arg.key_len, u->w.hash,
@@ -243,9 +306,15 @@ static int tp_uring_recv(struct tp_endpoint *ep, struct io_uring_cmd *cmd,
 	struct tp_urecv *u;
 	int err;
 
+	err = tp_user_op_get(ep->owner);
+	if (err)
+		return err;
 	u = kzalloc(sizeof(*u), GFP_KERNEL_ACCOUNT);
-	if (!u)
+	if (!u) {
+		tp_user_op_put(ep->owner);
 		return -ENOMEM;
+	}
+	u->ep = ep;
 	u->arg = *arg;
 	err = tp_recv_check(ep, &u->arg, &u->dst);
 	if (err)
@@ -257,7 +326,6 @@ static int tp_uring_recv(struct tp_endpoint *ep, struct io_uring_cmd *cmd,
 		goto free;
 	}
 	u->cmd = cmd;
-	u->ep = ep;
 	u->w.ep = ep;
 	u->w.key = u->key;
 	u->w.key_len = u->arg.key_len;
@@ -297,16 +365,11 @@ free:
 	return err;
 }
 
-/**
- * tp_uring_cmd() - the .uring_cmd handler of /dev/tensorpipe.
- * @cmd:	the command; cmd_op is TP_IOC_SEND, TP_IOC_RECV or
- *		TP_IOC_CANCEL and the SQE128 command area holds its struct.
- * @issue_flags: io_uring's IO_URING_F_* flags.
- *
- * Return: -EIOCBQUEUED when the CQE is posted later (or was posted here),
- * else the CQE's result: 0, the CANCEL count, or a negative errno.
+/*
+ * Issue one command.  Return: -EIOCBQUEUED when its CQE is posted later (or
+ * was posted here), else the CQE's result.
  */
-int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+static int tp_uring_issue(struct io_uring_cmd *cmd, unsigned int issue_flags)
 {
 	struct tp_endpoint *ep = cmd->file->private_data;
 	union {
@@ -324,35 +387,84 @@ int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 
 	switch (cmd->cmd_op) {
 	case TP_IOC_SEND:
-		memcpy(&a.send, cmd->cmd, sizeof(a.send));
+		memcpy(&a.send, tp_uring_cmd_payload(cmd), sizeof(a.send));
+		tp_uring_watch(ep, cmd, issue_flags);
 		err = tp_send(ep, &a.send, cmd);
-		break;
+		return err ? err : -EIOCBQUEUED;
 	case TP_IOC_RECV:
-		memcpy(&a.recv, cmd->cmd, sizeof(a.recv));
+		memcpy(&a.recv, tp_uring_cmd_payload(cmd), sizeof(a.recv));
+		tp_uring_watch(ep, cmd, issue_flags);
 		return tp_uring_recv(ep, cmd, &a.recv, issue_flags);
 	case TP_IOC_CANCEL:
-		memcpy(&a.cancel, cmd->cmd, sizeof(a.cancel));
+		memcpy(&a.cancel, tp_uring_cmd_payload(cmd), sizeof(a.cancel));
 		err = tp_cancel(ep, &a.cancel);
-		if (!err)
-			return a.cancel.count;
-		break;
-	default:
-		return -EOPNOTSUPP;
+		return err ? err : a.cancel.count;
 	}
-	if (err) {
-		tp_stat_error(err);
-		return err;
+	return -EOPNOTSUPP;
+}
+
+#ifdef TP_URING_KERNEL_CANCELS
+/*
+ * IO_URING_F_CANCEL: io_uring asks, holding its ring lock, that a command
+ * end because its task exits or execs or its ring closes.  It asks again
+ * until the CQE is posted, so this only starts the end: a waiting RECV is
+ * signalled as CANCEL does it, a pending SEND is withdrawn, and their task
+ * work posts the CQE.  A SEND being delivered ends when the delivery does.
+ */
+static void tp_uring_cancel(struct io_uring_cmd *cmd)
+{
+	struct tp_endpoint *ep = cmd->file->private_data;
+	struct tp_domain *dom = tp_endpoint_domain(ep);
+	struct tp_slot *slot, *gone = NULL;
+	struct tp_urecv *u;
+
+	if (!dom)
+		return;
+	mutex_lock(&dom->lock);
+	list_for_each_entry(u, &ep->urecvs, node) {
+		if (u->cmd == cmd)
+			tp_waiter_signal(&u->w, -ECANCELED);
 	}
-	return -EIOCBQUEUED;
+	list_for_each_entry(slot, &ep->sends, ep_node) {
+		if (slot->cmd == cmd && !slot->claimed) {
+			hash_del(&slot->node);
+			list_del_init(&slot->ep_node);
+			dom->nr_slots--;
+			gone = slot;
+			break;
+		}
+	}
+	mutex_unlock(&dom->lock);
+	if (gone) {
+		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+		tp_slot_complete(gone, -ECANCELED, 0);
+	}
 }
 
 /**
+ * tp_uring_endpoint_init() - io_uring state of a new endpoint.
+ * @ep:		the endpoint.
+ */
+void tp_uring_endpoint_init(struct tp_endpoint *ep)
+{
+}
+
+/**
+ * tp_uring_endpoint_release() - the endpoint's file is released.
+ * @ep:		the endpoint; no io_uring command of it is pending, as each
+ *		holds the file.
+ */
+void tp_uring_endpoint_release(struct tp_endpoint *ep)
+{
+}
+#else
+/*
  * tp_uring_monitor() - fail io_uring commands whose task or ring went away.
  * @work:	the endpoint's monitor.
  *
  * Re-arms itself while any io_uring command of the endpoint is pending.
  */
-void tp_uring_monitor(struct work_struct *work)
+static void tp_uring_monitor(struct work_struct *work)
 {
 	struct tp_endpoint *ep = container_of(to_delayed_work(work),
 					      struct tp_endpoint, monitor);
@@ -392,3 +504,47 @@ void tp_uring_monitor(struct work_struct *work)
 	if (pending)
 		tp_uring_arm_monitor(ep);
 }
+
+void tp_uring_endpoint_init(struct tp_endpoint *ep)
+{
+	INIT_DELAYED_WORK(&ep->monitor, tp_uring_monitor);
+}
+
+void tp_uring_endpoint_release(struct tp_endpoint *ep)
+{
+	cancel_delayed_work_sync(&ep->monitor);
+}
+#endif
+
+/**
+ * tp_uring_cmd() - the .uring_cmd handler of /dev/tensorpipe.
+ * @cmd:	the command; cmd_op is TP_IOC_SEND, TP_IOC_RECV or
+ *		TP_IOC_CANCEL and the SQE128 command area holds its struct.
+ * @issue_flags: io_uring's IO_URING_F_* flags; with IO_URING_F_CANCEL, a
+ *		request to end a command issued earlier.
+ *
+ * Every command completes through io_uring_cmd_done(), here or later, and
+ * the handler always returns -EIOCBQUEUED.  What io_uring does with any
+ * other return value depends on the path that issued the command: a
+ * positive one (a CANCEL count) is dropped when an io-wq worker issued it,
+ * so the request would never complete, and inline it fails the next request
+ * of a link; -EAGAIN makes io_uring issue the command again.
+ *
+ * Return: -EIOCBQUEUED.
+ */
+int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	int res;
+
+#ifdef TP_URING_KERNEL_CANCELS
+	if (issue_flags & IO_URING_F_CANCEL) {
+		tp_uring_cancel(cmd);
+		return -EIOCBQUEUED;
+	}
+#endif
+	res = tp_uring_issue(cmd, issue_flags);
+	if (res != -EIOCBQUEUED)
+		tp_uring_complete(cmd, res, 0, issue_flags);
+	return -EIOCBQUEUED;
+}
+

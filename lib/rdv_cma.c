@@ -606,7 +606,7 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	struct cma_member *m = rdv->impl_state;
 	tpu_status st;
 
-	if (status >= 0 || status < -TPU_ERRNO_MAX)
+	if (status >= 0 || status < -EHWPOISON)
 		return -EINVAL;
 	st = tpu__cma_lock(&m->table);
 	if (st)

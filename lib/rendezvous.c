@@ -311,7 +311,7 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status)
 {
-	if (!rdv || status >= 0 || status < -TPU_ERRNO_MAX)
+	if (!rdv || status >= 0 || status < -EHWPOISON)
 		return -EINVAL;
 	return rdv->ops->abort(rdv, status);
 }

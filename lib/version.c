@@ -53,6 +53,8 @@ TPU_API const char *tpu_feature_name(uint64_t feature_bit)
 		return "large_alloc";
 	case TPU_FEAT_URING_CMD:
 		return "uring_cmd";
+	case TPU_FEAT_URING_KERNEL_CANCEL:
+		return "uring_kernel_cancel";
 	default:
 		return NULL;
 	}

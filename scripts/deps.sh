@@ -12,8 +12,10 @@ set -euo pipefail
 
 packages=(
 	gcc make bc perl pkg-config	# user space and kbuild (bc: kbuild's timeconst)
-	linux-image-amd64		# the kernel the test VM boots
+	linux-image-amd64		# Debian 12's kernel (6.1), booted by the test VM
 	linux-headers-amd64		# its kbuild tree, to build tensorpipe.ko against
+	linux-image-6.12-amd64		# 6.12 (Debian 13's line), the second kernel
+	linux-headers-6.12-amd64	# of make check's matrix, and its kbuild tree
 	linux-source-6.1		# kselftest harness and checkpatch.pl, extracted once
 	xz-utils			# to unpack that tarball
 	qemu-system-x86			# the test VM

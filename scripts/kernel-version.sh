@@ -4,6 +4,7 @@
 # Print the release (KVER) of the kernel that tensorpipe.ko is built for.
 #
 #   scripts/kernel-version.sh [KDIR]
+#   scripts/kernel-version.sh --all
 #
 # With KDIR, the release that kbuild tree was configured for.  Without it, the
 # running kernel when its build tree is installed, otherwise the newest
@@ -11,6 +12,17 @@
 # kernel that has no /lib/modules at all, and `uname -r` would then name a
 # kernel nobody can build for.
 set -euo pipefail
+
+# --all: every installed kernel the test VM can boot and the module can be
+# built for (a kbuild tree and a /boot image), oldest first: make check's
+# kernel matrix.
+if [ "${1:-}" = "--all" ]; then
+	for build in /lib/modules/*/build; do
+		kver=$(basename "$(dirname "$build")")
+		[ -f "$build/Makefile" ] && [ -r "/boot/vmlinuz-$kver" ] && echo "$kver"
+	done | sort -V
+	exit 0
+fi
 
 if [ $# -gt 0 ] && [ -n "$1" ]; then
 	# UTS_RELEASE is what the module's vermagic records; Debian's

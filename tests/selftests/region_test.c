@@ -5,10 +5,13 @@
  * RLIMIT_MEMLOCK charge, and what fork() does (and does not) hand to a child.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -748,6 +751,96 @@ static int limited_release_returns_charge(void)
 	return 0;
 }
 
+/*
+ * The charge belongs to the user, not to the process image that pinned:
+ * pages of an endpoint that outlives its pinning process (passed over a
+ * Unix socket, or kept across execve()) still count against the user's
+ * RLIMIT_MEMLOCK until the endpoint is closed.
+ */
+#define HELD		(192 * TPT_KIB)
+#define MORE		(128 * TPT_KIB)
+
+/* Register MORE bytes on a new endpoint: what the limit says, then again
+ * after @held is closed.  Returns 0, or the failing step from @step.
+ */
+static int register_more_until_held_closes(int held, int step)
+{
+	uint8_t *b = tpt_map(MORE);
+	int fd = tpt_open(), ret;
+
+	if (fd < 0 || !b)
+		return 10;
+	ret = tpt_register(fd, b, MORE, TP_ACCESS_READ, NULL);
+	if (ret != -ENOMEM) {
+		child_log("register beyond what the held endpoint pins", ret);
+		return step;
+	}
+	close(held);
+	ret = tpt_register(fd, b, MORE, TP_ACCESS_READ, NULL);
+	if (ret) {
+		child_log("register after closing the held endpoint", ret);
+		return step + 1;
+	}
+	return 0;
+}
+
+static int limited_charge_follows_a_passed_endpoint(void)
+{
+	int sv[2], held, status = 0;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		return 10;
+	pid = fork();
+	if (pid < 0)
+		return 10;
+	if (pid == 0) {
+		uint8_t *a = tpt_map(HELD);
+		int fd = tpt_open();
+
+		if (fd < 0 || !a ||
+		    tpt_register(fd, a, HELD, TP_ACCESS_READ, NULL) ||
+		    tpt_send_fd(sv[1], fd))
+			_exit(1);
+		_exit(0);
+	}
+	held = tpt_recv_fd(sv[0], 10000);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) || held < 0) {
+		child_log("pinning in a process that passes its endpoint", held);
+		return 1;
+	}
+	/* The pinning process is gone; its pages are still pinned. */
+	return register_more_until_held_closes(held, 2);
+}
+
+#define EXEC_ENV	"TPT_REGION_TEST_HELD_FD"
+
+static int limited_charge_survives_execve(void)
+{
+	uint8_t *a = tpt_map(HELD);
+	int fd = tpt_open();
+	char num[16];
+
+	if (fd < 0 || !a || tpt_register(fd, a, HELD, TP_ACCESS_READ, NULL) ||
+	    fcntl(fd, F_SETFD, 0))
+		return 1;
+	snprintf(num, sizeof(num), "%d", fd);
+	if (setenv(EXEC_ENV, num, 1))
+		return 1;
+	execl("/proc/self/exe", "region_test", (char *)NULL);
+	return 2;
+}
+
+/* The image execve() started: checks the limit before the harness runs. */
+__attribute__((constructor)) static void after_execve(void)
+{
+	const char *held = getenv(EXEC_ENV);
+
+	if (held)
+		_exit(register_more_until_held_closes(atoi(held), 3));
+}
+
 static int run_limited(int (*fn)(void))
 {
 	int status = 0, ret;
@@ -797,6 +890,18 @@ TEST(alloc_over_memlock_limit_fails_enomem)
 TEST(release_returns_the_memlock_charge)
 {
 	RUN_LIMITED(limited_release_returns_charge);
+}
+
+TEST(memlock_charge_stays_with_the_user_when_the_endpoint_is_passed_on)
+{
+	RUN_LIMITED(limited_charge_follows_a_passed_endpoint);
+}
+
+TEST(memlock_charge_stays_with_the_user_across_execve)
+{
+	if (access("/proc/self/exe", R_OK))
+		SKIP(return, "no /proc/self/exe to exec");
+	RUN_LIMITED(limited_charge_survives_execve);
 }
 
 /* max_regions is lowered for these; the teardown puts it back. */

@@ -547,10 +547,21 @@ TEST_F(errors, abort_with_positive_status_fails_einval)
 	expect_not_aborted(_metadata, &self->p);
 }
 
-TEST_F(errors, abort_with_status_below_minus_4095_fails_einval)
+TEST_F(errors, abort_with_a_status_that_is_no_errno_value_fails_einval)
 {
+	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -EHWPOISON - 1, 0));
+	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -4095, 0));
 	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -4096, 0));
 	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, INT32_MIN, 0));
+	expect_not_aborted(_metadata, &self->p);
+}
+
+/* 512 and up are the kernel's own codes: -529 is -EIOCBQUEUED. */
+TEST_F(errors, abort_with_a_kernel_internal_code_fails_einval)
+{
+	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -512, 0));
+	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -517, 0));
+	EXPECT_EQ(-EINVAL, do_abort(self->p.prod, -529, 0));
 	expect_not_aborted(_metadata, &self->p);
 }
 
@@ -570,8 +581,8 @@ TEST_F(errors, abort_accepts_both_ends_of_the_status_range)
 	ASSERT_EQ(0, do_abort(self->p.prod, -1, 0));
 	EXPECT_EQ(-1, tpt_send(self->p.prod, "k", self->p.src, 0, TENSOR, 1));
 	ASSERT_EQ(0, tpt_pair_open(&q, LEN));
-	ASSERT_EQ(0, do_abort(q.prod, -4095, 0));
-	EXPECT_EQ(-4095, tpt_send(q.prod, "k", q.src, 0, TENSOR, 1));
+	ASSERT_EQ(0, do_abort(q.prod, -EHWPOISON, 0));
+	EXPECT_EQ(-EHWPOISON, tpt_send(q.prod, "k", q.src, 0, TENSOR, 1));
 	tpt_pair_close(&q);
 }
 

@@ -392,6 +392,76 @@ TEST_F(stress, endpoint_outstanding_limit_fails_enobufs)
 	tpt_pair_close(&p);
 }
 
+/*
+ * max_user_ops bounds what one user holds in the kernel over all its
+ * endpoints and domains (-EDQUOT), where max_slots bounds one domain or one
+ * endpoint.  The limited user is nobody, in a child; root is not affected.
+ */
+static int user_ops_child(void)
+{
+	struct tp_completion c;
+	struct tpt_pair p, q;
+	char key[32];
+	int i, ret;
+
+	if (tpt_drop_privileges(1 * TPT_MIB))
+		return 77;
+	if (tpt_pair_open(&p, 4096) || tpt_pair_open(&q, 4096))
+		return 1;
+	for (i = 0; i < 3; i++) {
+		key_name(key, sizeof(key), "u", i, 0);
+		if (tpt_send(p.prod, key, p.src, 0, 10, i) ||
+		    tpt_send(q.prod, key, q.src, 0, 10, i))
+			return 2;
+	}
+	ret = tpt_send(q.prod, "u/3/0", q.src, 0, 10, 3);
+	if (ret != -EDQUOT) {
+		fprintf(stderr, "#   7th SEND of the user: %d\n", ret);
+		return 3;
+	}
+	/* Consumed but unread still holds the kernel's record of it. */
+	if (tpt_recv_nonblock(p.cons, "u/0/0", p.dst, 0, 4096, NULL) ||
+	    tpt_send(q.prod, "u/3/0", q.src, 0, 10, 3) != -EDQUOT)
+		return 4;
+	if (tpt_read_completions(p.prod, &c, 1, 5000) != 1 ||
+	    tpt_send(q.prod, "u/3/0", q.src, 0, 10, 3))
+		return 5;
+	/* Closing an endpoint gives back what its pending SENDs held. */
+	tpt_pair_close(&p);
+	for (i = 4; i < 6; i++) {
+		key_name(key, sizeof(key), "u", i, 0);
+		if (tpt_send(q.prod, key, q.src, 0, 10, i))
+			return 6;
+	}
+	if (tpt_send(q.prod, "u/6/0", q.src, 0, 10, 6) != -EDQUOT)
+		return 7;
+	tpt_pair_close(&q);
+	return 0;
+}
+
+TEST_F(stress, user_op_limit_spans_endpoints_and_domains_edquot)
+{
+	struct tpt_pair p;
+	int status = 0;
+	pid_t pid;
+
+	TPT_SET_PARAM(&self->saved, "max_user_ops", 6);
+	pid = tpt_fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0)
+		_exit(user_ops_child());
+	ASSERT_EQ(0, tpt_wait_child(pid, 20000, &status));
+	ASSERT_TRUE(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77)
+		SKIP(return, "cannot become another user");
+	EXPECT_EQ(0, WEXITSTATUS(status)) TH_LOG("child failed at step %d",
+						  WEXITSTATUS(status));
+	/* Another user (root) still posts. */
+	ASSERT_EQ(0, tpt_pair_open(&p, 4096));
+	EXPECT_EQ(0, tpt_send(p.prod, "root", p.src, 0, 10, 1));
+	tpt_pair_close(&p);
+}
+
 /* A producer in a child that posts @key and then waits to be killed. */
 static int start_big_producer(int dfd, const char *key, pid_t *pid)
 {
@@ -537,6 +607,101 @@ static const char *const baseline_stats[] = {
 	"pinned_pages", "alloc_pages", "pending_slots", "regions",
 	"endpoints", "domains",
 };
+
+/*
+ * Poll the domain's "claimed" count until a consumer is delivering (1), or
+ * the consumer reported (0: its RECV ended before it was seen), or the
+ * deadline passed (-ETIMEDOUT).
+ */
+static int wait_claimed(uint64_t dom_id, struct tpt_rx *rx, int timeout_ms)
+{
+	uint64_t deadline = tpt_now_ns() + timeout_ms * TPT_NSEC_PER_MSEC;
+	int64_t v;
+
+	while (tpt_now_ns() < deadline) {
+		if (!tpt_domain_stat(dom_id, "claimed", &v) && v == 1)
+			return 1;
+		if (tpt_rx_ready(rx) == 1)
+			return 0;
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * The producer's file is released while a consumer copies its tensor, then
+ * the consumer is killed mid-copy.  The producer's withdrawal has run and
+ * skipped the claimed slot, so the failed copy must end the slot: put back
+ * in the table it would hold the producer, its pages and the domain for
+ * good.  The kill must land inside the copy, which the test checks through
+ * the domain's "claimed" count and retries a few times if it misses.
+ */
+static void killed_copy_after_producer_left(struct __test_metadata *_metadata,
+					    uint32_t rx_flags)
+{
+	int64_t base[ARRAY_SIZE(baseline_stats)], v;
+	struct tpt_rx_result res;
+	struct tpt_rx_args a;
+	struct tpt_rx rx;
+	unsigned int i, hit = 0;
+	char key[32];
+	uint64_t id;
+	pid_t prod;
+	int fd, dfd;
+
+	TPT_REQUIRE_DEBUGFS();
+	TPT_REQUIRE_PIN(2 * BIG);
+	for (i = 0; i < ARRAY_SIZE(baseline_stats); i++) {
+		ASSERT_EQ(0, tpt_stat(baseline_stats[i], &base[i]));
+	}
+	fd = tpt_open();
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, tpt_domain_create(fd, &dfd, &id));
+
+	for (i = 0; i < 8 && !hit; i++) {
+		key_name(key, sizeof(key), "gone", i, 0);
+		ASSERT_EQ(0, start_big_producer(dfd, key, &prod));
+		a = big_rx_args(dfd, key, rx_flags, PAIR_TIMEOUT_NS);
+		ASSERT_EQ(0, tpt_rx_start(&rx, &a));
+		ASSERT_LE(0, wait_claimed(id, &rx, 20000));
+		kill(prod, SIGKILL);
+		waitpid(prod, NULL, 0);
+		/* Still copying after the producer's release ran? */
+		hit = !tpt_domain_stat(id, "claimed", &v) && v == 1;
+		tpt_rx_kill(&rx);
+		ASSERT_EQ(0, tpt_wait_domain_stat(id, "pending_slots", 0,
+						  10000))
+			TH_LOG("the slot of the departed producer stayed");
+		ASSERT_EQ(0, tpt_domain_stat(id, "claimed", &v));
+		EXPECT_EQ(0, v);
+		/* Gone with its producer: nobody gets it any more. */
+		a = big_rx_args(dfd, key, TP_RECV_NONBLOCK, 0);
+		ASSERT_EQ(0, tpt_rx_start(&rx, &a));
+		ASSERT_EQ(0, tpt_rx_finish(&rx, 120 * 1000, &res));
+		EXPECT_EQ(-EAGAIN, res.ret);
+	}
+	TH_LOG("the kill landed mid-copy in attempt %u", i);
+	close(dfd);
+	close(fd);
+	for (i = 0; i < ARRAY_SIZE(baseline_stats); i++) {
+		EXPECT_EQ(0, tpt_wait_stat(baseline_stats[i], base[i], 10000))
+			TH_LOG("%s did not return to %lld", baseline_stats[i],
+			       (long long)base[i]);
+	}
+	if (!hit)
+		SKIP(return, "no kill landed inside the copy in 8 attempts");
+}
+
+TEST_F_TIMEOUT(stress, copy_failing_after_its_producer_left_ends_the_slot,
+	       400)
+{
+	killed_copy_after_producer_left(_metadata, 0);
+}
+
+TEST_F_TIMEOUT(stress, donate_recv_failing_after_its_producer_left_ends_the_slot,
+	       400)
+{
+	killed_copy_after_producer_left(_metadata, TP_RECV_DONATE);
+}
 
 TEST_F_TIMEOUT(stress, killed_transfers_return_pinned_pages_to_baseline, 400)
 {

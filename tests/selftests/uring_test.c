@@ -1151,7 +1151,191 @@ TEST_F(uring, cancel_of_pending_uring_send_completes_its_cqe_ecanceled)
 						  "pending_slots", 0, 1000));
 }
 
+/*
+ * A CANCEL issued by an io-wq worker (IOSQE_ASYNC) still posts its count:
+ * io_uring drops a positive value returned by the handler on that path, so
+ * the module must complete the command itself.
+ */
+TEST_F(uring, cancel_issued_from_io_wq_completes_with_its_count)
+{
+	struct tpt_pair *p = &self->p;
+	struct tp_cancel cn;
+	struct tpt_cqe c[2];
+
+	REQUIRE_URING(p);
+	ASSERT_EQ(0, tpt_send(p->prod, "wq", p->src, 0, LEN, 1));
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "wq-r", p->dst, 0, LEN, 0, 0,
+			   2));
+	tpt_cancel_prep(&cn, "wq", 2, TP_CANCEL_SEND);
+	ASSERT_EQ(0, tpt_uring_prep(&self->ring, p->prod, TP_IOC_CANCEL, &cn,
+				    sizeof(cn), 10, IOSQE_ASYNC));
+	ASSERT_EQ(1, tpt_uring_submit(&self->ring));
+	ASSERT_EQ(0, one_cqe(&self->ring, c));
+	EXPECT_EQ(10ULL, c[0].user_data);
+	EXPECT_EQ(1, c[0].res);
+
+	tpt_cancel_prep(&cn, "wq-r", 4, TP_CANCEL_RECV);
+	ASSERT_EQ(0, tpt_uring_prep(&self->ring, p->cons, TP_IOC_CANCEL, &cn,
+				    sizeof(cn), 11, IOSQE_ASYNC));
+	ASSERT_EQ(1, tpt_uring_submit(&self->ring));
+	ASSERT_EQ(2, tpt_uring_wait_n(&self->ring, c, 2, WAIT_MS));
+	ASSERT_NE(NULL, cqe_for(c, 2, 11));
+	EXPECT_EQ(1, cqe_for(c, 2, 11)->res);
+	ASSERT_NE(NULL, cqe_for(c, 2, 2));
+	EXPECT_EQ(-ECANCELED, cqe_for(c, 2, 2)->res);
+
+	/* Nothing to cancel: the error, also from io-wq. */
+	ASSERT_EQ(0, tpt_uring_prep(&self->ring, p->cons, TP_IOC_CANCEL, &cn,
+				    sizeof(cn), 12, IOSQE_ASYNC));
+	ASSERT_EQ(1, tpt_uring_submit(&self->ring));
+	ASSERT_EQ(0, one_cqe(&self->ring, c));
+	EXPECT_EQ(-ENOENT, c[0].res);
+}
+
+/* A successful CANCEL is a success for its link: the next request runs. */
+TEST_F(uring, cancel_in_a_link_lets_the_next_request_run)
+{
+	struct tpt_pair *p = &self->p;
+	struct io_uring_sqe *sqe;
+	struct tp_cancel cn;
+	struct tp_completion done;
+	struct tpt_cqe c[3];
+	unsigned int flags;
+
+	REQUIRE_URING(p);
+	for (flags = 0; flags <= IOSQE_ASYNC; flags += IOSQE_ASYNC) {
+		ASSERT_EQ(0, tpt_send(p->prod, "ln", p->src, 0, LEN, 1));
+		tpt_cancel_prep(&cn, "ln", 2, TP_CANCEL_SEND);
+		ASSERT_EQ(0, tpt_uring_prep(&self->ring, p->prod,
+					    TP_IOC_CANCEL, &cn, sizeof(cn), 20,
+					    IOSQE_IO_LINK | flags));
+		sqe = io_uring_get_sqe(&self->ring);
+		ASSERT_NE(NULL, sqe);
+		io_uring_prep_nop(sqe);
+		sqe->user_data = 21;
+		ASSERT_EQ(2, tpt_uring_submit(&self->ring));
+		ASSERT_EQ(2, tpt_uring_wait_n(&self->ring, c, 2, WAIT_MS));
+		ASSERT_NE(NULL, cqe_for(c, 2, 20));
+		EXPECT_EQ(1, cqe_for(c, 2, 20)->res);
+		ASSERT_NE(NULL, cqe_for(c, 2, 21));
+		EXPECT_EQ(0, cqe_for(c, 2, 21)->res)
+			TH_LOG("the NOP after the CANCEL (flags %#x)", flags);
+		EXPECT_EQ(0, tpt_uring_quiet(&self->ring, QUIET_MS, NULL));
+		ASSERT_EQ(1, tpt_read_completions(p->prod, &done, 1, WAIT_MS));
+		EXPECT_EQ(-ECANCELED, done.status);
+	}
+}
+
+/*
+ * On an SQPOLL ring a CANCEL from io-wq that never completed kept the ring
+ * from going away, so its task could not be killed.
+ */
+TEST_F(uring, cancel_from_io_wq_on_an_sqpoll_ring_lets_its_task_exit)
+{
+	struct tpt_pair *p = &self->p;
+	int pfd[2], status = 0, ret;
+	pid_t pid;
+
+	REQUIRE_URING(p);
+	ASSERT_EQ(0, pipe2(pfd, O_CLOEXEC));
+	pid = tpt_fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		struct extra_ep e;
+		struct io_uring ring;
+		struct tp_cancel cn;
+		struct tpt_cqe c;
+		uint8_t code = 0;
+
+		close(pfd[0]);
+		ret = tpt_ring_init(&ring, 8, TPT_RING_FLAGS |
+				    IORING_SETUP_SQPOLL);
+		if (ret)
+			code = 77;
+		tpt_cancel_prep(&cn, "sqc", 3, TP_CANCEL_SEND);
+		if (!code && (extra_ep_open(&e, p) ||
+			      tpt_send(e.fd, "sqc", e.src, 0, LEN, 1) ||
+			      tpt_uring_prep(&ring, e.fd, TP_IOC_CANCEL, &cn,
+					     sizeof(cn), 1, IOSQE_ASYNC) ||
+			      tpt_uring_submit(&ring) != 1))
+			code = 1;
+		if (!code && (tpt_uring_wait(&ring, &c, WAIT_MS) || c.res != 1))
+			code = 2;
+		tpt_write_all(pfd[1], &code, 1);
+		_exit(0);
+	}
+	close(pfd[1]);
+	ret = wait_exit_ms(pid, TPT_SAFETY_TIMEOUT_MS, &status);
+	if (ret) {
+		kill(pid, SIGKILL);
+		EXPECT_EQ(0, wait_exit_ms(pid, GONE_MS, &status))
+			TH_LOG("the task cannot even be killed");
+	}
+	ASSERT_EQ(0, ret) TH_LOG("the task did not exit");
+	{
+		uint8_t code = 255;
+
+		ASSERT_EQ(0, tpt_read_all(pfd[0], &code, 1, 1000));
+		close(pfd[0]);
+		if (code == 77)
+			SKIP(return, "no SQPOLL ring");
+		EXPECT_EQ(0, code) TH_LOG("child failed at step %u", code);
+	}
+}
+
+/* Waiting io_uring RECVs hold a key each: they count like pending SENDs. */
+TEST_F(uring, waiting_recvs_count_against_max_user_ops_edquot)
+{
+	struct tpt_pair *p = &self->p;
+	struct tpt_cqe c[2];
+	uint32_t count;
+
+	REQUIRE_URING(p);
+	TPT_SET_PARAM(&self->saved, "max_user_ops", 2);
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "a", p->dst, 0, LEN, 0, 0,
+			   1));
+	ASSERT_EQ(0, usend(&self->ring, p->prod, "b", p->src, 0, LEN, 0, 2));
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "c", p->dst, 0, LEN, 0, 0,
+			   3));
+	ASSERT_EQ(0, one_cqe(&self->ring, c));
+	EXPECT_EQ(3ULL, c[0].user_data);
+	EXPECT_EQ(-EDQUOT, c[0].res);
+	EXPECT_EQ(-EDQUOT, tpt_send(p->prod, "d", p->src, 0, LEN, 4));
+	/* Ending one makes room for one. */
+	ASSERT_EQ(0, tpt_cancel(p->cons, "a", TP_CANCEL_RECV, &count));
+	ASSERT_EQ(0, one_cqe(&self->ring, c));
+	EXPECT_EQ(-ECANCELED, c[0].res);
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "b", p->dst, 0, LEN, 0, 0,
+			   5));
+	ASSERT_EQ(2, tpt_uring_wait_n(&self->ring, c, 2, WAIT_MS));
+	EXPECT_EQ(0, cqe_for(c, 2, 2)->res);
+	EXPECT_EQ(0, cqe_for(c, 2, 5)->res);
+}
+
 /* ---- ABORT --------------------------------------------------------------- */
+
+/*
+ * The largest status ABORT accepts comes back unchanged, never as something
+ * io_uring reads as "completes later" (-EIOCBQUEUED is -529).
+ */
+TEST_F(uring, commands_of_a_domain_aborted_with_the_largest_errno_fail_with_it)
+{
+	struct tpt_pair *p = &self->p;
+	struct tpt_cqe c[3];
+
+	REQUIRE_URING(p);
+	ASSERT_EQ(-EINVAL, tpt_abort(p->prod, -529));
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "r", p->dst, 0, LEN, 0, 0,
+			   1));
+	ASSERT_EQ(0, tpt_abort(p->prod, -EHWPOISON));
+	ASSERT_EQ(0, usend(&self->ring, p->prod, "s", p->src, 0, LEN, 0, 2));
+	ASSERT_EQ(0, urecv(&self->ring, p->cons, "t", p->dst, 0, LEN, 0, 0,
+			   3));
+	ASSERT_EQ(3, tpt_uring_wait_n(&self->ring, c, 3, WAIT_MS));
+	EXPECT_EQ(-EHWPOISON, cqe_for(c, 3, 1)->res);
+	EXPECT_EQ(-EHWPOISON, cqe_for(c, 3, 2)->res);
+	EXPECT_EQ(-EHWPOISON, cqe_for(c, 3, 3)->res);
+}
 
 TEST_F(uring, abort_fails_pending_uring_recv_and_send_with_status)
 {
@@ -1548,6 +1732,8 @@ TEST_F(uring, thread_exit_with_pending_commands_completes_them_ecanceled)
 	pthread_t th;
 
 	REQUIRE_URING(p);
+	if (p->info.features & TP_FEAT_URING_KERNEL_CANCEL)
+		SKIP(return, "io_uring keeps a thread's commands past its exit here");
 	ASSERT_EQ(0, pthread_create(&th, NULL, submit_and_exit, &t));
 	ASSERT_EQ(0, pthread_join(th, NULL));
 	ASSERT_EQ(0, t.ret);
@@ -1564,6 +1750,42 @@ TEST_F(uring, thread_exit_with_pending_commands_completes_them_ecanceled)
 	EXPECT_EQ(-EAGAIN, tpt_recv_nonblock(p->cons, "t-send", p->dst, 0,
 					     LEN, NULL));
 	ASSERT_EQ(0, tpt_send(p->prod, "t-recv", p->src, 0, LEN, 3));
+	EXPECT_EQ(0, tpt_recv_nonblock(p->cons, "t-recv", p->dst, 0, LEN,
+				       NULL));
+}
+
+/*
+ * Where io_uring cancels commands itself it does so for the process, not
+ * for each thread: a thread's commands outlive it and end as their keys
+ * arrive, the SEND consumed normally, the RECV with -ECANCELED and nothing
+ * taken (no task is left to copy into).
+ */
+TEST_F(uring, thread_exit_leaves_its_commands_to_finish_when_kernel_cancels)
+{
+	struct tpt_pair *p = &self->p;
+	struct thread_cmds t = { .ring = &self->ring, .p = p, .ret = 1 };
+	struct tpt_cqe c[2];
+	pthread_t th;
+	uint64_t len;
+
+	REQUIRE_URING(p);
+	if (!(p->info.features & TP_FEAT_URING_KERNEL_CANCEL))
+		SKIP(return, "the module ends a thread's commands at its exit here");
+	ASSERT_EQ(0, pthread_create(&th, NULL, submit_and_exit, &t));
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	ASSERT_EQ(0, t.ret);
+	EXPECT_EQ(0, tpt_uring_quiet(&self->ring, QUIET_MS, NULL));
+	EXPECT_TRUE(have_waiters(p->domain_id, 1));
+	ASSERT_EQ(0, tpt_recv_nonblock(p->cons, "t-send", p->dst, 0, LEN,
+				       &len));
+	ASSERT_EQ(0, tpt_send(p->prod, "t-recv", p->src, 0, LEN, 3));
+	ASSERT_EQ(2, tpt_uring_wait_n(&self->ring, c, 2, WAIT_MS));
+	ASSERT_NE(NULL, cqe_for(c, 2, 1));
+	ASSERT_NE(NULL, cqe_for(c, 2, 2));
+	EXPECT_TRUE(have_waiters(p->domain_id, 0));
+	EXPECT_EQ(0, cqe_for(c, 2, 1)->res);		/* the SEND */
+	EXPECT_EQ(-ECANCELED, cqe_for(c, 2, 2)->res);	/* the RECV */
+	/* The RECV took nothing: the tensor is still there. */
 	EXPECT_EQ(0, tpt_recv_nonblock(p->cons, "t-recv", p->dst, 0, LEN,
 				       NULL));
 }

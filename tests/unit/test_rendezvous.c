@@ -117,6 +117,8 @@ static void rendezvous_args(void)
 	CHECK_STATUS(tpu_rendezvous_abort(rdv, 0), -EINVAL, "abort_with_status_0_is_einval");
 	CHECK_STATUS(tpu_rendezvous_abort(rdv, 5), -EINVAL, "abort_with_positive_status_is_einval");
 	CHECK_STATUS(tpu_rendezvous_abort(rdv, -4096), -EINVAL, "abort_below_minus_4095_is_einval");
+	CHECK_STATUS(tpu_rendezvous_abort(rdv, -EHWPOISON - 1), -EINVAL, "abort_with_no_errno_value_is_einval");
+	CHECK_STATUS(tpu_rendezvous_abort(rdv, -529), -EINVAL, "abort_with_a_kernel_internal_code_is_einval");
 	CHECK_STATUS(tpu_rendezvous_abort(NULL, -EIO), -EINVAL, "abort_without_rendezvous_is_einval");
 	tpu_rendezvous_destroy(NULL);
 	tpu_rendezvous_destroy(rdv);

@@ -62,14 +62,28 @@ case "$repo" in
 *[[:space:]]*) echo "tests/vm: the repository path must not contain spaces: $repo" >&2; exit 2 ;;
 esac
 
-kver=${KVER:-$("$repo/scripts/kernel-version.sh" "${KDIR:-}")}
-kernel=${TP_VM_KERNEL:-/boot/vmlinuz-$kver}
-if [ ! -r "$kernel" ]; then
-	echo "tests/vm: cannot read kernel image $kernel (package linux-image-amd64; run 'make deps')" >&2
-	exit 2
-fi
 if [ -n "$module" ] && [ ! -f "$module" ]; then
 	echo "tests/vm: module $module not built (run 'make')" >&2
+	exit 2
+fi
+# Boot the kernel the module was built for: its vermagic names it.  A kernel
+# installed meanwhile must not change what this run boots.
+if [ -n "$module" ]; then
+	kver=$(modinfo -F vermagic "$module" 2>/dev/null | cut -d' ' -f1)
+	if [ -z "$kver" ]; then
+		echo "tests/vm: cannot read the vermagic of $module" >&2
+		exit 2
+	fi
+	if [ -n "${KVER:-}" ] && [ "$KVER" != "$kver" ]; then
+		echo "tests/vm: $module is built for $kver, not KVER=$KVER" >&2
+		exit 2
+	fi
+else
+	kver=${KVER:-$("$repo/scripts/kernel-version.sh" "${KDIR:-}")}
+fi
+kernel=${TP_VM_KERNEL:-/boot/vmlinuz-$kver}
+if [ ! -r "$kernel" ]; then
+	echo "tests/vm: cannot read kernel image $kernel for $kver (install linux-image-$kver, or run 'make deps')" >&2
 	exit 2
 fi
 

@@ -15,8 +15,14 @@
  * valid on that endpoint only: either user memory pinned by
  * TP_IOC_REGION_REGISTER, or a kernel buffer from TP_IOC_REGION_ALLOC that the
  * process maps with mmap(fd, offset = mmap_offset).  Pinned and allocated
- * bytes are charged to RLIMIT_MEMLOCK of the endpoint's process (as pinned_vm,
- * "VmPin" in /proc/PID/status).
+ * bytes are charged to the user who opened the endpoint (its real uid), as
+ * io_uring charges registered buffers: the user's locked pages, wherever its
+ * endpoints went (kept across execve(), inherited, passed to another
+ * process), are bounded by RLIMIT_MEMLOCK of the task that pins or allocates
+ * (no limit with CAP_IPC_LOCK).  They also show as "VmPin" in
+ * /proc/PID/status of the process that created the region.  Pending SENDs
+ * and waiting io_uring RECVs, which hold kernel memory for their keys, are
+ * bounded per user by the module parameter max_user_ops (-EDQUOT).
  *
  * A *domain* is a rendezvous namespace: a table of keys.  TP_IOC_DOMAIN_CREATE
  * returns a new file descriptor that is the capability to the domain; an
@@ -63,10 +69,17 @@
  * - CANCEL: res is the number of operations cancelled, or -ENOENT.
  *
  * With IORING_SETUP_CQE32, the first extra word of a SEND's or RECV's CQE is
- * the tensor's length (also for -EMSGSIZE).  A command whose task exits or
- * whose ring is closed, or whose task calls execve(), completes with
- * -ECANCELED (within about 100 ms); a pending SEND is then withdrawn.  A
- * RECV's task work takes no tensor once its ring is closing; closing the
+ * the tensor's length (also for -EMSGSIZE).  A command whose process exits
+ * or whose ring is closed, or whose task calls execve(), completes with
+ * -ECANCELED; a pending SEND is then withdrawn.  With
+ * TP_FEAT_URING_KERNEL_CANCEL io_uring itself asks for that at once and a
+ * thread that exits while its process lives leaves its commands pending (its
+ * ring still sees their CQEs; a RECV whose key arrives after the thread is
+ * gone ends with -ECANCELED and takes nothing).  Without it the module
+ * notices within about 100 ms, and a thread's exit also ends the thread's
+ * commands.  A RECV's task work takes no tensor once its ring is closing,
+ * except, with TP_FEAT_URING_KERNEL_CANCEL, a key that arrived just before
+ * the ring's last close; closing the
  * endpoint's fd alone cancels nothing, as the command holds the file.
  */
 #ifndef _UAPI_LINUX_TENSORPIPE_H
@@ -123,6 +136,12 @@
  * define TP_FEAT_URING_CMD - SEND/RECV/CANCEL accepted as IORING_OP_URING_CMD
  */
 #define TP_FEAT_URING_CMD	_BITULL(4)
+/**
+ * define TP_FEAT_URING_KERNEL_CANCEL - io_uring cancels the module's waiting
+ * commands itself (kernels with IORING_URING_CMD_CANCELABLE); see io_uring
+ * above for what changes
+ */
+#define TP_FEAT_URING_KERNEL_CANCEL	_BITULL(5)
 
 /**
  * struct tp_info - what the loaded module implements (TP_IOC_GET_INFO).
@@ -364,8 +383,9 @@ struct tp_cancel {
 
 /**
  * struct tp_abort - abort the endpoint's domain (TP_IOC_ABORT).
- * @status:	in: negative errno, -4095 .. -1, that every pending and every
- *		later SEND and RECV of the domain fails with.
+ * @status:	in: a negative errno value of <errno.h>, -EHWPOISON .. -1, that
+ *		every pending and every later SEND and RECV of the domain fails
+ *		with.  The kernel's internal codes (512 and up) are refused.
  * @flags:	in: must be 0.
  *
  * Abort is final for the domain.  Pending SENDs complete with @status; waiting
@@ -468,8 +488,9 @@ struct tp_completion {
  * the region's end, or wrapping), -EBUSY (DONATE of a region still mapped or in use),
  * -EEXIST (a SEND of this key is already pending in the domain), -ENOSPC (the
  * domain holds max_slots pending SENDs), -ENOBUFS (this endpoint has max_slots
- * SENDs outstanding: read completions first), -ENOMEM, or the domain's abort
- * status.
+ * SENDs outstanding: read completions first), -EDQUOT (the user has
+ * max_user_ops SENDs outstanding and io_uring RECVs waiting, over all its
+ * endpoints), -ENOMEM, or the domain's abort status.
  */
 #define TP_IOC_SEND		_IOWR(TP_IOC_MAGIC, 0x06, struct tp_send)
 
@@ -485,8 +506,11 @@ struct tp_completion {
  * was taken; without a handler the call restarts and its timeout with it),
  * -ECANCELED (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOSPC (DONATE, and the
  * endpoint holds max_regions regions; the slot stays), -ENOMEM
- * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), or the domain's
- * abort status.
+ * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), -EDQUOT (as an
+ * io_uring command only: the user's max_user_ops is reached), or the
+ * domain's abort status.  A tensor whose producer closed its endpoint while
+ * this RECV was copying it is not offered again when the copy fails: it is
+ * gone with its producer.
  */
 #define TP_IOC_RECV		_IOWR(TP_IOC_MAGIC, 0x07, struct tp_recv)
 
@@ -501,7 +525,7 @@ struct tp_completion {
 /**
  * define TP_IOC_ABORT - abort the endpoint's domain.
  *
- * Errors: -EINVAL (flags non-zero, status outside -4095 .. -1), -ENOLINK,
+ * Errors: -EINVAL (flags non-zero, status outside -EHWPOISON .. -1), -ENOLINK,
  * -EALREADY (the domain was already aborted; its status is unchanged).
  */
 #define TP_IOC_ABORT		_IOW(TP_IOC_MAGIC, 0x09, struct tp_abort)
