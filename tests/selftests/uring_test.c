@@ -1337,6 +1337,29 @@ TEST_F(uring, commands_of_a_domain_aborted_with_the_largest_errno_fail_with_it)
 	EXPECT_EQ(-EHWPOISON, cqe_for(c, 3, 3)->res);
 }
 
+/*
+ * -EAGAIN returned by the handler would make io_uring issue the command
+ * again; as an abort status it is just the CQE's result, once.
+ */
+TEST_F(uring, commands_of_a_domain_aborted_with_eagain_complete_once)
+{
+	struct tpt_pair *p = &self->p;
+	struct tpt_cqe c[2];
+	struct tp_send s;
+
+	REQUIRE_URING(p);
+	ASSERT_EQ(0, tpt_abort(p->prod, -EAGAIN));
+	ASSERT_EQ(0, usend(&self->ring, p->prod, "s", p->src, 0, LEN, 0, 1));
+	tpt_send_prep(&s, "t", 1, p->src, 0, LEN, 2);
+	ASSERT_EQ(0, tpt_uring_prep(&self->ring, p->prod, TP_IOC_SEND, &s,
+				    sizeof(s), 2, IOSQE_ASYNC));
+	ASSERT_EQ(1, tpt_uring_submit(&self->ring));
+	ASSERT_EQ(2, tpt_uring_wait_n(&self->ring, c, 2, WAIT_MS));
+	EXPECT_EQ(-EAGAIN, cqe_for(c, 2, 1)->res);
+	EXPECT_EQ(-EAGAIN, cqe_for(c, 2, 2)->res);
+	EXPECT_EQ(0, tpt_uring_quiet(&self->ring, QUIET_MS, NULL));
+}
+
 TEST_F(uring, abort_fails_pending_uring_recv_and_send_with_status)
 {
 	struct tpt_pair *p = &self->p;
