@@ -65,4 +65,13 @@ static inline const void *tp_uring_cmd_payload(struct io_uring_cmd *cmd)
 #define TP_URING_KERNEL_CANCELS	1
 #endif
 
+static inline bool tp_uring_kernel_cancels(void)
+{
+#ifdef TP_URING_KERNEL_CANCELS
+	return true;
+#else
+	return false;
+#endif
+}
+
 #endif /* _TP_COMPAT_H */

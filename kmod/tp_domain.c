@@ -7,25 +7,12 @@
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
 #include <linux/fs.h>
-#include <linux/jhash.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include "tp_compat.h"
 #include "tp_internal.h"
 
 static atomic64_t tp_domain_ids = ATOMIC64_INIT(0);
-
-/**
- * tp_key_hash() - bucket hash of a key.
- * @key:	key bytes.
- * @len:	key length.
- *
- * Return: the hash.
- */
-u32 tp_key_hash(const u8 *key, u32 len)
-{
-	return jhash(key, len, 0);
-}
 
 static void tp_domain_destroy(struct kref *ref)
 {
@@ -77,7 +64,7 @@ int tp_domain_create(struct tp_domain_create *arg, void __user *uarg)
 	struct file *file;
 	int fd, err;
 
-	if (arg->flags)
+	if (arg->flags & ~TP_DOMAIN_CREATE_FLAGS_ALL)
 		return -EINVAL;
 	dom = kzalloc(sizeof(*dom), GFP_KERNEL_ACCOUNT);
 	if (!dom)
@@ -132,7 +119,7 @@ int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg)
 	struct fd f;
 	int err = 0;
 
-	if (arg->flags)
+	if (arg->flags & ~TP_DOMAIN_ATTACH_FLAGS_ALL)
 		return -EINVAL;
 	f = fdget(arg->fd);
 	file = tp_fd_file(f);
@@ -177,7 +164,8 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
 	int bkt;
 
 	/* Real errno values only: an internal code would leak to io_uring. */
-	if (arg->flags || arg->status >= 0 || arg->status < -EHWPOISON)
+	if ((arg->flags & ~TP_ABORT_FLAGS_ALL) || arg->status >= 0 ||
+	    arg->status < -EHWPOISON)
 		return -EINVAL;
 	if (!dom)
 		return -ENOLINK;
@@ -189,11 +177,8 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
 	}
 	dom->abort_status = arg->status;
 	hash_for_each_safe(dom->slots, bkt, n, slot, node) {
-		if (slot->claimed)
-			continue;
-		hash_del(&slot->node);
-		list_move_tail(&slot->ep_node, &failed);
-		dom->nr_slots--;
+		if (!slot->claimed)
+			tp_slot_unpublish(dom, slot, &failed);
 	}
 	tp_waiters_wake_all(dom, 1);
 	mutex_unlock(&dom->lock);
@@ -201,7 +186,6 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
 	list_for_each_entry_safe(slot, tmp, &failed, ep_node) {
 		list_del(&slot->ep_node);
 		tp_stat_add(TP_STAT_ERR_ABORTED, 1);
-		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 		tp_slot_complete(slot, arg->status, 0);
 	}
 	return 0;

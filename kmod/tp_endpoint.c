@@ -5,6 +5,7 @@
  * and poll() deliver SEND completions, mmap() maps allocated regions.
  */
 #include <linux/fs.h>
+#include <linux/nospec.h>
 #include <linux/poll.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
@@ -168,13 +169,14 @@ static int tp_endpoint_mmap(struct file *file, struct vm_area_struct *vma)
 
 static int tp_get_info(struct tp_info *info)
 {
-	if (info->flags || memchr_inv(info->reserved, 0, sizeof(info->reserved)))
+	if ((info->flags & ~TP_INFO_FLAGS_ALL) ||
+	    memchr_inv(info->reserved, 0, sizeof(info->reserved)))
 		return -EINVAL;
 	info->abi_version = TP_ABI_VERSION;
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
 			 TP_FEAT_URING_CMD;
-	if (IS_ENABLED(TP_URING_KERNEL_CANCELS))
+	if (tp_uring_kernel_cancels())
 		info->features |= TP_FEAT_URING_KERNEL_CANCEL;
 	info->max_key_len = tp_key_len_limit();
 	info->max_regions = READ_ONCE(tp_max_regions);
@@ -198,52 +200,108 @@ union tp_ioctl_arg {
 	struct tp_abort abort;
 };
 
-static long tp_dispatch(struct tp_endpoint *ep, unsigned int cmd,
-			union tp_ioctl_arg *a, void __user *up)
+/*
+ * One handler per command, all with one signature so that one table serves
+ * both the lookup of a command and its dispatch.  @up is where the struct
+ * goes back to user space, for the one command that copies it out itself.
+ */
+typedef long (*tp_cmd_fn)(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			  void __user *up);
+
+static long tp_cmd_get_info(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			    void __user *up)
 {
-	switch (cmd) {
-	case TP_IOC_GET_INFO:
-		return tp_get_info(&a->info);
-	case TP_IOC_REGION_REGISTER:
-		return tp_region_register(ep, &a->reg);
-	case TP_IOC_REGION_ALLOC:
-		return tp_region_alloc(ep, &a->alloc);
-	case TP_IOC_REGION_RELEASE:
-		if (a->rel.flags)
-			return -EINVAL;
-		return tp_region_release(ep, a->rel.handle);
-	case TP_IOC_DOMAIN_CREATE:
-		return tp_domain_create(&a->create, up);
-	case TP_IOC_DOMAIN_ATTACH:
-		return tp_domain_attach(ep, &a->attach);
-	case TP_IOC_SEND:
-		return tp_send(ep, &a->send, NULL);
-	case TP_IOC_RECV:
-		return tp_recv(ep, &a->recv);
-	case TP_IOC_CANCEL:
-		return tp_cancel(ep, &a->cancel);
-	case TP_IOC_ABORT:
-		return tp_domain_abort(ep, &a->abort);
-	}
-	return -ENOTTY;
+	return tp_get_info(&a->info);
 }
 
-static bool tp_cmd_known(unsigned int cmd)
+static long tp_cmd_register(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			    void __user *up)
 {
-	switch (cmd) {
-	case TP_IOC_GET_INFO:
-	case TP_IOC_REGION_REGISTER:
-	case TP_IOC_REGION_ALLOC:
-	case TP_IOC_REGION_RELEASE:
-	case TP_IOC_DOMAIN_CREATE:
-	case TP_IOC_DOMAIN_ATTACH:
-	case TP_IOC_SEND:
-	case TP_IOC_RECV:
-	case TP_IOC_CANCEL:
-	case TP_IOC_ABORT:
-		return true;
-	}
-	return false;
+	return tp_region_register(ep, &a->reg);
+}
+
+static long tp_cmd_alloc(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			 void __user *up)
+{
+	return tp_region_alloc(ep, &a->alloc);
+}
+
+static long tp_cmd_release(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			   void __user *up)
+{
+	if (a->rel.flags & ~TP_REGION_RELEASE_FLAGS_ALL)
+		return -EINVAL;
+	return tp_region_release(ep, a->rel.handle);
+}
+
+static long tp_cmd_domain_create(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+				 void __user *up)
+{
+	return tp_domain_create(&a->create, up);
+}
+
+static long tp_cmd_domain_attach(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+				 void __user *up)
+{
+	return tp_domain_attach(ep, &a->attach);
+}
+
+static long tp_cmd_send(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			void __user *up)
+{
+	return tp_send(ep, &a->send, NULL);
+}
+
+static long tp_cmd_recv(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			void __user *up)
+{
+	return tp_recv(ep, &a->recv);
+}
+
+static long tp_cmd_cancel(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			  void __user *up)
+{
+	return tp_cancel(ep, &a->cancel);
+}
+
+static long tp_cmd_abort(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			 void __user *up)
+{
+	return tp_domain_abort(ep, &a->abort);
+}
+
+/* Indexed by _IOC_NR(); an entry is a command only if its number matches. */
+static const struct {
+	unsigned int cmd;
+	tp_cmd_fn fn;
+} tp_cmds[] = {
+	[_IOC_NR(TP_IOC_GET_INFO)] = { TP_IOC_GET_INFO, tp_cmd_get_info },
+	[_IOC_NR(TP_IOC_REGION_REGISTER)] = { TP_IOC_REGION_REGISTER,
+					      tp_cmd_register },
+	[_IOC_NR(TP_IOC_REGION_ALLOC)] = { TP_IOC_REGION_ALLOC, tp_cmd_alloc },
+	[_IOC_NR(TP_IOC_REGION_RELEASE)] = { TP_IOC_REGION_RELEASE,
+					     tp_cmd_release },
+	[_IOC_NR(TP_IOC_DOMAIN_CREATE)] = { TP_IOC_DOMAIN_CREATE,
+					    tp_cmd_domain_create },
+	[_IOC_NR(TP_IOC_DOMAIN_ATTACH)] = { TP_IOC_DOMAIN_ATTACH,
+					    tp_cmd_domain_attach },
+	[_IOC_NR(TP_IOC_SEND)] = { TP_IOC_SEND, tp_cmd_send },
+	[_IOC_NR(TP_IOC_RECV)] = { TP_IOC_RECV, tp_cmd_recv },
+	[_IOC_NR(TP_IOC_CANCEL)] = { TP_IOC_CANCEL, tp_cmd_cancel },
+	[_IOC_NR(TP_IOC_ABORT)] = { TP_IOC_ABORT, tp_cmd_abort },
+};
+
+/* The handler of @cmd, or NULL when it is not one of ours. */
+static tp_cmd_fn tp_cmd_lookup(unsigned int cmd)
+{
+	unsigned int nr = _IOC_NR(cmd);
+
+	if (_IOC_TYPE(cmd) != TP_IOC_MAGIC || nr >= ARRAY_SIZE(tp_cmds))
+		return NULL;
+	nr = array_index_nospec(nr, ARRAY_SIZE(tp_cmds));
+	if (tp_cmds[nr].cmd != cmd)
+		return NULL;
+	return tp_cmds[nr].fn;
 }
 
 static long tp_endpoint_ioctl(struct file *file, unsigned int cmd,
@@ -252,16 +310,17 @@ static long tp_endpoint_ioctl(struct file *file, unsigned int cmd,
 	struct tp_endpoint *ep = file->private_data;
 	void __user *up = (void __user *)uarg;
 	unsigned int size = _IOC_SIZE(cmd);
+	tp_cmd_fn fn = tp_cmd_lookup(cmd);
 	union tp_ioctl_arg a;
 	long ret;
 
-	if (!tp_cmd_known(cmd))
+	if (!fn)
 		return -ENOTTY;
 	if (current->mm != ep->mm)
 		return -EPERM;
 	if (copy_from_user(&a, up, size))
 		return -EFAULT;
-	ret = tp_dispatch(ep, cmd, &a, up);
+	ret = fn(ep, &a, up);
 	/*
 	 * -EMSGSIZE reports the tensor's length back through the struct.
 	 * DOMAIN_CREATE copied its result out itself, before installing the fd.

@@ -340,7 +340,12 @@ int tp_domain_create(struct tp_domain_create *arg, void __user *uarg);
 int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg);
 void tp_domain_put(struct tp_domain *dom);
 int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg);
+
+/* tp_key.c */
+int tp_key_check(u32 len);
+u8 *tp_key_copy(u64 uptr, u32 len);
 u32 tp_key_hash(const u8 *key, u32 len);
+bool tp_key_eq(const u8 *a, u32 alen, const u8 *b, u32 blen);
 
 /* tp_slot.c */
 int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
@@ -359,8 +364,8 @@ void tp_slot_withdraw_all(struct tp_endpoint *ep);
 void tp_slot_free(struct tp_slot *slot);
 void tp_waiter_signal(struct tp_waiter *w, int event);
 void tp_waiters_wake_all(struct tp_domain *dom, int event);
-int tp_key_check(u32 len);
-u8 *tp_key_copy(u64 uptr, u32 len);
+void tp_slot_unpublish(struct tp_domain *dom, struct tp_slot *slot,
+		       struct list_head *to);
 
 /* tp_uring.c */
 int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);

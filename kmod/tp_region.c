@@ -249,13 +249,13 @@ static int tp_region_check_len(u64 len)
  */
 int tp_region_register(struct tp_endpoint *ep, struct tp_region_register *arg)
 {
-	const u32 all = TP_ACCESS_READ | TP_ACCESS_WRITE;
 	unsigned long start;
 	struct tp_region *r;
 	u32 handle;
 	int err;
 
-	if (arg->flags || arg->reserved || !arg->access || (arg->access & ~all))
+	if ((arg->flags & ~TP_REGION_REGISTER_FLAGS_ALL) || arg->reserved ||
+	    !arg->access || (arg->access & ~TP_ACCESS_ALL))
 		return -EINVAL;
 	err = tp_region_check_len(arg->len);
 	if (err)
@@ -365,7 +365,7 @@ int tp_region_alloc(struct tp_endpoint *ep, struct tp_region_alloc *arg)
 	u32 handle;
 	int err;
 
-	if (arg->flags || arg->reserved)
+	if ((arg->flags & ~TP_REGION_ALLOC_FLAGS_ALL) || arg->reserved)
 		return -EINVAL;
 	err = tp_region_check_len(arg->len);
 	if (err)

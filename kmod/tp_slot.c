@@ -19,38 +19,6 @@
 #include <linux/wait.h>
 #include "tp_internal.h"
 
-/**
- * tp_key_check() - validate a key length against the limit in force.
- * @len:	key length.
- *
- * Return: 0, -EINVAL (empty) or -ENAMETOOLONG.
- */
-int tp_key_check(u32 len)
-{
-	if (!len)
-		return -EINVAL;
-	if (len > tp_key_len_limit())
-		return -ENAMETOOLONG;
-	return 0;
-}
-
-/**
- * tp_key_copy() - copy a key from user space.
- * @uptr:	user address.
- * @len:	length, already checked.
- *
- * Return: a kmalloc()ed copy or an ERR_PTR().
- */
-u8 *tp_key_copy(u64 uptr, u32 len)
-{
-	return memdup_user(u64_to_user_ptr(uptr), len);
-}
-
-static bool tp_key_eq(const u8 *a, u32 alen, const u8 *b, u32 blen)
-{
-	return alen == blen && !memcmp(a, b, alen);
-}
-
 /* Caller holds dom->lock. */
 static struct tp_slot *tp_slot_find(struct tp_domain *dom, const u8 *key,
 				    u32 len, u32 hash)
@@ -103,6 +71,29 @@ void tp_waiters_wake_all(struct tp_domain *dom, int event)
 
 	hash_for_each(dom->waiters, bkt, w, node)
 		tp_waiter_signal(w, event);
+}
+
+/**
+ * tp_slot_unpublish() - take a pending slot out of its domain.
+ * @dom:	the domain; caller holds its lock.
+ * @slot:	a slot in @dom's table and on its producer's sends list.
+ * @to:		list to move the slot to (through its ep_node), or NULL for
+ *		none.
+ *
+ * The key is free again once the lock is dropped; the caller completes or
+ * frees the slot.
+ */
+void tp_slot_unpublish(struct tp_domain *dom, struct tp_slot *slot,
+		       struct list_head *to)
+{
+	lockdep_assert_held(&dom->lock);
+	hash_del(&slot->node);
+	if (to)
+		list_move_tail(&slot->ep_node, to);
+	else
+		list_del_init(&slot->ep_node);
+	dom->nr_slots--;
+	tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 }
 
 /**
@@ -168,7 +159,7 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 	struct tp_slot *slot;
 	int err;
 
-	if ((arg->flags & ~TP_SEND_DONATE) || arg->reserved0 ||
+	if ((arg->flags & ~TP_SEND_FLAGS_ALL) || arg->reserved0 ||
 	    arg->reserved[0] || arg->reserved[1])
 		return -EINVAL;
 	if (donate && arg->offset)
@@ -239,13 +230,13 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 	list_add_tail(&slot->ep_node, &ep->sends);
 	dom->nr_slots++;
 	dom->stats.sends++;
+	tp_stat_add(TP_STAT_PENDING_SLOTS, 1);
 	tp_waiters_wake_key(dom, slot->key, slot->key_len, slot->hash);
 	mutex_unlock(&dom->lock);
 
 	if (donate)
 		tp_region_put(r);	/* the handle table's reference */
 	tp_stat_add(TP_STAT_SENDS, 1);
-	tp_stat_add(TP_STAT_PENDING_SLOTS, 1);
 	return 0;
 
 free_slot:
@@ -265,9 +256,7 @@ static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
 			   int status, u64 len, bool moved)
 {
 	mutex_lock(&dom->lock);
-	hash_del(&slot->node);
-	list_del_init(&slot->ep_node);
-	dom->nr_slots--;
+	tp_slot_unpublish(dom, slot, NULL);
 	if (!status) {
 		dom->stats.recvs++;
 		if (moved)
@@ -281,7 +270,6 @@ static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
 		tp_stat_add(moved ? TP_STAT_BYTES_DONATED : TP_STAT_BYTES_COPIED,
 			    len);
 	}
-	tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 	tp_slot_complete(slot, status, len);
 }
 
@@ -501,12 +489,11 @@ static int tp_recv_wait_claim(struct tp_domain *dom, struct tp_endpoint *ep,
 int tp_recv_check(struct tp_endpoint *ep, struct tp_recv *arg,
 		  struct tp_region **dstp)
 {
-	const u32 known = TP_RECV_NONBLOCK | TP_RECV_DONATE;
 	struct tp_region *dst;
 	int err;
 
 	*dstp = NULL;
-	if ((arg->flags & ~known) || arg->reserved0 ||
+	if ((arg->flags & ~TP_RECV_FLAGS_ALL) || arg->reserved0 ||
 	    arg->reserved[0] || arg->reserved[1])
 		return -EINVAL;
 	if ((arg->flags & TP_RECV_DONATE) && (arg->region || arg->offset))
@@ -577,7 +564,6 @@ put_dst:
  */
 int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
 {
-	const u32 known = TP_CANCEL_SEND | TP_CANCEL_RECV;
 	struct tp_domain *dom = tp_endpoint_domain(ep);
 	struct tp_slot *slot = NULL;
 	struct tp_waiter *w;
@@ -585,7 +571,7 @@ int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
 	u8 *key;
 	int err;
 
-	if (!arg->flags || (arg->flags & ~known) || arg->reserved)
+	if (!arg->flags || (arg->flags & ~TP_CANCEL_FLAGS_ALL) || arg->reserved)
 		return -EINVAL;
 	err = tp_key_check(arg->key_len);
 	if (err)
@@ -601,9 +587,7 @@ int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
 	if (arg->flags & TP_CANCEL_SEND) {
 		slot = tp_slot_find(dom, key, arg->key_len, hash);
 		if (slot && slot->ep == ep && !slot->claimed) {
-			hash_del(&slot->node);
-			list_del_init(&slot->ep_node);
-			dom->nr_slots--;
+			tp_slot_unpublish(dom, slot, NULL);
 			count++;
 		} else {
 			slot = NULL;
@@ -621,10 +605,8 @@ int tp_cancel(struct tp_endpoint *ep, struct tp_cancel *arg)
 	mutex_unlock(&dom->lock);
 	kfree(key);
 
-	if (slot) {
-		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+	if (slot)
 		tp_slot_complete(slot, -ECANCELED, 0);
-	}
 	arg->count = count;
 	return count ? 0 : -ENOENT;
 }
@@ -648,17 +630,13 @@ void tp_slot_withdraw_all(struct tp_endpoint *ep)
 	mutex_lock(&dom->lock);
 	ep->withdrawn = true;
 	list_for_each_entry_safe(slot, tmp, &ep->sends, ep_node) {
-		if (slot->claimed)
-			continue;
-		hash_del(&slot->node);
-		list_move_tail(&slot->ep_node, &gone);
-		dom->nr_slots--;
+		if (!slot->claimed)
+			tp_slot_unpublish(dom, slot, &gone);
 	}
 	mutex_unlock(&dom->lock);
 
 	list_for_each_entry_safe(slot, tmp, &gone, ep_node) {
 		list_del(&slot->ep_node);
-		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 		tp_region_put(slot->region);
 		tp_slot_free(slot);
 	}

@@ -427,18 +427,14 @@ static void tp_uring_cancel(struct io_uring_cmd *cmd)
 	}
 	list_for_each_entry(slot, &ep->sends, ep_node) {
 		if (slot->cmd == cmd && !slot->claimed) {
-			hash_del(&slot->node);
-			list_del_init(&slot->ep_node);
-			dom->nr_slots--;
+			tp_slot_unpublish(dom, slot, NULL);
 			gone = slot;
 			break;
 		}
 	}
 	mutex_unlock(&dom->lock);
-	if (gone) {
-		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
+	if (gone)
 		tp_slot_complete(gone, -ECANCELED, 0);
-	}
 }
 
 /**
@@ -490,15 +486,12 @@ static void tp_uring_monitor(struct work_struct *work)
 			pending = true;
 			continue;
 		}
-		hash_del(&slot->node);
-		list_move_tail(&slot->ep_node, &orphans);
-		dom->nr_slots--;
+		tp_slot_unpublish(dom, slot, &orphans);
 	}
 	mutex_unlock(&dom->lock);
 
 	list_for_each_entry_safe(slot, tmp, &orphans, ep_node) {
 		list_del_init(&slot->ep_node);
-		tp_stat_add(TP_STAT_PENDING_SLOTS, -1);
 		tp_slot_complete(slot, -ECANCELED, 0);
 	}
 	if (pending)

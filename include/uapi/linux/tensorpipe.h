@@ -44,7 +44,9 @@
  * All structures have explicit padding, sizes that are multiples of 8 and
  * pointers carried as __u64, so 32-bit and 64-bit processes share one layout.
  * Every flags and reserved field must be zero unless documented: a non-zero
- * unknown bit or reserved field fails with -EINVAL.  An unknown command fails
+ * unknown bit or reserved field fails with -EINVAL.  Each command's known
+ * flags are collected in one mask (TP_SEND_FLAGS_ALL, ...; 0 for commands
+ * with none yet) that a new flag must join.  An unknown command fails
  * with -ENOTTY.  Commands return 0 or a negative errno through ioctl(2)
  * (that is, -1 with errno set); the errors each can return are listed with it.
  * Common to every command: -EFAULT (an argument could not be read or
@@ -178,6 +180,10 @@ struct tp_info {
  * define TP_ACCESS_WRITE - the region may be the destination of a RECV
  */
 #define TP_ACCESS_WRITE		_BITUL(1)
+/**
+ * define TP_ACCESS_ALL - every TP_ACCESS_* bit; a new bit must join it
+ */
+#define TP_ACCESS_ALL		(TP_ACCESS_READ | TP_ACCESS_WRITE)
 
 /**
  * struct tp_region_register - pin user memory (TP_IOC_REGION_REGISTER).
@@ -277,6 +283,10 @@ struct tp_domain_attach {
  * drop them before donating.
  */
 #define TP_SEND_DONATE		_BITUL(0)
+/**
+ * define TP_SEND_FLAGS_ALL - every TP_SEND_* flag; a new flag must join it
+ */
+#define TP_SEND_FLAGS_ALL	TP_SEND_DONATE
 
 /**
  * struct tp_send - post a tensor under a key (TP_IOC_SEND).
@@ -318,6 +328,10 @@ struct tp_send {
  * input; @len is the largest tensor accepted.
  */
 #define TP_RECV_DONATE		_BITUL(1)
+/**
+ * define TP_RECV_FLAGS_ALL - every TP_RECV_* flag; a new flag must join it
+ */
+#define TP_RECV_FLAGS_ALL	(TP_RECV_NONBLOCK | TP_RECV_DONATE)
 
 /**
  * struct tp_recv - take the tensor posted under a key (TP_IOC_RECV).
@@ -361,6 +375,43 @@ struct tp_recv {
  * define TP_CANCEL_RECV - wake this endpoint's RECVs waiting on the key with ECANCELED
  */
 #define TP_CANCEL_RECV		_BITUL(1)
+/**
+ * define TP_CANCEL_FLAGS_ALL - every TP_CANCEL_* flag; a new flag must join it
+ */
+#define TP_CANCEL_FLAGS_ALL	(TP_CANCEL_SEND | TP_CANCEL_RECV)
+
+/*
+ * Commands without flags so far: their flags field must be 0.  A first flag
+ * goes into the command's mask, which every handler checks.
+ */
+/**
+ * define TP_INFO_FLAGS_ALL - flags of struct tp_info (none yet)
+ */
+#define TP_INFO_FLAGS_ALL		0
+/**
+ * define TP_REGION_REGISTER_FLAGS_ALL - flags of struct tp_region_register (none yet)
+ */
+#define TP_REGION_REGISTER_FLAGS_ALL	0
+/**
+ * define TP_REGION_ALLOC_FLAGS_ALL - flags of struct tp_region_alloc (none yet)
+ */
+#define TP_REGION_ALLOC_FLAGS_ALL	0
+/**
+ * define TP_REGION_RELEASE_FLAGS_ALL - flags of struct tp_region_release (none yet)
+ */
+#define TP_REGION_RELEASE_FLAGS_ALL	0
+/**
+ * define TP_DOMAIN_CREATE_FLAGS_ALL - flags of struct tp_domain_create (none yet)
+ */
+#define TP_DOMAIN_CREATE_FLAGS_ALL	0
+/**
+ * define TP_DOMAIN_ATTACH_FLAGS_ALL - flags of struct tp_domain_attach (none yet)
+ */
+#define TP_DOMAIN_ATTACH_FLAGS_ALL	0
+/**
+ * define TP_ABORT_FLAGS_ALL - flags of struct tp_abort (none yet)
+ */
+#define TP_ABORT_FLAGS_ALL		0
 
 /**
  * struct tp_cancel - cancel pending operations on a key (TP_IOC_CANCEL).
