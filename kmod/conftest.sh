@@ -78,6 +78,13 @@ probe MAX_PAGE_ORDER '#include <linux/mmzone.h>' \
 
 	(void)order;'
 
+# 6.2: dma_buf_vmap() wants the reservation lock held; the _unlocked
+# variant takes it.
+probe DMA_BUF_VMAP_UNLOCKED '#include <linux/dma-buf.h>' \
+	'	struct iosys_map map;
+
+	(void)dma_buf_vmap_unlocked(NULL, &map);'
+
 echo 'obj-m :=' >"$work/Kbuild"
 targets=
 for p in $probes; do

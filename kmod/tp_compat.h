@@ -9,6 +9,7 @@
 #ifndef _TP_COMPAT_H
 #define _TP_COMPAT_H
 
+#include <linux/dma-buf.h>
 #include <linux/file.h>
 #include <linux/mm.h>
 #include <linux/mmzone.h>
@@ -43,6 +44,25 @@ static inline struct file *tp_fd_file(struct fd f)
 	return fd_file(f);
 #else
 	return f.file;
+#endif
+}
+
+/* A kernel mapping of a dma-buf, taking the reservation lock as needed. */
+static inline int tp_dma_buf_vmap(struct dma_buf *db, struct iosys_map *map)
+{
+#ifdef TP_HAVE_DMA_BUF_VMAP_UNLOCKED
+	return dma_buf_vmap_unlocked(db, map);
+#else
+	return dma_buf_vmap(db, map);
+#endif
+}
+
+static inline void tp_dma_buf_vunmap(struct dma_buf *db, struct iosys_map *map)
+{
+#ifdef TP_HAVE_DMA_BUF_VMAP_UNLOCKED
+	dma_buf_vunmap_unlocked(db, map);
+#else
+	dma_buf_vunmap(db, map);
 #endif
 }
 

@@ -7,7 +7,8 @@
  * Without highmem every page has a permanent kernel address and physically
  * consecutive pages are virtually consecutive too, so runs of consecutive
  * pages (common: allocated regions come in 2 MiB chunks, and THP-backed
- * user memory) are copied with one memcpy each.
+ * user memory) are copied with one memcpy each.  An imported dma-buf is
+ * reached through the one kernel mapping its exporter gave.
  */
 #include <linux/highmem.h>
 #include <linux/mm.h>
@@ -38,49 +39,49 @@ static size_t tp_contig_bytes(const struct tp_region *r, unsigned long idx,
 	return min(bytes, max);
 }
 
-static void tp_copy_run(struct page *dpage, unsigned int dofs,
-			struct page *spage, unsigned int sofs, size_t n)
+/*
+ * Kernel address of byte @off of @r, and in *@n (at most its value on
+ * entry) how many bytes from there are contiguous.  An imported dma-buf is
+ * one mapping; pages are mapped one at a time only with highmem.
+ */
+static void *tp_span_map(const struct tp_region *r, u64 off, size_t *n)
 {
-	void *d, *s;
+	unsigned long idx;
+	unsigned int pofs;
 
-	if (!IS_ENABLED(CONFIG_HIGHMEM)) {
-		memcpy(page_address(dpage) + dofs, page_address(spage) + sofs, n);
-		return;
-	}
-	d = kmap_local_page(dpage);
-	s = kmap_local_page(spage);
-	memcpy(d + dofs, s + sofs, n);
-	kunmap_local(s);
-	kunmap_local(d);
-	flush_dcache_page(dpage);
+	if (r->kind == TP_REGION_DMABUF)
+		return r->map.vaddr + off;
+	off += r->first;
+	idx = off >> PAGE_SHIFT;
+	pofs = offset_in_page(off);
+	*n = tp_contig_bytes(r, idx, pofs, *n);
+	if (IS_ENABLED(CONFIG_HIGHMEM))
+		return kmap_local_page(r->pages[idx]) + pofs;
+	return page_address(r->pages[idx]) + pofs;
 }
 
-/**
- * tp_copy_pages() - copy bytes between two regions.
- * @dst:	destination region (holds pages).
- * @dst_off:	byte offset in @dst; @dst_off + @len is within @dst.
- * @src:	source region (holds pages).
- * @src_off:	byte offset in @src; @src_off + @len is within @src.
- * @len:	bytes to copy.
- *
- * Context: process context; may sleep between chunks.
- * Return: 0, or -EINTR when a fatal signal stopped the copy part way.
- */
-int tp_copy_pages(struct tp_region *dst, u64 dst_off,
-		  struct tp_region *src, u64 src_off, u64 len)
+static void tp_span_unmap(const struct tp_region *r, void *addr, bool written)
+{
+	if (r->kind == TP_REGION_DMABUF || !IS_ENABLED(CONFIG_HIGHMEM))
+		return;
+	if (written)
+		flush_dcache_page(kmap_to_page(addr));
+	kunmap_local(addr);
+}
+
+static int tp_copy_spans(struct tp_region *dst, u64 dst_off,
+			 struct tp_region *src, u64 src_off, u64 len)
 {
 	u64 done = 0;
 
 	while (done < len) {
-		u64 s = src->first + src_off + done;
-		u64 d = dst->first + dst_off + done;
-		unsigned long si = s >> PAGE_SHIFT, di = d >> PAGE_SHIFT;
-		unsigned int so = offset_in_page(s), dof = offset_in_page(d);
 		size_t n = min_t(u64, len - done, TP_COPY_CHUNK);
+		void *s = tp_span_map(src, src_off + done, &n);
+		void *d = tp_span_map(dst, dst_off + done, &n);
 
-		n = tp_contig_bytes(src, si, so, n);
-		n = tp_contig_bytes(dst, di, dof, n);
-		tp_copy_run(dst->pages[di], dof, src->pages[si], so, n);
+		memcpy(d, s, n);
+		tp_span_unmap(dst, d, true);
+		tp_span_unmap(src, s, false);
 		done += n;
 		if (done < len && (done & (TP_COPY_CHUNK - 1)) < n) {
 			if (fatal_signal_pending(current))
@@ -89,4 +90,36 @@ int tp_copy_pages(struct tp_region *dst, u64 dst_off,
 		}
 	}
 	return 0;
+}
+
+/**
+ * tp_copy_pages() - copy bytes between two regions.
+ * @dst:	destination region (holds pages or a dma-buf mapping).
+ * @dst_off:	byte offset in @dst; @dst_off + @len is within @dst.
+ * @src:	source region (holds pages or a dma-buf mapping).
+ * @src_off:	byte offset in @src; @src_off + @len is within @src.
+ * @len:	bytes to copy.
+ *
+ * An imported dma-buf is read or written between the exporter's
+ * begin_cpu_access and end_cpu_access.
+ *
+ * Context: process context; may sleep between chunks.
+ * Return: 0, -EINTR when a fatal signal stopped the copy part way, or the
+ * exporter's error from begin_cpu_access.
+ */
+int tp_copy_pages(struct tp_region *dst, u64 dst_off,
+		  struct tp_region *src, u64 src_off, u64 len)
+{
+	int err;
+
+	err = tp_region_cpu_access(src, true);
+	if (err)
+		return err;
+	err = tp_region_cpu_access(dst, true);
+	if (!err) {
+		err = tp_copy_spans(dst, dst_off, src, src_off, len);
+		tp_region_cpu_access(dst, false);
+	}
+	tp_region_cpu_access(src, false);
+	return err;
 }

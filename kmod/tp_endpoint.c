@@ -175,7 +175,7 @@ static int tp_get_info(struct tp_info *info)
 	info->abi_version = TP_ABI_VERSION;
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
-			 TP_FEAT_URING_CMD;
+			 TP_FEAT_URING_CMD | TP_FEAT_DMABUF;
 	if (tp_uring_kernel_cancels())
 		info->features |= TP_FEAT_URING_KERNEL_CANCEL;
 	info->max_key_len = tp_key_len_limit();
@@ -198,6 +198,8 @@ union tp_ioctl_arg {
 	struct tp_recv recv;
 	struct tp_cancel cancel;
 	struct tp_abort abort;
+	struct tp_region_export exp;
+	struct tp_region_import imp;
 };
 
 /*
@@ -270,10 +272,27 @@ static long tp_cmd_abort(struct tp_endpoint *ep, union tp_ioctl_arg *a,
 	return tp_domain_abort(ep, &a->abort);
 }
 
-/* Indexed by _IOC_NR(); an entry is a command only if its number matches. */
-static const struct {
+static long tp_cmd_export(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			  void __user *up)
+{
+	return tp_region_export(ep, &a->exp, up);
+}
+
+static long tp_cmd_import(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			  void __user *up)
+{
+	return tp_region_import(ep, &a->imp);
+}
+
+/*
+ * Indexed by _IOC_NR(); an entry is a command only if its number matches.
+ * @installs_fd: the handler copies its result out before installing a new
+ * descriptor, so that a fault cannot leave one the caller was not told of.
+ */
+static const struct tp_cmd {
 	unsigned int cmd;
 	tp_cmd_fn fn;
+	bool installs_fd;
 } tp_cmds[] = {
 	[_IOC_NR(TP_IOC_GET_INFO)] = { TP_IOC_GET_INFO, tp_cmd_get_info },
 	[_IOC_NR(TP_IOC_REGION_REGISTER)] = { TP_IOC_REGION_REGISTER,
@@ -282,17 +301,21 @@ static const struct {
 	[_IOC_NR(TP_IOC_REGION_RELEASE)] = { TP_IOC_REGION_RELEASE,
 					     tp_cmd_release },
 	[_IOC_NR(TP_IOC_DOMAIN_CREATE)] = { TP_IOC_DOMAIN_CREATE,
-					    tp_cmd_domain_create },
+					    tp_cmd_domain_create, true },
 	[_IOC_NR(TP_IOC_DOMAIN_ATTACH)] = { TP_IOC_DOMAIN_ATTACH,
 					    tp_cmd_domain_attach },
 	[_IOC_NR(TP_IOC_SEND)] = { TP_IOC_SEND, tp_cmd_send },
 	[_IOC_NR(TP_IOC_RECV)] = { TP_IOC_RECV, tp_cmd_recv },
 	[_IOC_NR(TP_IOC_CANCEL)] = { TP_IOC_CANCEL, tp_cmd_cancel },
 	[_IOC_NR(TP_IOC_ABORT)] = { TP_IOC_ABORT, tp_cmd_abort },
+	[_IOC_NR(TP_IOC_REGION_EXPORT)] = { TP_IOC_REGION_EXPORT,
+					    tp_cmd_export, true },
+	[_IOC_NR(TP_IOC_REGION_IMPORT)] = { TP_IOC_REGION_IMPORT,
+					    tp_cmd_import },
 };
 
-/* The handler of @cmd, or NULL when it is not one of ours. */
-static tp_cmd_fn tp_cmd_lookup(unsigned int cmd)
+/* The table entry of @cmd, or NULL when it is not one of ours. */
+static const struct tp_cmd *tp_cmd_lookup(unsigned int cmd)
 {
 	unsigned int nr = _IOC_NR(cmd);
 
@@ -301,7 +324,7 @@ static tp_cmd_fn tp_cmd_lookup(unsigned int cmd)
 	nr = array_index_nospec(nr, ARRAY_SIZE(tp_cmds));
 	if (tp_cmds[nr].cmd != cmd)
 		return NULL;
-	return tp_cmds[nr].fn;
+	return &tp_cmds[nr];
 }
 
 static long tp_endpoint_ioctl(struct file *file, unsigned int cmd,
@@ -310,22 +333,19 @@ static long tp_endpoint_ioctl(struct file *file, unsigned int cmd,
 	struct tp_endpoint *ep = file->private_data;
 	void __user *up = (void __user *)uarg;
 	unsigned int size = _IOC_SIZE(cmd);
-	tp_cmd_fn fn = tp_cmd_lookup(cmd);
+	const struct tp_cmd *c = tp_cmd_lookup(cmd);
 	union tp_ioctl_arg a;
 	long ret;
 
-	if (!fn)
+	if (!c)
 		return -ENOTTY;
 	if (current->mm != ep->mm)
 		return -EPERM;
 	if (copy_from_user(&a, up, size))
 		return -EFAULT;
-	ret = fn(ep, &a, up);
-	/*
-	 * -EMSGSIZE reports the tensor's length back through the struct.
-	 * DOMAIN_CREATE copied its result out itself, before installing the fd.
-	 */
-	if ((_IOC_DIR(cmd) & _IOC_READ) && cmd != TP_IOC_DOMAIN_CREATE &&
+	ret = c->fn(ep, &a, up);
+	/* -EMSGSIZE reports the tensor's length back through the struct. */
+	if ((_IOC_DIR(cmd) & _IOC_READ) && !c->installs_fd &&
 	    (!ret || ret == -EMSGSIZE) && copy_to_user(up, &a, size))
 		ret = -EFAULT;
 	if (ret < 0)

@@ -20,6 +20,7 @@
 
 #include <linux/atomic.h>
 #include <linux/hashtable.h>
+#include <linux/iosys-map.h>
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -31,6 +32,9 @@
 #include <uapi/linux/tensorpipe.h>
 
 struct dentry;
+struct device;
+struct dma_buf;
+struct dma_buf_attachment;
 struct file;
 struct io_uring_cmd;
 struct mm_struct;
@@ -58,10 +62,12 @@ u64 tp_region_bytes_limit(void);
  * enum tp_region_kind - where a region's pages come from.
  * @TP_REGION_USER: user memory pinned with pin_user_pages_fast().
  * @TP_REGION_ALLOC: pages allocated by the module, mappable with mmap().
+ * @TP_REGION_DMABUF: an imported dma-buf, reached through its kernel mapping.
  */
 enum tp_region_kind {
 	TP_REGION_USER,
 	TP_REGION_ALLOC,
+	TP_REGION_DMABUF,
 };
 
 /**
@@ -92,12 +98,16 @@ struct tp_user {
  * @first:	byte offset of the region's start in pages[0] (user regions
  *		need not start on a page boundary).
  * @nr_pages:	entries in @pages.
- * @pages:	the pages; NULL once an allocated region's pages were donated.
+ * @pages:	the pages; NULL once an allocated region's pages were donated,
+ *		and for an imported dma-buf.
  * @charged_mm:	mm whose pinned_vm shows @nr_pages (mmgrab()bed) as
  *		"VmPin", NULL when nothing is charged.
  * @charged_user: the user charged (a reference), NULL when nothing is.
  * @locked:	pages charged to @charged_user's locked_vm (0 under
  *		CAP_IPC_LOCK).
+ * @dmabuf:	an imported dma-buf (a reference), else NULL.
+ * @attach:	the module's attachment to @dmabuf.
+ * @map:	@dmabuf's kernel mapping, where the bytes are copied.
  *
  * Everything but @ref is fixed once the region is published, except that
  * donation moves @pages away, which tp_region_detach() allows only while
@@ -114,6 +124,9 @@ struct tp_region {
 	struct mm_struct *charged_mm;
 	struct tp_user *charged_user;
 	unsigned long locked;
+	struct dma_buf *dmabuf;
+	struct dma_buf_attachment *attach;
+	struct iosys_map map;
 };
 
 /**
@@ -330,6 +343,20 @@ struct tp_region *tp_region_new_donated(struct tp_region *donor,
 					struct tp_endpoint *ep);
 void tp_region_put(struct tp_region *r);
 int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma);
+int tp_region_map_vma(struct tp_region *r, struct vm_area_struct *vma);
+struct tp_region *tp_region_shell(enum tp_region_kind kind, u64 len,
+				  unsigned int first);
+int tp_region_check_len(u64 len);
+
+/* tp_dmabuf.c */
+int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
+		     void __user *uarg);
+int tp_region_import(struct tp_endpoint *ep, struct tp_region_import *arg);
+void tp_region_dmabuf_release(struct tp_region *r);
+int tp_region_cpu_access(struct tp_region *r, bool begin);
+
+/* tp_main.c */
+struct device *tp_device(void);
 
 /* tp_copy.c */
 int tp_copy_pages(struct tp_region *dst, u64 dst_off,

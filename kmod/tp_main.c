@@ -60,6 +60,16 @@ static struct miscdevice tp_miscdev = {
 	.mode = 0666,
 };
 
+/**
+ * tp_device() - the module's device, for dma-buf attachments.
+ *
+ * Return: the misc device's struct device.
+ */
+struct device *tp_device(void)
+{
+	return tp_miscdev.this_device;
+}
+
 static int __init tp_init(void)
 {
 	int err;
@@ -83,5 +93,6 @@ module_init(tp_init);
 module_exit(tp_exit);
 
 MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS(DMA_BUF);
 MODULE_DESCRIPTION("Zero-copy tensor rendezvous between processes");
 MODULE_AUTHOR("The tensorpipe authors");

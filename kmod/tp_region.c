@@ -54,8 +54,16 @@ static int tp_region_charge(struct tp_region *r, struct tp_endpoint *ep)
 	return 0;
 }
 
-static struct tp_region *tp_region_shell(enum tp_region_kind kind, u64 len,
-					 unsigned int first)
+/**
+ * tp_region_shell() - a new region without pages and without a charge.
+ * @kind:	where its memory will come from.
+ * @len:	length in bytes.
+ * @first:	byte offset of the start in the first page.
+ *
+ * Return: the region (one reference) or NULL.
+ */
+struct tp_region *tp_region_shell(enum tp_region_kind kind, u64 len,
+				  unsigned int first)
 {
 	struct tp_region *r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
 
@@ -97,6 +105,7 @@ static void tp_region_destroy(struct kref *ref)
 	struct tp_region *r = container_of(ref, struct tp_region, ref);
 
 	tp_region_free_pages(r);
+	tp_region_dmabuf_release(r);
 	tp_region_uncharge(r);
 	tp_stat_add(TP_STAT_REGIONS, -1);
 	kfree(r);
@@ -231,7 +240,13 @@ void tp_region_publish(struct tp_endpoint *ep, u32 handle, struct tp_region *r)
 	WARN_ON_ONCE(xa_err(xa_store(&ep->regions, handle, r, GFP_KERNEL)));
 }
 
-static int tp_region_check_len(u64 len)
+/**
+ * tp_region_check_len() - validate a region length against the limit.
+ * @len:	length in bytes.
+ *
+ * Return: 0, -EINVAL (0) or -E2BIG.
+ */
+int tp_region_check_len(u64 len)
 {
 	if (!len)
 		return -EINVAL;
@@ -530,6 +545,19 @@ int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma)
 	xa_unlock(&ep->regions);
 	if (err)
 		return err;
+	return tp_region_map_vma(r, vma);
+}
+
+/**
+ * tp_region_map_vma() - make a new mapping show an allocated region's pages.
+ * @r:		the region; the mapping takes over the caller's reference.
+ * @vma:	the mapping; page offsets within the region are vm_pgoff's low
+ *		bits (TP_MMAP_REGION_SHIFT).
+ *
+ * Return: 0.
+ */
+int tp_region_map_vma(struct tp_region *r, struct vm_area_struct *vma)
+{
 	/* Children would keep pages that may later be donated away. */
 	tp_vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
 	vma->vm_ops = &tp_vm_ops;

@@ -30,6 +30,10 @@ _Static_assert(sizeof(struct tp_send) == 64, "tp_send");
 _Static_assert(sizeof(struct tp_recv) == 80, "tp_recv");
 _Static_assert(sizeof(struct tp_cancel) == 24, "tp_cancel");
 _Static_assert(sizeof(struct tp_abort) == 8, "tp_abort");
+_Static_assert(sizeof(struct tp_region_export) == 24, "tp_region_export");
+_Static_assert(sizeof(struct tp_region_import) == 24, "tp_region_import");
+_Static_assert(__builtin_offsetof(struct tp_region_import, len) == 16,
+	       "tp_region_import.len");
 _Static_assert(sizeof(struct tp_completion) == 32, "tp_completion");
 _Static_assert(__builtin_offsetof(struct tp_recv, timeout_ns) == 40,
 	       "tp_recv.timeout_ns");

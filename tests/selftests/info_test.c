@@ -19,7 +19,8 @@
 
 #define KNOWN_FEATURES	(TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE | \
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC | \
-			 TP_FEAT_URING_CMD | TP_FEAT_URING_KERNEL_CANCEL)
+			 TP_FEAT_URING_CMD | TP_FEAT_URING_KERNEL_CANCEL | \
+			 TP_FEAT_DMABUF)
 
 /* 32-bit and 64-bit processes must see one layout (compat_ioctl). */
 TEST(uapi_structs_have_fixed_sizes_multiple_of_8)
@@ -34,6 +35,8 @@ TEST(uapi_structs_have_fixed_sizes_multiple_of_8)
 	EXPECT_EQ(80UL, sizeof(struct tp_recv));
 	EXPECT_EQ(24UL, sizeof(struct tp_cancel));
 	EXPECT_EQ(8UL, sizeof(struct tp_abort));
+	EXPECT_EQ(24UL, sizeof(struct tp_region_export));
+	EXPECT_EQ(24UL, sizeof(struct tp_region_import));
 	EXPECT_EQ(32UL, sizeof(struct tp_completion));
 	EXPECT_EQ((unsigned long)_IOC_SIZE(TP_IOC_RECV), sizeof(struct tp_recv));
 }

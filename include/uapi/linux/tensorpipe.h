@@ -144,6 +144,10 @@
  * above for what changes
  */
 #define TP_FEAT_URING_KERNEL_CANCEL	_BITULL(5)
+/**
+ * define TP_FEAT_DMABUF - TP_IOC_REGION_EXPORT and TP_IOC_REGION_IMPORT
+ */
+#define TP_FEAT_DMABUF			_BITULL(6)
 
 /**
  * struct tp_info - what the loaded module implements (TP_IOC_GET_INFO).
@@ -447,6 +451,67 @@ struct tp_abort {
 	__u32 flags;
 };
 
+/**
+ * define TP_REGION_EXPORT_FLAGS_ALL - flags of struct tp_region_export (none yet)
+ */
+#define TP_REGION_EXPORT_FLAGS_ALL	0
+
+/**
+ * struct tp_region_export - a region as a dma-buf (TP_IOC_REGION_EXPORT).
+ * @handle:	in: an allocated region of this endpoint (TP_IOC_REGION_ALLOC
+ *		or a donating RECV).
+ * @flags:	in: 0.
+ * @fd:		out: a new dma-buf file descriptor, close-on-exec.
+ * @reserved:	must be 0.
+ * @size:	out: the dma-buf's size, the region's length rounded up to
+ *		whole pages.
+ *
+ * The dma-buf shares the region's pages, without a copy: a device can map
+ * it (ibv_reg_dmabuf_mr, a GPU's import), another process can mmap() it or
+ * import it with TP_IOC_REGION_IMPORT.  It holds the region: the pages stay,
+ * and stay charged to the region's user, until the handle is released and
+ * the last reference to the dma-buf is gone.  An exported region cannot be
+ * donated (-EBUSY).
+ */
+struct tp_region_export {
+	__u32 handle;
+	__u32 flags;
+	__s32 fd;
+	__u32 reserved;
+	__u64 size;
+};
+
+/**
+ * define TP_REGION_IMPORT_FLAGS_ALL - flags of struct tp_region_import (none yet)
+ */
+#define TP_REGION_IMPORT_FLAGS_ALL	0
+
+/**
+ * struct tp_region_import - a dma-buf as a region (TP_IOC_REGION_IMPORT).
+ * @fd:		in: a dma-buf file descriptor (from a GPU driver, udmabuf, a
+ *		dma-buf heap, or TP_IOC_REGION_EXPORT).
+ * @access:	in: TP_ACCESS_READ and/or TP_ACCESS_WRITE (at least one).
+ * @flags:	in: 0.
+ * @handle:	out: the new region's handle.
+ * @len:	out: the region's length, the dma-buf's size.
+ *
+ * The region is the source or destination of slots like any other; the
+ * module reaches its bytes through the exporter's kernel mapping (vmap),
+ * bracketed by begin_cpu_access/end_cpu_access, so an exporter that offers
+ * no kernel mapping cannot be imported (-EOPNOTSUPP).  The region holds its
+ * own reference to the dma-buf: closing @fd afterwards changes nothing.  The
+ * exporter's memory is not charged to RLIMIT_MEMLOCK again.  An imported
+ * region cannot be mapped through the endpoint (mmap the dma-buf itself) or
+ * donated.
+ */
+struct tp_region_import {
+	__s32 fd;
+	__u32 access;
+	__u32 flags;
+	__u32 handle;
+	__u64 len;
+};
+
 /* Values of struct tp_completion.op. */
 /**
  * define TP_OP_SEND - the completion of a TP_IOC_SEND
@@ -580,5 +645,24 @@ struct tp_completion {
  * -EALREADY (the domain was already aborted; its status is unchanged).
  */
 #define TP_IOC_ABORT		_IOW(TP_IOC_MAGIC, 0x09, struct tp_abort)
+
+/**
+ * define TP_IOC_REGION_EXPORT - export an allocated region as a DMA buffer
+ *
+ * Errors: -EINVAL (flags or reserved non-zero; the region is pinned user
+ * memory or an import, not an allocated region), -ENOENT (no such region),
+ * -EMFILE (no free descriptor), -ENOMEM.
+ */
+#define TP_IOC_REGION_EXPORT	_IOWR(TP_IOC_MAGIC, 0x0A, struct tp_region_export)
+
+/**
+ * define TP_IOC_REGION_IMPORT - register a DMA buffer as a region
+ *
+ * Errors: -EINVAL (flags non-zero, access 0 or unknown bits, @fd is not a
+ * dma-buf), -EBADF (@fd is not open), -E2BIG (dma-buf larger than
+ * max_region_bytes), -ENOSPC (max_regions reached), -EOPNOTSUPP (the
+ * exporter offers no kernel mapping, or only I/O memory), -ENOMEM.
+ */
+#define TP_IOC_REGION_IMPORT	_IOWR(TP_IOC_MAGIC, 0x0B, struct tp_region_import)
 
 #endif /* _UAPI_LINUX_TENSORPIPE_H */

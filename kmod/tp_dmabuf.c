@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * dma-buf, both ways: an allocated region exported as a dma-buf (its pages
+ * shared, for a NIC, a GPU or another process), and a dma-buf from any
+ * exporter imported as a region that slots read from or write to.
+ *
+ * Export: the dma-buf holds a reference to the region, so the pages and
+ * their memory-lock charge live as long as either does.  Attachments get a
+ * scatter list of the pages, mapped for their device; the CPU gets them
+ * through mmap() and vmap().
+ *
+ * Import: the module reaches the bytes through the exporter's kernel
+ * mapping (vmap), the same way for every exporter, between
+ * begin_cpu_access and end_cpu_access.  The region holds the dma-buf, an
+ * attachment for the module's device and the mapping until its last
+ * reference goes.  The attachment is a static one: exporters that move
+ * their buffers (and would call move_notify) are not handled yet.
+ */
+#include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/file.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/vmalloc.h>
+#include "tp_compat.h"
+#include "tp_internal.h"
+
+static struct sg_table *tp_dmabuf_map(struct dma_buf_attachment *at,
+				      enum dma_data_direction dir)
+{
+	struct tp_region *r = at->dmabuf->priv;
+	struct sg_table *sgt;
+	int err;
+
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt)
+		return ERR_PTR(-ENOMEM);
+	err = sg_alloc_table_from_pages(sgt, r->pages, r->nr_pages, 0,
+					(u64)r->nr_pages << PAGE_SHIFT,
+					GFP_KERNEL);
+	if (err)
+		goto free;
+	err = dma_map_sgtable(at->dev, sgt, dir, 0);
+	if (err)
+		goto free_table;
+	return sgt;
+
+free_table:
+	sg_free_table(sgt);
+free:
+	kfree(sgt);
+	return ERR_PTR(err);
+}
+
+static void tp_dmabuf_unmap(struct dma_buf_attachment *at,
+			    struct sg_table *sgt, enum dma_data_direction dir)
+{
+	dma_unmap_sgtable(at->dev, sgt, dir, 0);
+	sg_free_table(sgt);
+	kfree(sgt);
+}
+
+static void tp_dmabuf_release(struct dma_buf *db)
+{
+	tp_region_put(db->priv);
+}
+
+static int tp_dmabuf_mmap(struct dma_buf *db, struct vm_area_struct *vma)
+{
+	struct tp_region *r = db->priv;
+
+	/* dma_buf_mmap_internal() checked the range against the size. */
+	kref_get(&r->ref);
+	return tp_region_map_vma(r, vma);
+}
+
+static int tp_dmabuf_vmap(struct dma_buf *db, struct iosys_map *map)
+{
+	struct tp_region *r = db->priv;
+	void *vaddr = vm_map_ram(r->pages, r->nr_pages, NUMA_NO_NODE);
+
+	if (!vaddr)
+		return -ENOMEM;
+	iosys_map_set_vaddr(map, vaddr);
+	return 0;
+}
+
+static void tp_dmabuf_vunmap(struct dma_buf *db, struct iosys_map *map)
+{
+	struct tp_region *r = db->priv;
+
+	vm_unmap_ram(map->vaddr, r->nr_pages);
+}
+
+static const struct dma_buf_ops tp_dmabuf_ops = {
+	.map_dma_buf = tp_dmabuf_map,
+	.unmap_dma_buf = tp_dmabuf_unmap,
+	.release = tp_dmabuf_release,
+	.mmap = tp_dmabuf_mmap,
+	.vmap = tp_dmabuf_vmap,
+	.vunmap = tp_dmabuf_vunmap,
+};
+
+/**
+ * tp_region_export() - TP_IOC_REGION_EXPORT: an allocated region as a dma-buf.
+ * @ep:		the calling endpoint.
+ * @arg:	the command; @fd and @size are set.
+ * @uarg:	where the command goes back to user space.
+ *
+ * The result is copied out before the descriptor is installed, so a fault
+ * never leaves the caller with a descriptor it was not told about.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
+		     void __user *uarg)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(info);
+	struct tp_region *r;
+	struct dma_buf *db;
+	int fd;
+
+	if ((arg->flags & ~TP_REGION_EXPORT_FLAGS_ALL) || arg->reserved)
+		return -EINVAL;
+	r = tp_region_get(ep, arg->handle);
+	if (!r)
+		return -ENOENT;
+	if (r->kind != TP_REGION_ALLOC || !r->pages) {
+		tp_region_put(r);
+		return -EINVAL;
+	}
+	info.ops = &tp_dmabuf_ops;
+	info.size = (u64)r->nr_pages << PAGE_SHIFT;
+	info.flags = O_RDWR | O_CLOEXEC;
+	info.priv = r;
+	db = dma_buf_export(&info);
+	if (IS_ERR(db)) {
+		tp_region_put(r);
+		return PTR_ERR(db);
+	}
+	/* From here the dma-buf owns our reference: dma_buf_put() drops it. */
+	fd = get_unused_fd_flags(O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(db);
+		return fd;
+	}
+	arg->fd = fd;
+	arg->size = info.size;
+	if (copy_to_user(uarg, arg, sizeof(*arg))) {
+		put_unused_fd(fd);
+		dma_buf_put(db);
+		return -EFAULT;
+	}
+	fd_install(fd, db->file);
+	return 0;
+}
+
+/**
+ * tp_region_import() - TP_IOC_REGION_IMPORT: a dma-buf as a region.
+ * @ep:		the calling endpoint.
+ * @arg:	the command; @handle and @len are set.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_region_import(struct tp_endpoint *ep, struct tp_region_import *arg)
+{
+	struct tp_region *r;
+	struct dma_buf *db;
+	u32 handle;
+	int err;
+
+	if ((arg->flags & ~TP_REGION_IMPORT_FLAGS_ALL) || !arg->access ||
+	    (arg->access & ~TP_ACCESS_ALL))
+		return -EINVAL;
+	db = dma_buf_get(arg->fd);
+	if (IS_ERR(db))
+		return PTR_ERR(db);
+	err = tp_region_check_len(db->size);
+	if (err)
+		goto put_db;
+	err = -ENOMEM;
+	r = tp_region_shell(TP_REGION_DMABUF, db->size, 0);
+	if (!r)
+		goto put_db;
+	r->access = arg->access;
+	r->dmabuf = db;		/* the region's reference from here on */
+	r->attach = dma_buf_attach(db, tp_device());
+	if (IS_ERR(r->attach)) {
+		err = PTR_ERR(r->attach);
+		r->attach = NULL;
+		goto put_region;
+	}
+	err = tp_dma_buf_vmap(db, &r->map);
+	if (err || r->map.is_iomem) {
+		/* No kernel mapping, or I/O memory a memcpy must not touch. */
+		if (!err)
+			tp_dma_buf_vunmap(db, &r->map);
+		iosys_map_clear(&r->map);
+		err = -EOPNOTSUPP;
+		goto put_region;
+	}
+	err = tp_region_reserve(ep, &handle);
+	if (err)
+		goto put_region;
+	tp_region_publish(ep, handle, r);
+	arg->handle = handle;
+	arg->len = db->size;
+	return 0;
+
+put_region:
+	tp_region_put(r);	/* detaches and drops the dma-buf */
+	return err;
+put_db:
+	dma_buf_put(db);
+	return err;
+}
+
+/**
+ * tp_region_dmabuf_release() - drop what an imported region holds.
+ * @r:		a region being destroyed; nothing for other kinds.
+ */
+void tp_region_dmabuf_release(struct tp_region *r)
+{
+	if (!r->dmabuf)
+		return;
+	if (!iosys_map_is_null(&r->map))
+		tp_dma_buf_vunmap(r->dmabuf, &r->map);
+	if (r->attach)
+		dma_buf_detach(r->dmabuf, r->attach);
+	dma_buf_put(r->dmabuf);
+	r->dmabuf = NULL;
+}
+
+/**
+ * tp_region_cpu_access() - bracket a CPU copy to or from a region.
+ * @r:		the region; only an imported dma-buf needs it.
+ * @begin:	true before the copy, false after it.
+ *
+ * Return: 0, or the exporter's error from begin_cpu_access.
+ */
+int tp_region_cpu_access(struct tp_region *r, bool begin)
+{
+	if (r->kind != TP_REGION_DMABUF)
+		return 0;
+	if (begin)
+		return dma_buf_begin_cpu_access(r->dmabuf, DMA_BIDIRECTIONAL);
+	return dma_buf_end_cpu_access(r->dmabuf, DMA_BIDIRECTIONAL);
+}
