@@ -76,12 +76,21 @@ static int tp_copy_spans(struct tp_region *dst, u64 dst_off,
 
 	while (done < len) {
 		size_t n = min_t(u64, len - done, TP_COPY_CHUNK);
-		void *s = tp_span_map(src, src_off + done, &n);
-		void *d = tp_span_map(dst, dst_off + done, &n);
+		void *s, *d;
+		int idx;
 
+		/* A revocation waits for this chunk, then no chunk starts. */
+		idx = tp_dmabuf_read_lock();
+		if (tp_region_revoked(src) || tp_region_revoked(dst)) {
+			tp_dmabuf_read_unlock(idx);
+			return -ENODEV;
+		}
+		s = tp_span_map(src, src_off + done, &n);
+		d = tp_span_map(dst, dst_off + done, &n);
 		memcpy(d, s, n);
 		tp_span_unmap(dst, d, true);
 		tp_span_unmap(src, s, false);
+		tp_dmabuf_read_unlock(idx);
 		done += n;
 		if (done < len && (done & (TP_COPY_CHUNK - 1)) < n) {
 			if (fatal_signal_pending(current))
@@ -104,8 +113,9 @@ static int tp_copy_spans(struct tp_region *dst, u64 dst_off,
  * begin_cpu_access and end_cpu_access.
  *
  * Context: process context; may sleep between chunks.
- * Return: 0, -EINTR when a fatal signal stopped the copy part way, or the
- * exporter's error from begin_cpu_access.
+ * Return: 0, -EINTR when a fatal signal stopped the copy part way, -ENODEV
+ * when an imported region was revoked, or the exporter's error from
+ * begin_cpu_access.
  */
 int tp_copy_pages(struct tp_region *dst, u64 dst_off,
 		  struct tp_region *src, u64 src_off, u64 len)

@@ -9,27 +9,52 @@
  * scatter list of the pages, mapped for their device; the CPU gets them
  * through mmap() and vmap().
  *
+ * Export is dynamic (pin and unpin are offered, and nothing ever moves) so
+ * that the region's owner can revoke it: TP_IOC_REGION_REVOKE calls
+ * move_notify on every dma-buf of the region, which tells dynamic importers
+ * to stop using it.
+ *
  * Import: the module reaches the bytes through the exporter's kernel
  * mapping (vmap), the same way for every exporter, between
  * begin_cpu_access and end_cpu_access.  The region holds the dma-buf, an
  * attachment for the module's device and the mapping until its last
- * reference goes.  The attachment is a static one: exporters that move
- * their buffers (and would call move_notify) are not handled yet.
+ * reference goes.  Where the exporter is dynamic the attachment is too,
+ * and its move_notify revokes the region for good: it marks the region and
+ * waits, through tp_dmabuf_srcu, for the copy chunk that may be running, so
+ * no chunk touches the old mapping afterwards.  Readers never block on the
+ * revocation, so it cannot deadlock against a copy between two imports.
  */
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/file.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
+#include <linux/srcu.h>
 #include "tp_compat.h"
 #include "tp_internal.h"
+
+DEFINE_STATIC_SRCU(tp_dmabuf_srcu);
+
+/**
+ * struct tp_export - one dma-buf exported from a region (its priv).
+ * @node:	in the region's exports list, under its export_lock.
+ * @region:	the region (a reference).
+ * @dmabuf:	the dma-buf, which owns this struct.
+ */
+struct tp_export {
+	struct list_head node;
+	struct tp_region *region;
+	struct dma_buf *dmabuf;
+};
 
 static struct sg_table *tp_dmabuf_map(struct dma_buf_attachment *at,
 				      enum dma_data_direction dir)
 {
-	struct tp_region *r = at->dmabuf->priv;
+	struct tp_export *e = at->dmabuf->priv;
+	struct tp_region *r = e->region;
 	struct sg_table *sgt;
 	int err;
 
@@ -63,12 +88,29 @@ static void tp_dmabuf_unmap(struct dma_buf_attachment *at,
 
 static void tp_dmabuf_release(struct dma_buf *db)
 {
-	tp_region_put(db->priv);
+	struct tp_export *e = db->priv;
+	struct tp_region *r = e->region;
+
+	mutex_lock(&r->export_lock);
+	list_del(&e->node);
+	mutex_unlock(&r->export_lock);
+	kfree(e);
+	tp_region_put(r);
+}
+
+/* The pages never move, so there is nothing to pin. */
+static int tp_dmabuf_pin(struct dma_buf_attachment *at)
+{
+	return 0;
+}
+
+static void tp_dmabuf_unpin(struct dma_buf_attachment *at)
+{
 }
 
 static int tp_dmabuf_mmap(struct dma_buf *db, struct vm_area_struct *vma)
 {
-	struct tp_region *r = db->priv;
+	struct tp_region *r = ((struct tp_export *)db->priv)->region;
 
 	/* dma_buf_mmap_internal() checked the range against the size. */
 	kref_get(&r->ref);
@@ -77,7 +119,7 @@ static int tp_dmabuf_mmap(struct dma_buf *db, struct vm_area_struct *vma)
 
 static int tp_dmabuf_vmap(struct dma_buf *db, struct iosys_map *map)
 {
-	struct tp_region *r = db->priv;
+	struct tp_region *r = ((struct tp_export *)db->priv)->region;
 	void *vaddr = vm_map_ram(r->pages, r->nr_pages, NUMA_NO_NODE);
 
 	if (!vaddr)
@@ -88,7 +130,7 @@ static int tp_dmabuf_vmap(struct dma_buf *db, struct iosys_map *map)
 
 static void tp_dmabuf_vunmap(struct dma_buf *db, struct iosys_map *map)
 {
-	struct tp_region *r = db->priv;
+	struct tp_region *r = ((struct tp_export *)db->priv)->region;
 
 	vm_unmap_ram(map->vaddr, r->nr_pages);
 }
@@ -97,6 +139,8 @@ static const struct dma_buf_ops tp_dmabuf_ops = {
 	.map_dma_buf = tp_dmabuf_map,
 	.unmap_dma_buf = tp_dmabuf_unmap,
 	.release = tp_dmabuf_release,
+	.pin = tp_dmabuf_pin,
+	.unpin = tp_dmabuf_unpin,
 	.mmap = tp_dmabuf_mmap,
 	.vmap = tp_dmabuf_vmap,
 	.vunmap = tp_dmabuf_vunmap,
@@ -117,6 +161,7 @@ int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
 		     void __user *uarg)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(info);
+	struct tp_export *e;
 	struct tp_region *r;
 	struct dma_buf *db;
 	int fd;
@@ -130,16 +175,30 @@ int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
 		tp_region_put(r);
 		return -EINVAL;
 	}
+	e = kzalloc(sizeof(*e), GFP_KERNEL_ACCOUNT);
+	if (!e) {
+		tp_region_put(r);
+		return -ENOMEM;
+	}
+	e->region = r;
 	info.ops = &tp_dmabuf_ops;
 	info.size = (u64)r->nr_pages << PAGE_SHIFT;
 	info.flags = O_RDWR | O_CLOEXEC;
-	info.priv = r;
+	info.priv = e;
 	db = dma_buf_export(&info);
 	if (IS_ERR(db)) {
+		kfree(e);
 		tp_region_put(r);
 		return PTR_ERR(db);
 	}
-	/* From here the dma-buf owns our reference: dma_buf_put() drops it. */
+	e->dmabuf = db;
+	mutex_lock(&r->export_lock);
+	list_add(&e->node, &r->exports);
+	mutex_unlock(&r->export_lock);
+	/*
+	 * From here the dma-buf owns e and our reference to the region:
+	 * dma_buf_put() frees both.
+	 */
 	fd = get_unused_fd_flags(O_CLOEXEC);
 	if (fd < 0) {
 		dma_buf_put(db);
@@ -155,6 +214,24 @@ int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
 	fd_install(fd, db->file);
 	return 0;
 }
+
+/*
+ * The exporter moved or revoked the buffer (its reservation lock is held):
+ * the region is done for.  After synchronize_srcu() no copy chunk that
+ * could have missed the mark is still running.
+ */
+static void tp_import_move_notify(struct dma_buf_attachment *at)
+{
+	struct tp_region *r = at->importer_priv;
+
+	WRITE_ONCE(r->revoked, true);
+	synchronize_srcu(&tp_dmabuf_srcu);
+}
+
+static const struct dma_buf_attach_ops tp_import_ops = {
+	.allow_peer2peer = false,
+	.move_notify = tp_import_move_notify,
+};
 
 /**
  * tp_region_import() - TP_IOC_REGION_IMPORT: a dma-buf as a region.
@@ -185,7 +262,11 @@ int tp_region_import(struct tp_endpoint *ep, struct tp_region_import *arg)
 		goto put_db;
 	r->access = arg->access;
 	r->dmabuf = db;		/* the region's reference from here on */
-	r->attach = dma_buf_attach(db, tp_device());
+	if (dma_buf_is_dynamic(db))
+		r->attach = dma_buf_dynamic_attach(db, tp_device(),
+						   &tp_import_ops, r);
+	else
+		r->attach = dma_buf_attach(db, tp_device());
 	if (IS_ERR(r->attach)) {
 		err = PTR_ERR(r->attach);
 		r->attach = NULL;
@@ -233,17 +314,87 @@ void tp_region_dmabuf_release(struct tp_region *r)
 }
 
 /**
+ * tp_region_revoke() - TP_IOC_REGION_REVOKE: tell a region's importers to stop.
+ * @ep:		the calling endpoint.
+ * @arg:	the command.
+ *
+ * Return: 0 or a negative errno as documented in the uapi header.
+ */
+int tp_region_revoke(struct tp_endpoint *ep, const struct tp_region_revoke *arg)
+{
+	struct tp_export *e;
+	struct tp_region *r;
+	int err = 0;
+
+	if (arg->flags & ~TP_REGION_REVOKE_FLAGS_ALL)
+		return -EINVAL;
+	r = tp_region_get(ep, arg->handle);
+	if (!r)
+		return -ENOENT;
+	if (r->kind != TP_REGION_ALLOC) {
+		err = -EINVAL;
+		goto put;
+	}
+	/* Lock order: export_lock, the dma-buf's reservation, the srcu. */
+	mutex_lock(&r->export_lock);
+	list_for_each_entry(e, &r->exports, node) {
+		dma_resv_lock(e->dmabuf->resv, NULL);
+		dma_buf_move_notify(e->dmabuf);
+		dma_resv_unlock(e->dmabuf->resv);
+	}
+	mutex_unlock(&r->export_lock);
+put:
+	tp_region_put(r);
+	return err;
+}
+
+/**
+ * tp_region_revoked() - whether an imported region's exporter revoked it.
+ * @r:		any region.
+ *
+ * Return: true for a revoked import; read inside tp_dmabuf_read_lock() to
+ * be sure no revocation completes while the bytes are touched.
+ */
+bool tp_region_revoked(const struct tp_region *r)
+{
+	return READ_ONCE(r->revoked);
+}
+
+/**
+ * tp_dmabuf_read_lock() - enter a section that touches imported memory.
+ *
+ * Return: the index for tp_dmabuf_read_unlock().
+ */
+int tp_dmabuf_read_lock(void)
+{
+	return srcu_read_lock(&tp_dmabuf_srcu);
+}
+
+/**
+ * tp_dmabuf_read_unlock() - leave it.
+ * @idx:	what tp_dmabuf_read_lock() returned.
+ */
+void tp_dmabuf_read_unlock(int idx)
+{
+	srcu_read_unlock(&tp_dmabuf_srcu, idx);
+}
+
+/**
  * tp_region_cpu_access() - bracket a CPU copy to or from a region.
  * @r:		the region; only an imported dma-buf needs it.
  * @begin:	true before the copy, false after it.
  *
- * Return: 0, or the exporter's error from begin_cpu_access.
+ * Return: 0, -ENODEV for a revoked import, or the exporter's error from
+ * begin_cpu_access.
  */
 int tp_region_cpu_access(struct tp_region *r, bool begin)
 {
 	if (r->kind != TP_REGION_DMABUF)
 		return 0;
-	if (begin)
+	if (begin) {
+		if (tp_region_revoked(r))
+			return -ENODEV;
 		return dma_buf_begin_cpu_access(r->dmabuf, DMA_BIDIRECTIONAL);
+	}
 	return dma_buf_end_cpu_access(r->dmabuf, DMA_BIDIRECTIONAL);
 }

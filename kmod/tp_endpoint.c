@@ -200,6 +200,7 @@ union tp_ioctl_arg {
 	struct tp_abort abort;
 	struct tp_region_export exp;
 	struct tp_region_import imp;
+	struct tp_region_revoke revoke;
 };
 
 /*
@@ -284,6 +285,12 @@ static long tp_cmd_import(struct tp_endpoint *ep, union tp_ioctl_arg *a,
 	return tp_region_import(ep, &a->imp);
 }
 
+static long tp_cmd_revoke(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			  void __user *up)
+{
+	return tp_region_revoke(ep, &a->revoke);
+}
+
 /*
  * Indexed by _IOC_NR(); an entry is a command only if its number matches.
  * @installs_fd: the handler copies its result out before installing a new
@@ -312,6 +319,8 @@ static const struct tp_cmd {
 					    tp_cmd_export, true },
 	[_IOC_NR(TP_IOC_REGION_IMPORT)] = { TP_IOC_REGION_IMPORT,
 					    tp_cmd_import },
+	[_IOC_NR(TP_IOC_REGION_REVOKE)] = { TP_IOC_REGION_REVOKE,
+					    tp_cmd_revoke },
 };
 
 /* The table entry of @cmd, or NULL when it is not one of ours. */

@@ -108,6 +108,10 @@ struct tp_user {
  * @dmabuf:	an imported dma-buf (a reference), else NULL.
  * @attach:	the module's attachment to @dmabuf.
  * @map:	@dmabuf's kernel mapping, where the bytes are copied.
+ * @revoked:	the exporter moved or revoked @dmabuf: nothing may touch
+ *		@map any more.  Set once, under tp_dmabuf_srcu (tp_dmabuf.c).
+ * @export_lock: protects @exports.
+ * @exports:	the dma-bufs exported from this region (struct tp_export).
  *
  * Everything but @ref is fixed once the region is published, except that
  * donation moves @pages away, which tp_region_detach() allows only while
@@ -127,6 +131,9 @@ struct tp_region {
 	struct dma_buf *dmabuf;
 	struct dma_buf_attachment *attach;
 	struct iosys_map map;
+	bool revoked;
+	struct mutex export_lock;	/* @exports */
+	struct list_head exports;
 };
 
 /**
@@ -352,8 +359,12 @@ int tp_region_check_len(u64 len);
 int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
 		     void __user *uarg);
 int tp_region_import(struct tp_endpoint *ep, struct tp_region_import *arg);
+int tp_region_revoke(struct tp_endpoint *ep, const struct tp_region_revoke *arg);
 void tp_region_dmabuf_release(struct tp_region *r);
 int tp_region_cpu_access(struct tp_region *r, bool begin);
+bool tp_region_revoked(const struct tp_region *r);
+int tp_dmabuf_read_lock(void);
+void tp_dmabuf_read_unlock(int idx);
 
 /* tp_main.c */
 struct device *tp_device(void);

@@ -70,6 +70,8 @@ struct tp_region *tp_region_shell(enum tp_region_kind kind, u64 len,
 	if (!r)
 		return NULL;
 	kref_init(&r->ref);
+	mutex_init(&r->export_lock);
+	INIT_LIST_HEAD(&r->exports);
 	r->kind = kind;
 	r->len = len;
 	r->first = first;
@@ -107,6 +109,7 @@ static void tp_region_destroy(struct kref *ref)
 	tp_region_free_pages(r);
 	tp_region_dmabuf_release(r);
 	tp_region_uncharge(r);
+	mutex_destroy(&r->export_lock);
 	tp_stat_add(TP_STAT_REGIONS, -1);
 	kfree(r);
 }

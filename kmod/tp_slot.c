@@ -178,6 +178,9 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 	err = -EACCES;
 	if (!(r->access & TP_ACCESS_READ))
 		goto put_region;
+	err = -ENODEV;
+	if (tp_region_revoked(r))
+		goto put_region;
 	err = -ERANGE;
 	if (arg->offset > r->len || arg->len > r->len - arg->offset)
 		goto put_region;
@@ -275,9 +278,10 @@ static void tp_slot_finish(struct tp_domain *dom, struct tp_slot *slot,
 
 /*
  * A delivery failed in the consumer: the slot is pending again, unless the
- * domain was aborted meanwhile (it fails like its peers did) or its producer
+ * domain was aborted meanwhile (it fails like its peers did), its producer
  * closed meanwhile (it ends: the producer's withdrawal has run and would
- * never see it again).  This is the one place a slot returns to the table.
+ * never see it again) or its source is an import that was revoked (it ends
+ * with -ENODEV).  This is the one place a slot returns to the table.
  */
 static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
 {
@@ -289,6 +293,8 @@ static void tp_slot_unclaim(struct tp_domain *dom, struct tp_slot *slot)
 		tp_stat_add(TP_STAT_ERR_ABORTED, 1);
 	else if (slot->ep->withdrawn)
 		status = -ECANCELED;
+	else if (tp_region_revoked(slot->region))
+		status = -ENODEV;	/* no consumer could ever copy it */
 	else
 		slot->claimed = false;
 	if (!status)
@@ -510,6 +516,9 @@ int tp_recv_check(struct tp_endpoint *ep, struct tp_recv *arg,
 		return -ENOENT;
 	err = -EACCES;
 	if (!(dst->access & TP_ACCESS_WRITE))
+		goto put_dst;
+	err = -ENODEV;
+	if (tp_region_revoked(dst))
 		goto put_dst;
 	err = -ERANGE;
 	if (arg->offset > dst->len || arg->len > dst->len - arg->offset)

@@ -397,6 +397,90 @@ TEST_F(dmabuf, an_import_keeps_its_access_and_is_neither_mapped_nor_donated)
 	close(db);
 }
 
+/* ---- revocation ---------------------------------------------------------- */
+
+static int do_revoke(int fd, uint32_t handle, uint32_t flags)
+{
+	struct tp_region_revoke rv = { .handle = handle, .flags = flags };
+
+	return tpt_ioctl(fd, TP_IOC_REGION_REVOKE, &rv);
+}
+
+TEST_F(dmabuf, revoke_validation_errors)
+{
+	uint32_t h;
+
+	REQUIRE_DMABUF(&self->p);
+	EXPECT_EQ(-ENOENT, do_revoke(self->p.prod, 4242, 0));
+	EXPECT_EQ(-EINVAL, do_revoke(self->p.prod, self->p.src, 0));
+	ASSERT_EQ(0, tpt_alloc(self->p.prod, LEN, &h, NULL));
+	EXPECT_EQ(-EINVAL, do_revoke(self->p.prod, h, 1));
+	/* Nothing exported: nobody to tell, and that is fine. */
+	EXPECT_EQ(0, do_revoke(self->p.prod, h, 0));
+}
+
+TEST_F(dmabuf, revoked_import_fails_enodev_and_the_exporter_keeps_its_pages)
+{
+	uint32_t h, imp, again;
+	uint64_t off;
+	uint8_t *rm;
+	int db;
+
+	REQUIRE_DMABUF(&self->p);
+	ASSERT_EQ(0, tpt_alloc(self->p.prod, LEN, &h, &off));
+	rm = tpt_map_region(self->p.prod, off, LEN, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, rm);
+	ASSERT_EQ(0, do_export(self->p.prod, h, &db, NULL));
+	ASSERT_EQ(0, do_import(self->p.cons, db,
+			       TP_ACCESS_READ | TP_ACCESS_WRITE, &imp, NULL));
+	round_trip(_metadata, &self->p, imp, 0, LEN);
+	EXPECT_TRUE(tpt_check(rm, LEN, TPT_SEED_SRC));
+
+	ASSERT_EQ(0, do_revoke(self->p.prod, h, 0));
+	tpt_fill(rm, LEN, SEED_B);
+	ASSERT_EQ(0, tpt_send(self->p.prod, "after", self->p.src, 0, LEN, 9));
+	EXPECT_EQ(-ENODEV, tpt_recv_nonblock(self->p.cons, "after", imp, 0,
+					     LEN, NULL));
+	EXPECT_EQ(-ENODEV, tpt_send(self->p.cons, "from", imp, 0, LEN, 10));
+	/* The RECV took nothing, the revocation wrote nothing. */
+	EXPECT_EQ(0, tpt_recv_nonblock(self->p.cons, "after", self->p.dst, 0,
+				       LEN, NULL));
+	EXPECT_TRUE(tpt_check(rm, LEN, SEED_B));
+	/* A new import of the same dma-buf works. */
+	ASSERT_EQ(0, do_import(self->p.cons, db, TP_ACCESS_READ, &again, NULL));
+	ASSERT_EQ(0, tpt_send(self->p.cons, "again", again, 0, LEN, 11));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "again", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, NULL));
+	EXPECT_TRUE(tpt_check(self->p.dbuf, LEN, SEED_B));
+	munmap(rm, LEN);
+	close(db);
+}
+
+/* A pending SEND whose source is revoked can never be copied: it ends. */
+TEST_F(dmabuf, send_pending_from_a_revoked_import_completes_enodev)
+{
+	struct tp_completion c[2];
+	uint32_t h, imp;
+	int db, n;
+
+	REQUIRE_DMABUF(&self->p);
+	ASSERT_EQ(0, tpt_alloc(self->p.prod, LEN, &h, NULL));
+	ASSERT_EQ(0, do_export(self->p.prod, h, &db, NULL));
+	ASSERT_EQ(0, do_import(self->p.cons, db, TP_ACCESS_READ, &imp, NULL));
+	ASSERT_EQ(0, tpt_send(self->p.cons, "k", imp, 0, LEN, 21));
+	ASSERT_EQ(0, do_revoke(self->p.prod, h, 0));
+	EXPECT_EQ(-ENODEV, tpt_recv_nonblock(self->p.cons, "k", self->p.dst, 0,
+					     LEN, NULL));
+	n = tpt_read_completions(self->p.cons, c, 2, 5000);
+	ASSERT_EQ(1, n);
+	EXPECT_EQ(21ULL, c[0].user_data);
+	EXPECT_EQ(-ENODEV, c[0].status);
+	/* Gone, not pending again: the key is free. */
+	EXPECT_EQ(-EAGAIN, tpt_recv_nonblock(self->p.cons, "k", self->p.dst, 0,
+					     LEN, NULL));
+	close(db);
+}
+
 /* ---- lifetimes and charges ----------------------------------------------- */
 
 TEST_F(dmabuf, export_outlives_its_handle_and_keeps_the_charge_until_closed)

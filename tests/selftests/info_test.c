@@ -37,6 +37,7 @@ TEST(uapi_structs_have_fixed_sizes_multiple_of_8)
 	EXPECT_EQ(8UL, sizeof(struct tp_abort));
 	EXPECT_EQ(24UL, sizeof(struct tp_region_export));
 	EXPECT_EQ(24UL, sizeof(struct tp_region_import));
+	EXPECT_EQ(8UL, sizeof(struct tp_region_revoke));
 	EXPECT_EQ(32UL, sizeof(struct tp_completion));
 	EXPECT_EQ((unsigned long)_IOC_SIZE(TP_IOC_RECV), sizeof(struct tp_recv));
 }

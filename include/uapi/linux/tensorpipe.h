@@ -482,6 +482,28 @@ struct tp_region_export {
 };
 
 /**
+ * define TP_REGION_REVOKE_FLAGS_ALL - flags of struct tp_region_revoke (none yet)
+ */
+#define TP_REGION_REVOKE_FLAGS_ALL	0
+
+/**
+ * struct tp_region_revoke - withdraw a region's dma-bufs (TP_IOC_REGION_REVOKE).
+ * @handle:	in: an allocated region of this endpoint.
+ * @flags:	in: 0.
+ *
+ * Every importer of the region's dma-bufs that can be told (a dynamic
+ * attachment, such as this module's imports) is told that the buffer moved;
+ * the module's imports of it then fail every later SEND, RECV and delivery
+ * with -ENODEV, and a copy in progress stops within a chunk.  The region,
+ * its mappings and the dma-bufs themselves stay; a new import works again.
+ * Importers that pinned the buffer are not told.
+ */
+struct tp_region_revoke {
+	__u32 handle;
+	__u32 flags;
+};
+
+/**
  * define TP_REGION_IMPORT_FLAGS_ALL - flags of struct tp_region_import (none yet)
  */
 #define TP_REGION_IMPORT_FLAGS_ALL	0
@@ -499,7 +521,11 @@ struct tp_region_export {
  * module reaches its bytes through the exporter's kernel mapping (vmap),
  * bracketed by begin_cpu_access/end_cpu_access, so an exporter that offers
  * no kernel mapping cannot be imported (-EOPNOTSUPP).  The region holds its
- * own reference to the dma-buf: closing @fd afterwards changes nothing.  The
+ * own reference to the dma-buf: closing @fd afterwards changes nothing.  When
+ * the exporter moves or revokes the buffer (it calls move_notify), the
+ * region stops working for good: later SENDs, RECVs and deliveries that
+ * use it fail with -ENODEV, a copy in progress stops within a chunk, and
+ * nothing touches the old memory again.  The
  * exporter's memory is not charged to RLIMIT_MEMLOCK again.  An imported
  * region cannot be mapped through the endpoint (mmap the dma-buf itself) or
  * donated.
@@ -606,7 +632,8 @@ struct tp_completion {
  * domain holds max_slots pending SENDs), -ENOBUFS (this endpoint has max_slots
  * SENDs outstanding: read completions first), -EDQUOT (the user has
  * max_user_ops SENDs outstanding and io_uring RECVs waiting, over all its
- * endpoints), -ENOMEM, or the domain's abort status.
+ * endpoints), -ENODEV (the region is an import its exporter revoked),
+ * -ENOMEM, or the domain's abort status.
  */
 #define TP_IOC_SEND		_IOWR(TP_IOC_MAGIC, 0x06, struct tp_send)
 
@@ -623,8 +650,10 @@ struct tp_completion {
  * -ECANCELED (TP_IOC_CANCEL with TP_CANCEL_RECV), -ENOSPC (DONATE, and the
  * endpoint holds max_regions regions; the slot stays), -ENOMEM
  * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), -EDQUOT (as an
- * io_uring command only: the user's max_user_ops is reached), or the
- * domain's abort status.  A tensor whose producer closed its endpoint while
+ * io_uring command only: the user's max_user_ops is reached), -ENODEV (the
+ * destination is an import its exporter revoked; or the tensor's source is,
+ * and then the SEND completes with -ENODEV too), or the domain's abort
+ * status.  A tensor whose producer closed its endpoint while
  * this RECV was copying it is not offered again when the copy fails: it is
  * gone with its producer.
  */
@@ -664,5 +693,12 @@ struct tp_completion {
  * exporter offers no kernel mapping, or only I/O memory), -ENOMEM.
  */
 #define TP_IOC_REGION_IMPORT	_IOWR(TP_IOC_MAGIC, 0x0B, struct tp_region_import)
+
+/**
+ * define TP_IOC_REGION_REVOKE - tell the importers of a region's DMA buffers to stop
+ *
+ * Errors: -EINVAL (flags non-zero; not an allocated region), -ENOENT.
+ */
+#define TP_IOC_REGION_REVOKE	_IOW(TP_IOC_MAGIC, 0x0C, struct tp_region_revoke)
 
 #endif /* _UAPI_LINUX_TENSORPIPE_H */
