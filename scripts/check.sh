@@ -69,6 +69,12 @@ echo "== pipes between processes, cma channel (host)"
 tests/pipe/pipe_vm_test 2>&1 | tee "$logs/pipe-host.log"
 pipe_host_status=${PIPESTATUS[0]}
 
+echo "== checkpatch --strict and kernel-doc on the module and the uapi header"
+# With the newest installed kernel source's rules, whatever make exported.
+lint_tarball=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
+scripts/lint-kernel.sh "$lint_tarball" 2>&1 | tee "$logs/lint.log"
+lint_status=${PIPESTATUS[0]}
+
 echo "== fuzz: the pipe wire decoder (host, bounded time)"
 tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
@@ -78,4 +84,5 @@ exec tests/summary.sh \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
+	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"

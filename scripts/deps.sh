@@ -16,7 +16,8 @@ packages=(
 	linux-headers-amd64		# its kbuild tree, to build tensorpipe.ko against
 	linux-image-6.12-amd64		# 6.12 (Debian 13's line), the second kernel
 	linux-headers-6.12-amd64	# of make check's matrix, and its kbuild tree
-	linux-source-6.1		# kselftest harness and checkpatch.pl, extracted once
+	linux-source-6.1		# the kselftest harness, extracted once
+	linux-source-6.12		# checkpatch.pl and kernel-doc of the newest kernel
 	xz-utils			# to unpack that tarball
 	qemu-system-x86			# the test VM
 	busybox-static cpio kmod	# the VM's initramfs and module loading
