@@ -14,7 +14,7 @@
 #   make clean
 #
 # check, demo and bench install missing packages first (as root) and extract
-# the kselftest harness and checkpatch from linux-source-6.1 once.
+# the kselftest harness (linux-source-6.1) and checkpatch (newest linux-source) once.
 #
 # Variables (set on the command line, e.g. make check KVER=6.1.0-56-amd64):
 #   KVER          kernel release to build for and to boot in the VM; default:
