@@ -481,6 +481,71 @@ TEST_F(dmabuf, send_pending_from_a_revoked_import_completes_enodev)
 	close(db);
 }
 
+/*
+ * A revocation that lands while a 64 MiB copy into the import runs stops
+ * the copy at a chunk: the RECV fails with -ENODEV and the tensor, whose
+ * source is fine, is pending again for the next RECV, intact.  The test
+ * revokes once the domain shows the slot claimed, and tries again if the
+ * copy finished first.
+ */
+TEST_F(dmabuf, revocation_during_a_copy_stops_it_and_loses_nothing)
+{
+	const uint64_t big = 64 * TPT_MIB;
+	struct tpt_thread_recv t;
+	uint32_t hs, hd, h, imp;
+	uint8_t *src, *dst;
+	unsigned int i, hit = 0;
+	char key[16];
+	int64_t v;
+	int db;
+
+	REQUIRE_DMABUF(&self->p);
+	TPT_REQUIRE_DEBUGFS();
+	TPT_REQUIRE_PIN(3 * big);
+	src = tpt_map(big);
+	dst = tpt_map(big);
+	ASSERT_TRUE(src && dst);
+	tpt_fill(src, big, SEED_A);
+	ASSERT_EQ(0, tpt_register(self->p.prod, src, big, TP_ACCESS_READ, &hs));
+	ASSERT_EQ(0, tpt_register(self->p.cons, dst, big, TP_ACCESS_WRITE,
+				  &hd));
+	for (i = 0; i < 8 && !hit; i++) {
+		uint64_t deadline = tpt_now_ns() + 20 * TPT_NSEC_PER_SEC;
+
+		snprintf(key, sizeof(key), "rv%u", i);
+		ASSERT_EQ(0, tpt_alloc(self->p.prod, big, &h, NULL));
+		ASSERT_EQ(0, do_export(self->p.prod, h, &db, NULL));
+		ASSERT_EQ(0, do_import(self->p.cons, db, TP_ACCESS_WRITE, &imp,
+				       NULL));
+		ASSERT_EQ(0, tpt_send(self->p.prod, key, hs, 0, big, i));
+		ASSERT_EQ(0, tpt_thread_recv_start(&t, self->p.cons, key, imp,
+						   big, TPT_SAFETY_TIMEOUT_NS));
+		while (tpt_now_ns() < deadline &&
+		       __atomic_load_n(&t.ret, __ATOMIC_RELAXED) == 1 &&
+		       (tpt_domain_stat(self->p.domain_id, "claimed", &v) ||
+			v != 1))
+			;
+		ASSERT_EQ(0, do_revoke(self->p.prod, h, 0));
+		ASSERT_EQ(0, tpt_thread_recv_join(&t, TPT_SAFETY_TIMEOUT_MS));
+		if (t.ret == -ENODEV) {
+			hit = 1;
+			ASSERT_EQ(0, tpt_recv_nonblock(self->p.cons, key, hd, 0,
+						       big, NULL));
+			EXPECT_TRUE(tpt_check(dst, big, SEED_A));
+		} else {
+			ASSERT_EQ(0, t.ret);
+		}
+		ASSERT_EQ(0, tpt_release(self->p.cons, imp));
+		close(db);
+		ASSERT_EQ(0, tpt_release(self->p.prod, h));
+	}
+	TH_LOG("the revocation landed mid-copy in attempt %u", i);
+	tpt_unmap(src, big);
+	tpt_unmap(dst, big);
+	if (!hit)
+		SKIP(return, "every copy finished before its revocation");
+}
+
 /* ---- lifetimes and charges ----------------------------------------------- */
 
 TEST_F(dmabuf, export_outlives_its_handle_and_keeps_the_charge_until_closed)
