@@ -63,6 +63,11 @@ for kver in $kvers; do
 	echo "== pipes between processes, kmod channel (VM, $kver)"
 	KVER=$kver tests/vm/run.sh --name "check-pipe-$kver" --module "$mod" -- tests/pipe/pipe_vm_test
 	results+=("pipes (VM, $kver)" "build/vm/check-pipe-$kver/guest.log" "$?")
+
+	echo "== two VMs over soft-RoCE (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-pair-$kver" --module "$mod" -- tests/vm/pair-smoke.sh
+	pair_status=$?
+	results+=("two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status")
 done
 
 echo "== pipes between processes, cma channel (host)"

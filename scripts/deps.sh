@@ -22,6 +22,9 @@ packages=(
 	qemu-system-x86			# the test VM
 	busybox-static cpio kmod	# the VM's initramfs and module loading
 	liburing-dev			# io_uring for the library and tools
+	libibverbs-dev librdmacm-dev	# rdma-core verbs and rdma_cm
+	rdma-core ibverbs-providers	# and soft-RoCE's user-space provider (rxe)
+	ibverbs-utils rdmacm-utils perftest	# rping, ib_write_bw: the two-VM tests and benchmarks
 	valgrind			# leak checks of the host unit tests
 	clang libclang-rt-14-dev	# libFuzzer, for the pipe wire decoder's fuzz test
 )

@@ -16,6 +16,11 @@
 #   -n, --name NAME     keep this run's files in build/vm/NAME (default: run)
 #   -t, --timeout SEC   kill the VM after SEC seconds (default: 1200)
 #   -i, --interactive   serial console on this terminal (Ctrl-A x quits)
+#   --link-listen SOCK  a virtio NIC joined to another VM through the unix
+#   --link-connect SOCK socket SOCK: one VM listens, the other connects
+#                       (no host bridge, no root networking; see pair.sh)
+#   -e, --env NAME=VAL  also set NAME in the guest command's environment
+#                       (values without spaces)
 #
 # Environment: KVER or KDIR (which kernel; default as for the build),
 # TP_VM_KERNEL (kernel image, default /boot/vmlinuz-KVER), TP_VM_MEM (2G),
@@ -41,8 +46,13 @@ module=
 name=run
 timeout_s=${TP_VM_TIMEOUT:-1200}
 interactive=0
+link=
+guest_env=
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--link-listen)    link="server=on,addr.type=unix,addr.path=${2:?}"; shift 2 ;;
+	--link-connect)   link="server=off,addr.type=unix,addr.path=${2:?}"; shift 2 ;;
+	-e|--env)         guest_env="$guest_env ${2:?}"; shift 2 ;;
 	-m|--module)      module=${2:?}; shift 2 ;;
 	-n|--name)        name=${2:?}; shift 2 ;;
 	-t|--timeout)     timeout_s=${2:?}; shift 2 ;;
@@ -133,6 +143,7 @@ fi
 	echo "TP_REPO='$repo'"
 	echo "TP_MODULE='${guest_module:-}'"
 	echo "TP_INTERACTIVE=$interactive"
+	echo "TP_GUEST_ENV='${guest_env# }'"
 	echo "TP_TERM='${TERM:-linux}'"
 } >"$out/settings"
 "$here/make-initramfs.sh" "$kver" "$out/settings" "$out/initramfs.cpio"
@@ -149,12 +160,19 @@ qemu=(
 	qemu-system-x86_64
 	-accel "$accel" -cpu "$cpu" -smp "$smp" -m "$mem"
 	-kernel "$kernel" -initrd "$out/initramfs.cpio" -append "$append"
-	-display none -vga none -nic none -no-reboot
+	-display none -vga none -no-reboot
 	-device isa-debug-exit,iobase=0xf4,iosize=0x04
 	# multidevs=remap keeps inode numbers unique across host file systems.
 	-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
 	-virtfs "local,path=$out,mount_tag=tpout,security_model=none"
 )
+if [ -n "$link" ]; then
+	# A MAC of our own per end, derived from the side, so the two differ.
+	case "$link" in server=on*) mac=52:54:00:7e:00:01 ;; *) mac=52:54:00:7e:00:02 ;; esac
+	qemu+=(-netdev "stream,id=link0,$link" -device "virtio-net-pci,netdev=link0,mac=$mac")
+else
+	qemu+=(-nic none)
+fi
 
 explain_vm
 
