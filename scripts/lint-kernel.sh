@@ -36,7 +36,7 @@ for f in "${files[@]}"; do
 		failed=1
 	fi
 	n=$((n + 1))
-	out=$(perl "$src/scripts/kernel-doc" -none -v "$f" 2>&1 | grep -i -E 'warning|error')
+	out=$(perl "$src/scripts/kernel-doc" -none -v "$f" 2>&1 | grep -E ': (warning|error):')
 	if [ -z "$out" ]; then
 		echo "ok $n - kernel-doc: $f"
 	else
