@@ -608,6 +608,19 @@ static const char *const baseline_stats[] = {
 	"endpoints", "domains",
 };
 
+/* Every counter of baseline_stats[] returns to the value in @base. */
+static void expect_back_to_baseline(struct __test_metadata *_metadata,
+				    const int64_t *base)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(baseline_stats); i++) {
+		EXPECT_EQ(0, tpt_wait_stat(baseline_stats[i], base[i], 10000))
+			TH_LOG("%s did not return to %lld", baseline_stats[i],
+			       (long long)base[i]);
+	}
+}
+
 /*
  * Poll the domain's "claimed" count until a consumer is delivering (1), or
  * the consumer reported (0: its RECV ended before it was seen), or the
@@ -682,11 +695,7 @@ static void killed_copy_after_producer_left(struct __test_metadata *_metadata,
 	TH_LOG("the kill landed mid-copy in attempt %u", i);
 	close(dfd);
 	close(fd);
-	for (i = 0; i < ARRAY_SIZE(baseline_stats); i++) {
-		EXPECT_EQ(0, tpt_wait_stat(baseline_stats[i], base[i], 10000))
-			TH_LOG("%s did not return to %lld", baseline_stats[i],
-			       (long long)base[i]);
-	}
+	expect_back_to_baseline(_metadata, base);
 	if (!hit)
 		SKIP(return, "no kill landed inside the copy in 8 attempts");
 }
@@ -742,11 +751,7 @@ TEST_F_TIMEOUT(stress, killed_transfers_return_pinned_pages_to_baseline, 400)
 
 	close(dfd);
 	close(fd);
-	for (i = 0; i < ARRAY_SIZE(baseline_stats); i++) {
-		EXPECT_EQ(0, tpt_wait_stat(baseline_stats[i], base[i], 10000))
-			TH_LOG("%s did not return to %lld", baseline_stats[i],
-			       (long long)base[i]);
-	}
+	expect_back_to_baseline(_metadata, base);
 }
 
 TEST_HARNESS_MAIN
