@@ -213,7 +213,8 @@ struct tp_domain_stats {
  * @nr_waiters:	entries in @waiters.
  * @abort_status: 0, or the negative errno of TP_IOC_ABORT.
  * @stats:	counters for debugfs.
- * @debugfs:	this domain's debugfs file.
+ * @debugfs:	this domain's debugfs file of counters.
+ * @debugfs_keys: this domain's debugfs file listing its pending keys.
  */
 struct tp_domain {
 	struct kref ref;
@@ -226,6 +227,7 @@ struct tp_domain {
 	int abort_status;
 	struct tp_domain_stats stats;
 	struct dentry *debugfs;
+	struct dentry *debugfs_keys;
 };
 
 /**

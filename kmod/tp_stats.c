@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Counters and their debugfs files: /sys/kernel/debug/tensorpipe/stats for
- * the module, domain-<id> for each domain.  Counting is a few atomic adds
- * per operation; nothing is logged per operation.
+ * the module, domain-<id> for each domain, and keys-<id> listing what is
+ * pending in a domain, key by key, so that a RECV that never matches its
+ * SEND (a one-byte difference in the key) can be seen.  Counting is a few
+ * atomic adds per operation; nothing is logged per operation.
  */
 #include <linux/debugfs.h>
 #include <linux/errno.h>
@@ -102,6 +104,40 @@ static int tp_domain_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(tp_domain);
 
+/*
+ * One line per pending SEND ("send", "claimed" while a RECV delivers it) and
+ * per waiting RECV ("recv"), with the key's length and its bytes, escaped
+ * where they are not printable.  At most TP_KEYS_SHOWN lines of each kind.
+ */
+#define TP_KEYS_SHOWN	1024
+
+static int tp_keys_show(struct seq_file *m, void *unused)
+{
+	struct tp_domain *dom = m->private;
+	unsigned int n = 0;
+	struct tp_waiter *w;
+	struct tp_slot *slot;
+	int bkt;
+
+	mutex_lock(&dom->lock);
+	hash_for_each(dom->slots, bkt, slot, node) {
+		if (n++ == TP_KEYS_SHOWN)
+			break;
+		seq_printf(m, "%s %u %*pE\n", slot->claimed ? "claimed" : "send",
+			   slot->key_len, (int)slot->key_len, slot->key);
+	}
+	n = 0;
+	hash_for_each(dom->waiters, bkt, w, node) {
+		if (n++ == TP_KEYS_SHOWN)
+			break;
+		seq_printf(m, "recv %u %*pE\n", w->key_len, (int)w->key_len,
+			   w->key);
+	}
+	mutex_unlock(&dom->lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(tp_keys);
+
 /**
  * tp_debugfs_init() - create the debugfs directory and the global file.
  *
@@ -134,6 +170,10 @@ void tp_debugfs_add_domain(struct tp_domain *dom)
 	snprintf(name, sizeof(name), "domain-%llu", dom->id);
 	dom->debugfs = debugfs_create_file(name, 0444, tp_debugfs_dir, dom,
 					   &tp_domain_fops);
+	/* Keys are data: readable by root only. */
+	snprintf(name, sizeof(name), "keys-%llu", dom->id);
+	dom->debugfs_keys = debugfs_create_file(name, 0400, tp_debugfs_dir,
+						dom, &tp_keys_fops);
 }
 
 /**
@@ -144,5 +184,6 @@ void tp_debugfs_add_domain(struct tp_domain *dom)
  */
 void tp_debugfs_remove_domain(struct tp_domain *dom)
 {
+	debugfs_remove(dom->debugfs_keys);
 	debugfs_remove(dom->debugfs);
 }

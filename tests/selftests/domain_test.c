@@ -408,6 +408,59 @@ TEST_F(domain, debugfs_domain_file_counts_slots_and_bytes)
 	tpt_pair_close(&p);
 }
 
+/* The whole keys-<id> file, or "" when it cannot be read. */
+static void read_keys(uint64_t id, char *buf, size_t size)
+{
+	char path[96];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), TPT_DEBUGFS_DIR "/keys-%llu",
+		 (unsigned long long)id);
+	buf[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, size - 1);
+	buf[n > 0 ? n : 0] = '\0';
+	close(fd);
+}
+
+/*
+ * A RECV that never matches because its key differs by one byte from the
+ * SEND's is the usual rendezvous bug: keys-<id> shows both sides, with
+ * unprintable bytes escaped.
+ */
+TEST_F(domain, debugfs_keys_file_lists_pending_sends_and_waiting_recvs)
+{
+	static const char odd[] = { 'w', '0', 0x01 };
+	struct tpt_thread_recv t;
+	struct tp_send s;
+	struct tpt_pair p;
+	char buf[1024];
+
+	TPT_REQUIRE_DEBUGFS();
+	ASSERT_EQ(0, tpt_pair_open(&p, LEN));
+	ASSERT_EQ(0, tpt_send(p.prod, "step1/w0", p.src, 0, 100, 1));
+	tpt_send_prep(&s, odd, sizeof(odd), p.src, 0, 100, 2);
+	ASSERT_EQ(0, tpt_ioctl(p.prod, TP_IOC_SEND, &s));
+	ASSERT_EQ(0, tpt_thread_recv_start(&t, p.cons, "step1/w1", p.dst, LEN,
+					   TPT_SAFETY_TIMEOUT_NS));
+	ASSERT_EQ(0, tpt_wait_waiters(p.domain_id, 1));
+	read_keys(p.domain_id, buf, sizeof(buf));
+	EXPECT_NE(NULL, strstr(buf, "send 8 step1/w0\n")) TH_LOG("%s", buf);
+	EXPECT_NE(NULL, strstr(buf, "send 3 w0\\001\n")) TH_LOG("%s", buf);
+	EXPECT_NE(NULL, strstr(buf, "recv 8 step1/w1\n")) TH_LOG("%s", buf);
+	/* What is taken or ends leaves the list. */
+	ASSERT_EQ(0, tpt_send(p.prod, "step1/w1", p.src, 0, 100, 3));
+	ASSERT_EQ(0, tpt_thread_recv_join(&t, TPT_SAFETY_TIMEOUT_MS));
+	EXPECT_EQ(0, t.ret);
+	read_keys(p.domain_id, buf, sizeof(buf));
+	EXPECT_EQ(NULL, strstr(buf, "step1/w1")) TH_LOG("%s", buf);
+	EXPECT_NE(NULL, strstr(buf, "send 8 step1/w0\n")) TH_LOG("%s", buf);
+	tpt_pair_close(&p);
+}
+
 /* The last of the descriptor and the attached endpoints frees the domain. */
 TEST_F(domain, domain_is_freed_with_its_last_reference)
 {
