@@ -80,6 +80,10 @@ lint_tarball=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n
 scripts/lint-kernel.sh "$lint_tarball" 2>&1 | tee "$logs/lint.log"
 lint_status=${PIPESTATUS[0]}
 
+echo "== layers: lib/'s include graph, its Makefile and file lists (host)"
+scripts/check-layers.py 2>&1 | tee "$logs/layers.log"
+layers_status=${PIPESTATUS[0]}
+
 echo "== fuzz: the pipe wire decoder (host, bounded time)"
 tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
@@ -90,4 +94,5 @@ exec tests/summary.sh \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
+	"layers (host)" "$logs/layers.log" "$layers_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"

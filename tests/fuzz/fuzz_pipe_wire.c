@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * libFuzzer target for the pipe wire format (lib/pipe_wire.c).
+ * libFuzzer target for the pipe wire format (lib/pipe/pipe_wire.c).
  *
  * Input: one selector byte, then the bytes under test.
  *   selector % 7 == 0	a whole frame: header, then (if the header decodes

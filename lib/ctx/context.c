@@ -1,0 +1,916 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The context: one io_uring and the one thread that waits on it.
+ *
+ * The thread sleeps in poll() on the ring's descriptor and an eventfd, and
+ * wakes for three reasons: a CQE of some operation, an op finished by
+ * another thread (tpu__ctx_complete), or an SQE another thread queued.  The
+ * last two write the eventfd, but only when the thread said it is about to
+ * sleep, so that a busy context costs its producers no system call.
+ *
+ * Why poll and not io_uring_enter(GETEVENTS) with a READ armed on the
+ * eventfd: the same wake-ups, one fewer SQE per wake, and valgrind (3.19)
+ * treats io_uring_enter as a call that never blocks, so a thread asleep in
+ * it would stop every other thread of a program run under valgrind.  The
+ * module's task work (a RECV's copy) interrupts poll like a signal and
+ * runs before it returns, as it would in io_uring_enter.
+ *
+ * Only this thread enters the ring (see tpu__ctx_sqe in ctx.h):
+ * the module runs a RECV's copy as task work of the submitting task, and
+ * this is the one task sure to outlive the ring's commands.
+ */
+#include <liburing.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctx.h"
+
+#define CTX_DEFAULT_ENTRIES	256
+#define CTX_DEFAULT_SPIN_NS	100000
+#define CTX_MAX_SPIN_NS		10000000
+/* The adaptive spin grows up to this (2 ms), never past the base's own maximum. */
+#define CTX_MAX_ADAPT_NS	2000000
+
+/* What a CQE's user_data points to. */
+struct ctx_rec {
+	tpu__cqe_fn fn;
+	void *arg;
+};
+
+/* An SQE that found the ring full, kept until the context thread has room. */
+struct ctx_spill {
+	struct ctx_spill *next;
+	struct io_uring_sqe sqe[2];	/* SQE128 */
+};
+
+struct tpu__ep_ref {
+	struct tpu_endpoint *ep;
+	atomic_uint refs;
+};
+
+struct tpu_context {
+	struct io_uring ring;
+	pthread_t thread;
+	unsigned int flags;
+	char *dev_path;
+	char *transports;		/* pipes: allowed transports, NULL for all */
+	char *channels;
+
+	int wake_fd;
+	atomic_bool asleep;
+
+	pthread_mutex_t sq_lock;	/* the ring's SQ side and what follows */
+	struct ctx_rec *cur_rec;	/* between tpu__ctx_sqe and tpu__ctx_submit */
+	struct io_uring_sqe *cur_sqe;
+	struct ctx_spill *cur_spill;
+	struct ctx_spill *spill_head, **spill_tail;
+	unsigned int unsubmitted;
+	size_t inflight;		/* records whose CQE is due */
+
+	/*
+	 * Hints for the spinning thread, so that an idle round takes no lock:
+	 * non-zero when the SQ side, or the done and task lists, may hold
+	 * something.  Set after the item is queued, cleared before looking.
+	 */
+	atomic_uint sq_hint, done_hint;
+
+	pthread_mutex_t done_lock;	/* the finished ops and the deferred tasks */
+	struct tpu__task *done_head, **done_tail;
+	struct tpu__task *task_head, **task_tail;
+
+	/* Context thread only. */
+	struct tpu__poller *pollers;
+	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
+	unsigned int spinners;		/* tpu__ctx_spinner_get() minus put() */
+	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
+	uint64_t spin_cur;		/* adapted to how fast peers answer */
+
+	pthread_mutex_t progress_lock;
+	pthread_cond_t progress;
+	uint64_t generation;
+	bool stopping;			/* under progress_lock */
+
+	pthread_mutex_t lock;		/* endpoint and rendezvous list */
+	struct tpu__ep_ref *ep;
+	bool ep_tried;
+	bool ep_claimed;
+	struct tpu__ctx_obj *objs;	/* pipes and listeners */
+};
+
+static _Thread_local const struct tpu_context *this_thread_ctx;
+
+bool tpu__ctx_on_thread(const struct tpu_context *ctx)
+{
+	return ctx && this_thread_ctx == ctx;
+}
+
+const char *tpu__ctx_dev_path(const struct tpu_context *ctx)
+{
+	return ctx->dev_path;
+}
+
+unsigned int tpu__ctx_flags(const struct tpu_context *ctx)
+{
+	return ctx->flags;
+}
+
+const char *tpu__ctx_transports(const struct tpu_context *ctx)
+{
+	return ctx->transports;
+}
+
+const char *tpu__ctx_channels(const struct tpu_context *ctx)
+{
+	return ctx->channels;
+}
+
+/* Wake the thread if it is asleep or about to be; cheap when it is busy. */
+static void ctx_kick(struct tpu_context *ctx)
+{
+	uint64_t one = 1;
+
+	if (!atomic_exchange(&ctx->asleep, false))
+		return;
+	while (write(ctx->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- submission ---------------------------------------------------- */
+
+struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void *arg)
+{
+	struct ctx_rec *rec = malloc(sizeof(*rec));
+	struct io_uring_sqe *sqe;
+
+	if (!rec)
+		return NULL;
+	rec->fn = fn;
+	rec->arg = arg;
+	pthread_mutex_lock(&ctx->sq_lock);
+	ctx->cur_spill = NULL;
+	sqe = ctx->spill_head ? NULL : io_uring_get_sqe(&ctx->ring);
+	if (!sqe && tpu__ctx_on_thread(ctx) && !ctx->spill_head) {
+		io_uring_submit(&ctx->ring);
+		sqe = io_uring_get_sqe(&ctx->ring);
+	}
+	if (!sqe) {
+		/* Keep the order of submission: once spilling, spill until drained. */
+		ctx->cur_spill = calloc(1, sizeof(*ctx->cur_spill));
+		if (!ctx->cur_spill) {
+			pthread_mutex_unlock(&ctx->sq_lock);
+			free(rec);
+			return NULL;
+		}
+		sqe = ctx->cur_spill->sqe;
+	}
+	memset(sqe, 0, 2 * sizeof(*sqe));
+	io_uring_sqe_set_data(sqe, rec);
+	ctx->cur_rec = rec;
+	ctx->cur_sqe = sqe;
+	return sqe;
+}
+
+/* Context thread, sq_lock held: move spilled SQEs into the ring. */
+static void ctx_unspill(struct tpu_context *ctx)
+{
+	while (ctx->spill_head) {
+		struct ctx_spill *s = ctx->spill_head;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ctx->ring);
+
+		if (!sqe) {
+			io_uring_submit(&ctx->ring);
+			sqe = io_uring_get_sqe(&ctx->ring);
+			if (!sqe)
+				return;
+		}
+		memcpy(sqe, s->sqe, sizeof(s->sqe));
+		ctx->unsubmitted++;
+		ctx->spill_head = s->next;
+		if (!ctx->spill_head)
+			ctx->spill_tail = &ctx->spill_head;
+		free(s);
+	}
+}
+
+/* Context thread, sq_lock held. */
+static void ctx_flush(struct tpu_context *ctx)
+{
+	int ret;
+
+	ctx_unspill(ctx);
+	if (ctx->spill_head)
+		atomic_store(&ctx->sq_hint, 1);
+	if (!ctx->unsubmitted)
+		return;
+	do {
+		ret = io_uring_submit(&ctx->ring);
+	} while (ret == -EINTR);
+	/* -EBUSY/-EAGAIN: CQEs must be reaped first; what was not taken stays queued. */
+	ctx->unsubmitted = io_uring_sq_ready(&ctx->ring);
+	if (ctx->unsubmitted || ctx->spill_head)
+		atomic_store(&ctx->sq_hint, 1);
+}
+
+tpu_status tpu__ctx_submit(struct tpu_context *ctx)
+{
+	bool here = tpu__ctx_on_thread(ctx);
+
+	io_uring_sqe_set_data(ctx->cur_sqe, ctx->cur_rec);
+	ctx->inflight++;
+	if (ctx->cur_spill) {
+		*ctx->spill_tail = ctx->cur_spill;
+		ctx->spill_tail = &ctx->cur_spill->next;
+		ctx->cur_spill = NULL;
+	} else {
+		ctx->unsubmitted++;
+	}
+	if (here)
+		ctx_flush(ctx);
+	else
+		atomic_store(&ctx->sq_hint, 1);
+	pthread_mutex_unlock(&ctx->sq_lock);
+	if (!here)
+		ctx_kick(ctx);
+	return 0;
+}
+
+/* ---- completion ---------------------------------------------------- */
+
+void tpu__ctx_complete(struct tpu_context *ctx, struct tpu__task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&ctx->done_lock);
+	*ctx->done_tail = t;
+	ctx->done_tail = &t->next;
+	pthread_mutex_unlock(&ctx->done_lock);
+	atomic_store(&ctx->done_hint, 1);
+	if (!tpu__ctx_on_thread(ctx))
+		ctx_kick(ctx);
+}
+
+void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&ctx->done_lock);
+	*ctx->task_tail = t;
+	ctx->task_tail = &t->next;
+	pthread_mutex_unlock(&ctx->done_lock);
+	atomic_store(&ctx->done_hint, 1);
+	if (!tpu__ctx_on_thread(ctx))
+		ctx_kick(ctx);
+}
+
+/* Run deferred tasks, one at a time for the same reason as the ops below. */
+static bool ctx_run_tasks(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	for (;;) {
+		struct tpu__task *t;
+
+		pthread_mutex_lock(&ctx->done_lock);
+		t = ctx->task_head;
+		if (t) {
+			ctx->task_head = t->next;
+			if (!ctx->task_head)
+				ctx->task_tail = &ctx->task_head;
+		}
+		pthread_mutex_unlock(&ctx->done_lock);
+		if (!t)
+			return any;
+		t->fn(t);
+		any = true;
+	}
+}
+
+/* ---- pollers --------------------------------------------------------- */
+
+void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p)
+{
+	p->next = ctx->pollers;
+	ctx->pollers = p;
+}
+
+void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
+{
+	struct tpu__poller **pp;
+
+	for (pp = &ctx->pollers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	/* A pass in progress goes on with the one after it. */
+	if (ctx->poll_cursor == p)
+		ctx->poll_cursor = p->next;
+}
+
+void tpu__ctx_spinner_get(struct tpu_context *ctx)
+{
+	ctx->spinners++;
+}
+
+void tpu__ctx_spinner_put(struct tpu_context *ctx)
+{
+	ctx->spinners--;
+}
+
+/* The ring defers completion work until this thread enters the kernel. */
+static bool ctx_coop(const struct tpu_context *ctx)
+{
+	return ctx->ring.flags & IORING_SETUP_COOP_TASKRUN;
+}
+
+/* Whether the thread spins before it sleeps. */
+static bool ctx_spins(const struct tpu_context *ctx)
+{
+	return ctx->spin_ns && (ctx->pollers || (ctx->spinners && ctx_coop(ctx)));
+}
+
+int tpu__ctx_wake_fd(const struct tpu_context *ctx)
+{
+	return ctx->wake_fd;
+}
+
+static bool ctx_poll_all(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	ctx->poll_cursor = ctx->pollers;
+	while (ctx->poll_cursor) {
+		struct tpu__poller *p = ctx->poll_cursor;
+
+		ctx->poll_cursor = p->next;
+		any |= p->poll(p);
+	}
+	return any;
+}
+
+/* True if a poller saw something arrive after all: do not sleep. */
+static bool ctx_arm_all(struct tpu_context *ctx)
+{
+	struct tpu__poller *p;
+	bool pending = false;
+
+	for (p = ctx->pollers; p; p = p->next)
+		pending |= p->arm(p);
+	return pending;
+}
+
+static void ctx_disarm_all(struct tpu_context *ctx)
+{
+	struct tpu__poller *p;
+
+	for (p = ctx->pollers; p; p = p->next)
+		p->disarm(p);
+}
+
+static uint64_t ctx_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Run the callbacks of finished ops; true if there were any.  One op at a
+ * time off the shared list, so that a callback waiting in tpu__ctx_wait()
+ * (destroying a rendezvous) finds the ops after its own still there.
+ */
+static bool ctx_run_done(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	for (;;) {
+		struct tpu__task *t;
+
+		pthread_mutex_lock(&ctx->done_lock);
+		t = ctx->done_head;
+		if (t) {
+			ctx->done_head = t->next;
+			if (!ctx->done_head)
+				ctx->done_tail = &ctx->done_head;
+		}
+		pthread_mutex_unlock(&ctx->done_lock);
+		if (!t)
+			return any;
+		t->fn(t);
+		any = true;
+	}
+}
+
+static bool ctx_has_work(struct tpu_context *ctx)
+{
+	bool work;
+
+	pthread_mutex_lock(&ctx->done_lock);
+	work = ctx->done_head || ctx->task_head;
+	pthread_mutex_unlock(&ctx->done_lock);
+	pthread_mutex_lock(&ctx->sq_lock);
+	work = work || ctx->unsubmitted || ctx->spill_head;
+	pthread_mutex_unlock(&ctx->sq_lock);
+	return work;
+}
+
+static void ctx_dispatch(struct tpu_context *ctx, const struct io_uring_cqe *cqe)
+{
+	struct ctx_rec *rec = io_uring_cqe_get_data(cqe);
+
+	/* More CQEs will come for this request: keep its record. */
+	if (cqe->flags & IORING_CQE_F_MORE) {
+		rec->fn(rec->arg, cqe);
+		return;
+	}
+	pthread_mutex_lock(&ctx->sq_lock);
+	ctx->inflight--;
+	pthread_mutex_unlock(&ctx->sq_lock);
+	rec->fn(rec->arg, cqe);
+	free(rec);
+}
+
+/* Take every CQE there is. */
+static void ctx_reap(struct tpu_context *ctx)
+{
+	/* A CQE32 copied out, so that handlers may re-enter the loop. */
+	union {
+		struct io_uring_cqe cqe;
+		uint8_t raw[32];
+	} copy;
+	struct io_uring_cqe *cqe;
+
+	while (io_uring_peek_cqe(&ctx->ring, &cqe) == 0) {
+		memcpy(&copy, cqe, sizeof(copy));
+		io_uring_cqe_seen(&ctx->ring, cqe);
+		ctx_dispatch(ctx, &copy.cqe);
+	}
+}
+
+static void ctx_progress(struct tpu_context *ctx)
+{
+	pthread_mutex_lock(&ctx->progress_lock);
+	ctx->generation++;
+	pthread_cond_broadcast(&ctx->progress);
+	pthread_mutex_unlock(&ctx->progress_lock);
+}
+
+/* Sleep until a CQE is there or the eventfd was written. */
+static void ctx_sleep(struct tpu_context *ctx)
+{
+	struct pollfd p[2] = {
+		{ .fd = ctx->ring.ring_fd, .events = POLLIN },
+		{ .fd = ctx->wake_fd, .events = POLLIN },
+	};
+	uint64_t n;
+
+	if (io_uring_cq_ready(&ctx->ring))
+		return;
+	/* EINTR is the module's task work having run: look at the ring again. */
+	if (poll(p, 2, -1) > 0 && (p[1].revents & POLLIN))
+		while (read(ctx->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
+			;
+}
+
+/* Submit, take CQEs, run callbacks, tasks and pollers; true if anything ran. */
+static bool ctx_work(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	if (atomic_exchange(&ctx->sq_hint, 0)) {
+		pthread_mutex_lock(&ctx->sq_lock);
+		ctx_flush(ctx);
+		pthread_mutex_unlock(&ctx->sq_lock);
+	}
+	/* Completion work the kernel holds until this thread enters it. */
+	if (ctx_coop(ctx) && (IO_URING_READ_ONCE(*ctx->ring.sq.kflags) & IORING_SQ_TASKRUN))
+		io_uring_get_events(&ctx->ring);
+	if (io_uring_cq_ready(&ctx->ring)) {
+		any = true;
+		ctx_reap(ctx);
+	}
+	if (atomic_exchange(&ctx->done_hint, 0)) {
+		any |= ctx_run_done(ctx);
+		any |= ctx_run_tasks(ctx);
+	}
+	if (ctx->pollers)
+		any |= ctx_poll_all(ctx);
+	return any;
+}
+
+/*
+ * With pollers or spinners, keep looking for a while before sleeping: a
+ * peer that answers within the spin costs neither side a wake-up.
+ */
+static bool ctx_spin(struct tpu_context *ctx)
+{
+	uint64_t until;
+
+	if (!ctx_spins(ctx))
+		return false;
+	until = ctx_now_ns() + ctx->spin_cur;
+	do {
+		if (ctx_work(ctx))
+			return true;
+	} while (ctx_spins(ctx) && ctx_now_ns() < until);
+	return false;
+}
+
+/* One round of the loop: submit, call back, else sleep for a CQE. */
+static void ctx_round(struct tpu_context *ctx)
+{
+	if (ctx_work(ctx) || ctx_spin(ctx)) {
+		ctx_progress(ctx);
+		return;
+	}
+	/* Announce the sleep, then look again: a kick now writes the eventfd. */
+	atomic_store(&ctx->asleep, true);
+	if (ctx_has_work(ctx) || ctx_arm_all(ctx)) {
+		atomic_store(&ctx->asleep, false);
+		ctx_disarm_all(ctx);
+		return;
+	}
+	if (ctx_spins(ctx)) {
+		uint64_t t0 = ctx_now_ns(), slept;
+
+		ctx_sleep(ctx);
+		slept = ctx_now_ns() - t0;
+		/*
+		 * Woken soon after giving up: the peer answers more slowly than
+		 * we spin (its own wake-up included), and two ends that both
+		 * sleep every time stay that slow.  Spin longer next time, up to
+		 * CTX_MAX_ADAPT_NS; a long sleep means idleness: back to the base.
+		 */
+		if (slept < CTX_MAX_ADAPT_NS)
+			ctx->spin_cur = ctx->spin_cur * 2 > CTX_MAX_ADAPT_NS ?
+					CTX_MAX_ADAPT_NS : ctx->spin_cur * 2;
+		else
+			ctx->spin_cur = ctx->spin_ns;
+	} else {
+		ctx_sleep(ctx);
+	}
+	atomic_store(&ctx->asleep, false);
+	ctx_disarm_all(ctx);
+	ctx_work(ctx);
+	ctx_progress(ctx);
+}
+
+static bool ctx_finished(struct tpu_context *ctx)
+{
+	bool stop, idle;
+
+	pthread_mutex_lock(&ctx->progress_lock);
+	stop = ctx->stopping;
+	pthread_mutex_unlock(&ctx->progress_lock);
+	if (!stop)
+		return false;
+	pthread_mutex_lock(&ctx->sq_lock);
+	idle = !ctx->inflight && !ctx->unsubmitted && !ctx->spill_head;
+	pthread_mutex_unlock(&ctx->sq_lock);
+	pthread_mutex_lock(&ctx->done_lock);
+	idle = idle && !ctx->done_head && !ctx->task_head;
+	pthread_mutex_unlock(&ctx->done_lock);
+	return idle;
+}
+
+static void *ctx_main(void *arg)
+{
+	struct tpu_context *ctx = arg;
+
+	this_thread_ctx = ctx;
+	while (!ctx_finished(ctx))
+		ctx_round(ctx);
+	ctx_progress(ctx);
+	return NULL;
+}
+
+void tpu__ctx_wait(struct tpu_context *ctx, bool (*done)(void *arg), void *arg)
+{
+	uint64_t gen;
+
+	if (tpu__ctx_on_thread(ctx)) {
+		while (!done(arg))
+			ctx_round(ctx);
+		return;
+	}
+	for (;;) {
+		pthread_mutex_lock(&ctx->progress_lock);
+		gen = ctx->generation;
+		pthread_mutex_unlock(&ctx->progress_lock);
+		if (done(arg))
+			return;
+		pthread_mutex_lock(&ctx->progress_lock);
+		while (ctx->generation == gen)
+			pthread_cond_wait(&ctx->progress, &ctx->progress_lock);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	}
+}
+
+/* ---- endpoint and rendezvous bookkeeping ---------------------------- */
+
+struct tpu_endpoint *tpu__ep_ref_get(struct tpu__ep_ref *ref)
+{
+	return ref ? ref->ep : NULL;
+}
+
+struct tpu__ep_ref *tpu__ep_ref_new(struct tpu_endpoint *ep)
+{
+	struct tpu__ep_ref *ref = calloc(1, sizeof(*ref));
+
+	if (!ref)
+		return NULL;
+	ref->ep = ep;
+	atomic_init(&ref->refs, 1);
+	return ref;
+}
+
+void tpu__ep_ref_hold(struct tpu__ep_ref *ref)
+{
+	atomic_fetch_add(&ref->refs, 1);
+}
+
+void tpu__ep_ref_put(struct tpu__ep_ref *ref)
+{
+	if (ref && atomic_fetch_sub(&ref->refs, 1) == 1) {
+		tpu_endpoint_close(ref->ep);
+		free(ref);
+	}
+}
+
+/* ctx->lock held. */
+static struct tpu__ep_ref *ctx_ep_locked(struct tpu_context *ctx)
+{
+	struct tpu_endpoint *ep;
+
+	if (ctx->ep_tried || (ctx->flags & TPU_CTX_NO_KMOD))
+		return ctx->ep;
+	ctx->ep_tried = true;
+	if (tpu_endpoint_open(ctx->dev_path, &ep))
+		return NULL;
+	ctx->ep = tpu__ep_ref_new(ep);
+	if (!ctx->ep)
+		tpu_endpoint_close(ep);
+	return ctx->ep;
+}
+
+struct tpu_endpoint *tpu__ctx_endpoint(struct tpu_context *ctx)
+{
+	struct tpu__ep_ref *ref;
+
+	pthread_mutex_lock(&ctx->lock);
+	ref = ctx_ep_locked(ctx);
+	pthread_mutex_unlock(&ctx->lock);
+	return tpu__ep_ref_get(ref);
+}
+
+struct tpu__ep_ref *tpu__ctx_endpoint_ref(struct tpu_context *ctx)
+{
+	struct tpu__ep_ref *ref;
+
+	pthread_mutex_lock(&ctx->lock);
+	ref = ctx_ep_locked(ctx);
+	if (ref)
+		tpu__ep_ref_hold(ref);
+	pthread_mutex_unlock(&ctx->lock);
+	return ref;
+}
+
+bool tpu__ctx_claim_endpoint(struct tpu_context *ctx)
+{
+	bool mine;
+
+	pthread_mutex_lock(&ctx->lock);
+	mine = ctx_ep_locked(ctx) && !ctx->ep_claimed;
+	if (mine)
+		ctx->ep_claimed = true;
+	pthread_mutex_unlock(&ctx->lock);
+	return mine;
+}
+
+/* ---- running on the context thread, synchronously --------------------- */
+
+struct sync_call {
+	struct tpu__task task;
+	void (*fn)(void *arg);
+	void *arg;
+	atomic_bool done;
+};
+
+static void sync_run(struct tpu__task *t)
+{
+	struct sync_call *sc = tpu__container_of(t, struct sync_call, task);
+
+	sc->fn(sc->arg);
+	atomic_store(&sc->done, true);
+}
+
+static bool sync_done(void *arg)
+{
+	return atomic_load(&((struct sync_call *)arg)->done);
+}
+
+void tpu__ctx_run_sync(struct tpu_context *ctx, void (*fn)(void *arg), void *arg)
+{
+	struct sync_call sc = { .task.fn = sync_run, .fn = fn, .arg = arg };
+
+	if (tpu__ctx_on_thread(ctx)) {
+		fn(arg);
+		return;
+	}
+	atomic_init(&sc.done, false);
+	tpu__ctx_defer(ctx, &sc.task);
+	tpu__ctx_wait(ctx, sync_done, &sc);
+}
+
+/* ---- objects left open ------------------------------------------------- */
+
+void tpu__ctx_add_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o)
+{
+	pthread_mutex_lock(&ctx->lock);
+	o->next = ctx->objs;
+	ctx->objs = o;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpu__ctx_del_obj(struct tpu_context *ctx, struct tpu__ctx_obj *o)
+{
+	struct tpu__ctx_obj **p;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (p = &ctx->objs; *p; p = &(*p)->next) {
+		if (*p == o) {
+			*p = o->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* ---- create and destroy ---------------------------------------------- */
+
+static void ctx_free(struct tpu_context *ctx)
+{
+	if (ctx->wake_fd >= 0)
+		close(ctx->wake_fd);
+	tpu__ep_ref_put(ctx->ep);
+	pthread_mutex_destroy(&ctx->sq_lock);
+	pthread_mutex_destroy(&ctx->done_lock);
+	pthread_mutex_destroy(&ctx->progress_lock);
+	pthread_cond_destroy(&ctx->progress);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx->dev_path);
+	free(ctx->transports);
+	free(ctx->channels);
+	free(ctx);
+}
+
+/* TPU_SPIN_US: how long the thread polls shared memory before it sleeps. */
+static uint64_t ctx_spin_ns_from_env(void)
+{
+	const char *s = getenv("TPU_SPIN_US");
+	char *end;
+	unsigned long long us;
+
+	if (!s || !*s)
+		return CTX_DEFAULT_SPIN_NS;
+	errno = 0;
+	us = strtoull(s, &end, 10);
+	if (errno || *end || us * 1000 > CTX_MAX_SPIN_NS) {
+		tpu__log_debug("context: ignoring TPU_SPIN_US=%s (0 to %d)", s,
+			       CTX_MAX_SPIN_NS / 1000);
+		return CTX_DEFAULT_SPIN_NS;
+	}
+	return us * 1000;
+}
+
+/* The thread must not take the program's signals: it would only delay them. */
+static tpu_status ctx_start_thread(struct tpu_context *ctx)
+{
+	sigset_t all, old;
+	int err;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&ctx->thread, NULL, ctx_main, ctx);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -err;
+}
+
+tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_context **out)
+{
+	struct io_uring_params p;
+	struct tpu_context *ctx;
+	unsigned int entries;
+	tpu_status st;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (opts && (opts->flags & ~TPU_CTX_NO_KMOD))
+		return -EINVAL;
+	entries = opts && opts->entries ? opts->entries : CTX_DEFAULT_ENTRIES;
+	if (entries > 32768)
+		return -EINVAL;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	ctx->wake_fd = -1;
+	pthread_mutex_init(&ctx->sq_lock, NULL);
+	pthread_mutex_init(&ctx->done_lock, NULL);
+	pthread_mutex_init(&ctx->progress_lock, NULL);
+	pthread_cond_init(&ctx->progress, NULL);
+	pthread_mutex_init(&ctx->lock, NULL);
+	ctx->done_tail = &ctx->done_head;
+	ctx->spill_tail = &ctx->spill_head;
+	ctx->task_tail = &ctx->task_head;
+	ctx->spin_ns = ctx_spin_ns_from_env();
+	ctx->spin_cur = ctx->spin_ns;
+	atomic_init(&ctx->asleep, false);
+	ctx->flags = opts ? opts->flags : 0;
+	if (opts && opts->dev_path && !(ctx->dev_path = strdup(opts->dev_path))) {
+		ctx_free(ctx);
+		return -ENOMEM;
+	}
+	if (opts && ((opts->transports && !(ctx->transports = strdup(opts->transports))) ||
+		     (opts->channels && !(ctx->channels = strdup(opts->channels))))) {
+		ctx_free(ctx);
+		return -ENOMEM;
+	}
+	ctx->wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (ctx->wake_fd < 0) {
+		st = tpu__errno();
+		ctx_free(ctx);
+		return st;
+	}
+	memset(&p, 0, sizeof(p));
+	/*
+	 * COOP_TASKRUN: completion work waits for this thread to enter the
+	 * kernel instead of interrupting it, which a spinning thread does
+	 * when TASKRUN_FLAG says there is some (kernels before 5.19 refuse).
+	 */
+	p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32 | IORING_SETUP_COOP_TASKRUN |
+		  IORING_SETUP_TASKRUN_FLAG;
+	st = io_uring_queue_init_params(entries, &ctx->ring, &p);
+	if (st == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQE32;
+		st = io_uring_queue_init_params(entries, &ctx->ring, &p);
+	}
+	if (st) {
+		tpu__log_debug("context: io_uring_setup failed: %s", tpu_strerror(st));
+		ctx_free(ctx);
+		return st;
+	}
+	st = ctx_start_thread(ctx);
+	if (st) {
+		io_uring_queue_exit(&ctx->ring);
+		ctx_free(ctx);
+		return st;
+	}
+	*out = ctx;
+	return 0;
+}
+
+TPU_API void tpu_context_destroy(struct tpu_context *ctx)
+{
+	if (!ctx)
+		return;
+	/*
+	 * Objects left open are closed, pipes and listeners first, then the
+	 * rendezvous: their callbacks all run.
+	 */
+	for (int pass = 0; pass < TPU__CTX_PASSES; pass++) {
+		for (;;) {
+			struct tpu__ctx_obj *o;
+
+			pthread_mutex_lock(&ctx->lock);
+			for (o = ctx->objs; o && (int)o->pass != pass; o = o->next)
+				;
+			pthread_mutex_unlock(&ctx->lock);
+			if (!o)
+				break;
+			tpu__log_debug("context: closing %s the program left open", o->what);
+			o->close(o);
+		}
+	}
+	pthread_mutex_lock(&ctx->progress_lock);
+	ctx->stopping = true;
+	pthread_mutex_unlock(&ctx->progress_lock);
+	atomic_store(&ctx->asleep, true);
+	ctx_kick(ctx);
+	pthread_join(ctx->thread, NULL);
+	io_uring_queue_exit(&ctx->ring);
+	while (ctx->spill_head) {
+		struct ctx_spill *s = ctx->spill_head;
+
+		ctx->spill_head = s->next;
+		free(s);
+	}
+	ctx_free(ctx);
+}

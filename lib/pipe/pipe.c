@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Pipes: the public calls and a pipe's life.  A call checks what it can
+ * check on the caller's thread, then defers itself to the context thread,
+ * which owns the pipe (see pipe_internal.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipe_internal.h"
+
+static void pipe_obj_close(struct tpu__ctx_obj *o)
+{
+	tpu_pipe_close(tpu__container_of(o, struct tpu_pipe, obj));
+}
+
+struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
+{
+	struct tpu_pipe *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->ctx = ctx;
+	p->connector = connector;
+	p->state = connector ? PIPE_CONNECTING : PIPE_ACCEPTING;
+	p->chan = &tpu__chan_basic;
+	p->link.ctx = ctx;
+	p->link.connector = connector;
+	p->link.fd = -1;
+	p->writes_tail = &p->writes;
+	p->reads_tail = &p->reads;
+	atomic_init(&p->user_closed, false);
+	atomic_init(&p->broken, false);
+	atomic_init(&p->ready, false);
+	atomic_init(&p->queued, 0);
+	p->obj.close = pipe_obj_close;
+	p->obj.pass = TPU__CTX_PASS_PIPE;
+	p->obj.what = "a pipe";
+	return p;
+}
+
+static void pipe_free(struct tpu_pipe *p)
+{
+	tpu__pipe_reads_free(p);
+	free(p->setup_frame);
+	free(p->lane_frames);
+	free(p->setup_body);
+	free(p->in_body);
+	free(p->desc_calls);
+	if (p->link.fd >= 0)
+		close(p->link.fd);
+	free(p);
+}
+
+void tpu__pipe_maybe_free(struct tpu_pipe *p)
+{
+	if (p->closed && !p->io && !p->chan_ops && !p->link.state)
+		pipe_free(p);
+}
+
+void tpu__pipe_io_put(struct tpu_pipe *p)
+{
+	p->io--;
+	tpu__pipe_maybe_free(p);
+}
+
+tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb)
+{
+	tpu_status st;
+
+	tpu__pipe_io_get(p);
+	st = p->conn->ops->read(p->conn, buf, len, cb, p);
+	if (st)
+		tpu__pipe_io_cancel(p);
+	return st;
+}
+
+/* Descriptor requests not served: each gets the error. */
+static void pipe_desc_calls_fail(struct tpu_pipe *p, tpu_status err)
+{
+	while (p->ndesc_calls) {
+		struct pipe_call *c = p->desc_calls[0];
+
+		memmove(p->desc_calls, p->desc_calls + 1, --p->ndesc_calls * sizeof(*p->desc_calls));
+		c->cb.desc(c->arg, err, NULL);
+		free(c);
+	}
+}
+
+void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
+{
+	struct tpu__conn *conn;
+
+	if (p->state == PIPE_FAILED)
+		return;
+	tpu__log_debug("pipe %p: %s", (void *)p, tpu_strerror(err));
+	p->state = PIPE_FAILED;
+	p->error = err;
+	atomic_store(&p->broken, true);
+	if (p->listener) {
+		tpu__listener_forget(p->listener, p);
+		p->listener = NULL;
+	}
+	/* Closing the transport fails its operations; their callbacks see FAILED. */
+	conn = p->conn;
+	p->conn = NULL;
+	if (conn)
+		conn->ops->close(conn);
+	p->link.conn = NULL;
+	tpu__mtcp_close(p);
+	p->link.closed = true;
+	if (p->chan->close)
+		p->chan->close(&p->link);
+	tpu__pipe_writes_fail(p);
+	tpu__pipe_reads_fail(p);
+	pipe_desc_calls_fail(p, err);
+}
+
+/*
+ * The peer went away.  A read in flight will drain what it left and fail
+ * by itself; a pipe holding a descriptor reads nothing, and its writes
+ * waiting for the peer (kmod, cma ACKs) would wait forever: fail it now.
+ */
+static void pipe_peer_gone(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	if (p->state == PIPE_OPEN && p->in == PIPE_IN_IDLE)
+		tpu__pipe_fail(p, st);
+}
+
+void tpu__pipe_opened(struct tpu_pipe *p)
+{
+	snprintf(p->xport_name, sizeof(p->xport_name), "%s", p->xport->name);
+	snprintf(p->chan_name, sizeof(p->chan_name), "%s", p->chan->name);
+	atomic_store(&p->ready, true);
+	p->state = PIPE_OPEN;
+	if (p->conn->ops->watch)
+		p->conn->ops->watch(p->conn, pipe_peer_gone, p);
+	tpu__log_debug("pipe %p: open, transport %s, cpu->cpu channel %s", (void *)p,
+		       p->xport_name, p->chan_name);
+	/* Writes queued while connecting go out now, then reads may begin. */
+	tpu__pipe_write_start(p, NULL);
+	tpu__pipe_in_pump(p);
+}
+
+/* ---- calls, on the context thread ------------------------------------ */
+
+static void pipe_call_run(struct tpu__task *t)
+{
+	struct pipe_call *c = (struct pipe_call *)t;
+	struct tpu_pipe *p = c->pipe;
+
+	if (c->deferred)
+		atomic_fetch_sub(&p->queued, 1);
+	switch (c->kind) {
+	case PIPE_CALL_WRITE:
+		tpu__pipe_write_start(p, c);
+		break;
+	case PIPE_CALL_READ_DESC:
+		tpu__pipe_read_desc(p, c);
+		break;
+	case PIPE_CALL_READ:
+		tpu__pipe_read_start(p, c);
+		break;
+	case PIPE_CALL_CLOSE:
+		free(c);
+		tpu__pipe_fail(p, TPU_E_CLOSED);
+		p->closed = true;
+		tpu__pipe_maybe_free(p);
+		break;
+	}
+}
+
+static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct tpu_message *msg,
+			    void (*cb)(void), void *arg)
+{
+	struct pipe_call *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->task.fn = pipe_call_run;
+	c->pipe = p;
+	c->kind = kind;
+	c->msg = msg;
+	switch (kind) {
+	case PIPE_CALL_WRITE:
+		c->cb.write = (tpu_write_cb)cb;
+		break;
+	case PIPE_CALL_READ_DESC:
+		c->cb.desc = (tpu_descriptor_cb)cb;
+		break;
+	case PIPE_CALL_READ:
+		c->cb.read = (tpu_read_cb)cb;
+		break;
+	case PIPE_CALL_CLOSE:
+		break;
+	}
+	c->arg = arg;
+	/*
+	 * From a callback, with nothing of this pipe queued before it, run the
+	 * call now: a pipe driven from its callbacks (a ping-pong) then costs
+	 * no trip through the task queue.  Close always goes through the queue
+	 * (the pipe may be freed by it).
+	 */
+	if (kind != PIPE_CALL_CLOSE && tpu__ctx_on_thread(p->ctx) && !atomic_load(&p->queued)) {
+		pipe_call_run(&c->task);
+		return 0;
+	}
+	c->deferred = true;
+	atomic_fetch_add(&p->queued, 1);
+	tpu__ctx_defer(p->ctx, &c->task);
+	return 0;
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+static bool meta_ok(const void *meta, size_t len)
+{
+	return len <= TPU_PIPE_MAX_METADATA && (meta || !len);
+}
+
+static tpu_status check_message(const struct tpu_message *m)
+{
+	if (!meta_ok(m->metadata, m->metadata_len))
+		return -EINVAL;
+	if (m->npayloads > TPU_PIPE_MAX_PAYLOADS || (m->npayloads && !m->payloads))
+		return -EINVAL;
+	if (m->ntensors > TPU_PIPE_MAX_TENSORS || (m->ntensors && !m->tensors))
+		return -EINVAL;
+	for (size_t i = 0; i < m->npayloads; i++) {
+		const struct tpu_payload *pl = &m->payloads[i];
+
+		if (pl->len > TPU_PIPE_MAX_LEN || (pl->len && !pl->data) ||
+		    !meta_ok(pl->metadata, pl->metadata_len))
+			return -EINVAL;
+	}
+	for (size_t i = 0; i < m->ntensors; i++) {
+		const struct tpu_message_tensor *t = &m->tensors[i];
+
+		if (t->len > TPU_PIPE_MAX_LEN || (t->len && !t->data) ||
+		    !meta_ok(t->metadata, t->metadata_len))
+			return -EINVAL;
+		/* Only CPU memory moves today; CUDA is reserved in the format. */
+		if (t->device.type != TPU_DEVICE_CPU || t->target.type > TPU_DEVICE_CUDA)
+			return -EINVAL;
+		if (t->flags & ~TPU_TENSOR_GIVE)
+			return -EINVAL;
+		if ((t->flags & TPU_TENSOR_GIVE) &&
+		    (!t->buffer || t->data != tpu_buffer_data(t->buffer) ||
+		     t->len > tpu_buffer_size(t->buffer)))
+			return -EINVAL;
+	}
+	return 0;
+}
+
+TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg,
+				  tpu_write_cb done, void *arg)
+{
+	tpu_status st;
+
+	if (!pipe || !msg || !done)
+		return -EINVAL;
+	st = check_message(msg);
+	if (st)
+		return st;
+	if (atomic_load(&pipe->broken))
+		return -EPIPE;
+	return pipe_call(pipe, PIPE_CALL_WRITE, msg, (void (*)(void))done, arg);
+}
+
+TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descriptor_cb done,
+					    void *arg)
+{
+	if (!pipe || !done)
+		return -EINVAL;
+	return pipe_call(pipe, PIPE_CALL_READ_DESC, NULL, (void (*)(void))done, arg);
+}
+
+TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
+				 tpu_read_cb done, void *arg)
+{
+	if (!pipe || !msg || !done)
+		return -EINVAL;
+	for (size_t i = 0; i < msg->npayloads; i++)
+		if (msg->payloads[i].len && !msg->payloads[i].data)
+			return -EINVAL;
+	for (size_t i = 0; i < msg->ntensors; i++) {
+		const struct tpu_message_tensor *t = &msg->tensors[i];
+
+		if (t->flags & ~TPU_TENSOR_WANT_BUFFER)
+			return -EINVAL;
+		/* A tensor needs room, or asks for a buffer. */
+		if (t->flags & TPU_TENSOR_WANT_BUFFER ? t->data != NULL : t->len && !t->data)
+			return -EINVAL;
+		if (t->device.type != TPU_DEVICE_CPU)
+			return -EINVAL;
+	}
+	return pipe_call(pipe, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
+}
+
+static void pipe_close_now(void *arg)
+{
+	struct tpu_pipe *p = arg;
+
+	tpu__pipe_fail(p, TPU_E_CLOSED);
+	p->closed = true;
+	tpu__pipe_maybe_free(p);
+}
+
+TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
+{
+	if (!pipe || atomic_exchange(&pipe->user_closed, true))
+		return;
+	tpu__ctx_del_obj(pipe->ctx, &pipe->obj);
+	atomic_store(&pipe->broken, true);
+	/*
+	 * From a callback the close runs after the calls already queued (they
+	 * may name this pipe).  From any other thread, wait until it ran, so
+	 * that what the pipe holds (its kmod rendezvous) is released before
+	 * the caller goes on, tpu_context_destroy() in particular.
+	 */
+	if (tpu__ctx_on_thread(pipe->ctx)) {
+		/* Without memory for the call the pipe would leak: retry, it is tiny. */
+		while (pipe_call(pipe, PIPE_CALL_CLOSE, NULL, NULL, NULL))
+			;
+		return;
+	}
+	tpu__ctx_run_sync(pipe->ctx, pipe_close_now, pipe);
+}
+
+TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe)
+{
+	if (!pipe || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
+		return "";
+	return pipe->xport_name;
+}
+
+TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
+				     enum tpu_device_type dst)
+{
+	if (!pipe || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
+		return "";
+	if (src != TPU_DEVICE_CPU || dst != TPU_DEVICE_CPU)
+		return "";
+	return pipe->chan_name;
+}
+
+/* ---- connect ------------------------------------------------------------ */
+
+struct connect_call {
+	struct tpu_pipe *pipe;
+	const struct tpu__xport *xport;
+	const char *addr;
+	tpu_status status;
+};
+
+static void connect_run(void *arg)
+{
+	struct connect_call *cc = arg;
+
+	cc->status = tpu__pipe_connector_start(cc->pipe, cc->xport, cc->addr);
+}
+
+static void pipe_free_run(void *arg)
+{
+	tpu__pipe_maybe_free(arg);
+}
+
+TPU_API tpu_status tpu_pipe_connect(struct tpu_context *ctx, const char *url,
+				    struct tpu_pipe **out)
+{
+	struct connect_call cc = { 0 };
+	const char *sep;
+	struct tpu_pipe *p;
+	tpu_status st;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!ctx || !url)
+		return -EINVAL;
+	sep = strstr(url, "://");
+	if (!sep || sep == url)
+		return -EINVAL;
+	cc.xport = tpu__pipe_xport_by_name(url, (size_t)(sep - url));
+	if (!cc.xport)
+		return TPU_E_NO_TRANSPORT;
+	p = tpu__pipe_new(ctx, true);
+	if (!p)
+		return -ENOMEM;
+	st = tpu__pipe_policy(ctx, &p->policy);
+	if (!st && !p->policy.xport_ok[tpu__pipe_xport_index(cc.xport)])
+		st = TPU_E_NO_TRANSPORT;
+	if (st) {
+		free(p);
+		return st;
+	}
+	cc.pipe = p;
+	cc.addr = sep + 3;
+	tpu__ctx_run_sync(ctx, connect_run, &cc);
+	if (cc.status) {
+		/* Nothing of it is in flight: the transport refused at once. */
+		if (p->conn)
+			p->conn->ops->close(p->conn);
+		p->conn = NULL;
+		p->closed = true;
+		tpu__ctx_run_sync(ctx, pipe_free_run, p);
+		return cc.status;
+	}
+	tpu__ctx_add_obj(ctx, &p->obj);
+	*out = p;
+	return 0;
+}

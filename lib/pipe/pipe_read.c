@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The read path of a pipe (context thread only).
+ *
+ * The inbound side reads frames one at a time.  ACKs are handled as they
+ * come; a message descriptor is read ahead and held.  While a descriptor
+ * is held nothing more is read: it goes to the next read_descriptor call,
+ * then its inline bytes are read straight into the memory the user gives
+ * to tpu_pipe_read(), and only then does the next frame get read.  So at
+ * most one descriptor waits in memory whatever the writer does: that is the
+ * back-pressure, the writer's transport fills up and its writes stall.
+ *
+ * Tensors of other channels than basic are fetched when the read starts
+ * (the channel's ->recv); a channel with TPU__CHAN_ACKED (cma) ACKs each
+ * tensor to the writer, which holds its memory until then.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipe_internal.h"
+
+/* take_msg packs these arrays one after the other. */
+_Static_assert(sizeof(struct tpu_payload) % 8 == 0 && sizeof(struct tpu_message_tensor) % 8 == 0 &&
+	       sizeof(struct pipe_rd_tensor) % 8 == 0 && sizeof(struct tpu__wire_payload) % 8 == 0 &&
+	       sizeof(struct tpu__wire_tensor) % 8 == 0 && sizeof(struct pipe_read) % 8 == 0,
+	       "array sizes keep 8-byte alignment");
+
+static void rd_free(struct pipe_read *rd)
+{
+	/* The arrays live in rd's own allocation (take_msg). */
+	free(rd->body);
+	free(rd);
+}
+
+/* Call back the reads at the head that are done, in order. */
+static void reads_complete(struct tpu_pipe *p)
+{
+	while (p->reads && p->reads->started && p->reads->waiting == 0) {
+		struct pipe_read *rd = p->reads;
+
+		p->reads = rd->next;
+		if (!p->reads)
+			p->reads_tail = &p->reads;
+		if (rd->status) {
+			/* Buffers the pipe made for the reader go back with the failure. */
+			for (size_t i = 0; i < rd->msg.ntensors; i++) {
+				struct tpu_message_tensor *t = &rd->msg.tensors[i];
+
+				if (t->flags & TPU_TENSOR_WANT_BUFFER) {
+					tpu_buffer_free(t->buffer);
+					t->buffer = NULL;
+					t->data = NULL;
+				}
+			}
+		}
+		rd->cb(rd->arg, rd->status, &rd->msg);
+		rd_free(rd);
+	}
+}
+
+static void rd_part_done(struct tpu_pipe *p, struct pipe_read *rd, tpu_status st)
+{
+	if (st && !rd->status)
+		rd->status = p->state == PIPE_FAILED ? p->error : st;
+	rd->waiting--;
+	reads_complete(p);
+}
+
+/* Hand the held descriptor to the oldest read_descriptor call. */
+static void deliver(struct tpu_pipe *p)
+{
+	struct pipe_read *rd = p->held;
+	struct pipe_call *c;
+
+	if (!rd || rd->delivered || !p->ndesc_calls)
+		return;
+	c = p->desc_calls[0];
+	memmove(p->desc_calls, p->desc_calls + 1, --p->ndesc_calls * sizeof(*p->desc_calls));
+	rd->delivered = true;
+	*p->reads_tail = rd;
+	p->reads_tail = &rd->next;
+	c->cb.desc(c->arg, 0, &rd->msg);
+	free(c);
+}
+
+#define in_read tpu__pipe_conn_read
+
+static void body_done(void *arg, tpu_status st);
+
+static void hdr_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	p->in = PIPE_IN_IDLE;
+	if (p->state != PIPE_OPEN)
+		goto out;
+	if (!st) {
+		st = tpu__wire_hdr_decode(p->in_hdr, &p->in_frame);
+		if (st)
+			tpu__log_debug("pipe %p: bad frame header %02x%02x%02x%02x %02x%02x%02x%02x",
+				       (void *)p, p->in_hdr[0], p->in_hdr[1], p->in_hdr[2],
+				       p->in_hdr[3], p->in_hdr[4], p->in_hdr[5], p->in_hdr[6],
+				       p->in_hdr[7]);
+	}
+	if (!st && p->in_frame.type != TPU__WIRE_MSG && p->in_frame.type != TPU__WIRE_ACK)
+		st = -EPROTO;
+	if (!st && !p->in_frame.len)
+		st = -EPROTO;
+	if (!st) {
+		p->in_body = malloc(p->in_frame.len);
+		st = p->in_body ? 0 : -ENOMEM;
+	}
+	if (!st) {
+		p->in = PIPE_IN_BODY;
+		st = in_read(p, p->in_body, p->in_frame.len, body_done);
+		if (st)
+			p->in = PIPE_IN_IDLE;
+	}
+	if (st)
+		tpu__pipe_fail(p, st);
+out:
+	tpu__pipe_io_put(p);
+}
+
+/* A MSG body: a held read with the user's view of the descriptor. */
+static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
+{
+	struct tpu__wire_payload *wp = NULL;
+	struct tpu__wire_tensor *wt = NULL;
+	struct tpu__wire_msg wm = { 0 };
+	struct pipe_read *rd;
+	uint32_t np, nt;
+	tpu_status st;
+
+	st = tpu__wire_msg_counts(body, len, &np, &nt);
+	if (st)
+		return st;
+	/*
+	 * One allocation for the read and all its arrays (every element size
+	 * is a multiple of 8, so each array starts aligned): a message costs
+	 * few trips to malloc.  The decoder's own arrays come last.
+	 */
+	rd = calloc(1, sizeof(*rd) + np * (sizeof(*rd->payloads) + sizeof(*rd->payload_len) +
+					   sizeof(*wp)) +
+			nt * (sizeof(*rd->tensors) + sizeof(*rd->tinfo) + sizeof(*wt)));
+	if (!rd)
+		return -ENOMEM;
+	rd->body = body;
+	rd->payloads = (struct tpu_payload *)(rd + 1);
+	rd->payload_len = (uint64_t *)(rd->payloads + np);
+	rd->tensors = (struct tpu_message_tensor *)(rd->payload_len + np);
+	rd->tinfo = (struct pipe_rd_tensor *)(rd->tensors + nt);
+	wp = (struct tpu__wire_payload *)(rd->tinfo + nt);
+	wt = (struct tpu__wire_tensor *)(wp + np);
+	wm.payloads = wp;
+	wm.tensors = wt;
+	st = tpu__wire_msg_decode(body, len, &wm);
+	if (st)
+		goto fail;
+	st = -EPROTO;
+	if (wm.seq != p->next_read_seq)
+		goto fail;
+	for (uint32_t i = 0; i < nt; i++) {
+		struct pipe_rd_tensor *ti = &rd->tinfo[i];
+
+		ti->chan = wt[i].channel;
+		ti->len = wt[i].len;
+		/* Only what this pipe negotiated, and only tensors too big to go inline. */
+		if (ti->chan != TPU__WIRE_INLINE &&
+		    (p->chan->flags & TPU__CHAN_INLINE || ti->chan != p->chan->wire_id ||
+		     ti->len <= TPU_PIPE_INLINE_MAX))
+			goto fail;
+		if (wt[i].src_type != TPU_DEVICE_CPU)
+			goto fail;
+		if (wt[i].chan_desc.len != (ti->chan == TPU__WIRE_INLINE ? 0 : p->chan->desc_len))
+			goto fail;
+		ti->desc = wt[i].chan_desc.data;
+		rd->tensors[i] = (struct tpu_message_tensor){
+			.len = (size_t)wt[i].len,
+			.device = { TPU_DEVICE_CPU, 0 },
+			.target = { wt[i].dst_type, wt[i].dst_index },
+			.metadata = wt[i].meta.data,
+			.metadata_len = wt[i].meta.len,
+		};
+	}
+	for (uint32_t i = 0; i < np; i++) {
+		rd->payload_len[i] = wp[i].len;
+		rd->payloads[i] = (struct tpu_payload){
+			.len = (size_t)wp[i].len,
+			.metadata = wp[i].meta.data,
+			.metadata_len = wp[i].meta.len,
+		};
+	}
+	rd->seq = wm.seq;
+	rd->msg = (struct tpu_message){
+		.metadata = wm.meta.data,
+		.metadata_len = wm.meta.len,
+		.payloads = np ? rd->payloads : NULL,
+		.npayloads = np,
+		.tensors = nt ? rd->tensors : NULL,
+		.ntensors = nt,
+	};
+	p->next_read_seq++;
+	p->held = rd;
+	return 0;
+fail:
+	rd->body = NULL;	/* the caller frees it */
+	rd_free(rd);
+	return st;
+}
+
+static void body_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+	uint8_t *body = p->in_body;
+
+	p->in_body = NULL;
+	p->in = PIPE_IN_IDLE;
+	if (p->state != PIPE_OPEN) {
+		free(body);
+		goto out;
+	}
+	if (!st && p->in_frame.type == TPU__WIRE_ACK) {
+		struct tpu__wire_ack ack;
+
+		st = tpu__wire_ack_decode(body, p->in_frame.len, &ack);
+		free(body);
+		if (!st)
+			tpu__pipe_ack(p, &ack);
+	} else if (!st) {
+		st = take_msg(p, body, p->in_frame.len);
+		if (st)
+			free(body);
+	} else {
+		free(body);
+	}
+	if (st)
+		tpu__pipe_fail(p, st);
+	else
+		tpu__pipe_in_pump(p);
+out:
+	tpu__pipe_io_put(p);
+}
+
+void tpu__pipe_in_pump(struct tpu_pipe *p)
+{
+	if (p->state != PIPE_OPEN)
+		return;
+	deliver(p);
+	if (p->in != PIPE_IN_IDLE || p->held)
+		return;
+	p->in = PIPE_IN_HDR;
+	if (in_read(p, p->in_hdr, TPU__WIRE_HDR_LEN, hdr_done)) {
+		p->in = PIPE_IN_IDLE;
+		tpu__pipe_fail(p, -ENOMEM);
+	}
+}
+
+void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c)
+{
+	struct pipe_call **grown;
+
+	if (p->state == PIPE_FAILED) {
+		c->cb.desc(c->arg, p->error, NULL);
+		free(c);
+		return;
+	}
+	if (p->ndesc_calls == p->desc_calls_cap) {
+		size_t cap = p->desc_calls_cap ? 2 * p->desc_calls_cap : 4;
+
+		grown = realloc(p->desc_calls, cap * sizeof(*grown));
+		if (!grown) {
+			c->cb.desc(c->arg, -ENOMEM, NULL);
+			free(c);
+			return;
+		}
+		p->desc_calls = grown;
+		p->desc_calls_cap = cap;
+	}
+	p->desc_calls[p->ndesc_calls++] = c;
+	tpu__pipe_in_pump(p);
+}
+
+/* ---- inline bytes ------------------------------------------------------- */
+
+static void inline_next(struct tpu_pipe *p);
+
+static void inline_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+	struct pipe_read *rd = p->inline_rd;
+
+	if (st || p->state != PIPE_OPEN) {
+		/* The stream is gone; so is this read's inline part. */
+		p->in = PIPE_IN_IDLE;
+		p->inline_rd = NULL;
+		if (p->held == rd)
+			p->held = NULL;
+		if (st)
+			tpu__pipe_fail(p, st);
+		rd_part_done(p, rd, st ? st : p->error);
+		tpu__pipe_io_put(p);
+		return;
+	}
+	p->inline_next++;
+	inline_next(p);
+	tpu__pipe_io_put(p);
+}
+
+/* Read the next inline part of p->inline_rd, or finish the inline stream. */
+static void inline_next(struct tpu_pipe *p)
+{
+	struct pipe_read *rd = p->inline_rd;
+	size_t np = rd->msg.npayloads;
+
+	while (p->inline_next < np + rd->msg.ntensors) {
+		size_t k = p->inline_next;
+		void *dst;
+		size_t len;
+
+		if (k < np) {
+			dst = rd->msg.payloads[k].data;
+			len = rd->payload_len[k];
+		} else {
+			if (rd->tinfo[k - np].chan != TPU__WIRE_INLINE) {
+				p->inline_next++;
+				continue;
+			}
+			dst = rd->msg.tensors[k - np].data;
+			len = rd->tinfo[k - np].len;
+		}
+		if (!len) {
+			p->inline_next++;
+			continue;
+		}
+		if (in_read(p, dst, len, inline_done)) {
+			tpu__pipe_fail(p, -ENOMEM);
+			p->in = PIPE_IN_IDLE;
+			p->inline_rd = NULL;
+			p->held = NULL;
+			rd_part_done(p, rd, -ENOMEM);
+		}
+		return;
+	}
+	p->in = PIPE_IN_IDLE;
+	p->inline_rd = NULL;
+	p->held = NULL;
+	rd_part_done(p, rd, 0);
+	tpu__pipe_in_pump(p);
+}
+
+/* ---- channels ----------------------------------------------------------- */
+
+/* The bookkeeping a channel does through its struct tpu__chan_xfer. */
+static void xfer_part_start(struct tpu__chan_xfer *x, enum tpu__chan_part kind)
+{
+	struct pipe_read *rd = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	rd->waiting++;
+	if (kind == TPU__PART_IO)
+		tpu__pipe_io_get(p);
+	else if (kind == TPU__PART_CHAN)
+		p->chan_ops++;
+}
+
+static void xfer_part_cancel(struct tpu__chan_xfer *x, enum tpu__chan_part kind)
+{
+	struct pipe_read *rd = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	rd->waiting--;
+	if (kind == TPU__PART_IO)
+		tpu__pipe_io_cancel(p);
+	else if (kind == TPU__PART_CHAN)
+		p->chan_ops--;
+}
+
+/*
+ * A part of one tensor's read is done: a channel operation, or a transport
+ * operation (an mtcp stripe read, an ACK written).  The read of an ACKed
+ * tensor ends when its ACK is on the transport, so that a reader closing
+ * the pipe right after its callback does not drop the ACK its writer
+ * waits for.
+ */
+static void xfer_part_done(struct tpu__chan_xfer *x, enum tpu__chan_part kind, tpu_status st)
+{
+	struct pipe_read *rd = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	if (kind == TPU__PART_IO) {
+		if (st)
+			tpu__pipe_fail(p, st);
+		rd_part_done(p, rd, st);
+		tpu__pipe_io_put(p);
+		return;
+	}
+	p->chan_ops--;
+	rd_part_done(p, rd, st);
+	tpu__pipe_maybe_free(p);
+}
+
+struct ack_part {
+	struct tpu__chan_xfer x;
+	uint8_t frame[];
+};
+
+static void ack_written(void *arg, tpu_status st)
+{
+	struct ack_part *part = arg;
+	struct tpu__chan_xfer x = part->x;
+
+	free(part);
+	xfer_part_done(&x, TPU__PART_IO, st);
+}
+
+/* Tell the writer that tensor x->idx of the message is taken (TPU__CHAN_ACKED). */
+static tpu_status xfer_ack(struct tpu__chan_xfer *x, tpu_status status)
+{
+	struct pipe_read *rd = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+	struct tpu__wire_ack ack = { .seq = x->seq, .tensor = x->idx, .status = status };
+	struct ack_part *part;
+	long len;
+	tpu_status st;
+
+	if (status && !rd->status)
+		rd->status = status;
+	len = tpu__wire_ack_encode(NULL, 0, &ack);
+	if (len < 0)
+		return (tpu_status)len;
+	/* The frame rides behind the part, for the callback to free both. */
+	part = malloc(sizeof(*part) + (size_t)len);
+	if (!part)
+		return -ENOMEM;
+	part->x = *x;
+	tpu__wire_ack_encode(part->frame, (size_t)len, &ack);
+	xfer_part_start(x, TPU__PART_IO);
+	st = p->conn->ops->write(p->conn, &(struct iovec){ part->frame, (size_t)len }, 1,
+				 ack_written, part);
+	if (st) {
+		xfer_part_cancel(x, TPU__PART_IO);
+		free(part);
+	}
+	return st;
+}
+
+/* Hand tensor @i to the pipe's channel. */
+static tpu_status read_chan(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
+{
+	struct tpu__chan_xfer x = {
+		.link = &p->link,
+		.t = &rd->msg.tensors[i],
+		.seq = rd->seq,
+		.idx = (uint32_t)i,
+		.desc = rd->tinfo[i].desc,
+		.owner = rd,
+		.part_start = xfer_part_start,
+		.part_done = xfer_part_done,
+		.part_cancel = xfer_part_cancel,
+		.ack = xfer_ack,
+	};
+
+	return p->chan->recv(&p->link, &x);
+}
+
+void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
+{
+	struct pipe_read *rd;
+	tpu_status st = 0;
+
+	for (rd = p->reads; rd; rd = rd->next)
+		if (&rd->msg == c->msg && !rd->started)
+			break;
+	if (!rd) {
+		c->cb.read(c->arg, -EINVAL, c->msg);
+		free(c);
+		return;
+	}
+	rd->cb = c->cb.read;
+	rd->arg = c->arg;
+	free(c);
+	rd->started = true;
+	if (p->state != PIPE_OPEN) {
+		rd->status = p->error;
+		if (p->held == rd)
+			p->held = NULL;
+		reads_complete(p);
+		return;
+	}
+	/* Lengths are the descriptor's; the reader only says where. */
+	for (size_t i = 0; i < rd->msg.npayloads; i++)
+		if (rd->msg.payloads[i].len != rd->payload_len[i])
+			st = -EINVAL;
+	for (size_t i = 0; !st && i < rd->msg.ntensors; i++) {
+		struct tpu_message_tensor *t = &rd->msg.tensors[i];
+
+		if (t->len != rd->tinfo[i].len)
+			st = -EINVAL;
+		else if ((t->flags & TPU_TENSOR_WANT_BUFFER) &&
+			 (rd->tinfo[i].chan == TPU__WIRE_INLINE ||
+			  !(p->chan->flags & TPU__CHAN_BUFFERS))) {
+			t->buffer = NULL;
+			st = tpu_buffer_alloc(p->ctx, t->len ? t->len : 1, &t->buffer);
+			if (!st)
+				t->data = tpu_buffer_data(t->buffer);
+		}
+	}
+	/* The inline stream is one part; each channel tensor another. */
+	rd->waiting++;
+	for (size_t i = 0; !st && i < rd->msg.ntensors; i++) {
+		if (rd->tinfo[i].chan != TPU__WIRE_INLINE)
+			st = read_chan(p, rd, i);
+	}
+	if (st) {
+		/* The stream is out of step with this message now: the pipe is done. */
+		rd->status = st;
+		p->held = NULL;
+		tpu__pipe_fail(p, st);
+		rd_part_done(p, rd, st);
+		return;
+	}
+	p->inline_rd = rd;
+	p->inline_next = 0;
+	p->in = PIPE_IN_INLINE;
+	inline_next(p);
+}
+
+void tpu__pipe_reads_fail(struct tpu_pipe *p)
+{
+	struct pipe_read *rd;
+
+	/* A descriptor nobody asked for yet is simply dropped. */
+	if (p->held && !p->held->delivered) {
+		rd_free(p->held);
+		p->held = NULL;
+	}
+	for (rd = p->reads; rd; rd = rd->next)
+		if (!rd->status)
+			rd->status = p->error;
+	reads_complete(p);
+}
+
+void tpu__pipe_reads_free(struct tpu_pipe *p)
+{
+	while (p->reads) {
+		struct pipe_read *rd = p->reads;
+
+		p->reads = rd->next;
+		rd_free(rd);
+	}
+	if (p->held && !p->held->delivered)
+		rd_free(p->held);
+	p->held = NULL;
+}

@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The write path of a pipe (context thread only).
+ *
+ * A write is a descriptor frame, then the inline bytes (payloads, and
+ * tensors that go inline), on the transport; tensors of other channels
+ * travel apart (the channel's ->send).  It is done when every part is:
+ * the transport took its bytes, each channel part ended (a kmod SEND
+ * completed: the reader took the tensor), the reader ACKed each tensor of
+ * a TPU__CHAN_ACKED channel (cma).  Callbacks run in write order: a write
+ * done early waits for the ones before it.
+ *
+ * A part in flight keeps the write (and its user's memory) alive: after a
+ * failure the callback still waits until the transport handed every part
+ * back, so no byte is read from memory its owner already got back.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipe_internal.h"
+
+struct write_part {
+	struct tpu_pipe *pipe;
+	struct pipe_write *w;
+};
+
+#define tensor_chan tpu__pipe_tensor_chan
+
+static void write_free(struct pipe_write *w)
+{
+	for (size_t i = 0; i < w->msg->ntensors; i++) {
+		struct tpu_message_tensor *t = &w->msg->tensors[i];
+
+		/* Given buffers the channel did not take are ours to free. */
+		if ((t->flags & TPU_TENSOR_GIVE) && !(w->given && w->given[i]))
+			tpu_buffer_free(t->buffer);
+	}
+	free(w->given);
+	free(w->frame);
+	free(w);
+}
+
+/* Call back the writes at the head that are done, in order. */
+static void writes_complete(struct tpu_pipe *p)
+{
+	while (p->writes && p->writes->waiting == 0 && p->writes->started) {
+		struct pipe_write *w = p->writes;
+
+		p->writes = w->next;
+		if (!p->writes)
+			p->writes_tail = &p->writes;
+		w->cb(w->arg, w->status, w->msg);
+		write_free(w);
+	}
+}
+
+static void part_done(struct tpu_pipe *p, struct pipe_write *w, tpu_status st)
+{
+	if (st && !w->status)
+		w->status = p->state == PIPE_FAILED ? p->error : st;
+	w->waiting--;
+	writes_complete(p);
+}
+
+static void stream_written(void *arg, tpu_status st)
+{
+	struct write_part *part = arg;
+	struct tpu_pipe *p = part->pipe;
+	struct pipe_write *w = part->w;
+
+	free(part);
+	part_done(p, w, st);
+	if (st)
+		tpu__pipe_fail(p, st);
+	tpu__pipe_io_put(p);
+}
+
+/* The bookkeeping a channel does through its struct tpu__chan_xfer. */
+static void xfer_part_start(struct tpu__chan_xfer *x, enum tpu__chan_part kind)
+{
+	struct pipe_write *w = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	w->waiting++;
+	if (kind == TPU__PART_IO)
+		tpu__pipe_io_get(p);
+	else if (kind == TPU__PART_CHAN)
+		p->chan_ops++;
+}
+
+static void xfer_part_cancel(struct tpu__chan_xfer *x, enum tpu__chan_part kind)
+{
+	struct pipe_write *w = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	w->waiting--;
+	if (kind == TPU__PART_IO)
+		tpu__pipe_io_cancel(p);
+	else if (kind == TPU__PART_CHAN)
+		p->chan_ops--;
+}
+
+static void xfer_part_done(struct tpu__chan_xfer *x, enum tpu__chan_part kind, tpu_status st)
+{
+	struct pipe_write *w = x->owner;
+	struct tpu_pipe *p = tpu__container_of(x->link, struct tpu_pipe, link);
+
+	if (kind == TPU__PART_IO) {
+		part_done(p, w, st);
+		if (st)
+			tpu__pipe_fail(p, st);
+		tpu__pipe_io_put(p);
+		return;
+	}
+	p->chan_ops--;
+	part_done(p, w, st);
+	tpu__pipe_maybe_free(p);
+}
+
+static struct write_part *part_new(struct tpu_pipe *p, struct pipe_write *w)
+{
+	struct write_part *part = malloc(sizeof(*part));
+
+	if (part) {
+		part->pipe = p;
+		part->w = w;
+	}
+	return part;
+}
+
+/* Queue the frame and the inline bytes, TPU__XPORT_IOV_MAX at a time. */
+static tpu_status write_stream(struct tpu_pipe *p, struct pipe_write *w)
+{
+	struct tpu_message *m = w->msg;
+	struct iovec iov[TPU__XPORT_IOV_MAX];
+	unsigned int n = 0;
+	size_t np = 0, nt = 0;
+	bool frame = true;
+
+	while (frame || np < m->npayloads || nt < m->ntensors) {
+		struct write_part *part;
+		tpu_status st;
+
+		if (frame) {
+			iov[n++] = (struct iovec){ w->frame, w->frame_len };
+			frame = false;
+		}
+		while (n < TPU__XPORT_IOV_MAX && np < m->npayloads) {
+			if (m->payloads[np].len)
+				iov[n++] = (struct iovec){ m->payloads[np].data, m->payloads[np].len };
+			np++;
+		}
+		while (n < TPU__XPORT_IOV_MAX && np == m->npayloads && nt < m->ntensors) {
+			struct tpu_message_tensor *t = &m->tensors[nt++];
+
+			if (t->len && (tensor_chan(p, t)->flags & TPU__CHAN_INLINE))
+				iov[n++] = (struct iovec){ t->data, t->len };
+		}
+		if (!n)
+			break;
+		part = part_new(p, w);
+		if (!part)
+			return -ENOMEM;
+		w->waiting++;
+		tpu__pipe_io_get(p);
+		st = p->conn->ops->write(p->conn, iov, n, stream_written, part);
+		if (st) {
+			w->waiting--;
+			tpu__pipe_io_cancel(p);
+			free(part);
+			return st;
+		}
+		n = 0;
+	}
+	return 0;
+}
+
+/* Hand tensor @i to the pipe's channel. */
+static tpu_status write_chan(struct tpu_pipe *p, struct pipe_write *w, size_t i)
+{
+	struct tpu__chan_xfer x = {
+		.link = &p->link,
+		.t = &w->msg->tensors[i],
+		.seq = w->seq,
+		.idx = (uint32_t)i,
+		.owner = w,
+		.part_start = xfer_part_start,
+		.part_done = xfer_part_done,
+		.part_cancel = xfer_part_cancel,
+	};
+	tpu_status st = p->chan->send(&p->link, &x);
+
+	if (!st && x.given && w->given)
+		w->given[i] = true;
+	return st;
+}
+
+/* Encode the descriptor; a channel's tensors carry the channel's descriptor. */
+static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
+{
+	struct tpu_message *m = w->msg;
+	struct tpu__wire_payload pl[TPU_PIPE_MAX_PAYLOADS];
+	struct tpu__wire_tensor *wt = NULL;
+	uint8_t *descs = NULL;
+	uint32_t dlen = p->chan->desc_len;
+	struct tpu__wire_msg wm = {
+		.seq = w->seq,
+		.meta = { m->metadata, (uint32_t)m->metadata_len },
+		.npayloads = (uint32_t)m->npayloads,
+		.ntensors = (uint32_t)m->ntensors,
+		.payloads = pl,
+	};
+	tpu_status st = -ENOMEM;
+	long len;
+
+	if (m->ntensors) {
+		wt = calloc(m->ntensors, sizeof(*wt));
+		descs = dlen ? calloc(m->ntensors, dlen) : NULL;
+		if (!wt || (dlen && !descs))
+			goto out;
+	}
+	wm.tensors = wt;
+	for (size_t i = 0; i < m->npayloads; i++)
+		pl[i] = (struct tpu__wire_payload){
+			.len = m->payloads[i].len,
+			.meta = { m->payloads[i].metadata, (uint32_t)m->payloads[i].metadata_len },
+		};
+	for (size_t i = 0; i < m->ntensors; i++) {
+		const struct tpu_message_tensor *t = &m->tensors[i];
+		const struct tpu__chan *c = tensor_chan(p, t);
+
+		wt[i] = (struct tpu__wire_tensor){
+			.len = t->len,
+			.src_type = t->device.type, .src_index = t->device.index,
+			.dst_type = t->target.type, .dst_index = t->target.index,
+			.channel = c->flags & TPU__CHAN_INLINE ? TPU__WIRE_INLINE : c->wire_id,
+			.meta = { t->metadata, (uint32_t)t->metadata_len },
+		};
+		if (c == p->chan && dlen) {
+			uint8_t *d = descs + i * dlen;
+
+			c->describe(&(struct tpu__chan_xfer){ .link = &p->link,
+							      .t = (struct tpu_message_tensor *)t,
+							      .seq = w->seq, .idx = (uint32_t)i },
+				    d);
+			wt[i].chan_desc = (struct tpu__wire_blob){ d, dlen };
+		}
+	}
+	len = tpu__wire_msg_encode(NULL, 0, &wm);
+	if (len < 0) {
+		st = (tpu_status)len;
+		goto out;
+	}
+	w->frame = malloc((size_t)len);
+	if (!w->frame)
+		goto out;
+	w->frame_len = (size_t)tpu__wire_msg_encode(w->frame, (size_t)len, &wm);
+	st = 0;
+out:
+	free(wt);
+	free(descs);
+	return st;
+}
+
+/* Put one write on the wire (the pipe is open). */
+static void write_send(struct tpu_pipe *p, struct pipe_write *w)
+{
+	struct tpu_message *m = w->msg;
+	tpu_status st;
+
+	w->started = true;
+	w->seq = p->next_write_seq++;
+	/* The descriptor's own part: released below, once every part is queued. */
+	w->waiting++;
+	st = write_encode(p, w);
+	if (!st)
+		st = write_stream(p, w);
+	for (size_t i = 0; !st && i < m->ntensors; i++)
+		if (!(tensor_chan(p, &m->tensors[i])->flags & TPU__CHAN_INLINE))
+			st = write_chan(p, w, i);
+	if (st) {
+		w->status = st;
+		part_done(p, w, st);
+		tpu__pipe_fail(p, st);
+		return;
+	}
+	part_done(p, w, 0);
+}
+
+void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c)
+{
+	struct pipe_write *w;
+
+	if (!c) {
+		/* The pipe just opened: send what was queued while connecting. */
+		for (w = p->writes; w; w = w->next)
+			if (!w->started && p->state == PIPE_OPEN)
+				write_send(p, w);
+		return;
+	}
+	w = calloc(1, sizeof(*w));
+	if (w && c->msg->ntensors)
+		w->given = calloc(c->msg->ntensors, sizeof(*w->given));
+	if (!w || (c->msg->ntensors && !w->given)) {
+		if (w)
+			free(w);
+		c->cb.write(c->arg, -ENOMEM, c->msg);
+		free(c);
+		return;
+	}
+	w->msg = c->msg;
+	w->cb = c->cb.write;
+	w->arg = c->arg;
+	free(c);
+	*p->writes_tail = w;
+	p->writes_tail = &w->next;
+	if (p->state == PIPE_FAILED) {
+		w->started = true;
+		w->status = p->error;
+		writes_complete(p);
+		return;
+	}
+	if (p->state == PIPE_OPEN)
+		write_send(p, w);
+}
+
+void tpu__pipe_writes_fail(struct tpu_pipe *p)
+{
+	for (struct pipe_write *w = p->writes; w; w = w->next) {
+		if (!w->status)
+			w->status = p->error;
+		/* Unsent writes have no part out; ACKs will never come. */
+		w->started = true;
+		for (size_t i = 0; i < w->msg->ntensors; i++)
+			if (w->frame && (tensor_chan(p, &w->msg->tensors[i])->flags & TPU__CHAN_ACKED) &&
+			    !(w->acked && w->acked[i]))
+				w->waiting--;
+		free(w->acked);
+		w->acked = NULL;
+	}
+	writes_complete(p);
+}
+
+void tpu__pipe_ack(struct tpu_pipe *p, const struct tpu__wire_ack *ack)
+{
+	struct pipe_write *w;
+
+	for (w = p->writes; w; w = w->next)
+		if (w->frame && w->seq == ack->seq)
+			break;
+	if (!w || ack->tensor >= w->msg->ntensors ||
+	    !(tensor_chan(p, &w->msg->tensors[ack->tensor])->flags & TPU__CHAN_ACKED)) {
+		tpu__pipe_fail(p, -EPROTO);
+		return;
+	}
+	if (!w->acked) {
+		w->acked = calloc(w->msg->ntensors, sizeof(*w->acked));
+		if (!w->acked) {
+			tpu__pipe_fail(p, -ENOMEM);
+			return;
+		}
+	}
+	if (w->acked[ack->tensor]) {
+		tpu__pipe_fail(p, -EPROTO);
+		return;
+	}
+	w->acked[ack->tensor] = true;
+	part_done(p, w, ack->status);
+}

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * The key table of a cma rendezvous: shared memory (a sealed memfd) that
+ * every member maps, holding who posted which key where.  Data never enters
+ * the table: a consumer pulls it from the producer with process_vm_readv.
+ * rdv_cma.c drives operations on top of it; this file pair knows nothing of
+ * operations, callbacks or threads, so the tests can exercise it directly.
+ *
+ * Layout of the memfd (fixed for TPU__CMA_VERSION, checked on open):
+ *   header   magic "TPUCMA01", version, sizes, the table lock, the wake
+ *            word, the abort status;
+ *   members  TPU__CMA_MEMBERS slots, one per joined rendezvous object;
+ *   slots    TPU__CMA_SLOTS entries {state, key hash, producer, consumer,
+ *            address, length, sequence number};
+ *   keys     TPU__CMA_MAX_KEY bytes per slot, apart from the slots so that
+ *            a scan touches only the small entries (the memfd is sparse:
+ *            a key's page costs memory only once a slot holding it is used;
+ *            16 MiB of address space per table).
+ *
+ * Slot life: FREE -> POSTED (producer) -> CLAIMED (a consumer pulls) ->
+ * DONE (pulled) -> FREE (the producer saw it).  A failed pull puts CLAIMED
+ * back to POSTED, so a tensor is never lost.
+ *
+ * Liveness: every member keeps a process-shared robust mutex locked for as
+ * long as it is joined (its helper thread holds it).  When the process
+ * dies, the kernel marks that mutex's owner dead, and the next trylock says
+ * EOWNERDEAD; that is how a peer's death is seen, without trusting a pid
+ * that may have been reused.  Slots of a dead producer are dropped, slots
+ * claimed by a dead consumer go back to POSTED.
+ *
+ * The table lock is also robust: a member dying while holding it leaves
+ * the counters to be recomputed (every slot update stores the state last,
+ * so a half-written slot is still FREE).
+ *
+ * Wakeups: one 32-bit futex word, bumped after every change and woken with
+ * FUTEX_WAKE (a shared futex, not FUTEX_PRIVATE), which every member's
+ * helper thread waits on.
+ *
+ * The members trust one another (any of them may write the table), but no
+ * value read from it is used as an index or length without a range check.
+ */
+#ifndef TPU_CMA_TABLE_H
+#define TPU_CMA_TABLE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rdv.h"	/* TPU__CMA_MAGIC, TPU__KEY_MAX */
+
+#define TPU__CMA_VERSION	1
+#define TPU__CMA_SLOTS		4096	/* tensors posted and not yet reaped */
+/* Every key the front end accepts; a slot's key then fills one page. */
+#define TPU__CMA_MAX_KEY	TPU__KEY_MAX
+#define TPU__CMA_MEMBERS	256	/* rendezvous objects joined at once */
+
+enum tpu__cma_state {
+	TPU__CMA_FREE = 0,
+	TPU__CMA_POSTED,
+	TPU__CMA_CLAIMED,
+	TPU__CMA_DONE,
+};
+
+/* A member: its slot in the member array and that slot's generation. */
+struct tpu__cma_who {
+	uint32_t idx;
+	uint32_t gen;
+};
+
+struct tpu__cma_header;
+struct tpu__cma_member;
+struct tpu__cma_slot;
+
+/* One process's view of a table. */
+struct tpu__cma_table {
+	int fd;				/* O_CLOEXEC, owned */
+	size_t size;
+	struct tpu__cma_header *hdr;	/* the mapping starts here */
+	struct tpu__cma_member *members;
+	struct tpu__cma_slot *slots;
+	uint8_t *keys;
+};
+
+/* A claimed slot: where to pull from and how to report back. */
+struct tpu__cma_claim {
+	uint32_t idx;
+	uint64_t seq;
+	pid_t pid;
+	uint64_t addr;
+	uint64_t len;
+};
+
+/* A posted slot, as its producer refers to it. */
+struct tpu__cma_ref {
+	uint32_t idx;
+	uint64_t seq;
+};
+
+/* --- the table as a whole; no lock needed ------------------------------ */
+
+/* A new table in a new memfd.  @pid_ns: an id of the creator's pid namespace. */
+tpu_status tpu__cma_table_create(struct tpu__cma_table *t, uint64_t pid_ns);
+/*
+ * Map the table behind @fd (which stays the caller's).  -EINVAL when @fd is
+ * not a table of this version and layout.
+ */
+tpu_status tpu__cma_table_open(struct tpu__cma_table *t, int fd);
+void tpu__cma_table_close(struct tpu__cma_table *t);
+/* Whether @fd starts with the magic (read with pread; the offset stays). */
+bool tpu__cma_fd_is_table(int fd);
+/* The pid namespace id the creator recorded. */
+uint64_t tpu__cma_table_pid_ns(const struct tpu__cma_table *t);
+
+/* The wake word, read before looking at the table, then passed to wait. */
+uint32_t tpu__cma_wake_seq(const struct tpu__cma_table *t);
+/* Bump the wake word and wake every waiter of every process. */
+void tpu__cma_wake(struct tpu__cma_table *t);
+/*
+ * Sleep until the wake word differs from @seen, or @timeout_ns passes
+ * (-1: no limit).  0 when woken (or it had changed already), -ETIMEDOUT,
+ * -EINTR.  Spurious returns are possible: callers re-check.
+ */
+tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeout_ns);
+
+/* --- under the table lock ---------------------------------------------- */
+
+/* Take the lock, repairing the table if its last holder died. */
+tpu_status tpu__cma_lock(struct tpu__cma_table *t);
+void tpu__cma_unlock(struct tpu__cma_table *t);
+
+/*
+ * Join as a member: take a free member slot and lock its liveness mutex on
+ * the calling thread, which must stay alive while the member is (its exit
+ * without tpu__cma_member_leave() reads as the member's death).  Takes the
+ * table lock itself.  @probe_addr: the address of TPU__CMA_PROBE_WORD in this
+ * process, for a joiner to test its pull.  -EUSERS when all member slots
+ * are taken.
+ */
+tpu_status tpu__cma_member_join(struct tpu__cma_table *t, uint64_t probe_addr,
+				struct tpu__cma_who *me);
+/* Leave, on the thread that joined; takes the table lock itself. */
+void tpu__cma_member_leave(struct tpu__cma_table *t, struct tpu__cma_who me);
+/* Whether a member is still joined and its process alive.  Lock held. */
+bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who);
+/*
+ * The live members other than @self (all when @self is NULL), for the
+ * joiner's pull test: up to @max of them, pid and probe address.  Lock held.
+ */
+size_t tpu__cma_members(struct tpu__cma_table *t, const struct tpu__cma_who *self, pid_t *pids,
+			uint64_t *probe_addrs, size_t max);
+
+/*
+ * Post a tensor.  Fails with the abort status, -ENAMETOOLONG, -EEXIST (the
+ * key is POSTED or CLAIMED by a live producer; a dead one's slot is
+ * dropped), -ENOSPC (every slot is in use).
+ */
+tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
+			 const uint8_t *key, size_t key_len, uint64_t addr, uint64_t len,
+			 struct tpu__cma_ref *ref);
+/*
+ * Claim the tensor of @key if it fits @capacity: 0 (now CLAIMED by @me),
+ * -EAGAIN (none posted), -EMSGSIZE (too long: @out->len is its length, the
+ * slot stays POSTED).  Slots of dead producers are dropped on the way and
+ * slots claimed by dead consumers taken over.
+ */
+tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, const uint8_t *key,
+			  size_t key_len, uint64_t capacity, struct tpu__cma_claim *out);
+/*
+ * End a claim after the pull returned @pull_status: 0 when the slot is now
+ * DONE; -ESRCH when its producer is gone (the slot is dropped: wait for the
+ * key again); otherwise @pull_status, with the slot back to POSTED.
+ */
+tpu_status tpu__cma_finish(struct tpu__cma_table *t, struct tpu__cma_who me,
+			   const struct tpu__cma_claim *c, tpu_status pull_status);
+/*
+ * The state of a producer's slot: TPU__CMA_FREE when it is no longer its
+ * own (it was dropped), else POSTED, CLAIMED or DONE.  A claim by a dead
+ * consumer is undone first (the slot reads POSTED again).
+ */
+enum tpu__cma_state tpu__cma_state_of(struct tpu__cma_table *t, struct tpu__cma_ref ref);
+/* Free a producer's slot (after DONE, or to withdraw a POSTED one). */
+void tpu__cma_release(struct tpu__cma_table *t, struct tpu__cma_ref ref);
+
+/* 0, or the status the table was aborted with. */
+tpu_status tpu__cma_abort_status(struct tpu__cma_table *t);
+/* Set the abort status once: 0, or -EALREADY.  Lock held; wake after. */
+tpu_status tpu__cma_abort(struct tpu__cma_table *t, tpu_status status);
+
+/* Slots in use (any state but FREE). */
+uint32_t tpu__cma_used(struct tpu__cma_table *t);
+
+#endif /* TPU_CMA_TABLE_H */

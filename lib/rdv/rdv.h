@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * lib/rdv: the rendezvous, its generic front end (rendezvous.c,
+ * rdv_queue.c, rdv_select.c) and the implementations behind it
+ * (rdv_inprocess.c, rdv_kmod.c with its registration cache
+ * rdv_kmod_reg.c, rdv_cma.c with its shared key table cma_table.c), listed
+ * in rdv_impls.c.  Built on lib/ctx.  Not installed.
+ *
+ * Life of an operation:
+ *   1. rendezvous.c validates the call, allocates a struct tpu__op, and
+ *      queues it behind earlier operations on the same key (per-key FIFO:
+ *      only the head RECV of a key is handed to the implementation, so
+ *      callbacks per key run in issue order);
+ *   2. the implementation's ->send/->recv starts it without blocking;
+ *   3. whoever finishes it, on any thread, calls tpu__op_complete(), which
+ *      hands the op to the context thread (tpu__ctx_complete); that thread
+ *      runs the op's own done.fn, tpu__rdv_op_done(): the user's callback,
+ *      then the next queued op of the key starts, and the op is freed.
+ *
+ * Locks, outermost first: tpu_rendezvous.lock (the front end holds it while
+ * it calls ->send, ->recv and ->cancel), then an implementation's own
+ * locks, then the context's (taken by tpu__ctx_sqe and tpu__op_complete).
+ * An implementation therefore never calls the front end with its own lock
+ * held, except tpu__op_complete(), which takes no rendezvous lock.
+ *
+ * Telling implementations apart from a shared descriptor (join): a
+ * tensorpipe domain descriptor reads "anon_inode:[tensorpipe-domain]" in
+ * /proc/self/fd; the cma implementation shares a memfd whose first 8 bytes
+ * are the magic TPU__CMA_MAGIC.  Anything else is refused with -EINVAL.
+ */
+#ifndef TPU_RDV_H
+#define TPU_RDV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ctx/ctx.h"
+
+/* First bytes of the memfd the cma implementation shares (see above). */
+#define TPU__CMA_MAGIC		"TPUCMA01"
+#define TPU__CMA_MAGIC_LEN	8
+
+/* Longest key any implementation accepts (the module may accept less). */
+#define TPU__KEY_MAX		TP_KEY_MAX_ABI
+
+enum tpu__op_kind {
+	TPU__OP_SEND,
+	TPU__OP_RECV,		/* into op->tensor */
+	TPU__OP_RECV_BUFFER,	/* into a new tpu_buffer of at most op->tensor.len */
+};
+
+/* Where an op is, as the front end sees it (rdv_queue.c). */
+enum tpu__op_stage {
+	TPU__STAGE_QUEUED,	/* a RECV behind another RECV of its key */
+	TPU__STAGE_STARTED,	/* handed to the implementation, or completing */
+	TPU__STAGE_DONE,	/* completed; its callback waits for earlier ops of the key */
+};
+
+/* One pending operation. */
+struct tpu__op {
+	struct tpu__task done;		/* the context's completion queue (tpu__op_complete) */
+	struct tpu__op *key_next;	/* the front end's per-key FIFO */
+	struct tpu__keyq *keyq;		/* the FIFO it is in */
+	enum tpu__op_stage stage;	/* front end only */
+	struct tpu_rendezvous *rdv;
+	enum tpu__op_kind kind;
+	unsigned int flags;		/* TPU_SEND_* */
+	uint8_t *key;			/* owned copy */
+	size_t key_len;
+	struct tpu_tensor tensor;
+	uint64_t timeout_ns;
+	union {
+		tpu_send_cb send;
+		tpu_recv_cb recv;
+		tpu_recv_buffer_cb recv_buffer;
+	} cb;
+	void *cb_arg;
+	/* Results, set by the implementation before tpu__op_complete(). */
+	tpu_status status;
+	size_t len;
+	struct tpu_buffer *out_buffer;	/* TPU__OP_RECV_BUFFER; freed by the front end on error */
+	void *impl;			/* the implementation's own state */
+};
+
+/*
+ * What an implementation provides.
+ *
+ * Ownership with TPU_SEND_GIVE: once ->send returned 0 the implementation
+ * owns op->tensor.buffer and must hand it to the consumer or free it
+ * (tpu_buffer_free), whatever the outcome.  When ->send fails the buffer
+ * is still the caller's.
+ */
+struct tpu__rdv_ops {
+	enum tpu_rdv_impl impl;
+	/* Fill rdv->impl_state for a new rendezvous, or for one joined from @fd. */
+	tpu_status (*create)(struct tpu_rendezvous *rdv);
+	tpu_status (*join)(struct tpu_rendezvous *rdv, int fd);
+	tpu_status (*share)(struct tpu_rendezvous *rdv, int *fd);
+	/* Fail every pending op of this member with TPU_E_CLOSED (completing
+	 * them), then free impl_state.  Called from a user thread, or from a
+	 * callback on the context thread: wait with tpu__ctx_wait(). */
+	void (*destroy)(struct tpu_rendezvous *rdv);
+	/* Start an op; never block.  A non-zero return means the op was not
+	 * started and tpu__op_complete() must not be called for it. */
+	tpu_status (*send)(struct tpu_rendezvous *rdv, struct tpu__op *op);
+	tpu_status (*recv)(struct tpu_rendezvous *rdv, struct tpu__op *op);
+	/* Cancel this member's pending ops on a key: each completes with
+	 * -ECANCELED.  Return the number cancelled, or a negative status. */
+	int (*cancel)(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
+	tpu_status (*abort)(struct tpu_rendezvous *rdv, tpu_status status);
+};
+
+extern const struct tpu__rdv_ops tpu__rdv_inprocess;
+extern const struct tpu__rdv_ops tpu__rdv_kmod;
+extern const struct tpu__rdv_ops tpu__rdv_cma;
+
+/*
+ * The implementations built into this library (rdv_impls.c): cma is listed
+ * always built now.  NULL for an unknown one.
+ */
+const struct tpu__rdv_ops *tpu__rdv_impl_ops(enum tpu_rdv_impl impl);
+
+struct tpu_rendezvous {
+	struct tpu_context *ctx;
+	const struct tpu__rdv_ops *ops;
+	void *impl_state;
+	pthread_mutex_t lock;		/* everything below */
+	struct tpu__keyq **buckets;	/* per-key FIFOs of ops not yet called back */
+	size_t nbuckets;
+	size_t nkeys;
+	size_t live;			/* ops whose callback has not returned */
+	size_t in_callback;		/* of those, callbacks running now */
+	bool closing;			/* destroy began: start nothing more */
+	struct tpu__ctx_obj obj;	/* the context's objects, closed by context_destroy */
+};
+
+/* Hand a finished op to the context thread; callable from any thread. */
+void tpu__op_complete(struct tpu__op *op);
+
+/* Front end, on the context thread: the op's result is in; call back in key order. */
+void tpu__rdv_op_done(struct tpu__op *op);
+
+#endif /* TPU_RDV_H */

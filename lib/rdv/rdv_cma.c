@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The cma rendezvous: what replaces /dev/tensorpipe when the module is
+ * absent.  Processes share a key table (cma_table.c, a memfd passed with
+ * tpu_rendezvous_share()); a producer posts where its tensor lies, and the
+ * consumer pulls it with process_vm_readv, one copy.
+ *
+ * Each joined rendezvous object is a member of the table and has one
+ * helper thread, not one per operation.  The helper sleeps on the table's
+ * shared futex word (with a timeout for the nearest receive deadline) and,
+ * whenever any member changes the table, looks at its own pending
+ * operations again:
+ *   - a RECV waiting for its key claims the slot, pulls (on the helper,
+ *     never on the caller: a large pull takes time), marks it DONE;
+ *   - a SEND whose slot reached DONE is over: the slot is freed and the
+ *     callback runs; a slot CLAIMED by a consumer that died goes back to
+ *     POSTED;
+ *   - deadlines, the abort status and destroy fail what is left.
+ * Sending and starting a receive only touch the table and the member's
+ * list, so neither blocks.  Idle costs nothing: the helper polls (every
+ * DEATH_POLL_NS) only while a consumer is pulling one of its tensors, to
+ * notice that consumer's death.
+ *
+ * Peer death, shown by the table's liveness mutexes: a dead producer's
+ * slots are dropped (a receive waiting for the key keeps waiting, as with
+ * the module); a dead consumer's claim goes back to POSTED for another.
+ *
+ * Viability (cma_viability.c), on create and on join: process_vm_readv
+ * must pass seccomp, Yama must allow it (scope 1: every member calls
+ * PR_SET_PTRACER_ANY, as the consumers are unknown in advance; scope 2
+ * needs CAP_SYS_PTRACE; scope 3 never works), the joiner must be in the
+ * creator's pid namespace and must manage a test pull from every member
+ * already there.  Otherwise TPU_E_NO_TRANSPORT, with the reason logged.
+ *
+ * Limits: TPU__CMA_SLOTS tensors posted at once (then -ENOSPC), keys of up
+ * to TPU__KEY_MAX bytes, TPU__CMA_MEMBERS members (then -EUSERS on join).
+ * A RECV still waiting can be cancelled, timed out, aborted or closed; one
+ * being pulled completes.  A SEND whose tensor is being pulled is waited
+ * for, even by destroy, since the consumer is reading its memory.  After
+ * an abort, pulls already under way complete normally.
+ *
+ * Lock order: member lock, then table lock.  Callbacks are handed to the
+ * context (tpu__op_complete) with neither held.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cma_table.h"
+#include "rdv.h"
+
+#define DEATH_POLL_NS	20000000LL	/* 20 ms, only while a claim is under way */
+#define WHY_SIZE	320
+
+/* Read by joiners to prove they can pull from this process. */
+static const uint64_t probe_word = TPU__CMA_PROBE_WORD;
+
+/* The member's record of one pending operation (op->impl). */
+struct cma_op {
+	struct cma_op *next;
+	struct tpu__op *op;
+	uint64_t deadline;		/* CLOCK_MONOTONIC ns; 0: none */
+	struct tpu__cma_ref ref;	/* SEND: its slot */
+	struct tpu__cma_claim claim;	/* RECV: the slot being pulled */
+	bool claimed;			/* SEND: a consumer is pulling it now */
+};
+
+struct cma_member {
+	struct tpu__cma_table table;
+	struct tpu_rendezvous *rdv;
+	pthread_t helper;
+	pthread_mutex_t lock;		/* everything below */
+	pthread_cond_t started;
+	bool start_done;
+	tpu_status start_status;
+	bool closing;
+	struct tpu__cma_who me;
+	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static bool is_recv(const struct tpu__op *op)
+{
+	return op->kind == TPU__OP_RECV || op->kind == TPU__OP_RECV_BUFFER;
+}
+
+/* Move @cop from its list (at @link) to the completion list with @status. */
+static void finish(struct cma_op **link, struct cma_op *cop, tpu_status status,
+		   struct cma_op **done)
+{
+	*link = cop->next;
+	cop->op->status = status;
+	cop->next = *done;
+	*done = cop;
+}
+
+/* Run callbacks, no lock held. */
+static void complete_all(struct cma_op *done)
+{
+	while (done) {
+		struct cma_op *cop = done;
+		struct tpu__op *op = cop->op;
+
+		done = cop->next;
+		free(cop);
+		op->impl = NULL;
+		if (op->kind == TPU__OP_SEND) {
+			op->len = op->tensor.len;
+			/* A given buffer is ours whatever happened: the caller let go of it. */
+			if ((op->flags & TPU_SEND_GIVE) && op->tensor.buffer) {
+				tpu_buffer_free(op->tensor.buffer);
+				op->tensor.buffer = NULL;
+			}
+		}
+		tpu__op_complete(op);
+	}
+}
+
+/* --- the helper's scan (member lock held) -------------------------------- */
+
+static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abort_st,
+		      uint64_t now, struct cma_op **done, struct cma_op **pulls)
+{
+	struct cma_op *cop = *link;
+	struct tpu__op *op = cop->op;
+	tpu_status st;
+
+	if (m->closing) {
+		finish(link, cop, TPU_E_CLOSED, done);
+		return;
+	}
+	if (abort_st) {
+		finish(link, cop, abort_st, done);
+		return;
+	}
+	st = tpu__cma_claim(&m->table, m->me, op->key, op->key_len, op->tensor.len, &cop->claim);
+	if (st == -EAGAIN) {
+		if (cop->deadline && now >= cop->deadline)
+			finish(link, cop, -ETIMEDOUT, done);
+		return;
+	}
+	if (st == -EMSGSIZE)
+		op->len = cop->claim.len;
+	if (st) {
+		finish(link, cop, st, done);
+		return;
+	}
+	/* Claimed: the pull happens without locks, off the pending list. */
+	*link = cop->next;
+	cop->next = *pulls;
+	*pulls = cop;
+}
+
+static void scan_send(struct cma_member *m, struct cma_op **link, tpu_status abort_st,
+		      struct cma_op **done)
+{
+	struct cma_op *cop = *link;
+
+	switch (tpu__cma_state_of(&m->table, cop->ref)) {
+	case TPU__CMA_DONE:
+		tpu__cma_release(&m->table, cop->ref);
+		finish(link, cop, 0, done);
+		return;
+	case TPU__CMA_FREE:
+		/* Only a member taken for dead loses its slot; we are not. */
+		finish(link, cop, -EIO, done);
+		return;
+	case TPU__CMA_CLAIMED:
+		cop->claimed = true;
+		return;
+	case TPU__CMA_POSTED:
+		cop->claimed = false;
+		if (m->closing || abort_st) {
+			tpu__cma_release(&m->table, cop->ref);
+			finish(link, cop, m->closing ? TPU_E_CLOSED : abort_st, done);
+		}
+		return;
+	}
+}
+
+/* One look at every pending op; claimed RECVs come back in @pulls. */
+static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
+{
+	tpu_status abort_st = tpu__cma_abort_status(&m->table);
+	tpu_status st = tpu__cma_lock(&m->table);
+	uint64_t now = now_ns();
+	struct cma_op **link = &m->ops;
+
+	while (*link) {
+		struct cma_op *cop = *link;
+
+		if (st)
+			finish(link, cop, st, done);
+		else if (is_recv(cop->op))
+			scan_recv(m, link, abort_st, now, done, pulls);
+		else
+			scan_send(m, link, abort_st, done);
+		if (*link == cop)
+			link = &cop->next;
+	}
+	if (!st)
+		tpu__cma_unlock(&m->table);
+}
+
+/* --- pulls (no lock held) ----------------------------------------------- */
+
+/* 0, -ESRCH when the producer died (wait for the key again), or an error. */
+static tpu_status pull_one(struct cma_member *m, struct cma_op *cop)
+{
+	struct tpu__op *op = cop->op;
+	const struct tpu__cma_claim *c = &cop->claim;
+	struct tpu_buffer *buf = NULL;
+	void *dst = op->tensor.data;
+	tpu_status st = 0, lock_st;
+
+	if (op->kind == TPU__OP_RECV_BUFFER) {
+		st = tpu_buffer_alloc(m->rdv->ctx, c->len ? (size_t)c->len : 1, &buf);
+		dst = st ? NULL : tpu_buffer_data(buf);
+	}
+	if (!st)
+		st = tpu_cma_read(c->pid, c->addr, dst, (size_t)c->len);
+	lock_st = tpu__cma_lock(&m->table);
+	if (!lock_st) {
+		st = tpu__cma_finish(&m->table, m->me, c, st);
+		tpu__cma_unlock(&m->table);
+	} else {
+		st = lock_st;
+	}
+	if (st) {
+		tpu_buffer_free(buf);
+		return st;
+	}
+	op->len = (size_t)c->len;
+	op->out_buffer = buf;
+	return 0;
+}
+
+static void pull_all(struct cma_member *m, struct cma_op *pulls, struct cma_op **done,
+		     struct cma_op **retry)
+{
+	while (pulls) {
+		struct cma_op *cop = pulls;
+		tpu_status st = pull_one(m, cop);
+
+		pulls = cop->next;
+		cop->next = st == -ESRCH ? *retry : *done;
+		if (st == -ESRCH)
+			*retry = cop;
+		else
+			*done = cop;
+		cop->op->status = st;
+	}
+}
+
+/* How long the helper may sleep: -1 for ever. */
+static int64_t sleep_ns(const struct cma_member *m)
+{
+	const struct cma_op *cop;
+	uint64_t now = now_ns();
+	int64_t best = -1;
+
+	for (cop = m->ops; cop; cop = cop->next) {
+		int64_t t = -1;
+
+		if (cop->claimed)
+			t = DEATH_POLL_NS;
+		else if (cop->deadline)
+			t = cop->deadline > now ? (int64_t)(cop->deadline - now) : 0;
+		if (t >= 0 && (best < 0 || t < best))
+			best = t;
+	}
+	return best;
+}
+
+static void helper_loop(struct cma_member *m)
+{
+	pthread_mutex_lock(&m->lock);
+	for (;;) {
+		uint32_t seen = tpu__cma_wake_seq(&m->table);
+		struct cma_op *done = NULL, *pulls = NULL, *retry = NULL;
+		int64_t timeout;
+
+		scan(m, &done, &pulls);
+		if (pulls || done) {
+			pthread_mutex_unlock(&m->lock);
+			pull_all(m, pulls, &done, &retry);
+			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
+			if (pulls)
+				tpu__cma_wake(&m->table);
+			complete_all(done);
+			pthread_mutex_lock(&m->lock);
+			while (retry) {
+				struct cma_op *cop = retry;
+
+				retry = cop->next;
+				cop->next = m->ops;
+				m->ops = cop;
+			}
+			continue;
+		}
+		if (m->closing && !m->ops)
+			break;
+		timeout = sleep_ns(m);
+		pthread_mutex_unlock(&m->lock);
+		tpu__cma_wait(&m->table, seen, timeout);
+		pthread_mutex_lock(&m->lock);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+static void *helper_main(void *arg)
+{
+	struct cma_member *m = arg;
+	tpu_status st;
+
+	/* This thread holds the member's liveness mutex for the member's life. */
+	st = tpu__cma_member_join(&m->table, (uintptr_t)&probe_word, &m->me);
+	pthread_mutex_lock(&m->lock);
+	m->start_status = st;
+	m->start_done = true;
+	pthread_cond_broadcast(&m->started);
+	pthread_mutex_unlock(&m->lock);
+	if (st)
+		return NULL;
+	helper_loop(m);
+	tpu__cma_member_leave(&m->table, m->me);
+	return NULL;
+}
+
+/* --- creating, joining, leaving ------------------------------------------ */
+
+static void member_free(struct cma_member *m)
+{
+	tpu__cma_table_close(&m->table);
+	pthread_cond_destroy(&m->started);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}
+
+/* Start the helper; on success the member is in the table. */
+static tpu_status member_start(struct tpu_rendezvous *rdv, struct cma_member *m)
+{
+	tpu_status st;
+	int rc;
+
+	rc = pthread_create(&m->helper, NULL, helper_main, m);
+	if (rc)
+		return -rc;
+	pthread_mutex_lock(&m->lock);
+	while (!m->start_done)
+		pthread_cond_wait(&m->started, &m->lock);
+	st = m->start_status;
+	pthread_mutex_unlock(&m->lock);
+	if (st) {
+		pthread_join(m->helper, NULL);
+		return st;
+	}
+	rdv->impl_state = m;
+	return 0;
+}
+
+static tpu_status member_new(struct tpu_rendezvous *rdv, struct cma_member **out)
+{
+	struct cma_member *m = calloc(1, sizeof(*m));
+	char why[WHY_SIZE];
+	tpu_status st;
+
+	if (!m)
+		return -ENOMEM;
+	st = tpu__cma_viable(why, sizeof(why));
+	tpu__log_debug("rendezvous: cma %s: %s", st ? "not viable" : "viable", why);
+	if (st) {
+		free(m);
+		return st;
+	}
+	m->rdv = rdv;
+	m->table.fd = -1;
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->started, NULL);
+	*out = m;
+	return 0;
+}
+
+static tpu_status cma_create(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m;
+	tpu_status st = member_new(rdv, &m);
+
+	if (st)
+		return st;
+	st = tpu__cma_table_create(&m->table, tpu__cma_pid_ns());
+	if (!st)
+		st = member_start(rdv, m);
+	if (st)
+		member_free(m);
+	return st;
+}
+
+/* A joiner that cannot pull from the members already there must say so now. */
+static tpu_status check_peers(struct cma_member *m)
+{
+	pid_t pids[TPU__CMA_MEMBERS];
+	uint64_t addrs[TPU__CMA_MEMBERS];
+	uint64_t ns = tpu__cma_pid_ns(), their_ns = tpu__cma_table_pid_ns(&m->table);
+	char why[WHY_SIZE];
+	size_t i, n;
+	tpu_status st;
+
+	if (ns && their_ns && ns != their_ns) {
+		tpu__log_debug("rendezvous: cma not viable: the rendezvous was created in "
+			       "another pid namespace, whose pids mean nothing here");
+		return TPU_E_NO_TRANSPORT;
+	}
+	st = tpu__cma_lock(&m->table);
+	if (st)
+		return st;
+	n = tpu__cma_members(&m->table, NULL, pids, addrs, TPU__CMA_MEMBERS);
+	tpu__cma_unlock(&m->table);
+	for (i = 0; i < n; i++) {
+		st = tpu__cma_check_peer(pids[i], addrs[i], why, sizeof(why));
+		if (st) {
+			tpu__log_debug("rendezvous: cma not viable: %s", why);
+			return st;
+		}
+	}
+	return 0;
+}
+
+static tpu_status cma_join(struct tpu_rendezvous *rdv, int fd)
+{
+	struct cma_member *m;
+	tpu_status st = member_new(rdv, &m);
+
+	if (st)
+		return st;
+	st = tpu__cma_table_open(&m->table, fd);
+	if (!st)
+		st = check_peers(m);
+	if (!st)
+		st = member_start(rdv, m);
+	if (st)
+		member_free(m);
+	return st;
+}
+
+static tpu_status cma_share(struct tpu_rendezvous *rdv, int *fd)
+{
+	struct cma_member *m = rdv->impl_state;
+	int nfd = fcntl(m->table.fd, F_DUPFD_CLOEXEC, 0);
+
+	if (nfd < 0)
+		return tpu__errno();
+	*fd = nfd;
+	return 0;
+}
+
+static void cma_destroy(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+
+	if (!m)
+		return;
+	/* The helper fails what it can and waits out pulls under way, then leaves. */
+	pthread_mutex_lock(&m->lock);
+	m->closing = true;
+	pthread_mutex_unlock(&m->lock);
+	tpu__cma_wake(&m->table);
+	pthread_join(m->helper, NULL);
+	rdv->impl_state = NULL;
+	member_free(m);
+}
+
+/* --- operations ------------------------------------------------------------ */
+
+/* Queue @cop on the member unless it is closing. */
+static tpu_status enqueue(struct cma_member *m, struct cma_op *cop)
+{
+	pthread_mutex_lock(&m->lock);
+	if (m->closing) {
+		pthread_mutex_unlock(&m->lock);
+		return TPU_E_CLOSED;
+	}
+	cop->next = m->ops;
+	m->ops = cop;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	struct cma_member *m = rdv->impl_state;
+	const void *src = op->tensor.data;
+	struct cma_op *cop;
+	tpu_status st;
+
+	if (!src && op->tensor.buffer)
+		src = tpu_buffer_data(op->tensor.buffer);
+	cop = calloc(1, sizeof(*cop));
+	if (!cop)
+		return -ENOMEM;
+	cop->op = op;
+	/* Member lock across the post, so the helper cannot see DONE before the op. */
+	pthread_mutex_lock(&m->lock);
+	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
+	if (!st) {
+		st = tpu__cma_post(&m->table, m->me, getpid(), op->key, op->key_len,
+				   (uintptr_t)src, op->tensor.len, &cop->ref);
+		tpu__cma_unlock(&m->table);
+	}
+	if (!st) {
+		op->impl = cop;
+		cop->next = m->ops;
+		m->ops = cop;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (st) {
+		free(cop);
+		return st;
+	}
+	tpu__cma_wake(&m->table);
+	return 0;
+}
+
+static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	struct cma_member *m = rdv->impl_state;
+	struct cma_op *cop;
+	tpu_status st;
+
+	if (op->key_len > TPU__CMA_MAX_KEY)
+		return -ENAMETOOLONG;
+	cop = calloc(1, sizeof(*cop));
+	if (!cop)
+		return -ENOMEM;
+	cop->op = op;
+	if (op->timeout_ns)
+		cop->deadline = now_ns() + op->timeout_ns;
+	op->impl = cop;
+	st = enqueue(m, cop);
+	if (st) {
+		op->impl = NULL;
+		free(cop);
+		return st;
+	}
+	/* The helper does the claim and the pull; this only wakes it. */
+	tpu__cma_wake(&m->table);
+	return 0;
+}
+
+static bool same_key(const struct tpu__op *op, const uint8_t *key, size_t key_len)
+{
+	return op->key_len == key_len && !memcmp(op->key, key, key_len);
+}
+
+static int cma_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
+{
+	struct cma_member *m = rdv->impl_state;
+	struct cma_op **link, *done = NULL;
+	tpu_status st;
+	int n = 0;
+
+	pthread_mutex_lock(&m->lock);
+	st = tpu__cma_lock(&m->table);
+	if (st) {
+		pthread_mutex_unlock(&m->lock);
+		return st;
+	}
+	link = &m->ops;
+	while (*link) {
+		struct cma_op *cop = *link;
+
+		if (!same_key(cop->op, key, key_len)) {
+			link = &cop->next;
+			continue;
+		}
+		/* A SEND being pulled, or pulled already, is past cancelling. */
+		if (!is_recv(cop->op)) {
+			if (tpu__cma_state_of(&m->table, cop->ref) != TPU__CMA_POSTED) {
+				link = &cop->next;
+				continue;
+			}
+			tpu__cma_release(&m->table, cop->ref);
+		}
+		finish(link, cop, -ECANCELED, &done);
+		n++;
+	}
+	tpu__cma_unlock(&m->table);
+	pthread_mutex_unlock(&m->lock);
+	complete_all(done);
+	return n;
+}
+
+static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
+{
+	struct cma_member *m = rdv->impl_state;
+	tpu_status st;
+
+	if (status >= 0 || status < -EHWPOISON)
+		return -EINVAL;
+	st = tpu__cma_lock(&m->table);
+	if (st)
+		return st;
+	st = tpu__cma_abort(&m->table, status);
+	tpu__cma_unlock(&m->table);
+	if (!st)
+		tpu__cma_wake(&m->table);
+	return st;
+}
+
+const struct tpu__rdv_ops tpu__rdv_cma = {
+	.impl = TPU_RDV_CMA,
+	.create = cma_create,
+	.join = cma_join,
+	.share = cma_share,
+	.destroy = cma_destroy,
+	.send = cma_send,
+	.recv = cma_recv,
+	.cancel = cma_cancel,
+	.abort = cma_abort,
+};

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Per-key FIFOs and the callback side of the front end: a receive's result
+ * may arrive out of order (the module completes commands as it pleases), so
+ * each receive waits in its FIFO, DONE, until every older receive of its
+ * key has been called back.  Sends are called back as soon as they are
+ * done: a key holds one pending send, so the only send that could finish
+ * before an older one is a duplicate failing with -EEXIST.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdv_queue.h"
+
+#define KEYQ_MIN_BUCKETS 64
+
+static uint64_t key_hash(const uint8_t *key, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		h = (h ^ key[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void keyq_grow(struct tpu_rendezvous *rdv)
+{
+	size_t n = rdv->nbuckets ? rdv->nbuckets * 2 : KEYQ_MIN_BUCKETS;
+	struct tpu__keyq **b = calloc(n, sizeof(*b));
+	size_t i;
+
+	/* Without memory the chains just get longer. */
+	if (!b)
+		return;
+	for (i = 0; i < rdv->nbuckets; i++) {
+		while (rdv->buckets[i]) {
+			struct tpu__keyq *kq = rdv->buckets[i];
+
+			rdv->buckets[i] = kq->next;
+			kq->next = b[kq->hash & (n - 1)];
+			b[kq->hash & (n - 1)] = kq;
+		}
+	}
+	free(rdv->buckets);
+	rdv->buckets = b;
+	rdv->nbuckets = n;
+}
+
+struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len,
+				 bool create)
+{
+	uint64_t h = key_hash(key, key_len);
+	struct tpu__keyq *kq;
+
+	if (rdv->nbuckets) {
+		for (kq = rdv->buckets[h & (rdv->nbuckets - 1)]; kq; kq = kq->next)
+			if (kq->hash == h && kq->key_len == key_len &&
+			    memcmp(kq->key, key, key_len) == 0)
+				return kq;
+	}
+	if (!create)
+		return NULL;
+	if (rdv->nkeys >= rdv->nbuckets)
+		keyq_grow(rdv);
+	if (!rdv->nbuckets)
+		return NULL;
+	kq = calloc(1, sizeof(*kq) + key_len);
+	if (!kq)
+		return NULL;
+	kq->hash = h;
+	kq->key_len = key_len;
+	memcpy(kq->key, key, key_len);
+	kq->next = rdv->buckets[h & (rdv->nbuckets - 1)];
+	rdv->buckets[h & (rdv->nbuckets - 1)] = kq;
+	rdv->nkeys++;
+	return kq;
+}
+
+static struct tpu__fifo *fifo_of(struct tpu__keyq *kq, const struct tpu__op *op)
+{
+	return op->kind == TPU__OP_SEND ? &kq->sends : &kq->recvs;
+}
+
+void tpu__keyq_append(struct tpu__keyq *kq, struct tpu__op *op)
+{
+	struct tpu__fifo *f = fifo_of(kq, op);
+
+	op->key_next = NULL;
+	if (f->tail)
+		f->tail->key_next = op;
+	else
+		f->head = op;
+	f->tail = op;
+}
+
+static void keyq_release_if_empty(struct tpu_rendezvous *rdv, struct tpu__keyq *kq)
+{
+	struct tpu__keyq **p;
+
+	if (kq->sends.head || kq->recvs.head)
+		return;
+	for (p = &rdv->buckets[kq->hash & (rdv->nbuckets - 1)]; *p; p = &(*p)->next) {
+		if (*p == kq) {
+			*p = kq->next;
+			rdv->nkeys--;
+			free(kq);
+			return;
+		}
+	}
+}
+
+static void fifo_unlink(struct tpu__fifo *f, struct tpu__op *op)
+{
+	struct tpu__op **p, *prev = NULL;
+
+	for (p = &f->head; *p; prev = *p, p = &(*p)->key_next) {
+		if (*p == op) {
+			*p = op->key_next;
+			if (f->tail == op)
+				f->tail = prev;
+			return;
+		}
+	}
+}
+
+void tpu__keyq_remove(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	fifo_unlink(fifo_of(op->keyq, op), op);
+	keyq_release_if_empty(rdv, op->keyq);
+}
+
+bool tpu__keyq_recv_busy(const struct tpu__keyq *kq, const struct tpu__op *op)
+{
+	const struct tpu__op *o;
+
+	for (o = kq->recvs.head; o && o != op; o = o->key_next)
+		if (o->stage == TPU__STAGE_STARTED)
+			return true;
+	return false;
+}
+
+static size_t fail_queued(struct tpu__keyq *kq, tpu_status status)
+{
+	struct tpu__op *o;
+	size_t n = 0;
+
+	for (o = kq->recvs.head; o; o = o->key_next) {
+		if (o->stage != TPU__STAGE_QUEUED)
+			continue;
+		o->stage = TPU__STAGE_STARTED;
+		o->status = status;
+		o->len = 0;
+		tpu__op_complete(o);
+		n++;
+	}
+	return n;
+}
+
+size_t tpu__keyq_fail_queued(struct tpu_rendezvous *rdv, struct tpu__keyq *kq, tpu_status status)
+{
+	size_t i, n = 0;
+
+	if (kq)
+		return fail_queued(kq, status);
+	for (i = 0; i < rdv->nbuckets; i++)
+		for (kq = rdv->buckets[i]; kq; kq = kq->next)
+			n += fail_queued(kq, status);
+	return n;
+}
+
+/* Hand the oldest queued RECV of the key to the implementation. */
+static void start_next_recv(struct tpu_rendezvous *rdv, struct tpu__keyq *kq)
+{
+	struct tpu__op *o;
+	tpu_status st;
+
+	for (o = kq->recvs.head; o; o = o->key_next) {
+		if (o->stage == TPU__STAGE_STARTED)
+			return;
+		if (o->stage == TPU__STAGE_QUEUED)
+			break;
+	}
+	if (!o)
+		return;
+	o->stage = TPU__STAGE_STARTED;
+	st = rdv->ops->recv(rdv, o);
+	if (st) {
+		o->status = st;
+		o->len = 0;
+		tpu__op_complete(o);
+	}
+}
+
+void tpu__op_free(struct tpu__op *op)
+{
+	free(op->key);
+	free(op);
+}
+
+void tpu__keyq_free_all(struct tpu_rendezvous *rdv)
+{
+	size_t i;
+
+	for (i = 0; i < rdv->nbuckets; i++) {
+		while (rdv->buckets[i]) {
+			struct tpu__keyq *kq = rdv->buckets[i];
+
+			rdv->buckets[i] = kq->next;
+			free(kq);
+		}
+	}
+	free(rdv->buckets);
+	rdv->buckets = NULL;
+	rdv->nbuckets = 0;
+	rdv->nkeys = 0;
+}
+
+void tpu__rdv_free(struct tpu_rendezvous *rdv)
+{
+	tpu__keyq_free_all(rdv);
+	pthread_mutex_destroy(&rdv->lock);
+	free(rdv);
+}
+
+static void call_back(struct tpu__op *op)
+{
+	switch (op->kind) {
+	case TPU__OP_SEND:
+		if (op->cb.send)
+			op->cb.send(op->cb_arg, op->status);
+		break;
+	case TPU__OP_RECV:
+		op->cb.recv(op->cb_arg, op->status, op->len);
+		break;
+	case TPU__OP_RECV_BUFFER:
+		if (op->status && op->out_buffer) {
+			tpu_buffer_free(op->out_buffer);
+			op->out_buffer = NULL;
+		}
+		op->cb.recv_buffer(op->cb_arg, op->status, op->status ? NULL : op->out_buffer,
+				   op->len);
+		break;
+	}
+}
+
+/* Pop the DONE ops at the head of @f onto @ready. */
+static size_t take_ready(struct tpu__fifo *f, struct tpu__op ***ready)
+{
+	size_t n = 0;
+
+	while (f->head && f->head->stage == TPU__STAGE_DONE) {
+		struct tpu__op *o = f->head;
+
+		f->head = o->key_next;
+		if (!f->head)
+			f->tail = NULL;
+		o->key_next = NULL;
+		**ready = o;
+		*ready = &o->key_next;
+		n++;
+	}
+	return n;
+}
+
+static void op_done_task(struct tpu__task *t)
+{
+	tpu__rdv_op_done(tpu__container_of(t, struct tpu__op, done));
+}
+
+void tpu__op_complete(struct tpu__op *op)
+{
+	op->done.fn = op_done_task;
+	tpu__ctx_complete(op->rdv->ctx, &op->done);
+}
+
+void tpu__rdv_op_done(struct tpu__op *op)
+{
+	struct tpu_rendezvous *rdv = op->rdv;
+	struct tpu__keyq *kq = op->keyq;
+	struct tpu__op *ready = NULL, **tail = &ready;
+	size_t n;
+	bool last;
+
+	pthread_mutex_lock(&rdv->lock);
+	op->stage = TPU__STAGE_DONE;
+	if (op->kind == TPU__OP_SEND) {
+		/* A send waits for no other: a duplicate's -EEXIST must not sit behind the original. */
+		fifo_unlink(&kq->sends, op);
+		op->key_next = NULL;
+		ready = op;
+		n = 1;
+	} else {
+		n = take_ready(&kq->recvs, &tail);
+	}
+	/* Counted as running, so that a callback destroying the rendezvous
+	 * does not wait for itself (see tpu_rendezvous_destroy). */
+	rdv->in_callback += n;
+	if (!rdv->closing)
+		start_next_recv(rdv, kq);
+	keyq_release_if_empty(rdv, kq);
+	pthread_mutex_unlock(&rdv->lock);
+
+	while (ready) {
+		struct tpu__op *o = ready;
+
+		ready = o->key_next;
+		call_back(o);
+		tpu__op_free(o);
+		pthread_mutex_lock(&rdv->lock);
+		rdv->live--;
+		rdv->in_callback--;
+		last = rdv->ops == NULL && rdv->in_callback == 0;
+		pthread_mutex_unlock(&rdv->lock);
+		if (last)
+			tpu__rdv_free(rdv);
+	}
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * The front end's per-key FIFOs (rdv_queue.c).  Every op is in the FIFO of
+ * its key and kind until its callback has been called; receives are called
+ * back in issue order, and a RECV is handed to the implementation only when
+ * it is the oldest unfinished RECV of its key, so that the first receive
+ * issued gets the first tensor.  All of it
+ * under tpu_rendezvous.lock.
+ */
+#ifndef TPU_RDV_QUEUE_H
+#define TPU_RDV_QUEUE_H
+
+#include "rdv.h"
+
+struct tpu__fifo {
+	struct tpu__op *head, *tail;
+};
+
+struct tpu__keyq {
+	struct tpu__keyq *next;		/* hash chain */
+	uint64_t hash;
+	struct tpu__fifo sends;
+	struct tpu__fifo recvs;
+	size_t key_len;
+	uint8_t key[];
+};
+
+/* The FIFO of @key, created if @create; NULL if absent or out of memory. */
+struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len,
+				 bool create);
+/* Append @op (its keyq set) to the FIFO of its kind. */
+void tpu__keyq_append(struct tpu__keyq *kq, struct tpu__op *op);
+/* Take back an op that could not start; frees the keyq when it empties. */
+void tpu__keyq_remove(struct tpu_rendezvous *rdv, struct tpu__op *op);
+/* True when an older RECV of the key is started and unfinished. */
+bool tpu__keyq_recv_busy(const struct tpu__keyq *kq, const struct tpu__op *op);
+/*
+ * Complete, with @status, every queued (not started) RECV of @kq, or of
+ * every key when @kq is NULL.  Returns how many.
+ */
+size_t tpu__keyq_fail_queued(struct tpu_rendezvous *rdv, struct tpu__keyq *kq, tpu_status status);
+/* Free the hash table (all FIFOs empty). */
+void tpu__keyq_free_all(struct tpu_rendezvous *rdv);
+
+void tpu__op_free(struct tpu__op *op);
+
+/* Choose and start the implementation of a new or joined rendezvous (rdv_select.c). */
+tpu_status tpu__rdv_select(struct tpu_rendezvous *rdv, enum tpu_rdv_impl impl);
+tpu_status tpu__rdv_select_join(struct tpu_rendezvous *rdv, int fd);
+/* Free what is left of a rendezvous struct (its lock, its table). */
+void tpu__rdv_free(struct tpu_rendezvous *rdv);
+
+#endif

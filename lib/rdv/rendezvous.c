@@ -1,0 +1,375 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The rendezvous API: argument checks, the per-key FIFOs (rdv_queue.c) in
+ * front of whichever implementation was chosen (rdv_select.c), the blocking
+ * receive, and leaving a rendezvous with every callback called.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdv_queue.h"
+
+TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl)
+{
+	switch (impl) {
+	case TPU_RDV_AUTO:
+		return "auto";
+	case TPU_RDV_INPROCESS:
+		return "inprocess";
+	case TPU_RDV_KMOD:
+		return "kmod";
+	case TPU_RDV_CMA:
+		return "cma";
+	}
+	return "unknown";
+}
+
+static struct tpu_rendezvous *rdv_new(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *rdv = calloc(1, sizeof(*rdv));
+
+	if (!rdv)
+		return NULL;
+	rdv->ctx = ctx;
+	pthread_mutex_init(&rdv->lock, NULL);
+	return rdv;
+}
+
+static void rdv_obj_close(struct tpu__ctx_obj *o)
+{
+	tpu_rendezvous_destroy(tpu__container_of(o, struct tpu_rendezvous, obj));
+}
+
+static tpu_status rdv_publish(struct tpu_rendezvous *rdv, tpu_status st,
+			      struct tpu_rendezvous **out)
+{
+	if (st) {
+		tpu__rdv_free(rdv);
+		return st;
+	}
+	rdv->obj = (struct tpu__ctx_obj){ .close = rdv_obj_close, .pass = TPU__CTX_PASS_RDV,
+					  .what = "a rendezvous" };
+	tpu__ctx_add_obj(rdv->ctx, &rdv->obj);
+	*out = rdv;
+	return 0;
+}
+
+TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_impl impl,
+					 struct tpu_rendezvous **out)
+{
+	struct tpu_rendezvous *rdv;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!ctx || impl < TPU_RDV_AUTO || impl > TPU_RDV_CMA)
+		return -EINVAL;
+	rdv = rdv_new(ctx);
+	if (!rdv)
+		return -ENOMEM;
+	return rdv_publish(rdv, tpu__rdv_select(rdv, impl), out);
+}
+
+TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
+				       struct tpu_rendezvous **out)
+{
+	struct tpu_rendezvous *rdv;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!ctx)
+		return -EINVAL;
+	if (fd < 0)
+		return -EBADF;
+	rdv = rdv_new(ctx);
+	if (!rdv)
+		return -ENOMEM;
+	return rdv_publish(rdv, tpu__rdv_select_join(rdv, fd), out);
+}
+
+TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd)
+{
+	if (!rdv || !fd)
+		return -EINVAL;
+	*fd = -1;
+	return rdv->ops->share(rdv, fd);
+}
+
+TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv)
+{
+	return rdv ? rdv->ops->impl : TPU_RDV_AUTO;
+}
+
+static bool rdv_idle(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+	bool idle;
+
+	pthread_mutex_lock(&rdv->lock);
+	/* From a callback, the callbacks being delivered right now are not waited for. */
+	idle = rdv->live == rdv->in_callback;
+	pthread_mutex_unlock(&rdv->lock);
+	return idle;
+}
+
+TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
+{
+	bool zombie;
+
+	if (!rdv)
+		return;
+	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
+	pthread_mutex_lock(&rdv->lock);
+	rdv->closing = true;
+	tpu__keyq_fail_queued(rdv, NULL, TPU_E_CLOSED);
+	pthread_mutex_unlock(&rdv->lock);
+	rdv->ops->destroy(rdv);
+	tpu__ctx_wait(rdv->ctx, rdv_idle, rdv);
+	pthread_mutex_lock(&rdv->lock);
+	/* ops == NULL marks it dead: the last callback running frees it. */
+	rdv->ops = NULL;
+	zombie = rdv->in_callback > 0;
+	pthread_mutex_unlock(&rdv->lock);
+	if (!zombie)
+		tpu__rdv_free(rdv);
+}
+
+/* ---- operations ---------------------------------------------------- */
+
+static tpu_status check_key(const void *key, size_t key_len)
+{
+	if (!key || key_len == 0)
+		return -EINVAL;
+	if (key_len > TPU__KEY_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static tpu_status check_tensor(const struct tpu_tensor *t)
+{
+	const uint8_t *b, *d;
+
+	if (!t || (!t->data && t->len))
+		return -EINVAL;
+	if (!t->buffer)
+		return 0;
+	/* The tensor must lie inside the buffer it names. */
+	b = t->buffer->data;
+	d = t->data;
+	if (d < b || d > b + t->buffer->len || t->len > t->buffer->len - (size_t)(d - b))
+		return -EINVAL;
+	return 0;
+}
+
+static struct tpu__op *op_new(struct tpu_rendezvous *rdv, enum tpu__op_kind kind,
+			      const void *key, size_t key_len)
+{
+	struct tpu__op *op = calloc(1, sizeof(*op));
+
+	if (!op)
+		return NULL;
+	op->key = malloc(key_len);
+	if (!op->key) {
+		free(op);
+		return NULL;
+	}
+	memcpy(op->key, key, key_len);
+	op->key_len = key_len;
+	op->rdv = rdv;
+	op->kind = kind;
+	return op;
+}
+
+/* Queue @op behind its key and start it unless an older RECV is still out. */
+static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	tpu_status st = 0;
+
+	pthread_mutex_lock(&rdv->lock);
+	if (rdv->closing) {
+		st = TPU_E_CLOSED;
+		goto out;
+	}
+	op->keyq = tpu__keyq_find(rdv, op->key, op->key_len, true);
+	if (!op->keyq) {
+		st = -ENOMEM;
+		goto out;
+	}
+	tpu__keyq_append(op->keyq, op);
+	if (op->kind != TPU__OP_SEND && tpu__keyq_recv_busy(op->keyq, op)) {
+		op->stage = TPU__STAGE_QUEUED;
+	} else {
+		op->stage = TPU__STAGE_STARTED;
+		st = op->kind == TPU__OP_SEND ? rdv->ops->send(rdv, op) : rdv->ops->recv(rdv, op);
+		if (st)
+			tpu__keyq_remove(rdv, op);
+	}
+	if (!st)
+		rdv->live++;
+out:
+	pthread_mutex_unlock(&rdv->lock);
+	if (st)
+		tpu__op_free(op);
+	return st;
+}
+
+TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *tensor, unsigned int flags,
+				       tpu_send_cb done, void *arg)
+{
+	struct tpu__op *op;
+	tpu_status st;
+
+	if (!rdv || (flags & ~TPU_SEND_GIVE))
+		return -EINVAL;
+	st = check_key(key, key_len);
+	if (!st)
+		st = check_tensor(tensor);
+	if (st)
+		return st;
+	/* GIVE hands over a whole buffer, so the tensor must start it. */
+	if ((flags & TPU_SEND_GIVE) &&
+	    (!tensor->buffer || tensor->data != tensor->buffer->data))
+		return -EINVAL;
+	op = op_new(rdv, TPU__OP_SEND, key, key_len);
+	if (!op)
+		return -ENOMEM;
+	op->flags = flags;
+	op->tensor = *tensor;
+	op->cb.send = done;
+	op->cb_arg = arg;
+	return op_issue(rdv, op);
+}
+
+TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *dst, uint64_t timeout_ns,
+				       tpu_recv_cb done, void *arg)
+{
+	struct tpu__op *op;
+	tpu_status st;
+
+	if (!rdv || !done)
+		return -EINVAL;
+	st = check_key(key, key_len);
+	if (!st)
+		st = check_tensor(dst);
+	if (st)
+		return st;
+	op = op_new(rdv, TPU__OP_RECV, key, key_len);
+	if (!op)
+		return -ENOMEM;
+	op->tensor = *dst;
+	op->timeout_ns = timeout_ns;
+	op->cb.recv = done;
+	op->cb_arg = arg;
+	return op_issue(rdv, op);
+}
+
+TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const void *key,
+					      size_t key_len, size_t max_len, uint64_t timeout_ns,
+					      tpu_recv_buffer_cb done, void *arg)
+{
+	struct tpu__op *op;
+	tpu_status st;
+
+	if (!rdv || !done || max_len > (size_t)INT64_MAX)
+		return -EINVAL;
+	st = check_key(key, key_len);
+	if (st)
+		return st;
+	op = op_new(rdv, TPU__OP_RECV_BUFFER, key, key_len);
+	if (!op)
+		return -ENOMEM;
+	op->tensor.len = max_len;
+	op->timeout_ns = timeout_ns;
+	op->cb.recv_buffer = done;
+	op->cb_arg = arg;
+	return op_issue(rdv, op);
+}
+
+TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void *key,
+					 size_t key_len)
+{
+	struct tpu__keyq *kq;
+	size_t queued;
+	int started;
+	tpu_status st;
+
+	if (!rdv)
+		return -EINVAL;
+	st = check_key(key, key_len);
+	if (st)
+		return st;
+	pthread_mutex_lock(&rdv->lock);
+	kq = tpu__keyq_find(rdv, key, key_len, false);
+	if (!kq) {
+		pthread_mutex_unlock(&rdv->lock);
+		return -ENOENT;
+	}
+	/* The queued ones first, so that the cancelled head starts none of them. */
+	queued = tpu__keyq_fail_queued(rdv, kq, -ECANCELED);
+	started = rdv->ops->cancel(rdv, key, key_len);
+	pthread_mutex_unlock(&rdv->lock);
+	if (started < 0 && started != -ENOENT)
+		return started;
+	return queued || started > 0 ? 0 : -ENOENT;
+}
+
+TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status)
+{
+	if (!rdv || status >= 0 || status < -EHWPOISON)
+		return -EINVAL;
+	return rdv->ops->abort(rdv, status);
+}
+
+/* ---- blocking receive ---------------------------------------------- */
+
+struct recv_waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	tpu_status status;
+	size_t len;
+};
+
+static void recv_woken(void *arg, tpu_status status, size_t len)
+{
+	struct recv_waiter *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	w->status = status;
+	w->len = len;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const void *key,
+					    size_t key_len, const struct tpu_tensor *dst,
+					    uint64_t timeout_ns, size_t *len)
+{
+	struct recv_waiter w = { .done = false };
+	tpu_status st;
+
+	if (!rdv)
+		return -EINVAL;
+	/* The callback that would wake us runs on this very thread. */
+	if (tpu__ctx_on_thread(rdv->ctx))
+		return -EDEADLK;
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_cond_init(&w.cond, NULL);
+	st = tpu_rendezvous_recv(rdv, key, key_len, dst, timeout_ns, recv_woken, &w);
+	if (!st) {
+		pthread_mutex_lock(&w.lock);
+		while (!w.done)
+			pthread_cond_wait(&w.cond, &w.lock);
+		pthread_mutex_unlock(&w.lock);
+		st = w.status;
+		if (len)
+			*len = w.len;
+	}
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return st;
+}

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The shm transport's byte ring (see shm_ring.h for the protocol).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "shm_ring.h"
+
+/* The counters are shared with another process: they must not need a lock. */
+_Static_assert(__atomic_always_lock_free(sizeof(uint64_t), 0) &&
+	       __atomic_always_lock_free(sizeof(uint32_t), 0),
+	       "the shm ring needs lock-free 64-bit atomics");
+_Static_assert(sizeof(struct tpu__shm_ring_hdr) <= TPU__SHM_RING_HDR_SIZE,
+	       "ring header too large");
+
+static bool cap_ok(uint64_t cap)
+{
+	return cap >= TPU__SHM_RING_MIN && cap <= TPU__SHM_RING_MAX && !(cap & (cap - 1));
+}
+
+int tpu__shm_ring_init(void *mem, uint64_t cap)
+{
+	struct tpu__shm_ring_hdr *h = mem;
+
+	if (!cap_ok(cap))
+		return -EINVAL;
+	memset(h, 0, sizeof(*h));
+	atomic_init(&h->head, 0);
+	atomic_init(&h->tail, 0);
+	atomic_init(&h->reader_asleep, 0);
+	atomic_init(&h->writer_waiting, 0);
+	h->magic = TPU__SHM_RING_MAGIC;
+	h->capacity = cap;
+	return 0;
+}
+
+int tpu__shm_ring_attach(struct tpu__shm_ring *r, void *mem, uint64_t cap, bool producer)
+{
+	struct tpu__shm_ring_hdr *h = mem;
+	uint64_t head, tail;
+
+	memset(r, 0, sizeof(*r));
+	if (!cap_ok(cap) || h->magic != TPU__SHM_RING_MAGIC || h->capacity != cap)
+		return -EPROTO;
+	head = atomic_load_explicit(&h->head, memory_order_acquire);
+	tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+	if (head - tail > cap)
+		return -EPROTO;
+	r->hdr = h;
+	r->data = (uint8_t *)mem + TPU__SHM_RING_HDR_SIZE;
+	r->cap = cap;
+	r->producer = producer;
+	r->pos = producer ? head : tail;
+	return 0;
+}
+
+/* Producer: free bytes, reloading the tail; 0 (and broken) if it is nonsense. */
+static uint64_t ring_space(struct tpu__shm_ring *r)
+{
+	/* Acquire: the consumer's copies out of that space are done. */
+	uint64_t used = r->pos - atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+
+	if (used > r->cap) {
+		r->broken = true;
+		return 0;
+	}
+	return r->cap - used;
+}
+
+/* Consumer: bytes available, reloading the head. */
+static uint64_t ring_avail(struct tpu__shm_ring *r)
+{
+	/* Acquire: the producer's copies into those bytes are visible. */
+	uint64_t avail = atomic_load_explicit(&r->hdr->head, memory_order_acquire) - r->pos;
+
+	if (avail > r->cap) {
+		r->broken = true;
+		return 0;
+	}
+	return avail;
+}
+
+size_t tpu__shm_ring_writable(struct tpu__shm_ring *r)
+{
+	return r->broken ? 0 : ring_space(r);
+}
+
+size_t tpu__shm_ring_readable(struct tpu__shm_ring *r)
+{
+	return r->broken ? 0 : ring_avail(r);
+}
+
+/* Copy @len bytes into the ring at counter @at, wrapping around the end. */
+static void put_bytes(struct tpu__shm_ring *r, uint64_t at, const uint8_t *src, size_t len)
+{
+	size_t off = at & (r->cap - 1);
+	size_t first = r->cap - off < len ? r->cap - off : len;
+
+	memcpy(r->data + off, src, first);
+	memcpy(r->data, src + first, len - first);
+}
+
+size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
+			   size_t skip)
+{
+	uint64_t space, done = 0;
+	unsigned int i;
+
+	if (r->broken)
+		return 0;
+	space = ring_space(r);
+	for (i = 0; i < n && done < space; i++) {
+		size_t len = iov[i].iov_len, chunk;
+
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		chunk = len - skip;
+		if (chunk > space - done)
+			chunk = space - done;
+		put_bytes(r, r->pos + done, (const uint8_t *)iov[i].iov_base + skip, chunk);
+		done += chunk;
+		skip = 0;
+	}
+	if (done) {
+		r->pos += done;
+		/* Release: the bytes are in before the consumer can see the new head. */
+		atomic_store_explicit(&r->hdr->head, r->pos, memory_order_release);
+	}
+	return done;
+}
+
+static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
+			void (*copy)(void *dst, const void *src, size_t n))
+{
+	uint64_t avail;
+	size_t off, first;
+
+	if (r->broken || !len)
+		return 0;
+	avail = ring_avail(r);
+	if (len > avail)
+		len = avail;
+	if (!len)
+		return 0;
+	off = r->pos & (r->cap - 1);
+	first = r->cap - off < len ? r->cap - off : len;
+	copy(buf, r->data + off, first);
+	copy((uint8_t *)buf + first, r->data, len - first);
+	r->pos += len;
+	/* Release: our copies are done before the producer may reuse the space. */
+	atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_release);
+	return len;
+}
+
+static void copy_plain(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+
+size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)
+{
+	return ring_read(r, buf, len, copy_plain);
+}
+
+size_t tpu__shm_ring_read_stream(struct tpu__shm_ring *r, void *buf, size_t len)
+{
+	return ring_read(r, buf, len, tpu__copy_stream);
+}
+
+bool tpu__shm_ring_reader_arm(struct tpu__shm_ring *r)
+{
+	atomic_store_explicit(&r->hdr->reader_asleep, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	return tpu__shm_ring_readable(r) > 0 || r->broken;
+}
+
+void tpu__shm_ring_reader_disarm(struct tpu__shm_ring *r)
+{
+	atomic_store_explicit(&r->hdr->reader_asleep, 0, memory_order_relaxed);
+}
+
+bool tpu__shm_ring_writer_arm(struct tpu__shm_ring *r)
+{
+	atomic_store_explicit(&r->hdr->writer_waiting, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_seq_cst);
+	return tpu__shm_ring_writable(r) > 0 || r->broken;
+}
+
+void tpu__shm_ring_writer_disarm(struct tpu__shm_ring *r)
+{
+	atomic_store_explicit(&r->hdr->writer_waiting, 0, memory_order_relaxed);
+}
+
+/* The load first, so that a peer wide awake costs no locked instruction. */
+static bool take_flag(_Atomic uint32_t *flag)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	return atomic_load_explicit(flag, memory_order_relaxed) &&
+	       atomic_exchange_explicit(flag, 0, memory_order_relaxed);
+}
+
+bool tpu__shm_ring_reader_needs_wake(struct tpu__shm_ring *r)
+{
+	return take_flag(&r->hdr->reader_asleep);
+}
+
+bool tpu__shm_ring_writer_needs_wake(struct tpu__shm_ring *r)
+{
+	return take_flag(&r->hdr->writer_waiting);
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Transports: ordered, reliable byte streams between two contexts, on which
+ * pipes carry their frames (pipe_wire.h) and small payloads.  Not installed.
+ *
+ *   tcp (xport_tcp.c)	sockets driven through the context's io_uring;
+ *   shm (xport_shm.c)	two rings in a memfd shared by the two processes,
+ *			polled by the context thread (tpu__poller), with a
+ *			Unix socket kept open for descriptor passing and to
+ *			see the peer die.
+ *
+ * Threading: every function here, and every callback, runs on the context
+ * thread.  No locks are needed inside a transport.
+ *
+ * Callbacks: each queued read, write or descriptor operation gets exactly
+ * one callback, with 0 or a negative status.  Reads complete in the order
+ * they were queued, and so do writes.  After an error every queued and
+ * every later operation of the connection fails with an error.  Errors:
+ *   -ECONNRESET	the peer closed or died (EOF in the middle of a read
+ *			included; EOF with no read pending is reported to the
+ *			next read);
+ *   -EPIPE		writing to a peer that is gone;
+ *   TPU_E_CLOSED	this side closed the connection;
+ *   other -errno	what the system said.
+ */
+#ifndef TPU_XPORT_H
+#define TPU_XPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+#include "ctx/ctx.h"
+
+/* Longest address after the scheme ("127.0.0.1:5000", an shm name). */
+#define TPU__XPORT_ADDR_MAX	256
+/* Longest domain descriptor (see ->domain_descriptor). */
+#define TPU__XPORT_DOMAIN_MAX	256
+/* Most iovecs in one write. */
+#define TPU__XPORT_IOV_MAX	64
+
+typedef void (*tpu__io_cb)(void *arg, tpu_status status);
+
+struct tpu__conn;
+
+struct tpu__conn_ops {
+	/*
+	 * Queue a write of iov[0..n) (n <= TPU__XPORT_IOV_MAX; the array is
+	 * copied, the bytes are not: they must stay valid until cb).  cb runs
+	 * once every byte was taken by the transport: for tcp, by the kernel
+	 * (or, for a zero-copy send, once the kernel let go of the pages); for
+	 * shm, copied into the ring.
+	 */
+	tpu_status (*write)(struct tpu__conn *c, const struct iovec *iov, unsigned int n,
+			    tpu__io_cb cb, void *arg);
+	/* Queue a read of exactly len bytes (len >= 1) into buf. */
+	tpu_status (*read)(struct tpu__conn *c, void *buf, size_t len, tpu__io_cb cb, void *arg);
+	/*
+	 * Pass a descriptor to the peer, in order with the writes (the peer's
+	 * recv_fd gets it in order with its reads).  NULL where the transport
+	 * cannot (tcp).  send_fd duplicates fd; recv_fd stores a new one in
+	 * *fd (O_CLOEXEC) before cb(arg, 0), the caller then owns it.
+	 */
+	tpu_status (*send_fd)(struct tpu__conn *c, int fd, tpu__io_cb cb, void *arg);
+	tpu_status (*recv_fd)(struct tpu__conn *c, int *fd, tpu__io_cb cb, void *arg);
+	/*
+	 * Process id of the peer as seen by this process (SO_PEERCRED), or 0
+	 * when unknown (tcp).
+	 */
+	int (*peer_pid)(struct tpu__conn *c);
+	/*
+	 * Optional (NULL in tcp): cb(arg, -ECONNRESET) once, when the peer
+	 * goes away, even with no operation pending (bytes it left may still
+	 * be read).  Never called after close; one watch per connection.
+	 */
+	void (*watch)(struct tpu__conn *c, tpu__io_cb cb, void *arg);
+	/*
+	 * Close: every pending operation fails with TPU_E_CLOSED (its callback
+	 * may run before close returns, or later on the context thread), the
+	 * peer sees EOF, and the transport frees the connection once the last
+	 * callback ran.  The caller must not touch c after calling close.
+	 */
+	void (*close)(struct tpu__conn *c);
+};
+
+/* Every connection starts with this (the transport's own state follows). */
+struct tpu__conn {
+	const struct tpu__conn_ops *ops;
+	const struct tpu__xport *xport;
+};
+
+/* Accepted connections: conn on success (status 0), else NULL. */
+typedef void (*tpu__accept_fn)(void *arg, tpu_status status, struct tpu__conn *conn);
+
+struct tpu__xlistener;
+
+struct tpu__xlistener_ops {
+	/* The address peers connect to (port 0 resolved), NUL-terminated. */
+	const char *(*addr)(const struct tpu__xlistener *l);
+	/* Stop accepting; fn is not called once close returned.  Frees l. */
+	void (*close)(struct tpu__xlistener *l);
+};
+
+struct tpu__xlistener {
+	const struct tpu__xlistener_ops *ops;
+	const struct tpu__xport *xport;
+};
+
+struct tpu__xport {
+	const char *name;		/* "tcp", "shm": the URL scheme too */
+	int priority;			/* higher is preferred when both sides have it */
+	bool passes_fds;		/* its connections have send_fd and recv_fd */
+	/*
+	 * Two contexts can use this transport iff their descriptors are
+	 * equal: shm writes the boot id and network namespace (the Unix
+	 * socket is abstract), tcp a constant.  NUL-terminated.
+	 */
+	tpu_status (*domain_descriptor)(char *buf, size_t size);
+	/*
+	 * Listen on addr (the URL without "name://").  fn(arg, 0, conn) for
+	 * every connection accepted until close, fn(arg, err, NULL) if
+	 * accepting failed for good (the listener then stays closed).
+	 */
+	tpu_status (*listen)(struct tpu_context *ctx, const char *addr, tpu__accept_fn fn,
+			     void *arg, struct tpu__xlistener **out);
+	/*
+	 * Start connecting to addr; the connection may be used at once (its
+	 * operations wait for the connection, and fail with its error).
+	 * Bad addresses fail here with -EINVAL.
+	 */
+	tpu_status (*connect)(struct tpu_context *ctx, const char *addr, struct tpu__conn **out);
+};
+
+extern const struct tpu__xport tpu__xport_tcp;
+extern const struct tpu__xport tpu__xport_shm;
+
+#endif /* TPU_XPORT_H */

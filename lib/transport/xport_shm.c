@@ -1,0 +1,1390 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The shm transport: two byte rings (shm_ring.h) in a memfd that both
+ * processes map, one per direction, polled by each side's context thread.
+ *
+ * Bootstrap, all through the context's io_uring so that its thread never
+ * blocks: the connector creates the memfd (two rings of SHM_RING_CAP
+ * bytes, sealed against shrinking so that the peer cannot make us fault),
+ * connects to the abstract Unix socket "\0tensorpipe-shm/NAME" and sends a
+ * HELLO with the memfd and its context's wake eventfd (SCM_RIGHTS); the
+ * acceptor checks both, maps the memfd and answers WELCOME with its own
+ * wake eventfd.  Either side drops a peer that says anything else.
+ * NAME is 1 to 92 characters of [A-Za-z0-9._-]: all that fits in sun_path
+ * after the NUL and the prefix.  A peer that connects and never says
+ * HELLO holds a socket until the listener closes (no handshake timeout).
+ *
+ * Afterwards the socket stays open for two things:
+ *   - a POLL_ADD(POLLRDHUP) always armed on it sees the peer close or die
+ *     (the kernel closes its socket), even when it never wrote anything;
+ *   - descriptors (send_fd/recv_fd) travel over it, one byte and one
+ *     SCM_RIGHTS descriptor per sendmsg.
+ *
+ * Order of descriptors and bytes: writes and send_fds of a connection form
+ * one queue, handled strictly in order: a send_fd starts once every earlier
+ * write was copied into the ring, and later writes wait until the kernel
+ * took the descriptor.  Likewise reads and recv_fds form one queue: a
+ * recv_fd starts once every earlier read completed.  Two ends that
+ * interleave their calls the same way thus see each descriptor at the same
+ * place in the byte stream.  Every callback of a queue runs in queue order.
+ *
+ * Data path: ops wait in their queue; the poller (one per connection)
+ * copies into and out of the rings without any system call while both
+ * threads are awake.  Before the context thread sleeps, ->arm raises
+ * "reader asleep" (a read is pending) and "writer waiting" (a write is
+ * pending on a full ring) in the rings; the peer wakes us through our
+ * eventfd when it sees them after publishing bytes or space.
+ *
+ * When the peer goes away the bytes it left in the ring are still read;
+ * a read that needs more fails with -ECONNRESET, and writes with -EPIPE.
+ *
+ * Lifetime: a connection is freed once it was closed, every SQE it
+ * submitted came back, its deferred task ran and no function of this file
+ * that may call back is on the stack (busy); so a callback may close its
+ * own connection, or another one in the middle of a poll pass.
+ */
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shm_ring.h"
+#include "xport.h"
+
+#define SHM_PREFIX		"tensorpipe-shm/"
+#define SHM_PREFIX_LEN		(sizeof(SHM_PREFIX) - 1)
+/* What fits in sun_path after the leading NUL and the prefix. */
+#define SHM_SUN_PATH		sizeof(((struct sockaddr_un *)0)->sun_path)
+#define SHM_NAME_MAX		(SHM_SUN_PATH - 1 - SHM_PREFIX_LEN)
+#define SHM_RING_CAP		(1u << 20)
+#define SHM_BACKLOG		128
+
+#define SHM_HS_MAGIC		0x314d4853u	/* "SHM1" read as little-endian bytes */
+#define SHM_HS_VERSION		1
+#define SHM_HS_HELLO		1
+#define SHM_HS_WELCOME		2
+/* The one byte that carries a descriptor after the handshake. */
+#define SHM_FD_TAG		'F'
+/* Room for a few descriptors, so that a peer sending too many is seen (and they are closed). */
+#define SHM_MAX_FDS		4
+
+
+/* Handshake message: fixed size, native byte order (both ends share one kernel). */
+struct shm_hs {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint64_t ring_cap;	/* HELLO: bytes of each ring; WELCOME: 0 */
+	uint64_t rsvd;		/* 0 */
+};
+
+enum shm_state {
+	SHM_CONNECTING,		/* connector: connect in flight */
+	SHM_HELLO,		/* connector: HELLO going out, WELCOME awaited */
+	SHM_ACCEPTING,		/* acceptor: HELLO awaited, WELCOME going out */
+	SHM_OPEN,		/* rings mapped, poller registered */
+	SHM_DEAD,		/* never opened */
+};
+
+enum shm_op_kind { OP_WRITE, OP_READ, OP_SEND_FD, OP_RECV_FD };
+
+struct shm_op {
+	struct shm_op *next;
+	enum shm_op_kind kind;
+	tpu__io_cb cb;
+	void *arg;
+	size_t done, total;
+	void *buf;		/* OP_READ */
+	int fd;			/* OP_SEND_FD: our duplicate, until the sendmsg takes it */
+	int *fdp;		/* OP_RECV_FD */
+	unsigned int niov;	/* OP_WRITE */
+	struct iovec iov[];
+};
+
+/* A socket message in flight, with room for its descriptors. */
+struct shm_msg {
+	struct msghdr msg;
+	struct iovec iov;
+	char byte;
+	union {
+		struct cmsghdr hdr;
+		char buf[CMSG_SPACE(SHM_MAX_FDS * sizeof(int))];
+	} cm;
+};
+
+struct shm_listener;
+
+struct shm_conn {
+	struct tpu__conn base;
+	struct tpu_context *ctx;
+	struct tpu__poller poller;
+	struct tpu__task task;
+	enum shm_state state;
+	int sock;
+	int memfd;		/* connector: until the HELLO's CQE */
+	int peer_wake;		/* the peer's context eventfd */
+	int tx_fd;		/* the descriptor of the SENDMSG in flight */
+	void *map;
+	size_t map_len;
+	struct tpu__shm_ring tx, rx;
+	int peer_pid;
+	tpu_status rerr, werr;	/* what reads and writes fail with now (0: nothing) */
+	bool peer_gone;
+	tpu__io_cb watch_cb;	/* told once when the peer goes (see xport.h) */
+	void *watch_arg;
+	bool closed;
+	bool polling;
+	bool task_queued;
+	bool tx_busy;		/* a send_fd's SENDMSG is in flight */
+	bool rx_busy;		/* a recv_fd's RECVMSG is in flight */
+	unsigned int inflight;	/* SQEs whose last CQE is due */
+	unsigned int busy;	/* frames on the stack that use c after calling back */
+	struct shm_op *tx_head, **tx_tail;
+	struct shm_op *rx_head, **rx_tail;
+	struct shm_listener *listener;	/* acceptor: until handed to the listener's fn */
+	struct shm_conn *lnext;
+	struct sockaddr_un addr;
+	socklen_t addr_len;
+	struct shm_hs hs_out, hs_in;
+	struct shm_msg txm, rxm;
+};
+
+struct shm_listener {
+	struct tpu__xlistener base;
+	struct tpu_context *ctx;
+	int fd;
+	tpu__accept_fn fn;
+	void *arg;
+	bool closed;		/* by the user */
+	bool stopped;		/* no more accepts (closed, or failed for good) */
+	bool accepting;		/* an ACCEPT is in flight */
+	unsigned int busy;
+	uint64_t accept_ud;
+	struct shm_conn *pending;	/* connections in their handshake */
+	char name[SHM_NAME_MAX + 1];
+};
+
+static const struct tpu__conn_ops shm_conn_ops;
+static const struct tpu__xlistener_ops shm_listener_ops;
+
+/* ---- names ----------------------------------------------------------- */
+
+static bool name_char_ok(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '_' || ch == '-';
+}
+
+/* "NAME" to "\0tensorpipe-shm/NAME"; -EINVAL unless 1..SHM_NAME_MAX of [A-Za-z0-9._-]. */
+static tpu_status shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen_t *len)
+{
+	size_t n, i;
+
+	if (!name)
+		return -EINVAL;
+	n = strnlen(name, SHM_NAME_MAX + 1);
+	if (n < 1 || n > SHM_NAME_MAX)
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (!name_char_ok(name[i]))
+			return -EINVAL;
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	memcpy(sa->sun_path + 1, SHM_PREFIX, SHM_PREFIX_LEN);
+	memcpy(sa->sun_path + 1 + SHM_PREFIX_LEN, name, n);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + SHM_PREFIX_LEN + n);
+	return 0;
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void wake_peer(struct shm_conn *c)
+{
+	uint64_t one = 1;
+
+	while (write(c->peer_wake, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+/* Only an eventfd may be written without a chance of blocking the context thread. */
+static bool is_eventfd(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0) {
+		/* No /proc to ask: trust the peer, which shares our kernel and user. */
+		tpu__log_debug("shm: cannot check the peer's wake descriptor: %s",
+			       tpu_strerror(tpu__errno()));
+		return true;
+	}
+	link[n] = '\0';
+	return strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+static void msg_prepare(struct shm_msg *m, void *data, size_t len, bool control)
+{
+	memset(m, 0, sizeof(*m));
+	m->iov.iov_base = data;
+	m->iov.iov_len = len;
+	m->msg.msg_iov = &m->iov;
+	m->msg.msg_iovlen = 1;
+	if (control) {
+		m->msg.msg_control = m->cm.buf;
+		m->msg.msg_controllen = sizeof(m->cm.buf);
+	}
+}
+
+/* Attach @n descriptors to an outgoing message. */
+static void msg_put_fds(struct shm_msg *m, const int *fds, unsigned int n)
+{
+	struct cmsghdr *ch;
+
+	m->msg.msg_control = m->cm.buf;
+	m->msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+	ch = CMSG_FIRSTHDR(&m->msg);
+	ch->cmsg_level = SOL_SOCKET;
+	ch->cmsg_type = SCM_RIGHTS;
+	ch->cmsg_len = CMSG_LEN(n * sizeof(int));
+	memcpy(CMSG_DATA(ch), fds, n * sizeof(int));
+}
+
+/* The descriptors a message brought (all of them: the caller closes what it does not keep). */
+static unsigned int msg_take_fds(struct shm_msg *m, int *fds, unsigned int max)
+{
+	struct cmsghdr *ch;
+	unsigned int n = 0;
+
+	for (ch = CMSG_FIRSTHDR(&m->msg); ch; ch = CMSG_NXTHDR(&m->msg, ch)) {
+		size_t k, cnt;
+
+		if (ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS ||
+		    ch->cmsg_len < CMSG_LEN(0))
+			continue;
+		cnt = (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (k = 0; k < cnt; k++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(ch) + k * sizeof(int), sizeof(int));
+			if (n < max)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	return n;
+}
+
+static void close_fds(int *fds, unsigned int n)
+{
+	while (n)
+		close(fds[--n]);
+}
+
+/* ---- connection lifetime ---------------------------------------------- */
+
+static void conn_free(struct shm_conn *c)
+{
+	tpu__log_debug("shm: connection %p freed", (void *)c);
+	if (c->map)
+		munmap(c->map, c->map_len);
+	close_fd(&c->sock);
+	close_fd(&c->memfd);
+	close_fd(&c->peer_wake);
+	close_fd(&c->tx_fd);
+	free(c);
+}
+
+static void conn_maybe_free(struct shm_conn *c)
+{
+	if (c->closed && !c->inflight && !c->busy && !c->task_queued)
+		conn_free(c);
+}
+
+/* The end of a CQE handler: the last use of c in it. */
+static void conn_cqe_done(struct shm_conn *c)
+{
+	c->inflight--;
+	conn_maybe_free(c);
+}
+
+static bool conn_progress(struct shm_conn *c);
+
+static void conn_task(struct tpu__task *t)
+{
+	struct shm_conn *c = tpu__container_of(t, struct shm_conn, task);
+
+	c->busy++;
+	c->task_queued = false;
+	conn_progress(c);
+	c->busy--;
+	conn_maybe_free(c);
+}
+
+/* Make progress soon from a task: for states the poller does not cover. */
+static void conn_schedule(struct shm_conn *c)
+{
+	if (c->task_queued || c->closed)
+		return;
+	c->task_queued = true;
+	c->task.fn = conn_task;
+	tpu__ctx_defer(c->ctx, &c->task);
+}
+
+/* An SQE whose completion calls fn(c, cqe); counted until its last CQE. */
+static struct io_uring_sqe *conn_sqe(struct shm_conn *c, tpu__cqe_fn fn)
+{
+	struct io_uring_sqe *sqe = tpu__ctx_sqe(c->ctx, fn, c);
+
+	if (sqe)
+		c->inflight++;
+	return sqe;
+}
+
+/*
+ * Fail the connection for good: every queued and later op gets @err (reads
+ * and writes alike), and the peer sees EOF.
+ */
+static void conn_fail(struct shm_conn *c, tpu_status err)
+{
+	if (!c->rerr)
+		c->rerr = err;
+	if (!c->werr)
+		c->werr = err;
+	if (c->state != SHM_OPEN)
+		c->state = SHM_DEAD;
+	if (c->sock >= 0)
+		shutdown(c->sock, SHUT_RDWR);
+	conn_schedule(c);
+}
+
+static struct shm_op *op_pop(struct shm_op **head, struct shm_op ***tail)
+{
+	struct shm_op *op = *head;
+
+	*head = op->next;
+	if (!*head)
+		*tail = head;
+	return op;
+}
+
+static void op_finish(struct shm_op *op, tpu_status st)
+{
+	tpu__io_cb cb = op->cb;
+	void *arg = op->arg;
+
+	if (op->kind == OP_SEND_FD && op->fd >= 0)
+		close(op->fd);
+	free(op);
+	cb(arg, st);
+}
+
+/* Fail what the errors say must fail; c->busy is held. */
+static bool conn_fail_pending(struct shm_conn *c)
+{
+	bool any = false;
+
+	while (c->werr && c->tx_head) {
+		op_finish(op_pop(&c->tx_head, &c->tx_tail), c->closed ? TPU_E_CLOSED : c->werr);
+		any = true;
+	}
+	while (c->rerr && c->rx_head) {
+		op_finish(op_pop(&c->rx_head, &c->rx_tail), c->closed ? TPU_E_CLOSED : c->rerr);
+		any = true;
+	}
+	return any;
+}
+
+/* ---- descriptors ------------------------------------------------------ */
+
+static void on_fd_sent(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+
+	c->tx_busy = false;
+	close_fd(&c->tx_fd);
+	if (!c->closed && !c->werr) {
+		if (cqe->res == 1) {
+			c->busy++;
+			op_finish(op_pop(&c->tx_head, &c->tx_tail), 0);
+			c->busy--;
+		} else if (cqe->res == -EPIPE || cqe->res == -ECONNRESET || cqe->res >= 0) {
+			c->werr = -EPIPE;
+		} else {
+			conn_fail(c, cqe->res);
+		}
+		/* The writes behind it: the poller goes on with them, errors need the task. */
+		conn_schedule(c);
+	}
+	conn_cqe_done(c);
+}
+
+static void start_send_fd(struct shm_conn *c, struct shm_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	msg_prepare(&c->txm, &c->txm.byte, 1, false);
+	c->txm.byte = SHM_FD_TAG;
+	msg_put_fds(&c->txm, &op->fd, 1);
+	sqe = conn_sqe(c, on_fd_sent);
+	if (!sqe) {
+		conn_fail(c, -ENOMEM);
+		return;
+	}
+	io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
+	/* The kernel resolves the descriptor when it runs the SQE: keep it open till then. */
+	c->tx_fd = op->fd;
+	op->fd = -1;
+	c->tx_busy = true;
+	tpu__ctx_submit(c->ctx);
+}
+
+static void on_fd_received(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	int fds[SHM_MAX_FDS];
+	unsigned int n = 0;
+
+	c->rx_busy = false;
+	if (cqe->res >= 0)
+		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
+	if (c->closed || c->rerr) {
+		close_fds(fds, n);
+	} else if (cqe->res == 0 || cqe->res == -ECONNRESET) {
+		c->rerr = -ECONNRESET;
+		conn_schedule(c);
+	} else if (cqe->res < 0) {
+		conn_fail(c, cqe->res);
+	} else if (cqe->res != 1 || c->rxm.byte != SHM_FD_TAG || n != 1 ||
+		   (c->rxm.msg.msg_flags & MSG_CTRUNC)) {
+		tpu__log_debug("shm: a descriptor message that makes no sense (%d bytes, %u fds)",
+			       cqe->res, n);
+		close_fds(fds, n);
+		conn_fail(c, -EPROTO);
+	} else {
+		struct shm_op *op = op_pop(&c->rx_head, &c->rx_tail);
+
+		*op->fdp = fds[0];
+		c->busy++;
+		op_finish(op, 0);
+		c->busy--;
+		conn_schedule(c);
+	}
+	conn_cqe_done(c);
+}
+
+static void start_recv_fd(struct shm_conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	msg_prepare(&c->rxm, &c->rxm.byte, 1, true);
+	sqe = conn_sqe(c, on_fd_received);
+	if (!sqe) {
+		conn_fail(c, -ENOMEM);
+		return;
+	}
+	io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
+	c->rx_busy = true;
+	tpu__ctx_submit(c->ctx);
+}
+
+/* ---- data path ---------------------------------------------------------- */
+
+static bool tx_progress(struct shm_conn *c)
+{
+	bool any = false;
+	struct shm_op *op;
+
+	while (!c->closed && !c->werr && (op = c->tx_head)) {
+		if (op->kind == OP_SEND_FD) {
+			if (!c->tx_busy)
+				start_send_fd(c, op);
+			break;
+		}
+		if (op->done < op->total) {
+			size_t n = tpu__shm_ring_write(&c->tx, op->iov, op->niov, op->done);
+
+			if (n) {
+				op->done += n;
+				any = true;
+				if (tpu__shm_ring_reader_needs_wake(&c->tx))
+					wake_peer(c);
+			}
+			if (op->done < op->total) {
+				if (tpu__shm_ring_broken(&c->tx))
+					conn_fail(c, -EPROTO);
+				break;
+			}
+		}
+		op_finish(op_pop(&c->tx_head, &c->tx_tail), 0);
+		any = true;
+	}
+	return any;
+}
+
+static bool rx_progress(struct shm_conn *c)
+{
+	bool any = false;
+	struct shm_op *op;
+
+	while (!c->closed && !c->rerr && (op = c->rx_head)) {
+		size_t n;
+
+		if (op->kind == OP_RECV_FD) {
+			if (!c->rx_busy)
+				start_recv_fd(c);
+			break;
+		}
+		n = op->total >= TPU__COPY_STREAM_MIN ?
+		    tpu__shm_ring_read_stream(&c->rx, (char *)op->buf + op->done,
+					      op->total - op->done) :
+		    tpu__shm_ring_read(&c->rx, (char *)op->buf + op->done, op->total - op->done);
+		if (n) {
+			op->done += n;
+			any = true;
+			if (tpu__shm_ring_writer_needs_wake(&c->rx))
+				wake_peer(c);
+		}
+		if (op->done < op->total) {
+			if (tpu__shm_ring_broken(&c->rx))
+				conn_fail(c, -EPROTO);
+			else if (c->peer_gone && !tpu__shm_ring_readable(&c->rx))
+				c->rerr = -ECONNRESET;	/* the peer left no more bytes */
+			break;
+		}
+		op_finish(op_pop(&c->rx_head, &c->rx_tail), 0);
+		any = true;
+	}
+	return any;
+}
+
+static bool conn_progress(struct shm_conn *c)
+{
+	bool any = false;
+
+	if (c->closed)
+		return false;
+	c->busy++;
+	if (c->state == SHM_OPEN) {
+		any |= tx_progress(c);
+		any |= rx_progress(c);
+	}
+	if (!c->closed)
+		any |= conn_fail_pending(c);
+	c->busy--;
+	return any;
+}
+
+static bool conn_poll(struct tpu__poller *p)
+{
+	struct shm_conn *c = tpu__container_of(p, struct shm_conn, poller);
+	bool any = conn_progress(c);
+
+	conn_maybe_free(c);
+	return any;
+}
+
+static bool conn_arm(struct tpu__poller *p)
+{
+	struct shm_conn *c = tpu__container_of(p, struct shm_conn, poller);
+	bool pending = false;
+
+	if (c->closed || c->state != SHM_OPEN)
+		return false;
+	if (!c->rerr && c->rx_head && c->rx_head->kind == OP_READ)
+		pending |= tpu__shm_ring_reader_arm(&c->rx);
+	if (!c->werr && c->tx_head && c->tx_head->kind == OP_WRITE)
+		pending |= tpu__shm_ring_writer_arm(&c->tx);
+	return pending;
+}
+
+static void conn_disarm(struct tpu__poller *p)
+{
+	struct shm_conn *c = tpu__container_of(p, struct shm_conn, poller);
+
+	if (c->closed || c->state != SHM_OPEN)
+		return;
+	tpu__shm_ring_reader_disarm(&c->rx);
+	tpu__shm_ring_writer_disarm(&c->tx);
+}
+
+/* The peer's socket closed (it closed the connection, or its process died). */
+static void on_peer_hup(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+
+	if (!c->closed && cqe->res != -ECANCELED) {
+		tpu__log_debug("shm: connection %p: the peer is gone (%d)", (void *)c, cqe->res);
+		c->peer_gone = true;
+		if (!c->werr)
+			c->werr = -EPIPE;
+		/* Reads drain what the peer left in the ring, then fail. */
+		conn_schedule(c);
+		if (c->watch_cb) {
+			tpu__io_cb cb = c->watch_cb;
+
+			c->watch_cb = NULL;
+			cb(c->watch_arg, -ECONNRESET);
+		}
+	}
+	conn_cqe_done(c);
+}
+
+static void conn_open(struct shm_conn *c)
+{
+	struct io_uring_sqe *sqe;
+
+	c->state = SHM_OPEN;
+	tpu__ctx_poller_add(c->ctx, &c->poller);
+	c->polling = true;
+	sqe = conn_sqe(c, on_peer_hup);
+	if (!sqe) {
+		conn_fail(c, -ENOMEM);
+		return;
+	}
+	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP);
+	tpu__ctx_submit(c->ctx);
+	/* Ops queued while connecting: the poller takes them from here. */
+	conn_schedule(c);
+}
+
+static struct shm_conn *conn_new(struct tpu_context *ctx)
+{
+	struct shm_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->base.ops = &shm_conn_ops;
+	c->base.xport = &tpu__xport_shm;
+	c->ctx = ctx;
+	c->sock = c->memfd = c->peer_wake = c->tx_fd = -1;
+	c->tx_tail = &c->tx_head;
+	c->rx_tail = &c->rx_head;
+	c->poller.poll = conn_poll;
+	c->poller.arm = conn_arm;
+	c->poller.disarm = conn_disarm;
+	return c;
+}
+
+static int sock_peer_pid(int sock)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) || len != sizeof(cred))
+		return 0;
+	return cred.pid;
+}
+
+static bool hs_ok(const struct shm_hs *hs, int res, uint16_t type)
+{
+	return res == (int)sizeof(*hs) && hs->magic == SHM_HS_MAGIC &&
+	       hs->version == SHM_HS_VERSION && hs->type == type && !hs->rsvd;
+}
+
+/* The rings of a mapping: [0] connector to acceptor, [1] back. */
+static tpu_status map_rings(struct shm_conn *c, uint64_t cap, bool connector)
+{
+	size_t one = tpu__shm_ring_size(cap);
+	uint8_t *base = c->map;
+	tpu_status st;
+
+	st = tpu__shm_ring_attach(&c->tx, base + (connector ? 0 : one), cap, true);
+	if (!st)
+		st = tpu__shm_ring_attach(&c->rx, base + (connector ? one : 0), cap, false);
+	return st;
+}
+
+/* ---- connector ---------------------------------------------------------- */
+
+/* Connecting failed: EOF or a reset there means the listener would not have us. */
+static tpu_status hs_error(int res)
+{
+	return res == 0 || res == -ECONNRESET || res == -EPIPE ? -ECONNREFUSED : res;
+}
+
+static void on_welcome(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	int fds[SHM_MAX_FDS];
+	unsigned int n = 0;
+
+	if (cqe->res >= 0)
+		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
+	if (c->closed) {
+		close_fds(fds, n);
+	} else if (cqe->res <= 0) {
+		conn_fail(c, hs_error(cqe->res));
+	} else if (!hs_ok(&c->hs_in, cqe->res, SHM_HS_WELCOME) || c->hs_in.ring_cap || n != 1 ||
+		   (c->rxm.msg.msg_flags & MSG_CTRUNC) || !is_eventfd(fds[0])) {
+		tpu__log_debug("shm: connection %p: the listener's answer makes no sense",
+			       (void *)c);
+		close_fds(fds, n);
+		conn_fail(c, -EPROTO);
+	} else {
+		c->peer_wake = fds[0];
+		tpu__log_debug("shm: connection %p open (peer pid %d)", (void *)c, c->peer_pid);
+		conn_open(c);
+	}
+	conn_cqe_done(c);
+}
+
+static void on_hello_sent(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	struct io_uring_sqe *sqe;
+
+	/* The peer has its own reference now (or never will). */
+	close_fd(&c->memfd);
+	if (c->closed) {
+		conn_cqe_done(c);
+		return;
+	}
+	if (cqe->res != (int)sizeof(c->hs_out)) {
+		conn_fail(c, hs_error(cqe->res < 0 ? cqe->res : 0));
+		conn_cqe_done(c);
+		return;
+	}
+	msg_prepare(&c->rxm, &c->hs_in, sizeof(c->hs_in), true);
+	sqe = conn_sqe(c, on_welcome);
+	if (!sqe) {
+		conn_fail(c, -ENOMEM);
+	} else {
+		io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
+		tpu__ctx_submit(c->ctx);
+	}
+	conn_cqe_done(c);
+}
+
+static void on_connected(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	struct io_uring_sqe *sqe;
+	int fds[2];
+
+	if (c->closed) {
+		conn_cqe_done(c);
+		return;
+	}
+	if (cqe->res < 0) {
+		tpu__log_debug("shm: connection %p: connect: %s", (void *)c,
+			       tpu_strerror(cqe->res));
+		conn_fail(c, hs_error(cqe->res));
+		conn_cqe_done(c);
+		return;
+	}
+	c->state = SHM_HELLO;
+	c->peer_pid = sock_peer_pid(c->sock);
+	c->hs_out = (struct shm_hs){
+		.magic = SHM_HS_MAGIC,
+		.version = SHM_HS_VERSION,
+		.type = SHM_HS_HELLO,
+		.ring_cap = SHM_RING_CAP,
+	};
+	msg_prepare(&c->txm, &c->hs_out, sizeof(c->hs_out), false);
+	fds[0] = c->memfd;
+	fds[1] = tpu__ctx_wake_fd(c->ctx);
+	msg_put_fds(&c->txm, fds, 2);
+	sqe = conn_sqe(c, on_hello_sent);
+	if (!sqe) {
+		conn_fail(c, -ENOMEM);
+	} else {
+		io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
+		tpu__ctx_submit(c->ctx);
+	}
+	conn_cqe_done(c);
+}
+
+/* The connector's memfd: both rings, formatted, sealed against shrinking. */
+static tpu_status conn_make_rings(struct shm_conn *c)
+{
+	size_t one = tpu__shm_ring_size(SHM_RING_CAP);
+	tpu_status st;
+
+	c->map_len = 2 * one;
+	c->memfd = memfd_create("tensorpipe-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->memfd < 0)
+		return tpu__errno();
+	if (ftruncate(c->memfd, (off_t)c->map_len) ||
+	    fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return tpu__errno();
+	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+	if (c->map == MAP_FAILED) {
+		c->map = NULL;
+		return tpu__errno();
+	}
+	st = tpu__shm_ring_init(c->map, SHM_RING_CAP);
+	if (!st)
+		st = tpu__shm_ring_init((uint8_t *)c->map + one, SHM_RING_CAP);
+	if (!st)
+		st = map_rings(c, SHM_RING_CAP, true);
+	return st;
+}
+
+static tpu_status shm_connect(struct tpu_context *ctx, const char *addr, struct tpu__conn **out)
+{
+	struct io_uring_sqe *sqe;
+	struct shm_conn *c;
+	tpu_status st;
+
+	if (!ctx || !out)
+		return -EINVAL;
+	*out = NULL;
+	c = conn_new(ctx);
+	if (!c)
+		return -ENOMEM;
+	st = shm_sockaddr(addr, &c->addr, &c->addr_len);
+	if (st) {
+		conn_free(c);
+		return st;
+	}
+	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->sock < 0) {
+		st = tpu__errno();
+		conn_free(c);
+		return st;
+	}
+	st = conn_make_rings(c);
+	if (st) {
+		conn_free(c);
+		return st;
+	}
+	sqe = conn_sqe(c, on_connected);
+	if (!sqe) {
+		conn_free(c);
+		return -ENOMEM;
+	}
+	io_uring_prep_connect(sqe, c->sock, (struct sockaddr *)&c->addr, c->addr_len);
+	c->state = SHM_CONNECTING;
+	tpu__ctx_submit(ctx);
+	tpu__log_debug("shm: connection %p connecting to %s", (void *)c, addr);
+	*out = &c->base;
+	return 0;
+}
+
+/* ---- acceptor ------------------------------------------------------------ */
+
+static void listener_maybe_free(struct shm_listener *l);
+static void shm_close(struct tpu__conn *base);
+
+static void listener_unlink(struct shm_listener *l, struct shm_conn *c)
+{
+	struct shm_conn **pp;
+
+	for (pp = &l->pending; *pp; pp = &(*pp)->lnext) {
+		if (*pp == c) {
+			*pp = c->lnext;
+			break;
+		}
+	}
+	c->lnext = NULL;
+	c->listener = NULL;
+}
+
+/* A connection that failed its handshake: nobody has seen it, drop it. */
+static void accept_drop(struct shm_conn *c, const char *why)
+{
+	tpu__log_debug("shm: dropping an incoming connection: %s", why);
+	if (c->listener)
+		listener_unlink(c->listener, c);
+	shm_close(&c->base);
+}
+
+static void on_welcome_sent(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	struct shm_listener *l = c->listener;
+
+	if (c->closed) {
+		conn_cqe_done(c);
+		return;
+	}
+	if (cqe->res != (int)sizeof(c->hs_out)) {
+		accept_drop(c, "the connector went away");
+		conn_cqe_done(c);
+		return;
+	}
+	listener_unlink(l, c);
+	tpu__log_debug("shm: connection %p accepted (peer pid %d)", (void *)c, c->peer_pid);
+	conn_open(c);
+	l->busy++;
+	l->fn(l->arg, 0, &c->base);
+	l->busy--;
+	listener_maybe_free(l);
+	conn_cqe_done(c);
+}
+
+/* Check the connector's memfd and map it; the peer is not trusted. */
+static const char *accept_map(struct shm_conn *c, int memfd, uint64_t cap)
+{
+	struct stat stbuf;
+	int seals;
+
+	if (cap < TPU__SHM_RING_MIN || cap > TPU__SHM_RING_MAX || (cap & (cap - 1)))
+		return "bad ring size";
+	c->map_len = 2 * tpu__shm_ring_size(cap);
+	if (fstat(memfd, &stbuf) || !S_ISREG(stbuf.st_mode) ||
+	    (uint64_t)stbuf.st_size < (uint64_t)c->map_len)
+		return "not a memfd of the right size";
+	/* Without this seal the peer could shrink it and fault our copies. */
+	seals = fcntl(memfd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return "memfd not sealed against shrinking";
+	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (c->map == MAP_FAILED) {
+		c->map = NULL;
+		return "mmap failed";
+	}
+	if (map_rings(c, cap, false))
+		return "bad ring headers";
+	return NULL;
+}
+
+static void on_hello(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_conn *c = arg;
+	struct io_uring_sqe *sqe;
+	int fds[SHM_MAX_FDS], wake;
+	unsigned int n = 0;
+	const char *why = NULL;
+
+	if (cqe->res >= 0)
+		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
+	if (c->closed) {
+		close_fds(fds, n);
+		conn_cqe_done(c);
+		return;
+	}
+	if (cqe->res <= 0)
+		why = "the connector went away";
+	else if (!hs_ok(&c->hs_in, cqe->res, SHM_HS_HELLO) || n != 2 ||
+		 (c->rxm.msg.msg_flags & MSG_CTRUNC))
+		why = "not a hello";
+	else if (!is_eventfd(fds[1]))
+		why = "the wake descriptor is not an eventfd";
+	else
+		why = accept_map(c, fds[0], c->hs_in.ring_cap);
+	if (why) {
+		close_fds(fds, n);
+		accept_drop(c, why);
+		conn_cqe_done(c);
+		return;
+	}
+	close(fds[0]);		/* the mapping keeps the memory */
+	c->peer_wake = fds[1];
+	c->peer_pid = sock_peer_pid(c->sock);
+	c->hs_out = (struct shm_hs){
+		.magic = SHM_HS_MAGIC,
+		.version = SHM_HS_VERSION,
+		.type = SHM_HS_WELCOME,
+	};
+	msg_prepare(&c->txm, &c->hs_out, sizeof(c->hs_out), false);
+	wake = tpu__ctx_wake_fd(c->ctx);
+	msg_put_fds(&c->txm, &wake, 1);
+	sqe = conn_sqe(c, on_welcome_sent);
+	if (!sqe) {
+		accept_drop(c, "out of memory");
+	} else {
+		io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
+		tpu__ctx_submit(c->ctx);
+	}
+	conn_cqe_done(c);
+}
+
+static void accept_start(struct shm_listener *l, int fd)
+{
+	struct io_uring_sqe *sqe;
+	struct shm_conn *c = conn_new(l->ctx);
+
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->sock = fd;
+	c->state = SHM_ACCEPTING;
+	c->listener = l;
+	c->lnext = l->pending;
+	l->pending = c;
+	msg_prepare(&c->rxm, &c->hs_in, sizeof(c->hs_in), true);
+	sqe = conn_sqe(c, on_hello);
+	if (!sqe) {
+		accept_drop(c, "out of memory");
+		return;
+	}
+	io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
+	tpu__ctx_submit(c->ctx);
+}
+
+/* ---- listener ------------------------------------------------------------ */
+
+static void listener_maybe_free(struct shm_listener *l)
+{
+	if (l->closed && !l->accepting && !l->busy)
+		free(l);
+}
+
+static void on_accept(void *arg, const struct io_uring_cqe *cqe);
+
+static tpu_status listener_arm(struct shm_listener *l)
+{
+	struct io_uring_sqe *sqe = tpu__ctx_sqe(l->ctx, on_accept, l);
+
+	if (!sqe)
+		return -ENOMEM;
+	io_uring_prep_accept(sqe, l->fd, NULL, NULL, SOCK_CLOEXEC);
+	l->accept_ud = sqe->user_data;
+	l->accepting = true;
+	return tpu__ctx_submit(l->ctx);
+}
+
+/* Accept errors worth another try at once. */
+static bool accept_transient(int err)
+{
+	return err == -ECONNABORTED || err == -EINTR || err == -EAGAIN;
+}
+
+static void on_accept(void *arg, const struct io_uring_cqe *cqe)
+{
+	struct shm_listener *l = arg;
+	tpu_status st = 0;
+
+	l->accepting = false;
+	if (l->stopped) {
+		if (cqe->res >= 0)
+			close(cqe->res);
+		listener_maybe_free(l);
+		return;
+	}
+	l->busy++;
+	if (cqe->res >= 0)
+		accept_start(l, cqe->res);
+	else if (!accept_transient(cqe->res))
+		st = cqe->res;
+	if (!st && !l->stopped)
+		st = listener_arm(l);
+	if (st && !l->stopped) {
+		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
+		l->stopped = true;
+		l->fn(l->arg, st, NULL);
+	}
+	l->busy--;
+	listener_maybe_free(l);
+}
+
+static void on_cancelled(void *arg, const struct io_uring_cqe *cqe)
+{
+	(void)arg;
+	(void)cqe;
+}
+
+static const char *shm_listener_addr(const struct tpu__xlistener *base)
+{
+	const struct shm_listener *l = tpu__container_of(base, const struct shm_listener, base);
+
+	return l->name;
+}
+
+static void shm_listener_close(struct tpu__xlistener *base)
+{
+	struct shm_listener *l = tpu__container_of(base, struct shm_listener, base);
+
+	if (l->closed)
+		return;
+	l->closed = true;
+	l->stopped = true;
+	if (l->accepting) {
+		/* By user_data, not by descriptor: the socket is closed right below. */
+		struct io_uring_sqe *sqe = tpu__ctx_sqe(l->ctx, on_cancelled, NULL);
+
+		if (sqe) {
+			io_uring_prep_cancel64(sqe, l->accept_ud, 0);
+			tpu__ctx_submit(l->ctx);
+		}
+	}
+	/* The name is free once the cancelled ACCEPT let go of the socket too. */
+	close_fd(&l->fd);
+	l->busy++;
+	while (l->pending) {
+		struct shm_conn *c = l->pending;
+
+		listener_unlink(l, c);
+		shm_close(&c->base);
+	}
+	l->busy--;
+	tpu__log_debug("shm: listener %s closed", l->name);
+	listener_maybe_free(l);
+}
+
+static tpu_status shm_listen(struct tpu_context *ctx, const char *addr, tpu__accept_fn fn,
+			     void *arg, struct tpu__xlistener **out)
+{
+	struct sockaddr_un sa;
+	struct shm_listener *l;
+	socklen_t len;
+	tpu_status st;
+
+	if (!ctx || !fn || !out)
+		return -EINVAL;
+	*out = NULL;
+	st = shm_sockaddr(addr, &sa, &len);
+	if (st)
+		return st;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->base.ops = &shm_listener_ops;
+	l->base.xport = &tpu__xport_shm;
+	l->ctx = ctx;
+	l->fn = fn;
+	l->arg = arg;
+	strcpy(l->name, addr);
+	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, len) || listen(l->fd, SHM_BACKLOG)) {
+		st = tpu__errno();
+		close_fd(&l->fd);
+		free(l);
+		return st;
+	}
+	st = listener_arm(l);
+	if (st) {
+		close_fd(&l->fd);
+		free(l);
+		return st;
+	}
+	tpu__log_debug("shm: listening on %s", addr);
+	*out = &l->base;
+	return 0;
+}
+
+/* ---- connection ops -------------------------------------------------------- */
+
+static struct shm_op *op_new(enum shm_op_kind kind, unsigned int niov, tpu__io_cb cb, void *arg)
+{
+	struct shm_op *op = calloc(1, sizeof(*op) + niov * sizeof(struct iovec));
+
+	if (!op)
+		return NULL;
+	op->kind = kind;
+	op->cb = cb;
+	op->arg = arg;
+	op->fd = -1;
+	return op;
+}
+
+static void queue_tx(struct shm_conn *c, struct shm_op *op)
+{
+	*c->tx_tail = op;
+	c->tx_tail = &op->next;
+	if (c->werr)
+		conn_schedule(c);
+}
+
+static void queue_rx(struct shm_conn *c, struct shm_op *op)
+{
+	*c->rx_tail = op;
+	c->rx_tail = &op->next;
+	if (c->rerr || c->peer_gone)
+		conn_schedule(c);
+}
+
+static tpu_status shm_write(struct tpu__conn *base, const struct iovec *iov, unsigned int n,
+			    tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+	struct shm_op *op;
+	unsigned int i;
+
+	if (!cb || n > TPU__XPORT_IOV_MAX || (n && !iov))
+		return -EINVAL;
+	op = op_new(OP_WRITE, n, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		if (iov[i].iov_len > SIZE_MAX - op->total || (iov[i].iov_len && !iov[i].iov_base)) {
+			free(op);
+			return -EINVAL;
+		}
+		op->iov[i] = iov[i];
+		op->total += iov[i].iov_len;
+	}
+	op->niov = n;
+	queue_tx(c, op);
+	return 0;
+}
+
+static tpu_status shm_read(struct tpu__conn *base, void *buf, size_t len, tpu__io_cb cb,
+			   void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+	struct shm_op *op;
+
+	if (!cb || !buf || !len)
+		return -EINVAL;
+	op = op_new(OP_READ, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->buf = buf;
+	op->total = len;
+	queue_rx(c, op);
+	return 0;
+}
+
+static tpu_status shm_send_fd(struct tpu__conn *base, int fd, tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+	struct shm_op *op;
+	tpu_status st;
+
+	if (!cb || fd < 0)
+		return -EINVAL;
+	op = op_new(OP_SEND_FD, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (op->fd < 0) {
+		st = tpu__errno();
+		free(op);
+		return st;
+	}
+	queue_tx(c, op);
+	return 0;
+}
+
+static tpu_status shm_recv_fd(struct tpu__conn *base, int *fd, tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+	struct shm_op *op;
+
+	if (!cb || !fd)
+		return -EINVAL;
+	op = op_new(OP_RECV_FD, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->fdp = fd;
+	queue_rx(c, op);
+	return 0;
+}
+
+static int shm_peer_pid(struct tpu__conn *base)
+{
+	return tpu__container_of(base, struct shm_conn, base)->peer_pid;
+}
+
+static void on_cancelled_conn(void *arg, const struct io_uring_cqe *cqe)
+{
+	(void)cqe;
+	conn_cqe_done(arg);
+}
+
+static void shm_watch(struct tpu__conn *base, tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	c->watch_cb = cb;
+	c->watch_arg = arg;
+}
+
+static void shm_close(struct tpu__conn *base)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	c->watch_cb = NULL;
+	if (c->closed)
+		return;
+	tpu__log_debug("shm: connection %p closed", (void *)c);
+	c->closed = true;
+	c->busy++;
+	if (c->polling) {
+		tpu__ctx_poller_del(c->ctx, &c->poller);
+		c->polling = false;
+	}
+	if (c->sock >= 0) {
+		/* The peer sees EOF now; our own requests on the socket end too. */
+		shutdown(c->sock, SHUT_RDWR);
+		if (c->inflight) {
+			/* A CONNECT waiting for a full backlog does not end with shutdown. */
+			struct io_uring_sqe *sqe = conn_sqe(c, on_cancelled_conn);
+
+			if (sqe) {
+				io_uring_prep_cancel_fd(sqe, c->sock, IORING_ASYNC_CANCEL_ALL);
+				tpu__ctx_submit(c->ctx);
+			}
+		}
+	}
+	if (c->map) {
+		munmap(c->map, c->map_len);
+		c->map = NULL;
+	}
+	close_fd(&c->peer_wake);
+	c->rerr = c->werr = TPU_E_CLOSED;
+	while (c->tx_head)
+		op_finish(op_pop(&c->tx_head, &c->tx_tail), TPU_E_CLOSED);
+	while (c->rx_head)
+		op_finish(op_pop(&c->rx_head, &c->rx_tail), TPU_E_CLOSED);
+	c->busy--;
+	conn_maybe_free(c);
+}
+
+static const struct tpu__conn_ops shm_conn_ops = {
+	.write = shm_write,
+	.read = shm_read,
+	.send_fd = shm_send_fd,
+	.recv_fd = shm_recv_fd,
+	.peer_pid = shm_peer_pid,
+	.watch = shm_watch,
+	.close = shm_close,
+};
+
+static const struct tpu__xlistener_ops shm_listener_ops = {
+	.addr = shm_listener_addr,
+	.close = shm_listener_close,
+};
+
+/* ---- the transport --------------------------------------------------------- */
+
+/* Same boot and same network namespace: the abstract socket is reachable. */
+static tpu_status shm_domain_descriptor(char *buf, size_t size)
+{
+	char boot[64];
+	unsigned long ino;
+	tpu_status st;
+	int n;
+
+	if (!buf)
+		return -EINVAL;
+	st = tpu__boot_id(boot, sizeof(boot));
+	if (st)
+		return st;
+	ino = tpu__ns_inode("net");
+	if (!ino)
+		return -ENOENT;
+	n = snprintf(buf, size, "shm:%s:%lu", boot, ino);
+	if (n < 0 || (size_t)n >= size)
+		return -ENOSPC;
+	return 0;
+}
+
+const struct tpu__xport tpu__xport_shm = {
+	.name = "shm",
+	.priority = 200,
+	.passes_fds = true,
+	.domain_descriptor = shm_domain_descriptor,
+	.listen = shm_listen,
+	.connect = shm_connect,
+};
