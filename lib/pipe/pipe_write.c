@@ -48,11 +48,20 @@ static void writes_complete(struct tpu_pipe *p)
 	while (p->writes && p->writes->waiting == 0 && p->writes->started) {
 		struct pipe_write *w = p->writes;
 
+		tpu_write_cb cb = w->cb;
+		void *arg = w->arg;
+		tpu_status status = w->status;
+		struct tpu_message *msg = w->msg;
+
 		p->writes = w->next;
 		if (!p->writes)
 			p->writes_tail = &p->writes;
-		w->cb(w->arg, w->status, w->msg);
+		/*
+		 * From the callback on the message is the caller's again (it may
+		 * free it there), so nothing of it is read afterwards.
+		 */
 		write_free(w);
+		cb(arg, status, msg);
 	}
 }
 
