@@ -672,6 +672,22 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 					    size_t key_len, const struct tpu_tensor *dst,
 					    uint64_t timeout_ns, size_t *len);
 /**
+ * tpu_rendezvous_send_wait - tpu_rendezvous_send() that blocks the caller
+ * until a consumer took the tensor, so the source is free on return.
+ * @timeout_ns:	0 waits as long as it takes; otherwise, when no consumer
+ *		took the tensor by then, the send is withdrawn (as by
+ *		tpu_rendezvous_cancel(), which also cancels this member's
+ *		receives of @key) and the call returns -ETIMEDOUT.
+ *
+ * Errors: -EDEADLK when called on the context's thread (from a callback),
+ * -ETIMEDOUT, -ECANCELED, TPU_E_CLOSED, the abort status, and those of
+ * tpu_rendezvous_send().  A consumer that took the tensor just as the time
+ * ran out wins: the call then returns 0.
+ */
+TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const void *key,
+					    size_t key_len, const struct tpu_tensor *tensor,
+					    unsigned int flags, uint64_t timeout_ns);
+/**
  * tpu_rendezvous_cancel - cancel this member's pending operations on @key.
  *
  * Their callbacks run with -ECANCELED; one that finished meanwhile gets

@@ -373,3 +373,89 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	pthread_mutex_destroy(&w.lock);
 	return st;
 }
+
+/* ---- blocking send ------------------------------------------------- */
+
+struct send_waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	tpu_status status;
+};
+
+static void send_woken(void *arg, tpu_status status)
+{
+	struct send_waiter *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	w->status = status;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Wait for the callback, until @deadline (CLOCK_MONOTONIC) when not NULL. */
+static bool send_wait_until(struct send_waiter *w, const struct timespec *deadline)
+{
+	bool done;
+
+	pthread_mutex_lock(&w->lock);
+	while (!w->done) {
+		if (!deadline)
+			pthread_cond_wait(&w->cond, &w->lock);
+		else if (pthread_cond_timedwait(&w->cond, &w->lock, deadline) == ETIMEDOUT)
+			break;
+	}
+	done = w->done;
+	pthread_mutex_unlock(&w->lock);
+	return done;
+}
+
+TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const void *key,
+					    size_t key_len, const struct tpu_tensor *tensor,
+					    unsigned int flags, uint64_t timeout_ns)
+{
+	struct send_waiter w = { .done = false };
+	pthread_condattr_t attr;
+	struct timespec deadline;
+	bool timed_out = false;
+	tpu_status st;
+
+	if (!rdv)
+		return -EINVAL;
+	/* The callback that would wake us runs on this very thread. */
+	if (tpu__ctx_on_thread(rdv->ctx))
+		return -EDEADLK;
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&w.cond, &attr);
+	pthread_condattr_destroy(&attr);
+	if (timeout_ns) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += (time_t)(timeout_ns / 1000000000u);
+		deadline.tv_nsec += (long)(timeout_ns % 1000000000u);
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	st = tpu_rendezvous_send(rdv, key, key_len, tensor, flags, send_woken, &w);
+	if (!st) {
+		if (!send_wait_until(&w, timeout_ns ? &deadline : NULL)) {
+			/*
+			 * Nobody took it in time: withdraw it, then wait for the
+			 * callback anyway, since the source is in use until then.
+			 */
+			timed_out = true;
+			tpu_rendezvous_cancel(rdv, key, key_len);
+			send_wait_until(&w, NULL);
+		}
+		st = w.status;
+		if (timed_out && st == -ECANCELED)
+			st = -ETIMEDOUT;
+	}
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return st;
+}

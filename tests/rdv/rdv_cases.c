@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rdv_cases.h"
 #include "tap.h"
@@ -221,6 +222,61 @@ static void recv_wait_cases(const struct rdv_impl *impl)
 	CHECK(log_wait(&l, 1) && l.ev[0].st == 0, "%s_send_callback_after_recv_wait", N(&f));
 	fx_close(&f);
 	log_fini(&l);
+}
+
+/* A receiver in a thread of its own, for the blocking send's other side. */
+struct late_recv {
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	uint64_t delay_ns;
+	char dst[16];
+	tpu_status st;
+	size_t len;
+};
+
+static void *late_recv_main(void *arg)
+{
+	struct late_recv *r = arg;
+	struct tpu_tensor t = { .data = r->dst, .len = sizeof(r->dst) };
+	struct timespec d = { .tv_sec = 0, .tv_nsec = (long)r->delay_ns };
+
+	nanosleep(&d, NULL);
+	r->st = tpu_rendezvous_recv_wait(r->rdv, r->key, strlen(r->key), &t, 10000 * MS, &r->len);
+	return NULL;
+}
+
+static void send_wait_cases(const struct rdv_impl *impl)
+{
+	struct tpu_tensor s = { .data = "blocking", .len = 8 };
+	struct late_recv r;
+	char dst[16] = { 0 };
+	struct tpu_tensor t = { .data = dst, .len = sizeof(dst) };
+	pthread_t th;
+	uint64_t t0;
+	struct fx f;
+
+	if (!fx_open(&f, impl))
+		return;
+	/* Returns once the receiver, 100 ms later, has the bytes. */
+	r = (struct late_recv){ .rdv = f.rdv, .key = "sw", .delay_ns = 100 * MS };
+	CHECK(pthread_create(&th, NULL, late_recv_main, &r) == 0, "%s_receiver_thread_starts", N(&f));
+	t0 = rdv_now_ns();
+	CHECK_STATUS(tpu_rendezvous_send_wait(f.rdv, "sw", 2, &s, 0, 0), 0,
+		     "%s_send_wait_returns_when_the_tensor_was_taken", N(&f));
+	CHECK(rdv_now_ns() - t0 >= 90 * MS, "%s_send_wait_waits_for_the_receiver", N(&f));
+	pthread_join(th, NULL);
+	CHECK(r.st == 0 && r.len == 8 && memcmp(r.dst, "blocking", 8) == 0,
+	      "%s_send_wait_delivers_the_bytes", N(&f));
+	/* Nobody takes it: withdrawn after the timeout, the key is free again. */
+	t0 = rdv_now_ns();
+	CHECK_STATUS(tpu_rendezvous_send_wait(f.rdv, "lonely", 6, &s, 0, 100 * MS), -ETIMEDOUT,
+		     "%s_send_wait_times_out", N(&f));
+	CHECK(rdv_now_ns() - t0 >= 90 * MS, "%s_send_wait_timeout_is_not_early", N(&f));
+	CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "lonely", 6, &t, 50 * MS, NULL), -ETIMEDOUT,
+		     "%s_send_wait_that_timed_out_left_nothing", N(&f));
+	CHECK_STATUS(tpu_rendezvous_send_wait(NULL, "k", 1, &s, 0, 0), -EINVAL,
+		     "%s_send_wait_without_rendezvous_is_einval", N(&f));
+	fx_close(&f);
 }
 
 static void timeout_callback(const struct rdv_impl *impl)
@@ -632,6 +688,7 @@ struct chain {
 	struct evlog *log;
 	char dst[8];
 	tpu_status wait_st;
+	tpu_status send_wait_st;
 	tpu_status send_st;
 	struct cbarg reply;
 };
@@ -644,6 +701,7 @@ static void chain_recv_cb(void *arg, tpu_status st, size_t len)
 
 	(void)len;
 	c->wait_st = tpu_rendezvous_recv_wait(c->rdv, "never", 5, &t, 0, NULL);
+	c->send_wait_st = tpu_rendezvous_send_wait(c->rdv, "never", 5, &r, 0, 0);
 	c->send_st = tpu_rendezvous_send(c->rdv, "reply", 5, &r, 0, send_cb, &c->reply);
 	log_add(c->log, 100, st, 0);
 }
@@ -669,6 +727,7 @@ static void callback_actions(const struct rdv_impl *impl)
 		     "%s_reply_sent_from_a_callback_arrives", N(&f));
 	CHECK(memcmp(got, "pong", 4) == 0, "%s_reply_bytes_intact", N(&f));
 	CHECK(c.wait_st == -EDEADLK, "%s_recv_wait_inside_a_callback_is_edeadlk", N(&f));
+	CHECK(c.send_wait_st == -EDEADLK, "%s_send_wait_inside_a_callback_is_edeadlk", N(&f));
 	CHECK(c.send_st == 0, "%s_send_inside_a_callback_is_accepted", N(&f));
 	fx_close(&f);
 	log_fini(&l);
@@ -824,6 +883,7 @@ void rdv_cases_run(const struct rdv_impl *impl)
 	recv_before_send(impl);
 	send_before_recv(impl);
 	recv_wait_cases(impl);
+	send_wait_cases(impl);
 	timeout_callback(impl);
 	cancel_cases(impl);
 	abort_cases(impl);
