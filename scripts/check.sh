@@ -74,6 +74,11 @@ echo "== pipes between processes, cma channel (host)"
 tests/pipe/pipe_vm_test 2>&1 | tee "$logs/pipe-host.log"
 pipe_host_status=${PIPESTATUS[0]}
 
+echo "== examples: a two-process rendezvous and a pipe echo server (host)"
+$make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
+$make --no-print-directory -s -C examples run 2>&1 | tee "$logs/examples.log"
+examples_status=${PIPESTATUS[0]}
+
 echo "== checkpatch --strict and kernel-doc on the module and the uapi header"
 # With the newest installed kernel source's rules, whatever make exported.
 lint_tarball=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
@@ -93,6 +98,7 @@ exec tests/summary.sh \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
+	"examples (host)" "$logs/examples.log" "$examples_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
 	"layers (host)" "$logs/layers.log" "$layers_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"
