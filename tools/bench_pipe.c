@@ -30,6 +30,7 @@
 #include <tpu_user.h>
 
 #include "bench_pipe.h"
+#include "json.h"
 #include "peer.h"
 #include "units.h"
 
@@ -434,12 +435,24 @@ int bench_pipe_main(int argc, char **argv)
 			continue;
 		}
 		if (o.json) {
-			printf("{\"bench\":\"pipe\",\"transport\":\"%s\",\"channel\":\"%s\","
-			       "\"rtt_avg_us\":%.2f,\"rtt_p50_us\":%.2f,\"rtt_p90_us\":%.2f",
-			       r.xport, r.chan, r.avg_us, r.p50_us, r.p90_us);
-			for (int i = 0; i < NSIZES; i++)
-				printf(",\"gbps_%zu\":%.3f", bw_sizes[i], r.gbps[i]);
-			printf("}\n");
+			struct json j;
+			char name[32];
+
+			/* One object per line, as each pair finishes. */
+			json_init(&j, stdout);
+			json_object_begin(&j, NULL);
+			json_string(&j, "bench", "pipe");
+			json_string(&j, "transport", r.xport);
+			json_string(&j, "channel", r.chan);
+			json_double(&j, "rtt_avg_us", r.avg_us, 2);
+			json_double(&j, "rtt_p50_us", r.p50_us, 2);
+			json_double(&j, "rtt_p90_us", r.p90_us, 2);
+			for (int i = 0; i < NSIZES; i++) {
+				snprintf(name, sizeof(name), "gbps_%zu", bw_sizes[i]);
+				json_double(&j, name, r.gbps[i], 3);
+			}
+			json_object_end(&j);
+			json_finish(&j);
 		} else {
 			char label[24];
 

@@ -29,6 +29,7 @@
 #include <tpu_user.h>
 
 #include "bench_rdv.h"
+#include "json.h"
 #include "peer.h"
 #include "units.h"
 
@@ -380,43 +381,43 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 	}
 }
 
-static void print_json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			printf("\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			printf("\\u%04x", (unsigned char)*s);
-		else
-			putchar(*s);
-	}
-	putchar('"');
-}
-
 static void print_json(const struct rdv_result *res, unsigned int n, const struct rdv_opts *o)
 {
+	struct json j;
 	unsigned int i, si;
+	char size[24];
 
-	printf("{\"bench\": \"rdv\", \"msg_bytes\": %d, \"iters\": %u, \"bw_iters\": %u,"
-	       " \"results\": [", MSG_LEN, o->iters, o->bw_iters);
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	json_string(&j, "bench", "rdv");
+	json_u64(&j, "msg_bytes", MSG_LEN);
+	json_u64(&j, "iters", o->iters);
+	json_u64(&j, "bw_iters", o->bw_iters);
+	json_array_begin(&j, "results");
 	for (i = 0; i < n; i++) {
 		const struct rdv_result *r = &res[i];
 
-		printf("%s\n  {\"impl\": \"%s\", ", i ? "," : "", tpu_rdv_impl_name(r->impl));
+		json_object_begin(&j, NULL);
+		json_string(&j, "impl", tpu_rdv_impl_name(r->impl));
 		if (r->skipped || r->failed) {
-			printf("\"%s\": ", r->skipped ? "skipped" : "failed");
-			print_json_string(r->why);
-			printf("}");
-			continue;
+			json_string(&j, r->skipped ? "skipped" : "failed", r->why);
+		} else {
+			json_object_begin(&j, "rtt_us");
+			json_double(&j, "median", r->rtt_p50_us, 2);
+			json_double(&j, "p90", r->rtt_p90_us, 2);
+			json_object_end(&j);
+			json_object_begin(&j, "gbps");
+			for (si = 0; si < NSIZES; si++) {
+				snprintf(size, sizeof(size), "%zu", bw_sizes[si]);
+				json_double(&j, size, r->gbps[si], 3);
+			}
+			json_object_end(&j);
 		}
-		printf("\"rtt_us\": {\"median\": %.2f, \"p90\": %.2f}, \"gbps\": {",
-		       r->rtt_p50_us, r->rtt_p90_us);
-		for (si = 0; si < NSIZES; si++)
-			printf("%s\"%zu\": %.3f", si ? ", " : "", bw_sizes[si], r->gbps[si]);
-		printf("}}");
+		json_object_end(&j);
 	}
-	printf("\n]}\n");
+	json_array_end(&j);
+	json_object_end(&j);
+	json_finish(&j);
 }
 
 static void usage(FILE *f)

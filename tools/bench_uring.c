@@ -31,6 +31,7 @@
 #include <linux/tensorpipe.h>
 
 #include "bench_uring.h"
+#include "json.h"
 #include "units.h"
 
 #define MAX_DEPTH	64
@@ -276,12 +277,25 @@ int bench_uring_main(int argc, char **argv)
 	}
 	ubench_teardown(&u);
 	if (json) {
-		printf("{\"mode\":\"uring\",\"size\":%zu,\"rounds\":%u,\"points\":[", u.size, u.rounds);
-		for (d = 0; d < 2; d++)
-			printf("%s{\"depth\":%u,\"ioctl_ns\":%" PRId64 ",\"uring_ns\":%" PRId64
-			       ",\"uring_recv_first_ns\":%" PRId64 "}",
-			       d ? "," : "", depths[d], res[d][0], res[d][1], res[d][2]);
-		printf("]}\n");
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_string(&j, "mode", "uring");
+		json_u64(&j, "size", u.size);
+		json_u64(&j, "rounds", u.rounds);
+		json_array_begin(&j, "points");
+		for (d = 0; d < 2; d++) {
+			json_object_begin(&j, NULL);
+			json_u64(&j, "depth", depths[d]);
+			json_i64(&j, "ioctl_ns", res[d][0]);
+			json_i64(&j, "uring_ns", res[d][1]);
+			json_i64(&j, "uring_recv_first_ns", res[d][2]);
+			json_object_end(&j);
+		}
+		json_array_end(&j);
+		json_object_end(&j);
+		json_finish(&j);
 		return 0;
 	}
 	printf("tpbench uring: %zu-byte tensors, one process, two endpoints; median of %u rounds\n"

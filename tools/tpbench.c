@@ -36,6 +36,7 @@
 #include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "bench_uring.h"
+#include "json.h"
 #include "peer.h"
 #include "tensor.h"
 #include "tpu_user.h"
@@ -671,57 +672,51 @@ static void print_human(const struct bench *b)
 	print_ratios(b);
 }
 
-static void json_string(const char *s)
-{
-	putchar('"');
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			printf("\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			printf("\\u%04x", (unsigned char)*s);
-		else
-			putchar(*s);
-	}
-	putchar('"');
-}
-
 static void print_json(const struct bench *b)
 {
 	unsigned int si, p, r;
+	struct json j;
 
-	printf("{\n  \"tool\": \"tpbench\",\n  \"library\": \"%s\",\n  \"iters\": %u,\n",
-	       tpu_version_string(), b->o.iters);
-	printf("  \"kmod\": %s,\n  \"kmod_detail\": ", b->kmod ? "true" : "false");
-	json_string(b->kmod ? "used" : b->o.no_kmod && b->probe.path == TPU_PATH_KMOD ?
+	json_init(&j, stdout);
+	json_object_begin(&j, NULL);
+	json_string(&j, "tool", "tpbench");
+	json_string(&j, "library", tpu_version_string());
+	json_u64(&j, "iters", b->o.iters);
+	json_bool(&j, "kmod", b->kmod);
+	json_string(&j, "kmod_detail",
+		    b->kmod ? "used" : b->o.no_kmod && b->probe.path == TPU_PATH_KMOD ?
 		    "present, not used (--no-kmod)" : b->probe.detail);
-	printf(",\n  \"results\": [");
+	json_array_begin(&j, "results");
 	for (si = 0; si < b->nsizes; si++) {
-		const char *sep = "";
-
-		printf("%s\n    { \"size\": %" PRIu64, si ? "," : "", b->sizes[si]);
+		json_object_begin(&j, NULL);
+		json_u64(&j, "size", b->sizes[si]);
 		for (p = 0; p < NPATHS; p++) {
 			uint64_t ns = b->median[si][p];
 
-			if (ns)
-				printf(", \"%s\": { \"us\": %.3f, \"gbps\": %.3f }", path_names[p],
-				       (double)ns / 1e3, gbps(b->sizes[si], ns));
-			else
-				printf(", \"%s\": null", path_names[p]);
+			if (!ns) {
+				json_null(&j, path_names[p]);
+				continue;
+			}
+			json_object_begin(&j, path_names[p]);
+			json_double(&j, "us", (double)ns / 1e3, 3);
+			json_double(&j, "gbps", gbps(b->sizes[si], ns), 3);
+			json_object_end(&j);
 		}
-		printf(",\n      \"ratios\": {");
+		json_object_begin(&j, "ratios");
 		for (r = 0; r < NRATIOS; r++) {
 			double x = ratio(b, si, ratios[r].a, ratios[r].b);
 
-			printf("%s \"%s\": ", sep, ratios[r].name);
 			if (x)
-				printf("%.3f", x);
+				json_double(&j, ratios[r].name, x, 3);
 			else
-				printf("null");
-			sep = ",";
+				json_null(&j, ratios[r].name);
 		}
-		printf(" } }");
+		json_object_end(&j);
+		json_object_end(&j);
 	}
-	printf("\n  ]\n}\n");
+	json_array_end(&j);
+	json_object_end(&j);
+	json_finish(&j);
 }
 
 /* ------------------------------------------------------------------ */
