@@ -5,6 +5,8 @@
 #   make              module (kmod/tensorpipe.ko), library, tools, selftests
 #   make check        host unit tests, then the selftests in a QEMU VM;
 #                     ends with one line "N passed, N failed[, N skipped]"
+#   make check-debug  the VM suites on a debug kernel (KASAN, lockdep,
+#                     kmemleak, fault injection), built once per machine
 #   make demo         tools/tpdemo in the VM, module loaded
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
 #   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe
@@ -58,7 +60,7 @@ BENCH_VM_MEM ?= 4G
 # Generated kbuild files are not ours to lint.
 CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
 
-.PHONY: all kmod lib tools selftests ksft-cache deps prepare check demo bench bench-peers \
+.PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers \
 	checkpatch vm-shell clean help
 
 all: kmod lib tools selftests
@@ -92,6 +94,9 @@ prepare:
 
 check: prepare
 	+@scripts/check.sh
+
+check-debug: prepare
+	+@scripts/check-debug.sh
 
 demo: prepare
 	@tests/vm/run.sh --name demo --module $(MODULE) -- tools/tpdemo

@@ -38,7 +38,19 @@ chmod +x "$stage/sbin/modprobe"
 
 # Dependency order from modules.dep; a module can appear more than once.
 : >"$stage/modules/order"
-modprobe -a -S "$kver" --show-depends 9p 9pnet_virtio virtio_pci |
+# A kernel of our own (TP_VM_KDIR) has them built in: nothing to load.
+builtin=0
+if [ -n "${TP_VM_KDIR:-}" ] && [ -f "$TP_VM_KDIR/.config" ]; then
+	builtin=1
+	for opt in CONFIG_9P_FS CONFIG_NET_9P_VIRTIO CONFIG_VIRTIO_PCI; do
+		grep -qx "$opt=y" "$TP_VM_KDIR/.config" || builtin=0
+	done
+	if [ $builtin -eq 0 ]; then
+		echo "make-initramfs: $TP_VM_KDIR/.config lacks 9p or virtio built in (=y)" >&2
+		exit 1
+	fi
+fi
+[ $builtin -eq 1 ] || modprobe -a -S "$kver" --show-depends 9p 9pnet_virtio virtio_pci |
 	awk '$1 == "insmod" && !seen[$2]++ { print $2 }' |
 	while read -r path; do
 		name=$(basename "$path")
@@ -51,7 +63,7 @@ modprobe -a -S "$kver" --show-depends 9p 9pnet_virtio virtio_pci |
 		esac
 		echo "$name" >>"$stage/modules/order"
 	done
-if [ ! -s "$stage/modules/order" ]; then
+if [ $builtin -eq 0 ] && [ ! -s "$stage/modules/order" ]; then
 	echo "make-initramfs: no 9p/virtio modules for $kver under /lib/modules/$kver" >&2
 	exit 1
 fi

@@ -23,7 +23,9 @@
 #                       (values without spaces)
 #
 # Environment: KVER or KDIR (which kernel; default as for the build),
-# TP_VM_KERNEL (kernel image, default /boot/vmlinuz-KVER), TP_VM_MEM (2G),
+# TP_VM_KERNEL (kernel image, default /boot/vmlinuz-KVER), TP_VM_KDIR (a
+# kernel build tree to boot, such as make check-debug's: its bzImage, with
+# virtio and 9p built in), TP_VM_MEM (2G),
 # TP_VM_SMP (2), TP_VM_ACCEL (kvm or tcg; default: kvm when a probe boot
 # under KVM works, see accel.sh), TP_VM_CPU,
 # TP_VM_APPEND (extra kernel arguments), TP_VM_OUT (build/vm).
@@ -91,7 +93,12 @@ if [ -n "$module" ]; then
 else
 	kver=${KVER:-$("$repo/scripts/kernel-version.sh" "${KDIR:-}")}
 fi
-kernel=${TP_VM_KERNEL:-/boot/vmlinuz-$kver}
+# TP_VM_KDIR: a kernel built here (make check-debug's), booted from its tree.
+if [ -n "${TP_VM_KDIR:-}" ]; then
+	kernel=${TP_VM_KERNEL:-$TP_VM_KDIR/arch/x86/boot/bzImage}
+else
+	kernel=${TP_VM_KERNEL:-/boot/vmlinuz-$kver}
+fi
 if [ ! -r "$kernel" ]; then
 	echo "tests/vm: cannot read kernel image $kernel for $kver (install linux-image-$kver, or run 'make deps')" >&2
 	exit 2
@@ -146,7 +153,7 @@ fi
 	echo "TP_GUEST_ENV='${guest_env# }'"
 	echo "TP_TERM='${TERM:-linux}'"
 } >"$out/settings"
-"$here/make-initramfs.sh" "$kver" "$out/settings" "$out/initramfs.cpio"
+TP_VM_KDIR=${TP_VM_KDIR:-} "$here/make-initramfs.sh" "$kver" "$out/settings" "$out/initramfs.cpio"
 
 # oops=panic and panic_on_warn turn any kernel complaint into a panic, and
 # panic=-1 with -no-reboot turns the panic into a QEMU exit without a status.

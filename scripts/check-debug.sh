@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# `make check-debug`: the module's VM suites on a debug kernel (KASAN,
+# lockdep, DEBUG_ATOMIC_SLEEP, PROVE_RCU, DEBUG_OBJECTS, kmemleak, failslab
+# and fail_page_alloc; see tests/vm/debug-kernel.config), built once per
+# machine by scripts/debug-kernel.sh.  Any report of those checkers in the
+# serial log fails its run (tests/vm/check-serial-log.sh), kmemleak is
+# asked after each suite, and fault_test injects allocation failures.
+# Ends with the summary line of tests/summary.sh.
+#
+#   scripts/check-debug.sh
+#
+# TP_FAULT_ITERS (default 2000) and TP_FAULT_SEED: the fault-injection run.
+set -uo pipefail
+
+cd "$(dirname "$0")/.." || exit 2
+logs=build/check-debug
+mkdir -p "$logs"
+make=${MAKE:-make}
+
+echo "== the debug kernel (built once per machine)"
+started=$(date +%s)
+if ! kdir=$(scripts/debug-kernel.sh); then
+	echo "check-debug: no debug kernel" >&2
+	exit 1
+fi
+echo "check-debug: $kdir ($(( $(date +%s) - started )) s)"
+
+echo "== tensorpipe.ko for the debug kernel"
+mod=build/kmod/debug/tensorpipe.ko
+mkdir -p build/kmod/debug
+if $make --no-print-directory -C kmod KDIR="$kdir" >"$logs/kmod.log" 2>&1 &&
+   ! grep -q 'warning:' "$logs/kmod.log" && cp kmod/tensorpipe.ko "$mod"; then
+	echo "ok 1 - tensorpipe.ko builds W=1 clean for the debug kernel" >"$logs/kmod.tap"
+	build_status=0
+else
+	cat "$logs/kmod.log"
+	echo "not ok 1 - tensorpipe.ko builds W=1 clean for the debug kernel" >"$logs/kmod.tap"
+	build_status=1
+fi
+$make --no-print-directory -s -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$logs/rdv-build.log"
+$make --no-print-directory -s -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
+
+results=("module build (debug)" "$logs/kmod.tap" "$build_status")
+if [ $build_status -eq 0 ]; then
+	export TP_VM_KDIR=$kdir
+	# KASAN and lockdep make everything slower under emulation.
+	export TP_VM_TIMEOUT=${TP_VM_TIMEOUT:-2400}
+	export TP_FAULT_ITERS=${TP_FAULT_ITERS:-2000}
+	for suite in selftests rdv pipe; do
+		case $suite in
+		selftests) cmd=tests/selftests/run.sh ;;
+		rdv)       cmd=tests/rdv/rdv_test ;;
+		pipe)      cmd=tests/pipe/pipe_vm_test ;;
+		esac
+		echo "== $suite (VM, debug kernel)"
+		tests/vm/run.sh --name "debug-$suite" --module "$mod" \
+			--env "TP_FAULT_ITERS=$TP_FAULT_ITERS" \
+			--env "TP_FAULT_SEED=${TP_FAULT_SEED:-1}" -- \
+			"$cmd; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
+		results+=("$suite (VM, debug kernel)" "build/vm/debug-$suite/guest.log" "$?")
+	done
+fi
+
+echo "== results"
+exec tests/summary.sh "${results[@]}"
