@@ -11,7 +11,8 @@
  * Needs a kernel with CONFIG_FAILSLAB, CONFIG_FAIL_PAGE_ALLOC and
  * CONFIG_FAULT_INJECTION_DEBUG_FS (make check-debug builds one) and root;
  * skips elsewhere.  TP_FAULT_ITERS (default 600) and TP_FAULT_SEED (default
- * 1) choose the run.
+ * 1) choose the run; it stops early, saying so, after TP_FAULT_SECONDS
+ * (default 1200) so that it ends within its time limit.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -316,11 +317,31 @@ static long env_long(const char *name, long def)
 	return v && *v ? strtol(v, NULL, 0) : def;
 }
 
-TEST(commands_fail_cleanly_under_injected_allocation_failures)
+/* No state of its own: the fixture is there for the longer time limit. */
+FIXTURE(fault)
+{
+	int unused;
+};
+
+FIXTURE_SETUP(fault)
+{
+	self->unused = 0;
+}
+
+FIXTURE_TEARDOWN(fault)
+{
+}
+
+/*
+ * A debug kernel under emulation runs a round in about 0.1 s; the harness's
+ * default of 30 s would cut a few thousand rounds short.
+ */
+TEST_F_TIMEOUT(fault, commands_fail_cleanly_under_injected_allocation_failures, 1800)
 {
 	static const int probability[] = { 2, 5, 10, 25, 50 };
 	static const int interval[] = { 1, 1, 2, 3, 7 };
 	long iters = env_long("TP_FAULT_ITERS", 600);
+	uint64_t stop = tpt_now_ns() + env_long("TP_FAULT_SECONDS", 1200) * TPT_NSEC_PER_SEC;
 	unsigned int seed = env_long("TP_FAULT_SEED", 1), state;
 	int64_t base[ARRAY_SIZE(counters)];
 	long slab_left, page_left, injected;
@@ -346,7 +367,7 @@ TEST(commands_fail_cleanly_under_injected_allocation_failures)
 	ASSERT_EQ(0, knobs_arm(FAIL_PAGE, true));
 
 	state = seed;
-	for (i = 0; i < iters && !t->bad[0]; i++) {
+	for (i = 0; i < iters && !t->bad[0] && tpt_now_ns() < stop; i++) {
 		struct world w = { .prod = -1, .cons = -1, .domain = -1 };
 		int p = probability[next_rand(&state) % ARRAY_SIZE(probability)];
 		int n = interval[next_rand(&state) % ARRAY_SIZE(interval)];
@@ -374,6 +395,8 @@ TEST(commands_fail_cleanly_under_injected_allocation_failures)
 		io_uring_queue_exit(&ring);
 
 	injected = (TIMES - slab_left) + (TIMES - page_left);
+	if (i < iters && !t->bad[0])
+		TH_LOG("stopped after %ld of %ld rounds: TP_FAULT_SECONDS ran out", i, iters);
 	TH_LOG("seed %u, %ld iterations: %lu calls, %lu failed, %ld failures injected (%ld slab, %ld page)",
 	       seed, i, t->calls, t->failed, injected, TIMES - slab_left,
 	       TIMES - page_left);
