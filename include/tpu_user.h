@@ -76,6 +76,12 @@ enum {
 	TPU_E_NO_TRANSPORT	= -10006,
 	/** the rendezvous or context was destroyed before the operation finished */
 	TPU_E_CLOSED		= -10007,
+	/** the process at the other end died (a rendezvous peer, see tpu_rendezvous_create) */
+	TPU_E_PEER_GONE		= -10008,
+	/** a context, rendezvous, pipe or listener used after its destroy or close, or twice destroyed */
+	TPU_E_DESTROYED		= -10009,
+	/** a context used in a child forked after its creation (contexts do not survive fork) */
+	TPU_E_FORKED		= -10010,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */

@@ -58,6 +58,21 @@ static inline tpu_status tpu__errno(void)
 void tpu__log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool tpu__log_debug_enabled(void);
 
+/*
+ * Magic words of the public objects and the quarantine of destroyed ones
+ * (quarantine.c): a destroyed object's magic reads TPU__MAGIC_DEAD and its
+ * memory stays allocated while the next 256 objects go away.
+ */
+#define TPU__MAGIC_DEAD		0xdead0bcfU
+#define TPU__MAGIC_CONTEXT	0x7c0e7e47U
+#define TPU__MAGIC_RDV		0x7d0ec0deU
+#define TPU__MAGIC_PIPE		0x7919e001U
+#define TPU__MAGIC_LISTENER	0x71157e2eU
+/* Poison *@magic, keep @obj for a while, then free() it. */
+void tpu__quarantine(void *obj, uint32_t *magic);
+/* 0 when *@magic is @want; TPU_E_DESTROYED when poisoned; -EINVAL otherwise or for NULL. */
+tpu_status tpu__magic_check(const void *obj, const uint32_t *magic, uint32_t want);
+
 /* Facts about this machine, for compatibility descriptors (host_id.c). */
 tpu_status tpu__boot_id(char *buf, size_t size);
 /* Inode of /proc/self/ns/<ns>, 0 if unknown. */

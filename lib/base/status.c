@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "tpu_user.h"
 
@@ -32,6 +33,12 @@ static const struct status_text status_texts[] = {
 	  "no way to move tensors between processes: no module, and process_vm_readv is not permitted" },
 	{ TPU_E_CLOSED, "TPU_E_CLOSED",
 	  "closed: the context, rendezvous, pipe or listener went away first" },
+	{ TPU_E_PEER_GONE, "TPU_E_PEER_GONE",
+	  "the peer process died: its end of the rendezvous went away" },
+	{ TPU_E_DESTROYED, "TPU_E_DESTROYED",
+	  "object used after it was destroyed or closed, or destroyed twice" },
+	{ TPU_E_FORKED, "TPU_E_FORKED",
+	  "context used in a forked child: create a new context in the child" },
 
 	{ -EPERM, "EPERM",
 	  "operation not permitted (endpoint used by another process, or ptrace access denied)" },
@@ -91,8 +98,12 @@ TPU_API const char *tpu_strerror(tpu_status status)
 
 	if (t)
 		return t->text;
-	if (status < 0 && status >= -TPU_ERRNO_MAX)
-		return "system error (see the errno number in errno(3); an abort status may be any errno)";
+	if (status < 0 && status >= -TPU_ERRNO_MAX) {
+		/* Any other errno: the C library's sentence (thread-safe, never NULL). */
+		const char *s = strerrordesc_np(-status);
+
+		return s ? s : "system error (an errno number this C library does not know)";
+	}
 	if (status > 0)
 		return "not a status: positive value";
 	return "unknown status";
@@ -104,7 +115,10 @@ TPU_API const char *tpu_status_name(tpu_status status)
 
 	if (t)
 		return t->name;
-	if (status < 0 && status >= -TPU_ERRNO_MAX)
-		return "ERRNO";
+	if (status < 0 && status >= -TPU_ERRNO_MAX) {
+		const char *s = strerrorname_np(-status);
+
+		return s ? s : "ERRNO";
+	}
 	return "UNKNOWN";
 }

@@ -78,6 +78,8 @@ TPU_API tpu_status tpu_buffer_alloc(struct tpu_context *ctx, size_t len, struct 
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
+	if (ctx && tpu__ctx_check(ctx))
+		return tpu__ctx_check(ctx);
 	if (!ctx || len == 0 || len > (size_t)INT64_MAX)
 		return -EINVAL;
 	ref = tpu__ctx_endpoint_ref(ctx);

@@ -55,6 +55,8 @@ struct tpu__ep_ref {
 };
 
 struct tpu_context {
+	uint32_t magic;			/* TPU__MAGIC_CONTEXT; poisoned by destroy */
+	unsigned int fork_gen;		/* tpu__fork_gen at create: a child sees another */
 	struct io_uring ring;
 	pthread_t thread;
 	unsigned int flags;
@@ -767,7 +769,35 @@ static void ctx_free(struct tpu_context *ctx)
 	free(ctx->dev_path);
 	free(ctx->transports);
 	free(ctx->channels);
-	free(ctx);
+	tpu__quarantine(ctx, &ctx->magic);
+}
+
+/* Bumped in every child fork() makes: a context remembers the value it was made under. */
+static atomic_uint fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+	atomic_fetch_add(&fork_gen, 1);
+}
+
+static void fork_hook(void)
+{
+	pthread_atfork(NULL, NULL, fork_child);
+}
+
+tpu_status tpu__ctx_check(const struct tpu_context *ctx)
+{
+	tpu_status st = tpu__magic_check(ctx, ctx ? &ctx->magic : NULL, TPU__MAGIC_CONTEXT);
+
+	if (st)
+		return st;
+	if (ctx->fork_gen != atomic_load(&fork_gen)) {
+		tpu__log_debug("context %p: used in a child forked after its creation; "
+			       "its thread and ring stayed in the parent", (const void *)ctx);
+		return TPU_E_FORKED;
+	}
+	return 0;
 }
 
 /* TPU_SPIN_US: how long the thread polls shared memory before it sleeps. */
@@ -820,6 +850,9 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
+	pthread_once(&fork_once, fork_hook);
+	ctx->magic = TPU__MAGIC_CONTEXT;
+	ctx->fork_gen = atomic_load(&fork_gen);
 	ctx->wake_fd = -1;
 	pthread_mutex_init(&ctx->sq_lock, NULL);
 	pthread_mutex_init(&ctx->done_lock, NULL);
@@ -879,8 +912,20 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 
 TPU_API void tpu_context_destroy(struct tpu_context *ctx)
 {
+	tpu_status st;
+
 	if (!ctx)
 		return;
+	st = tpu__ctx_check(ctx);
+	if (st) {
+		/*
+		 * Destroyed already: nothing to do.  In a forked child the thread
+		 * and the ring are the parent's: the copy is left alone (leaked).
+		 */
+		tpu__log_debug("tpu_context_destroy(%p): %s; ignored", (void *)ctx,
+			       tpu_strerror(st));
+		return;
+	}
 	/*
 	 * Objects left open are closed, pipes and listeners first, then the
 	 * rendezvous: their callbacks all run.
@@ -899,6 +944,8 @@ TPU_API void tpu_context_destroy(struct tpu_context *ctx)
 			o->close(o);
 		}
 	}
+	/* From here on a second destroy, or any use, sees TPU_E_DESTROYED. */
+	ctx->magic = TPU__MAGIC_DEAD;
 	pthread_mutex_lock(&ctx->progress_lock);
 	ctx->stopping = true;
 	pthread_mutex_unlock(&ctx->progress_lock);

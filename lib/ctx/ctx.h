@@ -144,6 +144,12 @@ unsigned int tpu__ctx_flags(const struct tpu_context *ctx);
  * layers that own the names, then calls this.
  */
 tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_context **out);
+/*
+ * At a public call's entry: 0; -EINVAL (NULL or not a context);
+ * TPU_E_DESTROYED (destroyed); TPU_E_FORKED (a child forked after the
+ * context was made: its thread and ring stayed in the parent).
+ */
+tpu_status tpu__ctx_check(const struct tpu_context *ctx);
 /* Pipes: the context options' transport and channel lists (NULL: all). */
 const char *tpu__ctx_transports(const struct tpu_context *ctx);
 const char *tpu__ctx_channels(const struct tpu_context *ctx);

@@ -22,6 +22,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
 
 	if (!p)
 		return NULL;
+	p->magic = TPU__MAGIC_PIPE;
 	p->ctx = ctx;
 	p->connector = connector;
 	p->state = connector ? PIPE_CONNECTING : PIPE_ACCEPTING;
@@ -51,7 +52,7 @@ static void pipe_free(struct tpu_pipe *p)
 	free(p->desc_calls);
 	if (p->link.fd >= 0)
 		close(p->link.fd);
-	free(p);
+	tpu__quarantine(p, &p->magic);
 }
 
 void tpu__pipe_maybe_free(struct tpu_pipe *p)
@@ -70,6 +71,8 @@ tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__i
 {
 	tpu_status st;
 
+	if (!p->conn)
+		return p->state == PIPE_FAILED ? p->error : -EPIPE;
 	tpu__pipe_io_get(p);
 	st = p->conn->ops->read(p->conn, buf, len, cb, p);
 	if (st)
@@ -217,6 +220,22 @@ static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct
 
 /* ---- public ------------------------------------------------------------- */
 
+/*
+ * At every public entry: NULL or not a pipe (-EINVAL), closed already
+ * (TPU_E_DESTROYED: the pipe is the library's from tpu_pipe_close() on),
+ * or a context left behind by fork().
+ */
+static tpu_status pipe_check(const struct tpu_pipe *p)
+{
+	tpu_status st = tpu__magic_check(p, p ? &p->magic : NULL, TPU__MAGIC_PIPE);
+
+	if (!st && atomic_load(&p->user_closed)) {
+		tpu__log_debug("pipe %p: used after tpu_pipe_close()", (const void *)p);
+		st = TPU_E_DESTROYED;
+	}
+	return st ? st : tpu__ctx_check(p->ctx);
+}
+
 static bool meta_ok(const void *meta, size_t len)
 {
 	return len <= TPU_PIPE_MAX_METADATA && (meta || !len);
@@ -259,9 +278,11 @@ static tpu_status check_message(const struct tpu_message *m)
 TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg,
 				  tpu_write_cb done, void *arg)
 {
-	tpu_status st;
+	tpu_status st = pipe_check(pipe);
 
-	if (!pipe || !msg || !done)
+	if (st)
+		return st;
+	if (!msg || !done)
 		return -EINVAL;
 	st = check_message(msg);
 	if (st)
@@ -274,7 +295,11 @@ TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg
 TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descriptor_cb done,
 					    void *arg)
 {
-	if (!pipe || !done)
+	tpu_status st = pipe_check(pipe);
+
+	if (st)
+		return st;
+	if (!done)
 		return -EINVAL;
 	return pipe_call(pipe, PIPE_CALL_READ_DESC, NULL, (void (*)(void))done, arg);
 }
@@ -282,7 +307,11 @@ TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descripto
 TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 				 tpu_read_cb done, void *arg)
 {
-	if (!pipe || !msg || !done)
+	tpu_status st = pipe_check(pipe);
+
+	if (st)
+		return st;
+	if (!msg || !done)
 		return -EINVAL;
 	for (size_t i = 0; i < msg->npayloads; i++)
 		if (msg->payloads[i].len && !msg->payloads[i].data)
@@ -312,8 +341,18 @@ static void pipe_close_now(void *arg)
 
 TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
 {
-	if (!pipe || atomic_exchange(&pipe->user_closed, true))
+	tpu_status st;
+
+	if (!pipe)
 		return;
+	st = tpu__magic_check(pipe, &pipe->magic, TPU__MAGIC_PIPE);
+	if (!st)
+		st = tpu__ctx_check(pipe->ctx);
+	if (st || atomic_exchange(&pipe->user_closed, true)) {
+		tpu__log_debug("tpu_pipe_close(%p): %s; ignored", (void *)pipe,
+			       st ? tpu_strerror(st) : "closed already");
+		return;
+	}
 	tpu__ctx_del_obj(pipe->ctx, &pipe->obj);
 	atomic_store(&pipe->broken, true);
 	/*
@@ -333,7 +372,7 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
 
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe)
 {
-	if (!pipe || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
+	if (pipe_check(pipe) || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
 		return "";
 	return pipe->xport_name;
 }
@@ -341,7 +380,7 @@ TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe)
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst)
 {
-	if (!pipe || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
+	if (pipe_check(pipe) || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
 		return "";
 	if (src != TPU_DEVICE_CPU || dst != TPU_DEVICE_CPU)
 		return "";
@@ -380,6 +419,8 @@ TPU_API tpu_status tpu_pipe_connect(struct tpu_context *ctx, const char *url,
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
+	if (ctx && tpu__ctx_check(ctx))
+		return tpu__ctx_check(ctx);
 	if (!ctx || !url)
 		return -EINVAL;
 	sep = strstr(url, "://");

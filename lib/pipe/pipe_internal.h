@@ -140,6 +140,7 @@ enum pipe_state {
 struct tpu_listener;
 
 struct tpu_pipe {
+	uint32_t magic;			/* TPU__MAGIC_PIPE; poisoned when freed */
 	struct tpu_context *ctx;
 	struct tpu__ctx_obj obj;	/* the context's list, for context_destroy */
 	atomic_bool user_closed;	/* any thread: tpu_pipe_close() was called */

@@ -19,6 +19,7 @@
 #define LISTENER_BACKLOG	128
 
 struct tpu_listener {
+	uint32_t magic;			/* TPU__MAGIC_LISTENER; poisoned when freed */
 	struct tpu_context *ctx;
 	struct tpu__ctx_obj obj;
 	struct tpu__pipe_policy policy;
@@ -199,9 +200,13 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 	for (size_t i = 0; i < nurls; i++)
 		if (!urls[i])
 			return -EINVAL;
+	st = tpu__ctx_check(ctx);
+	if (st)
+		return st;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
+	l->magic = TPU__MAGIC_LISTENER;
 	l->ctx = ctx;
 	l->obj.close = listener_obj_close;
 	l->obj.pass = TPU__CTX_PASS_PIPE;
@@ -243,7 +248,11 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 TPU_API tpu_status tpu_listener_url(const struct tpu_listener *l, const char *transport, char *buf,
 				    size_t size)
 {
-	if (!l || !buf)
+	tpu_status st = tpu__magic_check(l, l ? &l->magic : NULL, TPU__MAGIC_LISTENER);
+
+	if (st)
+		return st;
+	if (!buf)
 		return -EINVAL;
 	for (unsigned int i = 0; i < l->n; i++) {
 		size_t len = strlen(l->urls[i]);
@@ -286,8 +295,13 @@ static void accept_run(struct tpu__task *t)
 TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb done, void *arg)
 {
 	struct accept_call *ac;
+	tpu_status st = tpu__magic_check(l, l ? &l->magic : NULL, TPU__MAGIC_LISTENER);
 
-	if (!l || !done)
+	if (!st)
+		st = tpu__ctx_check(l->ctx);
+	if (st)
+		return st;
+	if (!done)
 		return -EINVAL;
 	if (atomic_load(&l->closed))
 		return TPU_E_CLOSED;
@@ -332,7 +346,7 @@ static void close_run(void *arg)
 		l->accept_cb = NULL;
 		cb(l->accept_arg, TPU_E_CLOSED, NULL);
 	}
-	free(l);
+	tpu__quarantine(l, &l->magic);
 }
 
 static void close_task(struct tpu__task *t)
@@ -342,8 +356,18 @@ static void close_task(struct tpu__task *t)
 
 TPU_API void tpu_listener_close(struct tpu_listener *l)
 {
-	if (!l || atomic_exchange(&l->closed, true))
+	tpu_status st;
+
+	if (!l)
 		return;
+	st = tpu__magic_check(l, &l->magic, TPU__MAGIC_LISTENER);
+	if (!st)
+		st = tpu__ctx_check(l->ctx);
+	if (st || atomic_exchange(&l->closed, true)) {
+		tpu__log_debug("tpu_listener_close(%p): %s; ignored", (void *)l,
+			       st ? tpu_strerror(st) : "closed already");
+		return;
+	}
 	tpu__ctx_del_obj(l->ctx, &l->obj);
 	/* From a callback, after the accept calls already queued (they name l). */
 	if (tpu__ctx_on_thread(l->ctx)) {

@@ -247,7 +247,11 @@ void tpu__pipe_in_pump(struct tpu_pipe *p)
 	if (p->state != PIPE_OPEN)
 		return;
 	deliver(p);
-	if (p->in != PIPE_IN_IDLE || p->held)
+	/*
+	 * The descriptor's callback may have started a read that failed the
+	 * pipe (a length that is not the descriptor's): nothing more to read.
+	 */
+	if (p->state != PIPE_OPEN || p->in != PIPE_IN_IDLE || p->held)
 		return;
 	p->in = PIPE_IN_HDR;
 	if (in_read(p, p->in_hdr, TPU__WIRE_HDR_LEN, hdr_done)) {

@@ -38,6 +38,8 @@ struct tpu__cma_header {
 	uint64_t next_seq;
 	uint32_t used;
 	uint32_t hwm;			/* slots from here on are all FREE */
+	uint32_t deaths;		/* members found dead so far; atomic access */
+	uint32_t joins;			/* members joined so far; atomic access */
 };
 
 struct tpu__cma_member {
@@ -338,7 +340,35 @@ bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who)
 	if (rc == 0 || rc == EOWNERDEAD)
 		pthread_mutex_unlock(&m->alive);
 	member_free(m);
+	/* Joined and not left: its process died.  Every helper hears of it. */
+	__atomic_add_fetch(&t->hdr->deaths, 1, __ATOMIC_SEQ_CST);
+	tpu__cma_wake(t);
 	return false;
+}
+
+uint32_t tpu__cma_deaths(const struct tpu__cma_table *t)
+{
+	return __atomic_load_n(&t->hdr->deaths, __ATOMIC_SEQ_CST);
+}
+
+uint32_t tpu__cma_joins(const struct tpu__cma_table *t)
+{
+	return __atomic_load_n(&t->hdr->joins, __ATOMIC_SEQ_CST);
+}
+
+bool tpu__cma_member_pid(struct tpu__cma_table *t, uint32_t idx, struct tpu__cma_who *who,
+			 pid_t *pid)
+{
+	struct tpu__cma_member *m;
+
+	if (idx >= TPU__CMA_MEMBERS)
+		return false;
+	m = &t->members[idx];
+	*who = (struct tpu__cma_who){ idx, m->gen };
+	if (!tpu__cma_member_alive(t, *who))
+		return false;
+	*pid = m->pid;
+	return true;
 }
 
 tpu_status tpu__cma_member_join(struct tpu__cma_table *t, uint64_t probe_addr,
@@ -368,10 +398,14 @@ tpu_status tpu__cma_member_join(struct tpu__cma_table *t, uint64_t probe_addr,
 		m->probe_addr = probe_addr;
 		m->state = MEMBER_LIVE;
 		*me = (struct tpu__cma_who){ i, m->gen };
+		__atomic_add_fetch(&t->hdr->joins, 1, __ATOMIC_SEQ_CST);
 		st = 0;
 		break;
 	}
 	tpu__cma_unlock(t);
+	/* The other members' helpers hear of the newcomer, to watch it. */
+	if (!st)
+		tpu__cma_wake(t);
 	return st;
 }
 

@@ -50,7 +50,7 @@
 
 #include "rdv.h"	/* TPU__CMA_MAGIC, TPU__KEY_MAX */
 
-#define TPU__CMA_VERSION	1
+#define TPU__CMA_VERSION	2
 #define TPU__CMA_SLOTS		4096	/* tensors posted and not yet reaped */
 /* Every key the front end accepts; a slot's key then fills one page. */
 #define TPU__CMA_MAX_KEY	TPU__KEY_MAX
@@ -142,8 +142,18 @@ tpu_status tpu__cma_member_join(struct tpu__cma_table *t, uint64_t probe_addr,
 				struct tpu__cma_who *me);
 /* Leave, on the thread that joined; takes the table lock itself. */
 void tpu__cma_member_leave(struct tpu__cma_table *t, struct tpu__cma_who me);
-/* Whether a member is still joined and its process alive.  Lock held. */
+/*
+ * Whether a member is still joined and its process alive.  Lock held.  A
+ * member found dead (joined, never left) counts in tpu__cma_deaths() and
+ * wakes every helper.
+ */
 bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who);
+/* Member slot @idx: false when nobody lives there, else who and its pid.  Lock held. */
+bool tpu__cma_member_pid(struct tpu__cma_table *t, uint32_t idx, struct tpu__cma_who *who,
+			 pid_t *pid);
+/* Counters, no lock needed: members found dead, members that joined. */
+uint32_t tpu__cma_deaths(const struct tpu__cma_table *t);
+uint32_t tpu__cma_joins(const struct tpu__cma_table *t);
 /*
  * The live members other than @self (all when @self is NULL), for the
  * joiner's pull test: up to @max of them, pid and probe address.  Lock held.

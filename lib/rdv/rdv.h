@@ -123,6 +123,7 @@ extern const struct tpu__rdv_ops tpu__rdv_cma;
 const struct tpu__rdv_ops *tpu__rdv_impl_ops(enum tpu_rdv_impl impl);
 
 struct tpu_rendezvous {
+	uint32_t magic;			/* TPU__MAGIC_RDV; poisoned by destroy */
 	struct tpu_context *ctx;
 	const struct tpu__rdv_ops *ops;
 	void *impl_state;

@@ -21,9 +21,17 @@
  * DEATH_POLL_NS) only while a consumer is pulling one of its tensors, to
  * notice that consumer's death.
  *
- * Peer death, shown by the table's liveness mutexes: a dead producer's
- * slots are dropped (a receive waiting for the key keeps waiting, as with
- * the module); a dead consumer's claim goes back to POSTED for another.
+ * Peer death, shown by the table's liveness mutexes (robust: the kernel
+ * marks a dead owner's mutex) and noticed at once by a second thread per
+ * member, the watcher, which sleeps in poll() on a pidfd of every other
+ * member's process: when a member dies, every operation pending in the
+ * other members at that moment ends with TPU_E_PEER_GONE (a RECV waiting,
+ * a SEND posted, a SEND whose consumer died while pulling, a RECV whose
+ * producer died while it pulled), apart from pulls by and from live
+ * members, which complete.  Operations started later behave as usual: a
+ * dead producer's slots are dropped, a dead consumer's claim is undone.
+ * Without pidfds (before Linux 5.3) the death is noticed when the table is
+ * next looked at.
  *
  * Viability (cma_viability.c), on create and on join: process_vm_readv
  * must pass seccomp, Yama must allow it (scope 1: every member calls
@@ -42,10 +50,15 @@
  * Lock order: member lock, then table lock.  Callbacks are handed to the
  * context (tpu__op_complete) with neither held.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +79,7 @@ struct cma_op {
 	struct tpu__cma_ref ref;	/* SEND: its slot */
 	struct tpu__cma_claim claim;	/* RECV: the slot being pulled */
 	bool claimed;			/* SEND: a consumer is pulling it now */
+	uint32_t deaths;		/* tpu__cma_deaths() when it started */
 };
 
 struct cma_member {
@@ -79,6 +93,14 @@ struct cma_member {
 	bool closing;
 	struct tpu__cma_who me;
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
+	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
+	/* The watcher: evfd tells it to look at the members again, or to stop. */
+	pthread_t watcher;
+	int evfd;			/* -1: no watcher */
+	atomic_bool stop;
+	/* The watcher's poll set (here, not on its stack: a forked child still sees them). */
+	struct pollfd watch_pfd[1 + TPU__CMA_MEMBERS];
+	struct tpu__cma_who watch_who[1 + TPU__CMA_MEMBERS];
 };
 
 static uint64_t now_ns(void)
@@ -143,6 +165,10 @@ static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abo
 		finish(link, cop, abort_st, done);
 		return;
 	}
+	if (cop->deaths != tpu__cma_deaths(&m->table)) {
+		finish(link, cop, TPU_E_PEER_GONE, done);
+		return;
+	}
 	st = tpu__cma_claim(&m->table, m->me, op->key, op->key_len, op->tensor.len, &cop->claim);
 	if (st == -EAGAIN) {
 		if (cop->deadline && now >= cop->deadline)
@@ -183,6 +209,10 @@ static void scan_send(struct cma_member *m, struct cma_op **link, tpu_status abo
 		if (m->closing || abort_st) {
 			tpu__cma_release(&m->table, cop->ref);
 			finish(link, cop, m->closing ? TPU_E_CLOSED : abort_st, done);
+		} else if (cop->deaths != tpu__cma_deaths(&m->table)) {
+			/* A member died since it was posted (its consumer, perhaps, mid-pull). */
+			tpu__cma_release(&m->table, cop->ref);
+			finish(link, cop, TPU_E_PEER_GONE, done);
 		}
 		return;
 	}
@@ -214,7 +244,7 @@ static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 
 /* --- pulls (no lock held) ----------------------------------------------- */
 
-/* 0, -ESRCH when the producer died (wait for the key again), or an error. */
+/* 0, TPU_E_PEER_GONE when the producer died while we pulled, or an error. */
 static tpu_status pull_one(struct cma_member *m, struct cma_op *cop)
 {
 	struct tpu__op *op = cop->op;
@@ -238,27 +268,33 @@ static tpu_status pull_one(struct cma_member *m, struct cma_op *cop)
 	}
 	if (st) {
 		tpu_buffer_free(buf);
-		return st;
+		return st == -ESRCH ? TPU_E_PEER_GONE : st;
 	}
 	op->len = (size_t)c->len;
 	op->out_buffer = buf;
 	return 0;
 }
 
-static void pull_all(struct cma_member *m, struct cma_op *pulls, struct cma_op **done,
-		     struct cma_op **retry)
+static void pull_all(struct cma_member *m, struct cma_op *pulls, struct cma_op **done)
 {
 	while (pulls) {
 		struct cma_op *cop = pulls;
 		tpu_status st = pull_one(m, cop);
 
 		pulls = cop->next;
-		cop->next = st == -ESRCH ? *retry : *done;
-		if (st == -ESRCH)
-			*retry = cop;
-		else
-			*done = cop;
+		cop->next = *done;
+		*done = cop;
 		cop->op->status = st;
+	}
+}
+
+/* Tell the watcher something: look at the members again (1), or stop. */
+static void watcher_poke(struct cma_member *m)
+{
+	uint64_t one = 1;
+
+	if (m->evfd >= 0 && write(m->evfd, &one, sizeof(one)) < 0) {
+		/* A full counter (never in practice) still wakes it. */
 	}
 }
 
@@ -287,25 +323,23 @@ static void helper_loop(struct cma_member *m)
 	pthread_mutex_lock(&m->lock);
 	for (;;) {
 		uint32_t seen = tpu__cma_wake_seq(&m->table);
-		struct cma_op *done = NULL, *pulls = NULL, *retry = NULL;
+		uint32_t joins = tpu__cma_joins(&m->table);
+		struct cma_op *done = NULL, *pulls = NULL;
 		int64_t timeout;
 
+		if (joins != m->joins_seen) {
+			m->joins_seen = joins;
+			watcher_poke(m);
+		}
 		scan(m, &done, &pulls);
 		if (pulls || done) {
 			pthread_mutex_unlock(&m->lock);
-			pull_all(m, pulls, &done, &retry);
+			pull_all(m, pulls, &done);
 			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
 			if (pulls)
 				tpu__cma_wake(&m->table);
 			complete_all(done);
 			pthread_mutex_lock(&m->lock);
-			while (retry) {
-				struct cma_op *cop = retry;
-
-				retry = cop->next;
-				cop->next = m->ops;
-				m->ops = cop;
-			}
 			continue;
 		}
 		if (m->closing && !m->ops)
@@ -337,6 +371,121 @@ static void *helper_main(void *arg)
 	return NULL;
 }
 
+/* --- the watcher ---------------------------------------------------------- */
+
+static int pidfd_open_(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	(void)pid;
+	errno = ENOSYS;
+	return -1;
+#endif
+}
+
+/*
+ * Sleep in poll() on a pidfd of every other member's process; when one
+ * exits, look at its member (tpu__cma_member_alive counts a death and
+ * wakes every helper; a member that left first is no death).  The helper
+ * pokes evfd when members joined.
+ */
+static void *watcher_main(void *arg)
+{
+	struct cma_member *m = arg;
+	struct pollfd *pfd = m->watch_pfd;
+	struct tpu__cma_who *who = m->watch_who;
+	pid_t self = getpid();
+	nfds_t n = 0;
+
+	while (!atomic_load(&m->stop)) {
+		uint64_t v;
+		int rc;
+
+		for (nfds_t i = 1; i < n; i++)
+			close(pfd[i].fd);
+		pfd[0] = (struct pollfd){ .fd = m->evfd, .events = POLLIN };
+		n = 1;
+		if (!tpu__cma_lock(&m->table)) {
+			for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+				struct tpu__cma_who w;
+				pid_t pid;
+				int fd;
+
+				if (idx == m->me.idx || !tpu__cma_member_pid(&m->table, idx, &w, &pid) ||
+				    pid == self)
+					continue;
+				fd = pidfd_open_(pid);
+				if (fd < 0)
+					continue;
+				/* Still alive after the open: the pidfd is that member's process. */
+				if (!tpu__cma_member_alive(&m->table, w)) {
+					close(fd);
+					continue;
+				}
+				pfd[n] = (struct pollfd){ .fd = fd, .events = POLLIN };
+				who[n++] = w;
+			}
+			tpu__cma_unlock(&m->table);
+		}
+		rc = poll(pfd, n, -1);
+		if (rc < 0)
+			continue;
+		if (pfd[0].revents & POLLIN) {
+			if (read(m->evfd, &v, sizeof(v)) < 0) {
+				/* Counted down already: nothing to do. */
+			}
+			continue;
+		}
+		if (tpu__cma_lock(&m->table))
+			continue;
+		for (nfds_t i = 1; i < n; i++)
+			if (pfd[i].revents)
+				tpu__cma_member_alive(&m->table, who[i]);
+		tpu__cma_unlock(&m->table);
+	}
+	for (nfds_t i = 1; i < n; i++)
+		close(pfd[i].fd);
+	return NULL;
+}
+
+static void watcher_start(struct cma_member *m)
+{
+	m->evfd = eventfd(0, EFD_CLOEXEC);
+	if (m->evfd < 0)
+		return;
+	if (pthread_create(&m->watcher, NULL, watcher_main, m)) {
+		close(m->evfd);
+		m->evfd = -1;
+	}
+}
+
+static void watcher_stop(struct cma_member *m)
+{
+	if (m->evfd < 0)
+		return;
+	atomic_store(&m->stop, true);
+	watcher_poke(m);
+	pthread_join(m->watcher, NULL);
+	close(m->evfd);
+	m->evfd = -1;
+}
+
+/*
+ * Find members that died and nobody noticed yet, then say how many died:
+ * an operation starting now is not one pending at those deaths.  Lock held.
+ */
+static uint32_t deaths_now(struct cma_member *m)
+{
+	for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+		struct tpu__cma_who w;
+		pid_t pid;
+
+		tpu__cma_member_pid(&m->table, idx, &w, &pid);
+	}
+	return tpu__cma_deaths(&m->table);
+}
+
 /* --- creating, joining, leaving ------------------------------------------ */
 
 static void member_free(struct cma_member *m)
@@ -365,6 +514,7 @@ static tpu_status member_start(struct tpu_rendezvous *rdv, struct cma_member *m)
 		pthread_join(m->helper, NULL);
 		return st;
 	}
+	watcher_start(m);
 	rdv->impl_state = m;
 	return 0;
 }
@@ -385,6 +535,8 @@ static tpu_status member_new(struct tpu_rendezvous *rdv, struct cma_member **out
 	}
 	m->rdv = rdv;
 	m->table.fd = -1;
+	m->evfd = -1;
+	atomic_init(&m->stop, false);
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_cond_init(&m->started, NULL);
 	*out = m;
@@ -476,6 +628,7 @@ static void cma_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&m->lock);
 	tpu__cma_wake(&m->table);
 	pthread_join(m->helper, NULL);
+	watcher_stop(m);
 	rdv->impl_state = NULL;
 	member_free(m);
 }
@@ -513,6 +666,7 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	pthread_mutex_lock(&m->lock);
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
+		cop->deaths = deaths_now(m);
 		st = tpu__cma_post(&m->table, m->me, getpid(), op->key, op->key_len,
 				   (uintptr_t)src, op->tensor.len, &cop->ref);
 		tpu__cma_unlock(&m->table);
@@ -545,6 +699,13 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	cop->op = op;
 	if (op->timeout_ns)
 		cop->deadline = now_ns() + op->timeout_ns;
+	st = tpu__cma_lock(&m->table);
+	if (st) {
+		free(cop);
+		return st;
+	}
+	cop->deaths = deaths_now(m);
+	tpu__cma_unlock(&m->table);
 	op->impl = cop;
 	st = enqueue(m, cop);
 	if (st) {

@@ -220,7 +220,7 @@ void tpu__rdv_free(struct tpu_rendezvous *rdv)
 {
 	tpu__keyq_free_all(rdv);
 	pthread_mutex_destroy(&rdv->lock);
-	free(rdv);
+	tpu__quarantine(rdv, &rdv->magic);
 }
 
 static void call_back(struct tpu__op *op)

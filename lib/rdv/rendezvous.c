@@ -24,12 +24,28 @@ TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl)
 	return "unknown";
 }
 
+/* At every public entry: NULL, destroyed (TPU_E_DESTROYED), or in a forked child. */
+static tpu_status rdv_check(const struct tpu_rendezvous *rdv)
+{
+	tpu_status st = tpu__magic_check(rdv, rdv ? &rdv->magic : NULL, TPU__MAGIC_RDV);
+
+	return st ? st : tpu__ctx_check(rdv->ctx);
+}
+
+#define RDV_CHECK(rdv)                                  \
+	do {                                            \
+		tpu_status check_ = rdv_check(rdv);     \
+		if (check_)                             \
+			return check_;                  \
+	} while (0)
+
 static struct tpu_rendezvous *rdv_new(struct tpu_context *ctx)
 {
 	struct tpu_rendezvous *rdv = calloc(1, sizeof(*rdv));
 
 	if (!rdv)
 		return NULL;
+	rdv->magic = TPU__MAGIC_RDV;
 	rdv->ctx = ctx;
 	pthread_mutex_init(&rdv->lock, NULL);
 	return rdv;
@@ -64,6 +80,8 @@ TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_i
 	*out = NULL;
 	if (!ctx || impl < TPU_RDV_AUTO || impl > TPU_RDV_CMA)
 		return -EINVAL;
+	if (tpu__ctx_check(ctx))
+		return tpu__ctx_check(ctx);
 	rdv = rdv_new(ctx);
 	if (!rdv)
 		return -ENOMEM;
@@ -80,6 +98,8 @@ TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
 	*out = NULL;
 	if (!ctx)
 		return -EINVAL;
+	if (tpu__ctx_check(ctx))
+		return tpu__ctx_check(ctx);
 	if (fd < 0)
 		return -EBADF;
 	rdv = rdv_new(ctx);
@@ -90,7 +110,8 @@ TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
 
 TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd)
 {
-	if (!rdv || !fd)
+	RDV_CHECK(rdv);
+	if (!fd)
 		return -EINVAL;
 	*fd = -1;
 	return rdv->ops->share(rdv, fd);
@@ -98,7 +119,7 @@ TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd)
 
 TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv)
 {
-	return rdv ? rdv->ops->impl : TPU_RDV_AUTO;
+	return rdv_check(rdv) ? TPU_RDV_AUTO : rdv->ops->impl;
 }
 
 static bool rdv_idle(void *arg)
@@ -116,9 +137,18 @@ static bool rdv_idle(void *arg)
 TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 {
 	bool zombie;
+	tpu_status st;
 
 	if (!rdv)
 		return;
+	st = rdv_check(rdv);
+	if (st) {
+		/* Twice destroyed, or in a forked child (the parent's context would hang). */
+		tpu__log_debug("tpu_rendezvous_destroy(%p): %s; ignored", (void *)rdv,
+			       tpu_strerror(st));
+		return;
+	}
+	rdv->magic = TPU__MAGIC_DEAD;
 	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
 	pthread_mutex_lock(&rdv->lock);
 	rdv->closing = true;
@@ -221,7 +251,8 @@ TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *k
 	struct tpu__op *op;
 	tpu_status st;
 
-	if (!rdv || (flags & ~TPU_SEND_GIVE))
+	RDV_CHECK(rdv);
+	if (flags & ~TPU_SEND_GIVE)
 		return -EINVAL;
 	st = check_key(key, key_len);
 	if (!st)
@@ -249,7 +280,8 @@ TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *k
 	struct tpu__op *op;
 	tpu_status st;
 
-	if (!rdv || !done)
+	RDV_CHECK(rdv);
+	if (!done)
 		return -EINVAL;
 	st = check_key(key, key_len);
 	if (!st)
@@ -273,7 +305,8 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
 	struct tpu__op *op;
 	tpu_status st;
 
-	if (!rdv || !done || max_len > (size_t)INT64_MAX)
+	RDV_CHECK(rdv);
+	if (!done || max_len > (size_t)INT64_MAX)
 		return -EINVAL;
 	st = check_key(key, key_len);
 	if (st)
@@ -296,8 +329,7 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 	int started;
 	tpu_status st;
 
-	if (!rdv)
-		return -EINVAL;
+	RDV_CHECK(rdv);
 	st = check_key(key, key_len);
 	if (st)
 		return st;
@@ -318,7 +350,8 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status)
 {
-	if (!rdv || status >= 0 || status < -EHWPOISON)
+	RDV_CHECK(rdv);
+	if (status >= 0 || status < -EHWPOISON)
 		return -EINVAL;
 	return rdv->ops->abort(rdv, status);
 }
@@ -352,8 +385,7 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	struct recv_waiter w = { .done = false };
 	tpu_status st;
 
-	if (!rdv)
-		return -EINVAL;
+	RDV_CHECK(rdv);
 	/* The callback that would wake us runs on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
@@ -421,8 +453,7 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	bool timed_out = false;
 	tpu_status st;
 
-	if (!rdv)
-		return -EINVAL;
+	RDV_CHECK(rdv);
 	/* The callback that would wake us runs on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;

@@ -32,6 +32,7 @@ static const struct {
 	{ "xport_shm", test_xport_shm },
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
+	{ "failure", test_failure },
 };
 
 static int wanted(const char *only, const char *name)

@@ -9,6 +9,7 @@
 static const int library_codes[] = {
 	TPU_E_NO_DEVICE, TPU_E_NOT_TENSORPIPE, TPU_E_ABI_MISMATCH,
 	TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, TPU_E_NO_TRANSPORT, TPU_E_CLOSED,
+	TPU_E_PEER_GONE, TPU_E_DESTROYED, TPU_E_FORKED,
 };
 
 /* Every errno the module's header lists for some command. */
@@ -71,8 +72,13 @@ void test_status(void)
 	      "emsgsize_explains_that_the_slot_stays_for_a_retry");
 	CHECK(strstr(tpu_strerror(-ENOLINK), "domain") != NULL,
 	      "enolink_reads_as_not_attached_to_a_domain");
-	CHECK(!strcmp(tpu_status_name(-EXDEV), "ERRNO") && strstr(tpu_strerror(-EXDEV), "errno"),
-	      "unlisted_errno_is_reported_as_a_system_error");
+	/* Every errno has its name and the C library's sentence, not a generic one. */
+	CHECK(!strcmp(tpu_status_name(-EXDEV), "EXDEV") &&
+	      strstr(tpu_strerror(-EXDEV), "cross-device") != NULL,
+	      "unlisted_errno_has_its_name_and_the_c_librarys_sentence");
+	CHECK(!strcmp(tpu_status_name(-EHOSTDOWN), "EHOSTDOWN") &&
+	      strcmp(tpu_strerror(-EHOSTDOWN), tpu_strerror(-ENOTCONN)),
+	      "unlisted_errnos_read_differently");
 	CHECK(!strcmp(tpu_status_name(5), "UNKNOWN") && !strcmp(tpu_status_name(-10999), "UNKNOWN"),
 	      "positive_and_unassigned_values_are_unknown");
 }
