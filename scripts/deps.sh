@@ -17,7 +17,9 @@ packages=(
 	linux-image-6.12-amd64		# 6.12 (Debian 13's line), the second kernel
 	linux-headers-6.12-amd64	# of make check's matrix, and its kbuild tree
 	linux-source-6.1		# the kselftest harness, extracted once
-	linux-source-6.12		# checkpatch.pl and kernel-doc of the newest kernel
+	linux-source-6.12		# checkpatch.pl and kernel-doc of the newest kernel,
+					# and the source of make check-debug's kernel
+	bison flex libelf-dev libssl-dev	# to build that kernel
 	xz-utils			# to unpack that tarball
 	qemu-system-x86			# the test VM
 	busybox-static cpio kmod	# the VM's initramfs and module loading
