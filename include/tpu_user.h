@@ -713,8 +713,9 @@ TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status s
  *
  * A listener accepts pipes on one or more URLs; tpu_pipe_connect() opens
  * one to a URL.  The first connection only bootstraps: the two ends
- * exchange what they can use (transports and channels, each with a domain
- * descriptor that says whether both ends can share it) and pick the best
+ * exchange what they can use (transports and channels, each with a
+ * compatibility descriptor that says whether both ends can share it) and
+ * pick the best
  * common transport for frames and small payloads and, per pair of device
  * types, the best common channel for tensor bytes.  A pipe connected by
  * tcp:// between two processes of one machine therefore moves to shm:// and
@@ -730,7 +731,7 @@ TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status s
  *   kmod	through /dev/tensorpipe (one copy in the kernel; none when the
  *		tensor lies in a tpu_buffer of the writer's context and the
  *		reader asks for a buffer), shm transport only (it passes the
- *		domain descriptor)
+ *		kernel domain's descriptor)
  *   cma	process_vm_readv by the reader, same machine and permissions
  *   basic	inline through the transport (always available)
  * Tensors of at most TPU_PIPE_INLINE_MAX bytes always travel inline.

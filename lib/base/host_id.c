@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
-/* Facts about this machine and process, for domain descriptors (xport.h). */
+/* Facts about this machine and process, for compatibility descriptors (xport.h). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>

@@ -46,12 +46,12 @@ struct tpu__pipe_offer {
 	unsigned int nxports;
 	struct {
 		const struct tpu__xport *xport;
-		char domain[TPU__WIRE_DESC_MAX];
+		char compat[TPU__WIRE_DESC_MAX];
 	} xports[2];
 	unsigned int nchans;
 	struct {
 		const struct tpu__chan *chan;
-		char domain[TPU__WIRE_DESC_MAX];
+		char compat[TPU__WIRE_DESC_MAX];
 	} chans[TPU__CHAN_MAX];
 };
 tpu_status tpu__pipe_offer(struct tpu_context *ctx, const struct tpu__pipe_policy *pol,

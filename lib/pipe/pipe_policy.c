@@ -128,8 +128,8 @@ tpu_status tpu__pipe_offer(struct tpu_context *ctx, const struct tpu__pipe_polic
 	for (size_t i = 0; i < sizeof(xports) / sizeof(xports[0]); i++) {
 		if (!pol->xport_ok[i])
 			continue;
-		st = xports[i]->domain_descriptor(out->xports[out->nxports].domain,
-						  sizeof(out->xports[0].domain));
+		st = xports[i]->compat_descriptor(out->xports[out->nxports].compat,
+						  sizeof(out->xports[0].compat));
 		if (st)
 			continue;
 		out->xports[out->nxports++].xport = xports[i];
@@ -139,8 +139,8 @@ tpu_status tpu__pipe_offer(struct tpu_context *ctx, const struct tpu__pipe_polic
 
 		if (!pol->chan_ok[i])
 			continue;
-		st = c->descriptor(ctx, out->chans[out->nchans].domain,
-				   sizeof(out->chans[0].domain));
+		st = c->descriptor(ctx, out->chans[out->nchans].compat,
+				   sizeof(out->chans[0].compat));
 		if (st) {
 			tpu__log_debug("pipe: channel %s not offered: %s", c->name, tpu_strerror(st));
 			continue;

@@ -15,7 +15,7 @@
  *   messages both ways ...
  *
  * The listener decides: the best transport both ends offer with equal
- * domain descriptors and that it listens on, and per device pair the best
+ * compatibility descriptors and that it listens on, and per device pair the best
  * such channel the transport can carry (->supports: kmod needs descriptor
  * passing, mtcp tcp).
  */
@@ -250,8 +250,8 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 		h.xports[h.nxports++] = (struct tpu__wire_xport_entry){
 			.name = { (const uint8_t *)offer.xports[i].xport->name,
 				  (uint32_t)strlen(offer.xports[i].xport->name) },
-			.domain = { (const uint8_t *)offer.xports[i].domain,
-				    (uint32_t)strlen(offer.xports[i].domain) },
+			.compat = { (const uint8_t *)offer.xports[i].compat,
+				    (uint32_t)strlen(offer.xports[i].compat) },
 		};
 	for (unsigned int i = 0; i < offer.nchans; i++) {
 		const char *name = offer.chans[i].chan->name;
@@ -259,8 +259,8 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 		h.chans[h.nchans++] = (struct tpu__wire_chan_entry){
 			.name = { (const uint8_t *)name, (uint32_t)strlen(name) },
 			.src_type = TPU_DEVICE_CPU, .dst_type = TPU_DEVICE_CPU,
-			.domain = { (const uint8_t *)offer.chans[i].domain,
-				    (uint32_t)strlen(offer.chans[i].domain) },
+			.compat = { (const uint8_t *)offer.chans[i].compat,
+				    (uint32_t)strlen(offer.chans[i].compat) },
 		};
 	}
 	len = tpu__wire_hello_encode(NULL, 0, &h);
@@ -298,7 +298,7 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 		   const struct tpu__xport **chosen)
 {
 	const struct tpu__xport *best = NULL;
-	const char *best_domain = NULL;
+	const char *best_compat = NULL;
 	const struct tpu__chan *chan = &tpu__chan_basic;
 	const char *addr;
 
@@ -317,9 +317,9 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 			continue;
 		for (uint32_t j = 0; j < h->nxports; j++) {
 			if (same(h->xports[j].name, x->name) &&
-			    same(h->xports[j].domain, offer->xports[i].domain)) {
+			    same(h->xports[j].compat, offer->xports[i].compat)) {
 				best = x;
-				best_domain = offer->xports[i].domain;
+				best_compat = offer->xports[i].compat;
 			}
 		}
 	}
@@ -327,7 +327,7 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 		w->status = -ENOPROTOOPT;
 		return;
 	}
-	(void)best_domain;
+	(void)best_compat;
 	/* Offers list channels best first. */
 	for (unsigned int i = 0; i < offer->nchans && chan == &tpu__chan_basic; i++) {
 		const struct tpu__chan *c = offer->chans[i].chan;
@@ -338,7 +338,7 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 			if (h->chans[j].src_type == TPU_DEVICE_CPU &&
 			    h->chans[j].dst_type == TPU_DEVICE_CPU &&
 			    same(h->chans[j].name, c->name) &&
-			    same(h->chans[j].domain, offer->chans[i].domain))
+			    same(h->chans[j].compat, offer->chans[i].compat))
 				chan = c;
 	}
 	p->chan = chan;

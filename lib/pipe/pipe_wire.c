@@ -7,8 +7,8 @@
  * blob = u32 len, then len bytes.  A name is a blob of 1..TPU__WIRE_NAME_MAX
  * bytes; [max] is the largest length a field may have.
  *
- *   xport entry	blob name, blob domain [DESC_MAX], blob addr [ADDR_MAX]
- *   chan entry		blob name, u32 src_type, u32 dst_type, blob domain [DESC_MAX]
+ *   xport entry	blob name, blob compat [DESC_MAX], blob addr [ADDR_MAX]
+ *   chan entry		blob name, u32 src_type, u32 dst_type, blob compat [DESC_MAX]
  *			(types TPU_DEVICE_CPU or TPU_DEVICE_CUDA)
  *
  *   HELLO	u32 version, u32 nxports [ENTRIES_MAX], nxports xport entries,
@@ -16,7 +16,7 @@
  *		(any version and addr are carried: the pipe layer judges them)
  *   WELCOME	i32 status (0 or -1..-TPU_ERRNO_MAX); when it is 0 only:
  *		xport entry, u64 token, u32 nchans [ENTRIES_MAX], nchans chan
- *		entries whose domain is empty.  A non-zero status is the whole
+ *		entries whose compatibility descriptor is empty.  A non-zero status is the whole
  *		body (4 bytes); the decoder zeroes the other fields.
  *   JOIN	u64 token
  *   MSG	u64 seq, blob meta [META_MAX], u32 npayloads [PAYLOADS_MAX],
@@ -34,7 +34,7 @@
  * Decoding checks each field as it is read: first that the bytes left hold
  * it (for a count: count times the smallest entry), else -EPROTO; then its
  * value: over a limit is -EMSGSIZE, otherwise invalid (empty name, device
- * type, status, channel, index, WELCOME domain) is -EPROTO.  Encoders
+ * type, status, channel, index, WELCOME descriptor) is -EPROTO.  Encoders
  * refuse the same values: -EMSGSIZE over a limit, -EINVAL invalid.
  */
 #include <errno.h>
@@ -184,31 +184,31 @@ static int wr_xport(struct wr *w, const struct tpu__wire_xport_entry *e)
 
 	err = wr_blob(w, e->name, 1, TPU__WIRE_NAME_MAX);
 	if (!err)
-		err = wr_blob(w, e->domain, 0, TPU__WIRE_DESC_MAX);
+		err = wr_blob(w, e->compat, 0, TPU__WIRE_DESC_MAX);
 	if (!err)
 		err = wr_blob(w, e->addr, 0, TPU__WIRE_ADDR_MAX);
 	return err;
 }
 
-/* domain_max 0: WELCOME, where the domain must be empty. */
-static int wr_chan(struct wr *w, const struct tpu__wire_chan_entry *e, uint32_t domain_max)
+/* compat_max 0: WELCOME, where the descriptor must be empty. */
+static int wr_chan(struct wr *w, const struct tpu__wire_chan_entry *e, uint32_t compat_max)
 {
 	int err;
 
 	if (e->src_type >= DEVICE_TYPES || e->dst_type >= DEVICE_TYPES)
 		return -EINVAL;
-	if (!domain_max && e->domain.len)
+	if (!compat_max && e->compat.len)
 		return -EINVAL;
 	err = wr_blob(w, e->name, 1, TPU__WIRE_NAME_MAX);
 	if (err)
 		return err;
 	wr_u32(w, e->src_type);
 	wr_u32(w, e->dst_type);
-	return wr_blob(w, e->domain, 0, domain_max);
+	return wr_blob(w, e->compat, 0, compat_max);
 }
 
 static int wr_chans(struct wr *w, uint32_t n, const struct tpu__wire_chan_entry *chans,
-		    uint32_t domain_max)
+		    uint32_t compat_max)
 {
 	uint32_t i;
 	int err;
@@ -217,7 +217,7 @@ static int wr_chans(struct wr *w, uint32_t n, const struct tpu__wire_chan_entry 
 		return -EMSGSIZE;
 	wr_u32(w, n);
 	for (i = 0; i < n; i++) {
-		err = wr_chan(w, &chans[i], domain_max);
+		err = wr_chan(w, &chans[i], compat_max);
 		if (err)
 			return err;
 	}
@@ -435,14 +435,14 @@ static int rd_xport(struct rd *r, struct tpu__wire_xport_entry *e)
 
 	err = rd_blob(r, &e->name, 1, TPU__WIRE_NAME_MAX);
 	if (!err)
-		err = rd_blob(r, &e->domain, 0, TPU__WIRE_DESC_MAX);
+		err = rd_blob(r, &e->compat, 0, TPU__WIRE_DESC_MAX);
 	if (!err)
 		err = rd_blob(r, &e->addr, 0, TPU__WIRE_ADDR_MAX);
 	return err;
 }
 
 static int rd_chans(struct rd *r, uint32_t *n, struct tpu__wire_chan_entry *chans,
-		    uint32_t domain_max)
+		    uint32_t compat_max)
 {
 	uint32_t i;
 	int err;
@@ -457,9 +457,9 @@ static int rd_chans(struct rd *r, uint32_t *n, struct tpu__wire_chan_entry *chan
 		if (!err)
 			err = rd_type(r, &e->dst_type);
 		if (!err)
-			err = rd_blob(r, &e->domain, 0, TPU__WIRE_DESC_MAX);
+			err = rd_blob(r, &e->compat, 0, TPU__WIRE_DESC_MAX);
 		/* WELCOME: well-formed but not empty is a protocol error, not a size. */
-		if (!err && e->domain.len > domain_max)
+		if (!err && e->compat.len > compat_max)
 			err = -EPROTO;
 	}
 	return err;

@@ -47,7 +47,7 @@ enum {
 /* Limits (also in tpu_user.h for users: TPU_PIPE_MAX_*). */
 #define TPU__WIRE_BODY_MAX	(1u << 20)	/* one frame body */
 #define TPU__WIRE_NAME_MAX	32		/* transport and channel names */
-#define TPU__WIRE_DESC_MAX	256		/* domain descriptors */
+#define TPU__WIRE_DESC_MAX	256		/* compatibility descriptors */
 #define TPU__WIRE_ADDR_MAX	256		/* addresses */
 #define TPU__WIRE_ENTRIES_MAX	16		/* transports, channels in HELLO/WELCOME */
 #define TPU__WIRE_META_MAX	(64u << 10)	/* any one metadata blob */
@@ -71,7 +71,7 @@ struct tpu__wire_blob {
 /* HELLO: protocol version, then what the connector can use. */
 struct tpu__wire_xport_entry {
 	struct tpu__wire_blob name;	/* "tcp", "shm" */
-	struct tpu__wire_blob domain;	/* the transport's domain descriptor */
+	struct tpu__wire_blob compat;	/* the transport's compatibility descriptor */
 	struct tpu__wire_blob addr;	/* unused in HELLO; WELCOME: where to JOIN */
 };
 
@@ -79,7 +79,7 @@ struct tpu__wire_chan_entry {
 	struct tpu__wire_blob name;	/* "basic", "cma", "kmod", "mtcp" */
 	uint32_t src_type;		/* TPU_DEVICE_*: the writer's device type */
 	uint32_t dst_type;		/* the reader's */
-	struct tpu__wire_blob domain;	/* the channel's domain descriptor */
+	struct tpu__wire_blob compat;	/* the channel's compatibility descriptor */
 };
 
 struct tpu__wire_hello {
@@ -96,7 +96,7 @@ struct tpu__wire_hello {
  * transport is not the one this connection uses, the connector opens a new
  * connection to xport.addr and sends JOIN with token as its first frame.
  * chans lists the channel chosen per device pair (same entry layout as in
- * HELLO, domain empty).  lanes is how many extra tcp connections the mtcp
+ * HELLO, descriptor empty).  lanes is how many extra tcp connections the mtcp
  * channel stripes tensors over (0 when it was not chosen): the connector
  * opens them to the listener and sends JOIN (token, lane 1..lanes) on each.
  */
@@ -163,7 +163,7 @@ tpu_status tpu__wire_hdr_decode(const uint8_t in[TPU__WIRE_HDR_LEN], struct tpu_
  * length, or -EMSGSIZE if the frame exceeds size or a limit (buf may then
  * hold garbage), or -EINVAL for a value the decoder would refuse as
  * malformed (empty name, device type, status, channel or tensor index out
- * of range, a WELCOME channel domain, NULL data with a length or count).
+ * of range, a WELCOME channel descriptor, NULL data with a length or count).
  * Passing buf NULL (size is then ignored) measures.
  */
 long tpu__wire_hello_encode(uint8_t *buf, size_t size, const struct tpu__wire_hello *h);

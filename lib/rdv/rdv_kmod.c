@@ -119,7 +119,7 @@ static tpu_status km_locate(struct km_state *km, struct km_cmd *c, const struct 
 		return 0;
 	}
 	if (buf && buf->kind != TPU__BUF_HEAP) {
-		st = km_reg_get(&km->cache, ep, buf, access, region);
+		st = tpu__km_reg_get(&km->cache, ep, buf, access, region);
 		if (!st)
 			*offset = (uint64_t)((const uint8_t *)t->data -
 					     (const uint8_t *)buf->data);
@@ -421,7 +421,7 @@ static void km_free(struct km_state *km)
 	struct tpu_endpoint *ep = tpu__ep_ref_get(km->ep);
 
 	if (ep) {
-		km_reg_release_all(&km->cache, ep);
+		tpu__km_reg_release_all(&km->cache, ep);
 		if (km->have_zero)
 			tpu_region_release(ep, km->zero_region);
 	}

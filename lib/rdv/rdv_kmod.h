@@ -34,8 +34,8 @@ struct km_regcache {
  * unless cached.  Evicting the least recently used entry is safe while a
  * command still uses it: the module keeps its pages until the command ends.
  */
-tpu_status km_reg_get(struct km_regcache *c, struct tpu_endpoint *ep, const struct tpu_buffer *buf,
+tpu_status tpu__km_reg_get(struct km_regcache *c, struct tpu_endpoint *ep, const struct tpu_buffer *buf,
 		      unsigned int access, uint32_t *handle);
-void km_reg_release_all(struct km_regcache *c, struct tpu_endpoint *ep);
+void tpu__km_reg_release_all(struct km_regcache *c, struct tpu_endpoint *ep);
 
 #endif

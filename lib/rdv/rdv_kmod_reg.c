@@ -2,7 +2,7 @@
 /* The kmod rendezvous's registration cache; see rdv_kmod.h for why so. */
 #include "rdv_kmod.h"
 
-tpu_status km_reg_get(struct km_regcache *c, struct tpu_endpoint *ep, const struct tpu_buffer *buf,
+tpu_status tpu__km_reg_get(struct km_regcache *c, struct tpu_endpoint *ep, const struct tpu_buffer *buf,
 		      unsigned int access, uint32_t *handle)
 {
 	struct km_reg *e, *victim = NULL;
@@ -39,7 +39,7 @@ tpu_status km_reg_get(struct km_regcache *c, struct tpu_endpoint *ep, const stru
 	return 0;
 }
 
-void km_reg_release_all(struct km_regcache *c, struct tpu_endpoint *ep)
+void tpu__km_reg_release_all(struct km_regcache *c, struct tpu_endpoint *ep)
 {
 	size_t i;
 

@@ -34,8 +34,8 @@
 
 /* Longest address after the scheme ("127.0.0.1:5000", an shm name). */
 #define TPU__XPORT_ADDR_MAX	256
-/* Longest domain descriptor (see ->domain_descriptor). */
-#define TPU__XPORT_DOMAIN_MAX	256
+/* Longest compatibility descriptor (see ->compat_descriptor). */
+#define TPU__XPORT_COMPAT_MAX	256
 /* Most iovecs in one write. */
 #define TPU__XPORT_IOV_MAX	64
 
@@ -115,7 +115,7 @@ struct tpu__xport {
 	 * equal: shm writes the boot id and network namespace (the Unix
 	 * socket is abstract), tcp a constant.  NUL-terminated.
 	 */
-	tpu_status (*domain_descriptor)(char *buf, size_t size);
+	tpu_status (*compat_descriptor)(char *buf, size_t size);
 	/*
 	 * Listen on addr (the URL without "name://").  fn(arg, 0, conn) for
 	 * every connection accepted until close, fn(arg, err, NULL) if

@@ -1359,7 +1359,7 @@ static const struct tpu__xlistener_ops shm_listener_ops = {
 /* ---- the transport --------------------------------------------------------- */
 
 /* Same boot and same network namespace: the abstract socket is reachable. */
-static tpu_status shm_domain_descriptor(char *buf, size_t size)
+static tpu_status shm_compat_descriptor(char *buf, size_t size)
 {
 	char boot[64];
 	unsigned long ino;
@@ -1384,7 +1384,7 @@ const struct tpu__xport tpu__xport_shm = {
 	.name = "shm",
 	.priority = 200,
 	.passes_fds = true,
-	.domain_descriptor = shm_domain_descriptor,
+	.compat_descriptor = shm_compat_descriptor,
 	.listen = shm_listen,
 	.connect = shm_connect,
 };

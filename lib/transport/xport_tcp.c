@@ -263,7 +263,7 @@ static void format_addr(const struct sockaddr_storage *sa, socklen_t salen, char
 	snprintf(buf, size, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }
 
-static tpu_status tcp_domain(char *buf, size_t size)
+static tpu_status tcp_compat_descriptor(char *buf, size_t size)
 {
 	return snprintf(buf, size, "tcp") < (int)size ? 0 : -ENOSPC;
 }
@@ -1057,7 +1057,7 @@ fail:
 const struct tpu__xport tpu__xport_tcp = {
 	.name = "tcp",
 	.priority = 10,
-	.domain_descriptor = tcp_domain,
+	.compat_descriptor = tcp_compat_descriptor,
 	.listen = tcp_listen,
 	.connect = tcp_connect,
 };

@@ -72,18 +72,18 @@ static bool blob_eq(struct tpu__wire_blob a, struct tpu__wire_blob b)
 static bool xport_eq(const struct tpu__wire_xport_entry *a, const struct tpu__wire_xport_entry *b)
 {
 	inside(a->name);
-	inside(a->domain);
+	inside(a->compat);
 	inside(a->addr);
-	return blob_eq(a->name, b->name) && blob_eq(a->domain, b->domain) &&
+	return blob_eq(a->name, b->name) && blob_eq(a->compat, b->compat) &&
 	       blob_eq(a->addr, b->addr);
 }
 
 static bool chan_eq(const struct tpu__wire_chan_entry *a, const struct tpu__wire_chan_entry *b)
 {
 	inside(a->name);
-	inside(a->domain);
+	inside(a->compat);
 	return blob_eq(a->name, b->name) && a->src_type == b->src_type &&
-	       a->dst_type == b->dst_type && blob_eq(a->domain, b->domain);
+	       a->dst_type == b->dst_type && blob_eq(a->compat, b->compat);
 }
 
 /* a was decoded from the input (its blobs are checked to lie inside it); b from a's encoding. */

@@ -318,18 +318,18 @@ static void known_bytes(void)
 		1, 0, 0, 0,				/* version */
 		1, 0, 0, 0,				/* nxports */
 		3, 0, 0, 0, 't', 'c', 'p',		/* name */
-		0, 0, 0, 0,				/* domain */
+		0, 0, 0, 0,				/* descriptor */
 		2, 0, 0, 0, 'a', 'b',			/* addr */
 		1, 0, 0, 0,				/* nchans */
 		3, 0, 0, 0, 'c', 'm', 'a',		/* name */
 		0, 0, 0, 0, 1, 0, 0, 0,			/* src_type, dst_type */
-		1, 0, 0, 0, 'x',			/* domain */
+		1, 0, 0, 0, 'x',			/* descriptor */
 	};
 	static const uint8_t welcome_err[] = { 0xa4, 0xff, 0xff, 0xff };	/* -92 */
 	static const uint8_t welcome[] = {
 		0, 0, 0, 0,				/* status */
 		3, 0, 0, 0, 's', 'h', 'm',		/* xport: name */
-		1, 0, 0, 0, 'd',			/* domain */
+		1, 0, 0, 0, 'd',			/* descriptor */
 		1, 0, 0, 0, 'a',			/* addr */
 		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,	/* token */
 		4, 0, 0, 0,				/* lanes */
@@ -390,14 +390,14 @@ static void known_bytes(void)
 
 static bool xport_eq(const struct tpu__wire_xport_entry *a, const struct tpu__wire_xport_entry *b)
 {
-	return blob_eq(a->name, b->name) && blob_eq(a->domain, b->domain) &&
+	return blob_eq(a->name, b->name) && blob_eq(a->compat, b->compat) &&
 	       blob_eq(a->addr, b->addr);
 }
 
 static bool chan_eq(const struct tpu__wire_chan_entry *a, const struct tpu__wire_chan_entry *b)
 {
 	return blob_eq(a->name, b->name) && a->src_type == b->src_type &&
-	       a->dst_type == b->dst_type && blob_eq(a->domain, b->domain);
+	       a->dst_type == b->dst_type && blob_eq(a->compat, b->compat);
 }
 
 static bool hello_eq(const struct tpu__wire_hello *a, const struct tpu__wire_hello *b)
@@ -953,7 +953,7 @@ static void limits(void)
 	W(cname, name, 0, 0);
 	W(cname, name + 1, -EMSGSIZE, -EMSGSIZE);
 	W(cname, 0, -EPROTO, -EINVAL);
-	/* WELCOME's channel entries carry no domain. */
+	/* WELCOME's channel entries carry no descriptor. */
 	W(cdom, 1, -EPROTO, -EINVAL);
 	W(src, TPU_DEVICE_CUDA + 1, -EPROTO, -EINVAL);
 	W(dst, TPU_DEVICE_CUDA + 1, -EPROTO, -EINVAL);

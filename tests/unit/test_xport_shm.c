@@ -74,19 +74,19 @@ static void test_names(void)
 	x_lclose(ctx_b, l);
 }
 
-static void test_domain(void)
+static void test_compat_descriptor(void)
 {
-	char a[TPU__XPORT_DOMAIN_MAX], b[TPU__XPORT_DOMAIN_MAX], small[8];
-	tpu_status st = tpu__xport_shm.domain_descriptor(a, sizeof(a));
+	char a[TPU__XPORT_COMPAT_MAX], b[TPU__XPORT_COMPAT_MAX], small[8];
+	tpu_status st = tpu__xport_shm.compat_descriptor(a, sizeof(a));
 	const char *colon;
 
-	CHECK_STATUS(st, 0, "shm: domain descriptor");
+	CHECK_STATUS(st, 0, "shm: compatibility descriptor");
 	CHECK(!strncmp(a, "shm:", 4) && (colon = strchr(a + 4, ':')) && colon[1] &&
 	      strspn(colon + 1, "0123456789") == strlen(colon + 1),
 	      "shm: the descriptor is shm:BOOT:NETNS (%s)", a);
-	CHECK(!tpu__xport_shm.domain_descriptor(b, sizeof(b)) && !strcmp(a, b),
+	CHECK(!tpu__xport_shm.compat_descriptor(b, sizeof(b)) && !strcmp(a, b),
 	      "shm: the descriptor is stable");
-	CHECK_STATUS(tpu__xport_shm.domain_descriptor(small, sizeof(small)), -ENOSPC,
+	CHECK_STATUS(tpu__xport_shm.compat_descriptor(small, sizeof(small)), -ENOSPC,
 		     "shm: a small buffer is -ENOSPC");
 	CHECK(!strcmp(tpu__xport_shm.name, "shm"), "shm: the transport is called shm");
 }
@@ -990,7 +990,7 @@ void test_xport_shm(void)
 	snprintf(name, sizeof(name), "tpu-test-shm-%d", (int)getpid());
 	CHECK_STATUS(site_open(&site, XP, ctx_a, ctx_b, name), 0, "shm: listen on %s", name);
 	test_names();
-	test_domain();
+	test_compat_descriptor();
 	test_addr_in_use();
 	test_refused();
 	if (site.l && make_pair(&site, &p)) {

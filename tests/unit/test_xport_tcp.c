@@ -168,13 +168,13 @@ static tpu_status drain(struct tpu_context *ctx, struct tpu__conn *c, const uint
 
 static void test_names(void)
 {
-	char d[TPU__XPORT_DOMAIN_MAX], small[3];
+	char d[TPU__XPORT_COMPAT_MAX], small[3];
 
 	CHECK(!strcmp(XP->name, "tcp"), "tcp: the transport is called tcp");
-	CHECK(!XP->domain_descriptor(d, sizeof(d)) && !strcmp(d, "tcp"),
-	      "tcp: the domain descriptor is the constant \"tcp\"");
-	CHECK_STATUS(XP->domain_descriptor(small, sizeof(small)), -ENOSPC,
-		     "tcp: a domain descriptor buffer too small is -ENOSPC");
+	CHECK(!XP->compat_descriptor(d, sizeof(d)) && !strcmp(d, "tcp"),
+	      "tcp: the compatibility descriptor is the constant \"tcp\"");
+	CHECK_STATUS(XP->compat_descriptor(small, sizeof(small)), -ENOSPC,
+		     "tcp: a compatibility descriptor buffer too small is -ENOSPC");
 	CHECK(tpu__xport_tcp_counter("no such counter") == 0,
 	      "tcp: the test hook knows its counters' names");
 }
