@@ -82,6 +82,10 @@ enum {
 	TPU_E_DESTROYED		= -10009,
 	/** a context used in a child forked after its creation (contexts do not survive fork) */
 	TPU_E_FORKED		= -10010,
+	/** a URL whose scheme names no transport of this library (tcp://, shm://) */
+	TPU_E_URL_SCHEME	= -10011,
+	/** a tcp:// URL without its port (tcp://HOST:PORT, [V6]:PORT) */
+	TPU_E_URL_PORT		= -10012,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -880,7 +884,8 @@ typedef void (*tpu_read_cb)(void *arg, tpu_status status, struct tpu_message *ms
  *		every transport the context allows, on local addresses
  *		("tcp://127.0.0.1:0" and a unique shm name).
  *
- * Errors: -EINVAL (bad URL), TPU_E_NO_TRANSPORT (unknown scheme, or one
+ * Errors: -EINVAL (bad URL), TPU_E_URL_SCHEME (unknown scheme),
+ * TPU_E_URL_PORT (tcp URL without a port), TPU_E_NO_TRANSPORT (one
  * the context options or TPU_TRANSPORTS rule out), -EADDRINUSE, and the
  * system's.
  */

@@ -37,6 +37,10 @@ static const struct status_text status_texts[] = {
 	  "the peer process died: its end of the rendezvous went away" },
 	{ TPU_E_DESTROYED, "TPU_E_DESTROYED",
 	  "object used after it was destroyed or closed, or destroyed twice" },
+	{ TPU_E_URL_SCHEME, "TPU_E_URL_SCHEME",
+	  "unknown URL scheme: a pipe URL starts with tcp:// or shm://" },
+	{ TPU_E_URL_PORT, "TPU_E_URL_PORT",
+	  "the tcp URL has no port: write tcp://HOST:PORT (PORT 0 lets a listener pick one)" },
 	{ TPU_E_FORKED, "TPU_E_FORKED",
 	  "context used in a forked child: create a new context in the child" },
 

@@ -428,7 +428,7 @@ TPU_API tpu_status tpu_pipe_connect(struct tpu_context *ctx, const char *url,
 		return -EINVAL;
 	cc.xport = tpu__pipe_xport_by_name(url, (size_t)(sep - url));
 	if (!cc.xport)
-		return TPU_E_NO_TRANSPORT;
+		return TPU_E_URL_SCHEME;
 	p = tpu__pipe_new(ctx, true);
 	if (!p)
 		return -ENOMEM;

@@ -159,7 +159,7 @@ static void create_run(void *arg)
 		tpu_status st;
 
 		x = sep ? tpu__pipe_xport_by_name(url, (size_t)(sep - url)) : NULL;
-		st = !sep ? -EINVAL : !x ? TPU_E_NO_TRANSPORT : 0;
+		st = !sep ? -EINVAL : !x ? TPU_E_URL_SCHEME : 0;
 		if (!st && !l->policy.xport_ok[tpu__pipe_xport_index(x)])
 			st = TPU_E_NO_TRANSPORT;
 		if (!st)

@@ -214,11 +214,15 @@ static tpu_status split_addr(const char *addr, char *host, size_t hsize, char *p
 		colon = end + 1;
 	} else {
 		colon = strrchr(addr, ':');
-		if (!colon || memchr(addr, ':', (size_t)(colon - addr)))
+		if (!colon)
+			return *addr ? TPU_E_URL_PORT : -EINVAL;
+		if (memchr(addr, ':', (size_t)(colon - addr)))
 			return -EINVAL;
 		hlen = (size_t)(colon - addr);
 	}
-	if (!hlen || hlen >= hsize || !colon[1] || strlen(colon + 1) >= psize)
+	if (hlen && !colon[1])
+		return TPU_E_URL_PORT;
+	if (!hlen || hlen >= hsize || strlen(colon + 1) >= psize)
 		return -EINVAL;
 	for (const char *c = colon + 1; *c; c++)
 		if (*c < '0' || *c > '9')

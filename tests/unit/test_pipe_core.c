@@ -418,12 +418,29 @@ static void urls_and_options(void)
 		CHECK(false, "context_tcp_only");
 		return;
 	}
-	CHECK_STATUS(tpu_pipe_connect(ctx, "carrier://x", &p), TPU_E_NO_TRANSPORT,
-		     "pipe_connect_unknown_scheme_no_transport");
+	/* Each malformed URL says what is wrong with it. */
+	CHECK_STATUS(tpu_pipe_connect(ctx, "carrier://x", &p), TPU_E_URL_SCHEME,
+		     "pipe_connect_unknown_scheme_says_so");
+	CHECK(strstr(tpu_strerror(TPU_E_URL_SCHEME), "scheme") &&
+	      !strstr(tpu_strerror(TPU_E_URL_SCHEME), "module"),
+	      "unknown_scheme_text_speaks_of_urls_not_the_module");
 	CHECK_STATUS(tpu_pipe_connect(ctx, "no-scheme", &p), -EINVAL,
 		     "pipe_connect_url_without_scheme_einval");
-	CHECK_STATUS(tpu_pipe_connect(ctx, "tcp://nohostport", &p), -EINVAL,
-		     "pipe_connect_tcp_without_port_einval");
+	CHECK_STATUS(tpu_pipe_connect(ctx, "tcp://nohostport", &p), TPU_E_URL_PORT,
+		     "pipe_connect_tcp_without_port_says_the_port_is_missing");
+	CHECK_STATUS(tpu_pipe_connect(ctx, "tcp://host:", &p), TPU_E_URL_PORT,
+		     "pipe_connect_tcp_with_an_empty_port_says_the_port_is_missing");
+	CHECK(strstr(tpu_strerror(TPU_E_URL_PORT), "port") != NULL,
+	      "missing_port_text_names_the_port");
+	{
+		const char *url = "carrier://x";
+
+		CHECK_STATUS(tpu_listener_create(ctx, &url, 1, &l), TPU_E_URL_SCHEME,
+			     "listener_unknown_scheme_says_so");
+		url = "tcp://127.0.0.1";
+		CHECK_STATUS(tpu_listener_create(ctx, &url, 1, &l), TPU_E_URL_PORT,
+			     "listener_tcp_without_port_says_the_port_is_missing");
+	}
 	CHECK_STATUS(tpu_pipe_connect(ctx, "shm://x", &p), TPU_E_NO_TRANSPORT,
 		     "pipe_connect_transport_ruled_out_by_options");
 	CHECK_STATUS(tpu_listener_create(ctx, &shm, 1, &l), TPU_E_NO_TRANSPORT,

@@ -181,9 +181,9 @@ static void test_names(void)
 
 static void test_bad_addresses(void)
 {
+	/* A missing port is named as such; everything else is -EINVAL. */
+	static const char *const no_port[] = { "127.0.0.1", "127.0.0.1:", "localhost" };
 	static const char *const bad[] = {
-		"127.0.0.1",		/* no port */
-		"127.0.0.1:",		/* empty port */
 		"127.0.0.1:65536",	/* port out of range */
 		"127.0.0.1:123456789",	/* too long a port */
 		"127.0.0.1:8x",		/* not digits */
@@ -199,6 +199,19 @@ static void test_bad_addresses(void)
 		NULL,
 	};
 
+	for (size_t i = 0; i < sizeof(no_port) / sizeof(no_port[0]); i++) {
+		struct tpu__xlistener *l = NULL;
+		struct tpu__conn *c = NULL;
+		struct acceptq q = { 0 };
+		tpu_status cs = x_connect(XP, ctx_a, no_port[i], &c);
+		tpu_status ls = x_listen(XP, ctx_b, no_port[i], &q, &l, NULL, 0);
+
+		CHECK(cs == TPU_E_URL_PORT && !c && ls == TPU_E_URL_PORT && !l,
+		      "tcp: \"%s\" is TPU_E_URL_PORT for connect (%s) and listen (%s)",
+		      no_port[i], tpu_status_name(cs), tpu_status_name(ls));
+		x_close(ctx_a, c);
+		x_lclose(ctx_b, l);
+	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct tpu__xlistener *l = NULL;
 		struct tpu__conn *c = NULL;
