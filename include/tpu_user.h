@@ -509,7 +509,12 @@ struct tpu_context_options {
  * @out:	out: the context.
  *
  * The environment variable TPU_LOG=debug makes the library log, on stderr,
- * which implementation each rendezvous uses and why.
+ * which implementation each rendezvous uses and why, and, when a receive
+ * times out or a rendezvous is destroyed with operations pending, every key
+ * this member has pending (sends and receives, unprintable bytes as \xHH),
+ * so that a receive whose key differs by a byte from its send shows up
+ * beside it.  For the module, the root-only debugfs file
+ * /sys/kernel/debug/tensorpipe/keys-<domain id> lists every member's.
  */
 TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 				      struct tpu_context **out);

@@ -7,6 +7,7 @@
  * done: a key holds one pending send, so the only send that could finish
  * before an older one is a duplicate failing with -EEXIST.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -274,6 +275,61 @@ void tpu__op_complete(struct tpu__op *op)
 	tpu__ctx_complete(op->rdv->ctx, &op->done);
 }
 
+/* @key as printable text, other bytes as \xHH, cut with "..." to fit. */
+static void key_text(const uint8_t *key, size_t len, char *buf, size_t size)
+{
+	size_t o = 0, i;
+
+	for (i = 0; i < len; i++) {
+		bool plain = key[i] >= 0x20 && key[i] < 0x7f && key[i] != '\\';
+
+		if (o + (plain ? 1 : 4) + 4 > size)	/* room for "..." and the NUL */
+			break;
+		if (plain)
+			buf[o++] = (char)key[i];
+		else
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", key[i]);
+	}
+	if (i < len) {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o] = '\0';
+}
+
+/*
+ * With TPU_LOG=debug: every key this member has pending, sends and receives,
+ * so that a receive that never matches its send (a key one byte apart) can
+ * be seen next to it.  Caller holds rdv->lock.
+ */
+void tpu__keyq_log_pending(struct tpu_rendezvous *rdv, const char *why)
+{
+	char text[160];
+	size_t n = 0;
+
+	if (!tpu__log_debug_enabled())
+		return;
+	for (size_t b = 0; b < rdv->nbuckets; b++) {
+		for (struct tpu__keyq *kq = rdv->buckets[b]; kq; kq = kq->next) {
+			size_t sends = 0, recvs = 0;
+
+			for (struct tpu__op *o = kq->sends.head; o; o = o->key_next)
+				sends++;
+			for (struct tpu__op *o = kq->recvs.head; o; o = o->key_next)
+				recvs++;
+			if (!sends && !recvs)
+				continue;
+			key_text(kq->key, kq->key_len, text, sizeof(text));
+			tpu__log_debug("rendezvous %p: %s: pending %zu send%s, %zu recv%s of \"%s\" (%zu bytes)",
+				       (void *)rdv, why, sends, sends == 1 ? "" : "s", recvs,
+				       recvs == 1 ? "" : "s", text, kq->key_len);
+			n++;
+		}
+	}
+	if (!n)
+		tpu__log_debug("rendezvous %p: %s: nothing pending", (void *)rdv, why);
+}
+
 void tpu__rdv_op_done(struct tpu__op *op)
 {
 	struct tpu_rendezvous *rdv = op->rdv;
@@ -283,6 +339,13 @@ void tpu__rdv_op_done(struct tpu__op *op)
 	bool last;
 
 	pthread_mutex_lock(&rdv->lock);
+	if (op->status == -ETIMEDOUT && tpu__log_debug_enabled()) {
+		char text[160];
+
+		key_text(op->key, op->key_len, text, sizeof(text));
+		tpu__log_debug("rendezvous %p: a receive of \"%s\" timed out", (void *)rdv, text);
+		tpu__keyq_log_pending(rdv, "at that time");
+	}
 	op->stage = TPU__STAGE_DONE;
 	if (op->kind == TPU__OP_SEND) {
 		/* A send waits for no other: a duplicate's -EEXIST must not sit behind the original. */

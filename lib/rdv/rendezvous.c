@@ -152,6 +152,8 @@ TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
 	pthread_mutex_lock(&rdv->lock);
 	rdv->closing = true;
+	if (rdv->live)
+		tpu__keyq_log_pending(rdv, "destroyed with");
 	tpu__keyq_fail_queued(rdv, NULL, TPU_E_CLOSED);
 	pthread_mutex_unlock(&rdv->lock);
 	rdv->ops->destroy(rdv);

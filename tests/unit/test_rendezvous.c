@@ -7,7 +7,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../rdv/rdv_cases.h"
@@ -125,6 +127,65 @@ static void rendezvous_args(void)
 	tpu_context_destroy(ctx);
 }
 
+/*
+ * The child of pending_keys_are_logged: a fresh image, so that TPU_LOG is
+ * read at its first use; a send and a receive one byte apart, the receive
+ * timing out.
+ */
+__attribute__((constructor)) static void keylog_child(void)
+{
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	char b[8];
+	struct tpu_tensor s = { .data = "x", .len = 1 }, r = { .data = b, .len = sizeof(b) };
+
+	if (!getenv("TPU_UNIT_KEYLOG_CHILD"))
+		return;
+	if (tpu_context_create(NULL, &ctx) ||
+	    tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &rdv))
+		_exit(1);
+	tpu_rendezvous_send(rdv, "step1/w0\x01", 9, &s, 0, NULL, NULL);
+	tpu_rendezvous_recv_wait(rdv, "step1/w0", 8, &r, 20 * 1000 * 1000, NULL);
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+	_exit(0);
+}
+
+/* With TPU_LOG=debug a receive that times out lists both sides' keys. */
+static void pending_keys_are_logged(void)
+{
+	char out[8192] = "";
+	size_t got = 0;
+	int fds[2], status = 1;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe(fds)) {
+		CHECK(false, "pending_keys_log_pipe");
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		dup2(fds[1], STDERR_FILENO);
+		setenv("TPU_LOG", "debug", 1);
+		setenv("TPU_UNIT_KEYLOG_CHILD", "1", 1);
+		execl("/proc/self/exe", "unit_tests", (char *)NULL);
+		_exit(2);
+	}
+	close(fds[1]);
+	while (got < sizeof(out) - 1 && (n = read(fds[0], out + got, sizeof(out) - 1 - got)) > 0)
+		got += (size_t)n;
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "pending_keys_child_ran");
+	CHECK(strstr(out, "a receive of \"step1/w0\" timed out") != NULL,
+	      "timed_out_receive_is_logged_with_its_key");
+	CHECK(strstr(out, "pending 1 send, 0 recvs of \"step1/w0\\x01\" (9 bytes)") != NULL,
+	      "the_send_one_byte_apart_is_listed_beside_it_escaped");
+	CHECK(strstr(out, "destroyed with: pending 1 send") != NULL,
+	      "destroy_with_pending_ops_lists_them");
+}
+
 void test_rendezvous(void)
 {
 	static const struct rdv_impl inprocess = { TPU_RDV_INPROCESS, 0, "inprocess" };
@@ -133,6 +194,7 @@ void test_rendezvous(void)
 
 	context_args();
 	rendezvous_args();
+	pending_keys_are_logged();
 	rdv_cases_run(&inprocess);
 	if (rdv_impl_available(&cma, &why))
 		rdv_cases_run(&cma);
