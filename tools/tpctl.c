@@ -5,6 +5,7 @@
  *   tpctl info [--dev PATH]   module ABI, features and limits, or why it is
  *                             not usable and what would be used instead
  *   tpctl stats [DOMAIN_ID]   the module's debugfs counters
+ *   tpctl keys DOMAIN_ID      the keys pending in a domain, each side
  *   tpctl key parse KEY       split a TensorFlow rendezvous key
  *   tpctl version             library and ABI versions
  *
@@ -13,6 +14,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: tpctl info [--dev PATH]    module ABI, features, limits (or why it is unusable)\n"
 		"       tpctl stats [DOMAIN_ID]    counters from " STATS_DIR "\n"
+		"       tpctl keys DOMAIN_ID       keys pending in a domain: sends (claimed while\n"
+		"                                  delivered) and waiting receives (root)\n"
 		"       tpctl key parse KEY        split a TensorFlow rendezvous key\n"
 		"       tpctl version              library and ABI versions\n"
 		"       tpctl pipes [URL]          what a pipe negotiates here: a listener on\n"
@@ -122,6 +126,46 @@ static int explain_stats_absent(const char *path)
 	return EXIT_ABSENT;
 }
 
+static bool domain_id_ok(const char *domain)
+{
+	char *end;
+
+	strtoull(domain, &end, 10);
+	if (!*domain || *end) {
+		fprintf(stderr, "tpctl: domain id must be a number: %s\n", domain);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The module's list of what is pending in a domain, key by key: a receive
+ * that never matches its send because the keys differ by a byte shows up
+ * next to it.
+ */
+static int cmd_keys(const char *domain)
+{
+	char path[256], line[4600];
+	unsigned int n = 0;
+	FILE *f;
+
+	if (!domain_id_ok(domain))
+		return 1;
+	snprintf(path, sizeof(path), STATS_DIR "/keys-%s", domain);
+	f = fopen(path, "re");
+	if (!f)
+		return explain_stats_absent(path);
+	printf("%s (kind, key length, key; unprintable bytes as \\ooo)\n", path);
+	while (fgets(line, sizeof(line), f)) {
+		printf("  %s", line);
+		n++;
+	}
+	fclose(f);
+	if (!n)
+		printf("  nothing pending\n");
+	return 0;
+}
+
 static int cmd_stats(const char *domain)
 {
 	char path[256], line[256], name[128];
@@ -129,13 +173,8 @@ static int cmd_stats(const char *domain)
 	FILE *f;
 
 	if (domain) {
-		char *end;
-
-		strtoull(domain, &end, 10);
-		if (!*domain || *end) {
-			fprintf(stderr, "tpctl: domain id must be a number: %s\n", domain);
+		if (!domain_id_ok(domain))
 			return 1;
-		}
 		snprintf(path, sizeof(path), STATS_DIR "/domain-%s", domain);
 	} else {
 		snprintf(path, sizeof(path), STATS_DIR "/stats");
@@ -258,6 +297,8 @@ int main(int argc, char **argv)
 		return cmd_info(argv[3]);
 	if (!strcmp(cmd, "stats") && argc <= 3)
 		return cmd_stats(argc == 3 ? argv[2] : NULL);
+	if (!strcmp(cmd, "keys") && argc == 3)
+		return cmd_keys(argv[2]);
 	if (!strcmp(cmd, "key") && argc == 4 && !strcmp(argv[2], "parse"))
 		return cmd_key_parse(argv[3]);
 	if (!strcmp(cmd, "version") && argc == 2)
