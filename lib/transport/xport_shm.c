@@ -55,124 +55,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "shm_ring.h"
-#include "xport.h"
-
-#define SHM_PREFIX		"tensorpipe-shm/"
-#define SHM_PREFIX_LEN		(sizeof(SHM_PREFIX) - 1)
-/* What fits in sun_path after the leading NUL and the prefix. */
-#define SHM_SUN_PATH		sizeof(((struct sockaddr_un *)0)->sun_path)
-#define SHM_NAME_MAX		(SHM_SUN_PATH - 1 - SHM_PREFIX_LEN)
-#define SHM_RING_CAP		(1u << 20)
-#define SHM_BACKLOG		128
-
-#define SHM_HS_MAGIC		0x314d4853u	/* "SHM1" read as little-endian bytes */
-#define SHM_HS_VERSION		1
-#define SHM_HS_HELLO		1
-#define SHM_HS_WELCOME		2
-/* The one byte that carries a descriptor after the handshake. */
-#define SHM_FD_TAG		'F'
-/* Room for a few descriptors, so that a peer sending too many is seen (and they are closed). */
-#define SHM_MAX_FDS		4
-
-
-/* Handshake message: fixed size, native byte order (both ends share one kernel). */
-struct shm_hs {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t type;
-	uint64_t ring_cap;	/* HELLO: bytes of each ring; WELCOME: 0 */
-	uint64_t rsvd;		/* 0 */
-};
-
-enum shm_state {
-	SHM_CONNECTING,		/* connector: connect in flight */
-	SHM_HELLO,		/* connector: HELLO going out, WELCOME awaited */
-	SHM_ACCEPTING,		/* acceptor: HELLO awaited, WELCOME going out */
-	SHM_OPEN,		/* rings mapped, poller registered */
-	SHM_DEAD,		/* never opened */
-};
-
-enum shm_op_kind { OP_WRITE, OP_READ, OP_SEND_FD, OP_RECV_FD };
-
-struct shm_op {
-	struct shm_op *next;
-	enum shm_op_kind kind;
-	tpu__io_cb cb;
-	void *arg;
-	size_t done, total;
-	void *buf;		/* OP_READ */
-	int fd;			/* OP_SEND_FD: our duplicate, until the sendmsg takes it */
-	int *fdp;		/* OP_RECV_FD */
-	unsigned int niov;	/* OP_WRITE */
-	struct iovec iov[];
-};
-
-/* A socket message in flight, with room for its descriptors. */
-struct shm_msg {
-	struct msghdr msg;
-	struct iovec iov;
-	char byte;
-	union {
-		struct cmsghdr hdr;
-		char buf[CMSG_SPACE(SHM_MAX_FDS * sizeof(int))];
-	} cm;
-};
-
-struct shm_listener;
-
-struct shm_conn {
-	struct tpu__conn base;
-	struct tpu_context *ctx;
-	struct tpu__poller poller;
-	struct tpu__task task;
-	enum shm_state state;
-	int sock;
-	int memfd;		/* connector: until the HELLO's CQE */
-	int peer_wake;		/* the peer's context eventfd */
-	int tx_fd;		/* the descriptor of the SENDMSG in flight */
-	void *map;
-	size_t map_len;
-	struct tpu__shm_ring tx, rx;
-	int peer_pid;
-	tpu_status rerr, werr;	/* what reads and writes fail with now (0: nothing) */
-	bool peer_gone;
-	tpu__io_cb watch_cb;	/* told once when the peer goes (see xport.h) */
-	void *watch_arg;
-	bool closed;
-	bool polling;
-	bool task_queued;
-	bool tx_busy;		/* a send_fd's SENDMSG is in flight */
-	bool rx_busy;		/* a recv_fd's RECVMSG is in flight */
-	unsigned int inflight;	/* SQEs whose last CQE is due */
-	unsigned int busy;	/* frames on the stack that use c after calling back */
-	struct shm_op *tx_head, **tx_tail;
-	struct shm_op *rx_head, **rx_tail;
-	struct shm_listener *listener;	/* acceptor: until handed to the listener's fn */
-	struct shm_conn *lnext;
-	struct sockaddr_un addr;
-	socklen_t addr_len;
-	struct shm_hs hs_out, hs_in;
-	struct shm_msg txm, rxm;
-};
-
-struct shm_listener {
-	struct tpu__xlistener base;
-	struct tpu_context *ctx;
-	int fd;
-	tpu__accept_fn fn;
-	void *arg;
-	bool closed;		/* by the user */
-	bool stopped;		/* no more accepts (closed, or failed for good) */
-	bool accepting;		/* an ACCEPT is in flight */
-	unsigned int busy;
-	uint64_t accept_ud;
-	struct shm_conn *pending;	/* connections in their handshake */
-	char name[SHM_NAME_MAX + 1];
-};
+#include "shm.h"
 
 static const struct tpu__conn_ops shm_conn_ops;
-static const struct tpu__xlistener_ops shm_listener_ops;
 
 /* ---- names ----------------------------------------------------------- */
 
@@ -183,7 +68,7 @@ static bool name_char_ok(char ch)
 }
 
 /* "NAME" to "\0tensorpipe-shm/NAME"; -EINVAL unless 1..SHM_NAME_MAX of [A-Za-z0-9._-]. */
-static tpu_status shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen_t *len)
+tpu_status tpu__shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen_t *len)
 {
 	size_t n, i;
 
@@ -205,7 +90,7 @@ static tpu_status shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void close_fd(int *fd)
+void tpu__shm_close_fd(int *fd)
 {
 	if (*fd >= 0)
 		close(*fd);
@@ -221,7 +106,7 @@ static void wake_peer(struct shm_conn *c)
 }
 
 /* Only an eventfd may be written without a chance of blocking the context thread. */
-static bool is_eventfd(int fd)
+bool tpu__shm_is_eventfd(int fd)
 {
 	char path[64], link[64];
 	ssize_t n;
@@ -238,7 +123,7 @@ static bool is_eventfd(int fd)
 	return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
-static void msg_prepare(struct shm_msg *m, void *data, size_t len, bool control)
+void tpu__shm_msg_prepare(struct shm_msg *m, void *data, size_t len, bool control)
 {
 	memset(m, 0, sizeof(*m));
 	m->iov.iov_base = data;
@@ -252,7 +137,7 @@ static void msg_prepare(struct shm_msg *m, void *data, size_t len, bool control)
 }
 
 /* Attach @n descriptors to an outgoing message. */
-static void msg_put_fds(struct shm_msg *m, const int *fds, unsigned int n)
+void tpu__shm_msg_put_fds(struct shm_msg *m, const int *fds, unsigned int n)
 {
 	struct cmsghdr *ch;
 
@@ -266,7 +151,7 @@ static void msg_put_fds(struct shm_msg *m, const int *fds, unsigned int n)
 }
 
 /* The descriptors a message brought (all of them: the caller closes what it does not keep). */
-static unsigned int msg_take_fds(struct shm_msg *m, int *fds, unsigned int max)
+unsigned int tpu__shm_msg_take_fds(struct shm_msg *m, int *fds, unsigned int max)
 {
 	struct cmsghdr *ch;
 	unsigned int n = 0;
@@ -291,7 +176,7 @@ static unsigned int msg_take_fds(struct shm_msg *m, int *fds, unsigned int max)
 	return n;
 }
 
-static void close_fds(int *fds, unsigned int n)
+void tpu__shm_close_fds(int *fds, unsigned int n)
 {
 	while (n)
 		close(fds[--n]);
@@ -299,26 +184,26 @@ static void close_fds(int *fds, unsigned int n)
 
 /* ---- connection lifetime ---------------------------------------------- */
 
-static void conn_free(struct shm_conn *c)
+void tpu__shm_conn_free(struct shm_conn *c)
 {
 	tpu__log_debug("shm: connection %p freed", (void *)c);
 	if (c->map)
 		munmap(c->map, c->map_len);
-	close_fd(&c->sock);
-	close_fd(&c->memfd);
-	close_fd(&c->peer_wake);
-	close_fd(&c->tx_fd);
+	tpu__shm_close_fd(&c->sock);
+	tpu__shm_close_fd(&c->memfd);
+	tpu__shm_close_fd(&c->peer_wake);
+	tpu__shm_close_fd(&c->tx_fd);
 	free(c);
 }
 
 static void conn_maybe_free(struct shm_conn *c)
 {
 	if (c->closed && !c->inflight && !c->busy && !c->task_queued)
-		conn_free(c);
+		tpu__shm_conn_free(c);
 }
 
 /* The end of a CQE handler: the last use of c in it. */
-static void conn_cqe_done(struct shm_conn *c)
+void tpu__shm_conn_cqe_done(struct shm_conn *c)
 {
 	c->inflight--;
 	conn_maybe_free(c);
@@ -348,7 +233,7 @@ static void conn_schedule(struct shm_conn *c)
 }
 
 /* An SQE whose completion calls fn(c, cqe); counted until its last CQE. */
-static struct io_uring_sqe *conn_sqe(struct shm_conn *c, tpu__cqe_fn fn)
+struct io_uring_sqe *tpu__shm_conn_sqe(struct shm_conn *c, tpu__cqe_fn fn)
 {
 	struct io_uring_sqe *sqe = tpu__ctx_sqe(c->ctx, fn, c);
 
@@ -361,7 +246,7 @@ static struct io_uring_sqe *conn_sqe(struct shm_conn *c, tpu__cqe_fn fn)
  * Fail the connection for good: every queued and later op gets @err (reads
  * and writes alike), and the peer sees EOF.
  */
-static void conn_fail(struct shm_conn *c, tpu_status err)
+void tpu__shm_conn_fail(struct shm_conn *c, tpu_status err)
 {
 	if (!c->rerr)
 		c->rerr = err;
@@ -418,7 +303,7 @@ static void on_fd_sent(void *arg, const struct io_uring_cqe *cqe)
 	struct shm_conn *c = arg;
 
 	c->tx_busy = false;
-	close_fd(&c->tx_fd);
+	tpu__shm_close_fd(&c->tx_fd);
 	if (!c->closed && !c->werr) {
 		if (cqe->res == 1) {
 			c->busy++;
@@ -427,24 +312,24 @@ static void on_fd_sent(void *arg, const struct io_uring_cqe *cqe)
 		} else if (cqe->res == -EPIPE || cqe->res == -ECONNRESET || cqe->res >= 0) {
 			c->werr = -EPIPE;
 		} else {
-			conn_fail(c, cqe->res);
+			tpu__shm_conn_fail(c, cqe->res);
 		}
 		/* The writes behind it: the poller goes on with them, errors need the task. */
 		conn_schedule(c);
 	}
-	conn_cqe_done(c);
+	tpu__shm_conn_cqe_done(c);
 }
 
 static void start_send_fd(struct shm_conn *c, struct shm_op *op)
 {
 	struct io_uring_sqe *sqe;
 
-	msg_prepare(&c->txm, &c->txm.byte, 1, false);
+	tpu__shm_msg_prepare(&c->txm, &c->txm.byte, 1, false);
 	c->txm.byte = SHM_FD_TAG;
-	msg_put_fds(&c->txm, &op->fd, 1);
-	sqe = conn_sqe(c, on_fd_sent);
+	tpu__shm_msg_put_fds(&c->txm, &op->fd, 1);
+	sqe = tpu__shm_conn_sqe(c, on_fd_sent);
 	if (!sqe) {
-		conn_fail(c, -ENOMEM);
+		tpu__shm_conn_fail(c, -ENOMEM);
 		return;
 	}
 	io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
@@ -463,20 +348,20 @@ static void on_fd_received(void *arg, const struct io_uring_cqe *cqe)
 
 	c->rx_busy = false;
 	if (cqe->res >= 0)
-		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
+		n = tpu__shm_msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
 	if (c->closed || c->rerr) {
-		close_fds(fds, n);
+		tpu__shm_close_fds(fds, n);
 	} else if (cqe->res == 0 || cqe->res == -ECONNRESET) {
 		c->rerr = -ECONNRESET;
 		conn_schedule(c);
 	} else if (cqe->res < 0) {
-		conn_fail(c, cqe->res);
+		tpu__shm_conn_fail(c, cqe->res);
 	} else if (cqe->res != 1 || c->rxm.byte != SHM_FD_TAG || n != 1 ||
 		   (c->rxm.msg.msg_flags & MSG_CTRUNC)) {
 		tpu__log_debug("shm: a descriptor message that makes no sense (%d bytes, %u fds)",
 			       cqe->res, n);
-		close_fds(fds, n);
-		conn_fail(c, -EPROTO);
+		tpu__shm_close_fds(fds, n);
+		tpu__shm_conn_fail(c, -EPROTO);
 	} else {
 		struct shm_op *op = op_pop(&c->rx_head, &c->rx_tail);
 
@@ -486,17 +371,17 @@ static void on_fd_received(void *arg, const struct io_uring_cqe *cqe)
 		c->busy--;
 		conn_schedule(c);
 	}
-	conn_cqe_done(c);
+	tpu__shm_conn_cqe_done(c);
 }
 
 static void start_recv_fd(struct shm_conn *c)
 {
 	struct io_uring_sqe *sqe;
 
-	msg_prepare(&c->rxm, &c->rxm.byte, 1, true);
-	sqe = conn_sqe(c, on_fd_received);
+	tpu__shm_msg_prepare(&c->rxm, &c->rxm.byte, 1, true);
+	sqe = tpu__shm_conn_sqe(c, on_fd_received);
 	if (!sqe) {
-		conn_fail(c, -ENOMEM);
+		tpu__shm_conn_fail(c, -ENOMEM);
 		return;
 	}
 	io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
@@ -528,7 +413,7 @@ static bool tx_progress(struct shm_conn *c)
 			}
 			if (op->done < op->total) {
 				if (tpu__shm_ring_broken(&c->tx))
-					conn_fail(c, -EPROTO);
+					tpu__shm_conn_fail(c, -EPROTO);
 				break;
 			}
 		}
@@ -563,7 +448,7 @@ static bool rx_progress(struct shm_conn *c)
 		}
 		if (op->done < op->total) {
 			if (tpu__shm_ring_broken(&c->rx))
-				conn_fail(c, -EPROTO);
+				tpu__shm_conn_fail(c, -EPROTO);
 			else if (c->peer_gone && !tpu__shm_ring_readable(&c->rx))
 				c->rerr = -ECONNRESET;	/* the peer left no more bytes */
 			break;
@@ -643,19 +528,19 @@ static void on_peer_hup(void *arg, const struct io_uring_cqe *cqe)
 			cb(c->watch_arg, -ECONNRESET);
 		}
 	}
-	conn_cqe_done(c);
+	tpu__shm_conn_cqe_done(c);
 }
 
-static void conn_open(struct shm_conn *c)
+void tpu__shm_conn_open(struct shm_conn *c)
 {
 	struct io_uring_sqe *sqe;
 
 	c->state = SHM_OPEN;
 	tpu__ctx_poller_add(c->ctx, &c->poller);
 	c->polling = true;
-	sqe = conn_sqe(c, on_peer_hup);
+	sqe = tpu__shm_conn_sqe(c, on_peer_hup);
 	if (!sqe) {
-		conn_fail(c, -ENOMEM);
+		tpu__shm_conn_fail(c, -ENOMEM);
 		return;
 	}
 	io_uring_prep_poll_add(sqe, c->sock, POLLRDHUP);
@@ -664,7 +549,7 @@ static void conn_open(struct shm_conn *c)
 	conn_schedule(c);
 }
 
-static struct shm_conn *conn_new(struct tpu_context *ctx)
+struct shm_conn *tpu__shm_conn_new(struct tpu_context *ctx)
 {
 	struct shm_conn *c = calloc(1, sizeof(*c));
 
@@ -682,7 +567,7 @@ static struct shm_conn *conn_new(struct tpu_context *ctx)
 	return c;
 }
 
-static int sock_peer_pid(int sock)
+int tpu__shm_sock_peer_pid(int sock)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
@@ -692,14 +577,14 @@ static int sock_peer_pid(int sock)
 	return cred.pid;
 }
 
-static bool hs_ok(const struct shm_hs *hs, int res, uint16_t type)
+bool tpu__shm_hs_ok(const struct shm_hs *hs, int res, uint16_t type)
 {
 	return res == (int)sizeof(*hs) && hs->magic == SHM_HS_MAGIC &&
 	       hs->version == SHM_HS_VERSION && hs->type == type && !hs->rsvd;
 }
 
 /* The rings of a mapping: [0] connector to acceptor, [1] back. */
-static tpu_status map_rings(struct shm_conn *c, uint64_t cap, bool connector)
+tpu_status tpu__shm_map_rings(struct shm_conn *c, uint64_t cap, bool connector)
 {
 	size_t one = tpu__shm_ring_size(cap);
 	uint8_t *base = c->map;
@@ -709,467 +594,6 @@ static tpu_status map_rings(struct shm_conn *c, uint64_t cap, bool connector)
 	if (!st)
 		st = tpu__shm_ring_attach(&c->rx, base + (connector ? one : 0), cap, false);
 	return st;
-}
-
-/* ---- connector ---------------------------------------------------------- */
-
-/* Connecting failed: EOF or a reset there means the listener would not have us. */
-static tpu_status hs_error(int res)
-{
-	return res == 0 || res == -ECONNRESET || res == -EPIPE ? -ECONNREFUSED : res;
-}
-
-static void on_welcome(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_conn *c = arg;
-	int fds[SHM_MAX_FDS];
-	unsigned int n = 0;
-
-	if (cqe->res >= 0)
-		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
-	if (c->closed) {
-		close_fds(fds, n);
-	} else if (cqe->res <= 0) {
-		conn_fail(c, hs_error(cqe->res));
-	} else if (!hs_ok(&c->hs_in, cqe->res, SHM_HS_WELCOME) || c->hs_in.ring_cap || n != 1 ||
-		   (c->rxm.msg.msg_flags & MSG_CTRUNC) || !is_eventfd(fds[0])) {
-		tpu__log_debug("shm: connection %p: the listener's answer makes no sense",
-			       (void *)c);
-		close_fds(fds, n);
-		conn_fail(c, -EPROTO);
-	} else {
-		c->peer_wake = fds[0];
-		tpu__log_debug("shm: connection %p open (peer pid %d)", (void *)c, c->peer_pid);
-		conn_open(c);
-	}
-	conn_cqe_done(c);
-}
-
-static void on_hello_sent(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_conn *c = arg;
-	struct io_uring_sqe *sqe;
-
-	/* The peer has its own reference now (or never will). */
-	close_fd(&c->memfd);
-	if (c->closed) {
-		conn_cqe_done(c);
-		return;
-	}
-	if (cqe->res != (int)sizeof(c->hs_out)) {
-		conn_fail(c, hs_error(cqe->res < 0 ? cqe->res : 0));
-		conn_cqe_done(c);
-		return;
-	}
-	msg_prepare(&c->rxm, &c->hs_in, sizeof(c->hs_in), true);
-	sqe = conn_sqe(c, on_welcome);
-	if (!sqe) {
-		conn_fail(c, -ENOMEM);
-	} else {
-		io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
-		tpu__ctx_submit(c->ctx);
-	}
-	conn_cqe_done(c);
-}
-
-static void on_connected(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_conn *c = arg;
-	struct io_uring_sqe *sqe;
-	int fds[2];
-
-	if (c->closed) {
-		conn_cqe_done(c);
-		return;
-	}
-	if (cqe->res < 0) {
-		tpu__log_debug("shm: connection %p: connect: %s", (void *)c,
-			       tpu_strerror(cqe->res));
-		conn_fail(c, hs_error(cqe->res));
-		conn_cqe_done(c);
-		return;
-	}
-	c->state = SHM_HELLO;
-	c->peer_pid = sock_peer_pid(c->sock);
-	c->hs_out = (struct shm_hs){
-		.magic = SHM_HS_MAGIC,
-		.version = SHM_HS_VERSION,
-		.type = SHM_HS_HELLO,
-		.ring_cap = SHM_RING_CAP,
-	};
-	msg_prepare(&c->txm, &c->hs_out, sizeof(c->hs_out), false);
-	fds[0] = c->memfd;
-	fds[1] = tpu__ctx_wake_fd(c->ctx);
-	msg_put_fds(&c->txm, fds, 2);
-	sqe = conn_sqe(c, on_hello_sent);
-	if (!sqe) {
-		conn_fail(c, -ENOMEM);
-	} else {
-		io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
-		tpu__ctx_submit(c->ctx);
-	}
-	conn_cqe_done(c);
-}
-
-/* The connector's memfd: both rings, formatted, sealed against shrinking. */
-static tpu_status conn_make_rings(struct shm_conn *c)
-{
-	size_t one = tpu__shm_ring_size(SHM_RING_CAP);
-	tpu_status st;
-
-	c->map_len = 2 * one;
-	c->memfd = memfd_create("tensorpipe-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (c->memfd < 0)
-		return tpu__errno();
-	if (ftruncate(c->memfd, (off_t)c->map_len) ||
-	    fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
-		return tpu__errno();
-	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
-	if (c->map == MAP_FAILED) {
-		c->map = NULL;
-		return tpu__errno();
-	}
-	st = tpu__shm_ring_init(c->map, SHM_RING_CAP);
-	if (!st)
-		st = tpu__shm_ring_init((uint8_t *)c->map + one, SHM_RING_CAP);
-	if (!st)
-		st = map_rings(c, SHM_RING_CAP, true);
-	return st;
-}
-
-static tpu_status shm_connect(struct tpu_context *ctx, const char *addr, struct tpu__conn **out)
-{
-	struct io_uring_sqe *sqe;
-	struct shm_conn *c;
-	tpu_status st;
-
-	if (!ctx || !out)
-		return -EINVAL;
-	*out = NULL;
-	c = conn_new(ctx);
-	if (!c)
-		return -ENOMEM;
-	st = shm_sockaddr(addr, &c->addr, &c->addr_len);
-	if (st) {
-		conn_free(c);
-		return st;
-	}
-	c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->sock < 0) {
-		st = tpu__errno();
-		conn_free(c);
-		return st;
-	}
-	st = conn_make_rings(c);
-	if (st) {
-		conn_free(c);
-		return st;
-	}
-	sqe = conn_sqe(c, on_connected);
-	if (!sqe) {
-		conn_free(c);
-		return -ENOMEM;
-	}
-	io_uring_prep_connect(sqe, c->sock, (struct sockaddr *)&c->addr, c->addr_len);
-	c->state = SHM_CONNECTING;
-	tpu__ctx_submit(ctx);
-	tpu__log_debug("shm: connection %p connecting to %s", (void *)c, addr);
-	*out = &c->base;
-	return 0;
-}
-
-/* ---- acceptor ------------------------------------------------------------ */
-
-static void listener_maybe_free(struct shm_listener *l);
-static void shm_close(struct tpu__conn *base);
-
-static void listener_unlink(struct shm_listener *l, struct shm_conn *c)
-{
-	struct shm_conn **pp;
-
-	for (pp = &l->pending; *pp; pp = &(*pp)->lnext) {
-		if (*pp == c) {
-			*pp = c->lnext;
-			break;
-		}
-	}
-	c->lnext = NULL;
-	c->listener = NULL;
-}
-
-/* A connection that failed its handshake: nobody has seen it, drop it. */
-static void accept_drop(struct shm_conn *c, const char *why)
-{
-	tpu__log_debug("shm: dropping an incoming connection: %s", why);
-	if (c->listener)
-		listener_unlink(c->listener, c);
-	shm_close(&c->base);
-}
-
-static void on_welcome_sent(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_conn *c = arg;
-	struct shm_listener *l = c->listener;
-
-	if (c->closed) {
-		conn_cqe_done(c);
-		return;
-	}
-	if (cqe->res != (int)sizeof(c->hs_out)) {
-		accept_drop(c, "the connector went away");
-		conn_cqe_done(c);
-		return;
-	}
-	listener_unlink(l, c);
-	tpu__log_debug("shm: connection %p accepted (peer pid %d)", (void *)c, c->peer_pid);
-	conn_open(c);
-	l->busy++;
-	l->fn(l->arg, 0, &c->base);
-	l->busy--;
-	listener_maybe_free(l);
-	conn_cqe_done(c);
-}
-
-/* Check the connector's memfd and map it; the peer is not trusted. */
-static const char *accept_map(struct shm_conn *c, int memfd, uint64_t cap)
-{
-	struct stat stbuf;
-	int seals;
-
-	if (cap < TPU__SHM_RING_MIN || cap > TPU__SHM_RING_MAX || (cap & (cap - 1)))
-		return "bad ring size";
-	c->map_len = 2 * tpu__shm_ring_size(cap);
-	if (fstat(memfd, &stbuf) || !S_ISREG(stbuf.st_mode) ||
-	    (uint64_t)stbuf.st_size < (uint64_t)c->map_len)
-		return "not a memfd of the right size";
-	/* Without this seal the peer could shrink it and fault our copies. */
-	seals = fcntl(memfd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
-		return "memfd not sealed against shrinking";
-	c->map = mmap(NULL, c->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-	if (c->map == MAP_FAILED) {
-		c->map = NULL;
-		return "mmap failed";
-	}
-	if (map_rings(c, cap, false))
-		return "bad ring headers";
-	return NULL;
-}
-
-static void on_hello(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_conn *c = arg;
-	struct io_uring_sqe *sqe;
-	int fds[SHM_MAX_FDS], wake;
-	unsigned int n = 0;
-	const char *why = NULL;
-
-	if (cqe->res >= 0)
-		n = msg_take_fds(&c->rxm, fds, SHM_MAX_FDS);
-	if (c->closed) {
-		close_fds(fds, n);
-		conn_cqe_done(c);
-		return;
-	}
-	if (cqe->res <= 0)
-		why = "the connector went away";
-	else if (!hs_ok(&c->hs_in, cqe->res, SHM_HS_HELLO) || n != 2 ||
-		 (c->rxm.msg.msg_flags & MSG_CTRUNC))
-		why = "not a hello";
-	else if (!is_eventfd(fds[1]))
-		why = "the wake descriptor is not an eventfd";
-	else
-		why = accept_map(c, fds[0], c->hs_in.ring_cap);
-	if (why) {
-		close_fds(fds, n);
-		accept_drop(c, why);
-		conn_cqe_done(c);
-		return;
-	}
-	close(fds[0]);		/* the mapping keeps the memory */
-	c->peer_wake = fds[1];
-	c->peer_pid = sock_peer_pid(c->sock);
-	c->hs_out = (struct shm_hs){
-		.magic = SHM_HS_MAGIC,
-		.version = SHM_HS_VERSION,
-		.type = SHM_HS_WELCOME,
-	};
-	msg_prepare(&c->txm, &c->hs_out, sizeof(c->hs_out), false);
-	wake = tpu__ctx_wake_fd(c->ctx);
-	msg_put_fds(&c->txm, &wake, 1);
-	sqe = conn_sqe(c, on_welcome_sent);
-	if (!sqe) {
-		accept_drop(c, "out of memory");
-	} else {
-		io_uring_prep_sendmsg(sqe, c->sock, &c->txm.msg, MSG_NOSIGNAL);
-		tpu__ctx_submit(c->ctx);
-	}
-	conn_cqe_done(c);
-}
-
-static void accept_start(struct shm_listener *l, int fd)
-{
-	struct io_uring_sqe *sqe;
-	struct shm_conn *c = conn_new(l->ctx);
-
-	if (!c) {
-		close(fd);
-		return;
-	}
-	c->sock = fd;
-	c->state = SHM_ACCEPTING;
-	c->listener = l;
-	c->lnext = l->pending;
-	l->pending = c;
-	msg_prepare(&c->rxm, &c->hs_in, sizeof(c->hs_in), true);
-	sqe = conn_sqe(c, on_hello);
-	if (!sqe) {
-		accept_drop(c, "out of memory");
-		return;
-	}
-	io_uring_prep_recvmsg(sqe, c->sock, &c->rxm.msg, MSG_CMSG_CLOEXEC);
-	tpu__ctx_submit(c->ctx);
-}
-
-/* ---- listener ------------------------------------------------------------ */
-
-static void listener_maybe_free(struct shm_listener *l)
-{
-	if (l->closed && !l->accepting && !l->busy)
-		free(l);
-}
-
-static void on_accept(void *arg, const struct io_uring_cqe *cqe);
-
-static tpu_status listener_arm(struct shm_listener *l)
-{
-	struct io_uring_sqe *sqe = tpu__ctx_sqe(l->ctx, on_accept, l);
-
-	if (!sqe)
-		return -ENOMEM;
-	io_uring_prep_accept(sqe, l->fd, NULL, NULL, SOCK_CLOEXEC);
-	l->accept_ud = sqe->user_data;
-	l->accepting = true;
-	return tpu__ctx_submit(l->ctx);
-}
-
-/* Accept errors worth another try at once. */
-static bool accept_transient(int err)
-{
-	return err == -ECONNABORTED || err == -EINTR || err == -EAGAIN;
-}
-
-static void on_accept(void *arg, const struct io_uring_cqe *cqe)
-{
-	struct shm_listener *l = arg;
-	tpu_status st = 0;
-
-	l->accepting = false;
-	if (l->stopped) {
-		if (cqe->res >= 0)
-			close(cqe->res);
-		listener_maybe_free(l);
-		return;
-	}
-	l->busy++;
-	if (cqe->res >= 0)
-		accept_start(l, cqe->res);
-	else if (!accept_transient(cqe->res))
-		st = cqe->res;
-	if (!st && !l->stopped)
-		st = listener_arm(l);
-	if (st && !l->stopped) {
-		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
-		l->stopped = true;
-		l->fn(l->arg, st, NULL);
-	}
-	l->busy--;
-	listener_maybe_free(l);
-}
-
-static void on_cancelled(void *arg, const struct io_uring_cqe *cqe)
-{
-	(void)arg;
-	(void)cqe;
-}
-
-static const char *shm_listener_addr(const struct tpu__xlistener *base)
-{
-	const struct shm_listener *l = tpu__container_of(base, const struct shm_listener, base);
-
-	return l->name;
-}
-
-static void shm_listener_close(struct tpu__xlistener *base)
-{
-	struct shm_listener *l = tpu__container_of(base, struct shm_listener, base);
-
-	if (l->closed)
-		return;
-	l->closed = true;
-	l->stopped = true;
-	if (l->accepting) {
-		/* By user_data, not by descriptor: the socket is closed right below. */
-		struct io_uring_sqe *sqe = tpu__ctx_sqe(l->ctx, on_cancelled, NULL);
-
-		if (sqe) {
-			io_uring_prep_cancel64(sqe, l->accept_ud, 0);
-			tpu__ctx_submit(l->ctx);
-		}
-	}
-	/* The name is free once the cancelled ACCEPT let go of the socket too. */
-	close_fd(&l->fd);
-	l->busy++;
-	while (l->pending) {
-		struct shm_conn *c = l->pending;
-
-		listener_unlink(l, c);
-		shm_close(&c->base);
-	}
-	l->busy--;
-	tpu__log_debug("shm: listener %s closed", l->name);
-	listener_maybe_free(l);
-}
-
-static tpu_status shm_listen(struct tpu_context *ctx, const char *addr, tpu__accept_fn fn,
-			     void *arg, struct tpu__xlistener **out)
-{
-	struct sockaddr_un sa;
-	struct shm_listener *l;
-	socklen_t len;
-	tpu_status st;
-
-	if (!ctx || !fn || !out)
-		return -EINVAL;
-	*out = NULL;
-	st = shm_sockaddr(addr, &sa, &len);
-	if (st)
-		return st;
-	l = calloc(1, sizeof(*l));
-	if (!l)
-		return -ENOMEM;
-	l->base.ops = &shm_listener_ops;
-	l->base.xport = &tpu__xport_shm;
-	l->ctx = ctx;
-	l->fn = fn;
-	l->arg = arg;
-	strcpy(l->name, addr);
-	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, len) || listen(l->fd, SHM_BACKLOG)) {
-		st = tpu__errno();
-		close_fd(&l->fd);
-		free(l);
-		return st;
-	}
-	st = listener_arm(l);
-	if (st) {
-		close_fd(&l->fd);
-		free(l);
-		return st;
-	}
-	tpu__log_debug("shm: listening on %s", addr);
-	*out = &l->base;
-	return 0;
 }
 
 /* ---- connection ops -------------------------------------------------------- */
@@ -1289,7 +713,7 @@ static int shm_peer_pid(struct tpu__conn *base)
 static void on_cancelled_conn(void *arg, const struct io_uring_cqe *cqe)
 {
 	(void)cqe;
-	conn_cqe_done(arg);
+	tpu__shm_conn_cqe_done(arg);
 }
 
 static void shm_watch(struct tpu__conn *base, tpu__io_cb cb, void *arg)
@@ -1300,7 +724,7 @@ static void shm_watch(struct tpu__conn *base, tpu__io_cb cb, void *arg)
 	c->watch_arg = arg;
 }
 
-static void shm_close(struct tpu__conn *base)
+void tpu__shm_close(struct tpu__conn *base)
 {
 	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
 
@@ -1319,7 +743,7 @@ static void shm_close(struct tpu__conn *base)
 		shutdown(c->sock, SHUT_RDWR);
 		if (c->inflight) {
 			/* A CONNECT waiting for a full backlog does not end with shutdown. */
-			struct io_uring_sqe *sqe = conn_sqe(c, on_cancelled_conn);
+			struct io_uring_sqe *sqe = tpu__shm_conn_sqe(c, on_cancelled_conn);
 
 			if (sqe) {
 				io_uring_prep_cancel_fd(sqe, c->sock, IORING_ASYNC_CANCEL_ALL);
@@ -1331,7 +755,7 @@ static void shm_close(struct tpu__conn *base)
 		munmap(c->map, c->map_len);
 		c->map = NULL;
 	}
-	close_fd(&c->peer_wake);
+	tpu__shm_close_fd(&c->peer_wake);
 	c->rerr = c->werr = TPU_E_CLOSED;
 	while (c->tx_head)
 		op_finish(op_pop(&c->tx_head, &c->tx_tail), TPU_E_CLOSED);
@@ -1348,13 +772,9 @@ static const struct tpu__conn_ops shm_conn_ops = {
 	.recv_fd = shm_recv_fd,
 	.peer_pid = shm_peer_pid,
 	.watch = shm_watch,
-	.close = shm_close,
+	.close = tpu__shm_close,
 };
 
-static const struct tpu__xlistener_ops shm_listener_ops = {
-	.addr = shm_listener_addr,
-	.close = shm_listener_close,
-};
 
 /* ---- the transport --------------------------------------------------------- */
 
@@ -1385,6 +805,6 @@ const struct tpu__xport tpu__xport_shm = {
 	.priority = 200,
 	.passes_fds = true,
 	.compat_descriptor = shm_compat_descriptor,
-	.listen = shm_listen,
-	.connect = shm_connect,
+	.listen = tpu__shm_listen,
+	.connect = tpu__shm_connect,
 };
