@@ -259,8 +259,9 @@ static void send_wait_cases(const struct rdv_impl *impl)
 		return;
 	/* Returns once the receiver, 100 ms later, has the bytes. */
 	r = (struct late_recv){ .rdv = f.rdv, .key = "sw", .delay_ns = 100 * MS };
-	CHECK(pthread_create(&th, NULL, late_recv_main, &r) == 0, "%s_receiver_thread_starts", N(&f));
+	/* Before the thread exists: its 100 ms cannot have begun earlier. */
 	t0 = rdv_now_ns();
+	CHECK(pthread_create(&th, NULL, late_recv_main, &r) == 0, "%s_receiver_thread_starts", N(&f));
 	CHECK_STATUS(tpu_rendezvous_send_wait(f.rdv, "sw", 2, &s, 0, 0), 0,
 		     "%s_send_wait_returns_when_the_tensor_was_taken", N(&f));
 	CHECK(rdv_now_ns() - t0 >= 90 * MS, "%s_send_wait_waits_for_the_receiver", N(&f));
