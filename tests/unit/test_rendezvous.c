@@ -154,22 +154,28 @@ __attribute__((constructor)) static void keylog_child(void)
 /* With TPU_LOG=debug a receive that times out lists both sides' keys. */
 static void pending_keys_are_logged(void)
 {
-	char out[8192] = "";
+	char out[8192] = "", self[4096];
 	size_t got = 0;
 	int fds[2], status = 1;
 	ssize_t n;
 	pid_t pid;
 
-	if (pipe(fds)) {
+	/*
+	 * The path, not /proc/self/exe itself: under valgrind the latter is
+	 * valgrind's own binary, while readlink() of it names this program.
+	 */
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0 || pipe(fds)) {
 		CHECK(false, "pending_keys_log_pipe");
 		return;
 	}
+	self[n] = '\0';
 	pid = fork();
 	if (pid == 0) {
 		dup2(fds[1], STDERR_FILENO);
 		setenv("TPU_LOG", "debug", 1);
 		setenv("TPU_UNIT_KEYLOG_CHILD", "1", 1);
-		execl("/proc/self/exe", "unit_tests", (char *)NULL);
+		execl(self, "unit_tests", (char *)NULL);
 		_exit(2);
 	}
 	close(fds[1]);
