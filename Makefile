@@ -13,6 +13,16 @@
 #   make checkpatch   checkpatch.pl --strict on the module and the uapi header
 #   make deps         install missing Debian packages (or print the command)
 #   make vm-shell     interactive shell in the VM, module loaded
+#   make install      library (shared, static), headers, tpu_user.pc, tools and
+#                     their man pages under PREFIX (default /usr/local)
+#   make uninstall    remove them again (same PREFIX, DESTDIR)
+#   make dkms-install (root) the module's source to /usr/src/tensorpipe-VERSION,
+#                     dkms add/build/install for KVER, udev rule, group
+#   make dkms-remove  (root) dkms remove for all kernels, source and rule
+#   make deb          Debian packages into build/deb (dpkg-buildpackage in a copy)
+#   make check-packaging  dkms build for each kernel in private trees, make
+#                     install into a DESTDIR, the packages and lintian (TAP);
+#                     also a suite of make check
 #   make clean
 #
 # check, demo and bench install missing packages first (as root) and extract
@@ -28,6 +38,8 @@
 #   BENCH_ARGS    arguments for tools/tpbench in the VM
 #   BENCH_HOST_ARGS  arguments for tools/tpbench on the host
 #   TP_VM_MEM, TP_VM_SMP, TP_VM_TIMEOUT, TP_VM_APPEND: see tests/vm/run.sh
+#   PREFIX, DESTDIR  where make install puts things (also LIBDIR, INCDIR,
+#                 BINDIR, MANDIR: see lib/Makefile, tools/Makefile)
 
 # Computed once per make (:=), not at every use; a sub-make started after
 # `make deps` installed the headers computes it again.
@@ -127,6 +139,30 @@ checkpatch: ksft-cache
 
 vm-shell: prepare
 	@tests/vm/run.sh --interactive --name shell --module $(MODULE)
+
+# Installation and packaging; packaging/Makefile has the module's side,
+# debian/ the packages, scripts/check-packaging.sh their test.
+.PHONY: install uninstall dkms-install dkms-remove deb check-packaging
+
+install:
+	$(MAKE) -C lib install
+	$(MAKE) -C tools install
+
+uninstall:
+	$(MAKE) -C tools uninstall
+	$(MAKE) -C lib uninstall
+
+dkms-install:
+	$(MAKE) -C packaging dkms-install KVER=$(KVER)
+
+dkms-remove:
+	$(MAKE) -C packaging dkms-remove
+
+deb:
+	scripts/build-deb.sh build/deb
+
+check-packaging:
+	scripts/check-packaging.sh
 
 clean:
 	@for dir in kmod lib tools tests/unit tests/selftests tests/rdv tests/pipe tests/fuzz; do \

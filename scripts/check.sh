@@ -89,6 +89,10 @@ echo "== layers: lib/'s include graph, its Makefile and file lists (host)"
 scripts/check-layers.py 2>&1 | tee "$logs/layers.log"
 layers_status=${PIPESTATUS[0]}
 
+echo "== packaging: dkms build per kernel, make install, Debian packages, lintian (host)"
+TP_KVERS="$kvers" scripts/check-packaging.sh 2>&1 | tee "$logs/packaging.log"
+packaging_status=${PIPESTATUS[0]}
+
 echo "== fuzz: the pipe wire decoder (host, bounded time)"
 tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
@@ -101,4 +105,5 @@ exec tests/summary.sh \
 	"examples (host)" "$logs/examples.log" "$examples_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
 	"layers (host)" "$logs/layers.log" "$layers_status" \
+	"packaging (host)" "$logs/packaging.log" "$packaging_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"

@@ -29,6 +29,8 @@ packages=(
 	ibverbs-utils rdmacm-utils perftest	# rping, ib_write_bw: the two-VM tests and benchmarks
 	valgrind			# leak checks of the host unit tests
 	clang libclang-rt-14-dev	# libFuzzer, for the pipe wire decoder's fuzz test
+	dkms dh-dkms debhelper		# DKMS and the Debian packages (make deb,
+	dpkg-dev fakeroot lintian man-db	# make check-packaging), their lint, man pages
 )
 # shellcheck disable=SC2206 # word splitting of the extra list is the point
 packages+=(${TP_EXTRA_PACKAGES:-})
