@@ -55,6 +55,8 @@ TPU_API const char *tpu_feature_name(uint64_t feature_bit)
 		return "uring_cmd";
 	case TPU_FEAT_URING_KERNEL_CANCEL:
 		return "uring_kernel_cancel";
+	case TPU_FEAT_DMABUF:
+		return "dmabuf";
 	default:
 		return NULL;
 	}

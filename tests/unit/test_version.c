@@ -12,7 +12,7 @@ static void feature_names(void)
 {
 	static const unsigned long long bits[] = {
 		TP_FEAT_REGION_ALLOC, TP_FEAT_DONATE, TP_FEAT_RECV_TIMEOUT, TP_FEAT_LARGE_ALLOC,
-		TP_FEAT_URING_CMD,
+		TP_FEAT_URING_CMD, TP_FEAT_URING_KERNEL_CANCEL, TP_FEAT_DMABUF,
 	};
 	bool named = true;
 	size_t i;
@@ -20,6 +20,7 @@ static void feature_names(void)
 	for (i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
 		named &= tpu_feature_name(bits[i]) != NULL;
 	CHECK(named, "every_abi_feature_bit_has_a_name");
+	CHECK(!strcmp(tpu_feature_name(TPU_FEAT_DMABUF), "dmabuf"), "dmabuf_feature_is_named_dmabuf");
 	CHECK(!strcmp(tpu_feature_name(TPU_FEAT_DONATE), "donate"), "donate_feature_is_named_donate");
 	CHECK(tpu_feature_name(1ULL << 63) == NULL && tpu_feature_name(0) == NULL &&
 	      tpu_feature_name(TPU_FEAT_DONATE | TPU_FEAT_REGION_ALLOC) == NULL,
