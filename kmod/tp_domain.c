@@ -190,3 +190,51 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
 	}
 	return 0;
 }
+
+/**
+ * tp_domain_member_died() - end what the other members wait for.
+ * @ep:		an endpoint whose opener is exiting with it open.
+ *
+ * Every RECV of another endpoint waiting in the domain returns
+ * -EOWNERDEAD, every unclaimed SEND of another endpoint completes with it:
+ * the dead member may have been the producer or the consumer they waited
+ * for, and nobody can tell which.  SENDs being delivered finish normally;
+ * the dead member's own operations end with its endpoint.  Only once per
+ * endpoint.
+ */
+void tp_domain_member_died(struct tp_endpoint *ep)
+{
+	struct tp_domain *dom = tp_endpoint_domain(ep);
+	struct tp_slot *slot, *tmp;
+	struct hlist_node *n;
+	struct tp_waiter *w;
+	LIST_HEAD(failed);
+	int bkt, woken = 0;
+
+	if (!dom)
+		return;
+	mutex_lock(&dom->lock);
+	if (ep->died) {
+		mutex_unlock(&dom->lock);
+		return;
+	}
+	ep->died = true;
+	hash_for_each_safe(dom->slots, bkt, n, slot, node) {
+		if (slot->ep != ep && !slot->claimed)
+			tp_slot_unpublish(dom, slot, &failed);
+	}
+	hash_for_each(dom->waiters, bkt, w, node) {
+		if (w->ep != ep && w->event >= 0) {
+			tp_waiter_signal(w, -EOWNERDEAD);
+			woken++;
+		}
+	}
+	mutex_unlock(&dom->lock);
+	tp_stat_add(TP_STAT_ERR_MEMBER_DIED, woken);
+
+	list_for_each_entry_safe(slot, tmp, &failed, ep_node) {
+		list_del(&slot->ep_node);
+		tp_stat_add(TP_STAT_ERR_MEMBER_DIED, 1);
+		tp_slot_complete(slot, -EOWNERDEAD, 0);
+	}
+}

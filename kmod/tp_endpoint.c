@@ -18,6 +18,7 @@ static void tp_endpoint_destroy(struct kref *ref)
 	struct tp_endpoint *ep = container_of(ref, struct tp_endpoint, ref);
 
 	mmdrop(ep->mm);
+	put_pid(ep->tgid);
 	tp_user_put(ep->owner);
 	mutex_destroy(&ep->domain_lock);
 	tp_stat_add(TP_STAT_ENDPOINTS, -1);
@@ -50,6 +51,7 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	kref_init(&ep->ref);
 	ep->mm = current->mm;
 	mmgrab(ep->mm);
+	ep->tgid = get_pid(task_tgid(current));
 	xa_init_flags(&ep->regions, XA_FLAGS_ALLOC);
 	atomic_set(&ep->nr_regions, 0);
 	mutex_init(&ep->domain_lock);
@@ -61,6 +63,21 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	init_waitqueue_head(&ep->wq);
 	file->private_data = ep;
 	tp_stat_add(TP_STAT_ENDPOINTS, 1);
+	return 0;
+}
+
+/*
+ * Called at every close() of a descriptor of the endpoint.  The one closed
+ * by its opener's exit (the fd table of its last thread) reports a member's
+ * death; a close() of a live process, an execve() and a forked child's exit
+ * are no death of the member.
+ */
+static int tp_endpoint_flush(struct file *file, fl_owner_t id)
+{
+	struct tp_endpoint *ep = file->private_data;
+
+	if ((current->flags & PF_EXITING) && task_tgid(current) == ep->tgid)
+		tp_domain_member_died(ep);
 	return 0;
 }
 
@@ -175,7 +192,8 @@ static int tp_get_info(struct tp_info *info)
 	info->abi_version = TP_ABI_VERSION;
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
-			 TP_FEAT_URING_CMD | TP_FEAT_DMABUF;
+			 TP_FEAT_URING_CMD | TP_FEAT_DMABUF |
+			 TP_FEAT_MEMBER_DEATH;
 	if (tp_uring_kernel_cancels())
 		info->features |= TP_FEAT_URING_KERNEL_CANCEL;
 	info->max_key_len = tp_key_len_limit();
@@ -365,6 +383,7 @@ static long tp_endpoint_ioctl(struct file *file, unsigned int cmd,
 const struct file_operations tp_endpoint_fops = {
 	.owner = THIS_MODULE,
 	.open = tp_endpoint_open,
+	.flush = tp_endpoint_flush,
 	.release = tp_endpoint_release,
 	.read = tp_endpoint_read,
 	.poll = tp_endpoint_poll,

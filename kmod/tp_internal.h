@@ -140,6 +140,8 @@ struct tp_region {
  * struct tp_endpoint - state of one open() of /dev/tensorpipe.
  * @ref:	the file holds one reference, each slot of this endpoint one.
  * @mm:		the opener's mm (mmgrab()bed); other mms get -EPERM.
+ * @tgid:	the opener's process (a reference), the domain member whose
+ *		death the endpoint's flush reports.
  * @owner:	the opener's user, charged for what the endpoint holds.
  * @regions:	handle -> struct tp_region (one reference each); the xarray's
  *		own lock serialises handle allocation and removal.
@@ -161,6 +163,9 @@ struct tp_region {
  *		lock.
  * @urecvs:	this endpoint's io_uring RECVs waiting for a key; protected
  *		by the domain's lock.
+ * @died:	the opener died with the endpoint open, and the other
+ *		endpoints' pending operations were ended; protected by the
+ *		domain's lock.
  * @monitor:	on kernels that do not cancel uring_cmds themselves, runs
  *		while io_uring commands are pending, to fail those whose task
  *		exits or whose ring is closed (see tp_uring.c).
@@ -168,6 +173,7 @@ struct tp_region {
 struct tp_endpoint {
 	struct kref ref;
 	struct mm_struct *mm;
+	struct pid *tgid;
 	struct tp_user *owner;
 	struct xarray regions;
 	atomic_t nr_regions;
@@ -182,6 +188,7 @@ struct tp_endpoint {
 	struct list_head sends;
 	bool withdrawn;
 	struct list_head urecvs;
+	bool died;
 	struct delayed_work monitor;
 };
 
@@ -310,6 +317,7 @@ enum tp_stat {
 	TP_STAT_ERR_TIMEDOUT,
 	TP_STAT_ERR_CANCELED,
 	TP_STAT_ERR_ABORTED,
+	TP_STAT_ERR_MEMBER_DIED,
 	TP_STAT_ERR_MEMLOCK,
 	TP_STAT_ERR_OTHER,
 	TP_STAT_COUNT
@@ -380,6 +388,7 @@ int tp_domain_create(struct tp_domain_create *arg, void __user *uarg);
 int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg);
 void tp_domain_put(struct tp_domain *dom);
 int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg);
+void tp_domain_member_died(struct tp_endpoint *ep);
 
 /* tp_key.c */
 int tp_key_check(u32 len);

@@ -30,6 +30,7 @@ static const char * const tp_stat_names[TP_STAT_COUNT] = {
 	[TP_STAT_ERR_TIMEDOUT] = "err_timedout",
 	[TP_STAT_ERR_CANCELED] = "err_canceled",
 	[TP_STAT_ERR_ABORTED] = "err_aborted",
+	[TP_STAT_ERR_MEMBER_DIED] = "err_member_died",
 	[TP_STAT_ERR_MEMLOCK] = "err_memlock",
 	[TP_STAT_ERR_OTHER] = "err_other",
 };
@@ -41,7 +42,8 @@ static struct dentry *tp_debugfs_dir;
  * @err:	the negative errno the command returned.
  *
  * Slots failed by an abort and RLIMIT_MEMLOCK refusals are also counted
- * where they are detected (err_aborted, err_memlock); here a command's errno
+ * where they are detected (err_aborted, err_memlock), and operations ended
+ * by a member's death only there (err_member_died); here a command's errno
  * picks one counter, so a memlock refusal shows in err_other as well.
  * -EAGAIN from a non-blocking poll and a RECV restarted after a signal
  * without handler are not failures.
@@ -51,6 +53,7 @@ void tp_stat_error(long err)
 	switch (err) {
 	case -EAGAIN:
 	case -ERESTARTNOHAND:
+	case -EOWNERDEAD:
 		return;
 	case -EINVAL:
 		tp_stat_add(TP_STAT_ERR_INVAL, 1);

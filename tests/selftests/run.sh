@@ -18,7 +18,7 @@ bindir=${TP_SELFTEST_DIR:-$here}
 limit=${TP_SELFTEST_TIMEOUT:-1800}
 params=/sys/module/tensorpipe/parameters
 all="info_test region_test domain_test slot_test slot_errors_test \
-completion_test donate_test dmabuf_test uring_test stress_test compat_test \
+completion_test donate_test dmabuf_test member_test uring_test stress_test compat_test \
 fault_test"
 
 if [ ! -c /dev/tensorpipe ]; then

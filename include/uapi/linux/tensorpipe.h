@@ -39,6 +39,15 @@
  * with the SEND's user_data by read() on the endpoint; poll() reports EPOLLIN
  * while completions are queued.
  *
+ * A *member* of a domain is the process that opened an attached endpoint.
+ * When a member dies (its last thread exits with the endpoint still open;
+ * a close() or an execve() is an orderly leave), everything that the other
+ * endpoints of the domain had pending at that moment ends with -EOWNERDEAD:
+ * their waiting RECVs return it and their unclaimed SENDs complete with it.
+ * A RECV copying from the dead member's pages, which stay pinned, still
+ * completes.  Operations started afterwards behave as usual
+ * (TP_FEAT_MEMBER_DEATH).
+ *
  * Conventions
  * -----------
  * All structures have explicit padding, sizes that are multiples of 8 and
@@ -148,6 +157,11 @@
  * define TP_FEAT_DMABUF - TP_IOC_REGION_EXPORT and TP_IOC_REGION_IMPORT
  */
 #define TP_FEAT_DMABUF			_BITULL(6)
+/**
+ * define TP_FEAT_MEMBER_DEATH - the death of a domain's member ends the
+ * other members' pending operations with -EOWNERDEAD (see Domains above)
+ */
+#define TP_FEAT_MEMBER_DEATH		_BITULL(7)
 
 /**
  * struct tp_info - what the loaded module implements (TP_IOC_GET_INFO).
@@ -548,7 +562,9 @@ struct tp_region_import {
  * struct tp_completion - one record returned by read(2) on an endpoint.
  * @user_data:	the user_data of the operation.
  * @status:	0 when the consumer took the tensor; -ECANCELED after
- *		TP_IOC_CANCEL; the abort status after TP_IOC_ABORT.
+ *		TP_IOC_CANCEL; the abort status after TP_IOC_ABORT;
+ *		-EOWNERDEAD when another member of the domain died while
+ *		the SEND was pending; -ENODEV as TP_IOC_RECV says.
  * @op:		TP_OP_SEND.
  * @len:	bytes delivered (0 unless @status is 0).
  * @reserved:	0.
@@ -633,7 +649,8 @@ struct tp_completion {
  * SENDs outstanding: read completions first), -EDQUOT (the user has
  * max_user_ops SENDs outstanding and io_uring RECVs waiting, over all its
  * endpoints), -ENODEV (the region is an import its exporter revoked),
- * -ENOMEM, or the domain's abort status.
+ * -ENOMEM, or the domain's abort status.  The completion's status is one
+ * of those of struct tp_completion.
  */
 #define TP_IOC_SEND		_IOWR(TP_IOC_MAGIC, 0x06, struct tp_send)
 
@@ -652,7 +669,8 @@ struct tp_completion {
  * (RLIMIT_MEMLOCK or memory, for DONATE; the slot stays), -EDQUOT (as an
  * io_uring command only: the user's max_user_ops is reached), -ENODEV (the
  * destination is an import its exporter revoked; or the tensor's source is,
- * and then the SEND completes with -ENODEV too), or the domain's abort
+ * and then the SEND completes with -ENODEV too), -EOWNERDEAD (another
+ * member of the domain died while this RECV waited), or the domain's abort
  * status.  A tensor whose producer closed its endpoint while
  * this RECV was copying it is not offered again when the copy fails: it is
  * gone with its producer.
