@@ -7,6 +7,10 @@
  * pinned pages into the consumer's; a given buffer of the context's own
  * endpoint is donated instead (its pages change owner), and recv_buffer
  * receives a donated region and maps it.
+ *
+ * Peer death comes from the module (TP_FEAT_MEMBER_DEATH): when a member
+ * process dies with its endpoint open, what the others had pending ends
+ * with -EOWNERDEAD, reported as TPU_E_PEER_GONE, as the cma rendezvous does.
  */
 #include <fcntl.h>
 #include <liburing.h>
@@ -192,6 +196,9 @@ static void km_result(struct km_state *km, struct km_cmd *c, int res, uint64_t l
 	}
 	if (op->status == -ECANCELED && km->closing)
 		op->status = TPU_E_CLOSED;
+	/* The module's word for another member of the domain that died. */
+	if (op->status == -EOWNERDEAD)
+		op->status = TPU_E_PEER_GONE;
 }
 
 static void km_cqe(void *arg, const struct io_uring_cqe *cqe)

@@ -23,6 +23,7 @@ struct rdv_impl {
 void rdv_cases_run(const struct rdv_impl *impl);
 /* Cases across fork (needs share/join): not for inprocess. */
 void rdv_xproc_run(const struct rdv_impl *impl);
+void rdv_xproc_death_run(const struct rdv_impl *impl);
 
 /* True when a rendezvous of @impl can be made here; @why says why not. */
 bool rdv_impl_available(const struct rdv_impl *impl, const char **why);

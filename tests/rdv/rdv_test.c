@@ -47,8 +47,10 @@ int main(int argc, char **argv)
 			continue;
 		}
 		rdv_cases_run(impl);
-		if (impl->impl != TPU_RDV_INPROCESS)
+		if (impl->impl != TPU_RDV_INPROCESS) {
 			rdv_xproc_run(impl);
+			rdv_xproc_death_run(impl);
+		}
 	}
 	return tap_finish();
 }

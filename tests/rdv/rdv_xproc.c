@@ -7,6 +7,8 @@
  * its exit status, which the parent turns into TAP points.
  */
 #include <errno.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,4 +150,148 @@ void rdv_xproc_run(const struct rdv_impl *impl)
 out:
 	free(src);
 	free(back);
+}
+
+/* ---- a member that dies ------------------------------------------------ */
+
+struct death_rec {
+	volatile int calls;
+	volatile tpu_status status;
+};
+
+static void death_cb(void *arg, tpu_status st)
+{
+	struct death_rec *r = arg;
+
+	r->status = st;
+	__atomic_add_fetch(&r->calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void death_recv_cb(void *arg, tpu_status st, size_t len)
+{
+	(void)len;
+	death_cb(arg, st);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* Up to @ns for @r's callback; true when it came. */
+static bool death_wait(struct death_rec *r, uint64_t ns)
+{
+	uint64_t end = now_ns() + ns;
+
+	while (!__atomic_load_n(&r->calls, __ATOMIC_SEQ_CST) && now_ns() < end)
+		usleep(1000);
+	return r->calls == 1;
+}
+
+/*
+ * The member in the child: joins, says so, waits for the word, then dies
+ * with the rendezvous still open: killed, or exiting without destroy.
+ */
+static int death_child(const struct rdv_impl *impl, int sock, bool killed)
+{
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	char c = 0;
+	int fd;
+
+	if (tpu_fd_recv(sock, &fd))
+		return XS_FD;
+	if (tpu_context_create(&o, &ctx))
+		return XS_CTX;
+	if (tpu_rendezvous_join(ctx, fd, &rdv))
+		return XS_JOIN;
+	if (write(sock, "j", 1) != 1 || read(sock, &c, 1) != 1)
+		return XS_FD;
+	if (killed)
+		raise(SIGKILL);
+	return XS_OK;		/* _exit() with rdv and ctx never destroyed */
+}
+
+/*
+ * A receive with no timeout and a send posted while a member lives end
+ * with TPU_E_PEER_GONE, promptly, when that member dies; a member's orderly
+ * leave is tested by the cases above (the child destroys and exits).
+ */
+static void death_run(const struct rdv_impl *impl, bool killed)
+{
+	const char *how = killed ? "killed" : "exits_without_destroy";
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	uint8_t src[64] = { 1 }, dst[64];
+	struct tpu_tensor s = { .data = src, .len = sizeof(src) };
+	struct tpu_tensor d = { .data = dst, .len = sizeof(dst) };
+	struct death_rec rr = { 0, 1 }, sr = { 0, 1 };
+	int sv[2], fd = -1, status = 0;
+	uint64_t t0;
+	char c = 0;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+		CHECK(false, "%s_death_set_up", impl->name);
+		return;
+	}
+	if (tpu_context_create(&o, &ctx) || tpu_rendezvous_create(ctx, impl->impl, &rdv) ||
+	    tpu_rendezvous_share(rdv, &fd)) {
+		CHECK(false, "%s_death_rendezvous_created", impl->name);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		_exit(death_child(impl, sv[1], killed));
+	}
+	close(sv[1]);
+	if (tpu_fd_send(sv[0], fd) || read(sv[0], &c, 1) != 1) {
+		CHECK(false, "%s_member_joined_before_it_%s", impl->name, how);
+		kill(pid, SIGKILL);
+		goto out;
+	}
+	CHECK_STATUS(tpu_rendezvous_recv(rdv, "from-the-dead", 13, &d, 0, death_recv_cb, &rr), 0,
+		     "%s_recv_without_timeout_posted_before_a_member_%s", impl->name, how);
+	CHECK_STATUS(tpu_rendezvous_send(rdv, "to-the-dead", 11, &s, 0, death_cb, &sr), 0,
+		     "%s_send_posted_before_a_member_%s", impl->name, how);
+	/* Let both reach the implementation (a ring's SQE, the key table). */
+	usleep(300 * 1000);
+	CHECK(rr.calls == 0 && sr.calls == 0, "%s_both_wait_while_the_member_lives", impl->name);
+	t0 = now_ns();
+	if (write(sv[0], "d", 1) != 1)
+		kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	CHECK(killed ? WIFSIGNALED(status) : WIFEXITED(status) && WEXITSTATUS(status) == XS_OK,
+	      "%s_member_%s", impl->name, how);
+	CHECK(death_wait(&rr, 20 * SEC) && rr.status == TPU_E_PEER_GONE,
+	      "%s_recv_ends_peer_gone_when_a_member_%s (status %d)", impl->name, how, rr.status);
+	CHECK(death_wait(&sr, 20 * SEC) && sr.status == TPU_E_PEER_GONE,
+	      "%s_send_ends_peer_gone_before_destroy_when_a_member_%s (status %d)",
+	      impl->name, how, sr.status);
+	tap_diag("%s: both ended %.1f ms after the member was told to go", impl->name,
+		 (double)(now_ns() - t0) / 1e6);
+	/* Life goes on: a new pair of operations on the same rendezvous. */
+	CHECK_STATUS(tpu_rendezvous_send(rdv, "after", 5, &s, 0, NULL, NULL), 0,
+		     "%s_send_after_the_death_accepted", impl->name);
+	CHECK_STATUS(tpu_rendezvous_recv_wait(rdv, "after", 5, &d, 20 * SEC, NULL), 0,
+		     "%s_recv_after_the_death_delivers", impl->name);
+out:
+	close(fd);
+	close(sv[0]);
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+}
+
+void rdv_xproc_death_run(const struct rdv_impl *impl)
+{
+	tap_diag("members that die, over %s", impl->name);
+	death_run(impl, true);
+	death_run(impl, false);
 }
