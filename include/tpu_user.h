@@ -135,6 +135,7 @@ TPU_API tpu_status tpu_module_abi_version(const char *dev_path, uint32_t *abi);
 #define TPU_FEAT_URING_CMD	(1ULL << 4)
 #define TPU_FEAT_URING_KERNEL_CANCEL	(1ULL << 5)
 #define TPU_FEAT_DMABUF		(1ULL << 6)
+#define TPU_FEAT_MEMBER_DEATH	(1ULL << 7)
 
 /** tpu_feature_name - short name of one feature bit ("donate"), or NULL if unknown */
 TPU_API const char *tpu_feature_name(uint64_t feature_bit);

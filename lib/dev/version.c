@@ -57,6 +57,8 @@ TPU_API const char *tpu_feature_name(uint64_t feature_bit)
 		return "uring_kernel_cancel";
 	case TPU_FEAT_DMABUF:
 		return "dmabuf";
+	case TPU_FEAT_MEMBER_DEATH:
+		return "member_death";
 	default:
 		return NULL;
 	}
