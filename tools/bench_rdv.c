@@ -70,6 +70,7 @@ struct side {
 	struct tpu_buffer *buf;	/* room for the largest tensor */
 };
 
+/* The bandwidth test's send completes while A already waits for the ack. */
 struct send_done {
 	sem_t sem;
 	tpu_status status;
@@ -88,18 +89,8 @@ static tpu_status send_sync(struct side *s, const char *key, void *data, size_t 
 {
 	struct tpu_tensor t = { .data = data, .len = len,
 				.buffer = data == tpu_buffer_data(s->buf) ? s->buf : NULL };
-	struct send_done d = { .status = 0 };
-	tpu_status st;
 
-	sem_init(&d.sem, 0, 0);
-	st = tpu_rendezvous_send(s->rdv, key, strlen(key), &t, 0, on_sent, &d);
-	if (!st) {
-		while (sem_wait(&d.sem) && errno == EINTR)
-			;
-		st = d.status;
-	}
-	sem_destroy(&d.sem);
-	return st;
+	return tpu_rendezvous_send_wait(s->rdv, key, strlen(key), &t, 0, WAIT_NS);
 }
 
 static tpu_status recv_sync(struct side *s, const char *key, void *data, size_t cap,

@@ -2,8 +2,9 @@
 /*
  * lib/base: the bottom layer (status strings, log, keys and device names,
  * text helpers, streaming copies, descriptor passing, facts about this
- * host).  It calls nothing else of the library; every other folder may
- * include this header.  Not installed.
+ * host, a spin-then-sleep hand-off between threads).  It calls nothing
+ * else of the library; every other folder may include this header.  Not
+ * installed.
  *
  * Internal symbols carry the tpu__ prefix so they cannot collide with a
  * program that links the static library.
@@ -21,6 +22,7 @@
 #include "tpu_user.h"
 
 #include "copy_stream.h"
+#include "waitword.h"
 
 /* The structure of type @type whose member @member is at @ptr. */
 #define tpu__container_of(ptr, type, member) \

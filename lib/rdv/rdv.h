@@ -16,6 +16,13 @@
  *      hands the op to the context thread (tpu__ctx_complete); that thread
  *      runs the op's own done.fn, tpu__rdv_op_done(): the user's callback,
  *      then the next queued op of the key starts, and the op is freed.
+ *      The fast path: an op whose "callback" only wakes a thread blocked in
+ *      recv_wait or send_wait (op->direct) and that completes inside the
+ *      front end's call into the implementation (a send meeting a waiting
+ *      receive, or the reverse) is finished right there, under the front
+ *      end's lock, when nothing else of its key waits to be started or
+ *      called back: the blocked thread wakes with no context thread, no
+ *      lock of its own and, while it spins, no system call.
  *
  * Locks, outermost first: tpu_rendezvous.lock (the front end holds it while
  * it calls ->send, ->recv and ->cancel), then an implementation's own
@@ -82,6 +89,7 @@ struct tpu__op {
 	size_t len;
 	struct tpu_buffer *out_buffer;	/* TPU__OP_RECV_BUFFER; freed by the front end on error */
 	void *impl;			/* the implementation's own state */
+	bool direct;			/* cb only posts a waiter's word: any thread may call it */
 };
 
 /*
@@ -137,8 +145,25 @@ struct tpu_rendezvous {
 	struct tpu__ctx_obj obj;	/* the context's objects, closed by context_destroy */
 };
 
-/* Hand a finished op to the context thread; callable from any thread. */
+/*
+ * Hand a finished op to the context thread; callable from any thread.  A
+ * direct op completed inside tpu__rdv_call_impl() may be finished on the
+ * spot instead (see above).
+ */
 void tpu__op_complete(struct tpu__op *op);
+
+/*
+ * tpu__op_complete() for a caller that holds no rendezvous or
+ * implementation lock (an implementation's own thread): a direct op is
+ * finished on the spot whenever its key allows.
+ */
+void tpu__op_complete_unlocked(struct tpu__op *op);
+
+/*
+ * The front end's calls into the implementation's ->send and ->recv, with
+ * rdv->lock held: lets tpu__op_complete() know that this thread holds it.
+ */
+tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
 
 /* Front end, on the context thread: the op's result is in; call back in key order. */
 void tpu__rdv_op_done(struct tpu__op *op);

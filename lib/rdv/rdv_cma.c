@@ -126,8 +126,8 @@ static void finish(struct cma_op **link, struct cma_op *cop, tpu_status status,
 	*done = cop;
 }
 
-/* Run callbacks, no lock held. */
-static void complete_all(struct cma_op *done)
+/* Run callbacks, no lock held; @unlocked on the helper, which holds no rendezvous lock either. */
+static void complete_all(struct cma_op *done, bool unlocked)
 {
 	while (done) {
 		struct cma_op *cop = done;
@@ -144,7 +144,10 @@ static void complete_all(struct cma_op *done)
 				op->tensor.buffer = NULL;
 			}
 		}
-		tpu__op_complete(op);
+		if (unlocked)
+			tpu__op_complete_unlocked(op);
+		else
+			tpu__op_complete(op);
 	}
 }
 
@@ -338,7 +341,7 @@ static void helper_loop(struct cma_member *m)
 			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
 			if (pulls)
 				tpu__cma_wake(&m->table);
-			complete_all(done);
+			complete_all(done, true);
 			pthread_mutex_lock(&m->lock);
 			continue;
 		}
@@ -757,7 +760,7 @@ static int cma_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key
 	}
 	tpu__cma_unlock(&m->table);
 	pthread_mutex_unlock(&m->lock);
-	complete_all(done);
+	complete_all(done, false);
 	return n;
 }
 

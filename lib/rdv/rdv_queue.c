@@ -269,10 +269,84 @@ static void op_done_task(struct tpu__task *t)
 	tpu__rdv_op_done(tpu__container_of(t, struct tpu__op, done));
 }
 
+/* The rendezvous whose lock this thread holds while in its implementation. */
+static _Thread_local struct tpu_rendezvous *impl_caller;
+
+tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	struct tpu_rendezvous *outer = impl_caller;
+	tpu_status st;
+
+	impl_caller = rdv;
+	st = op->kind == TPU__OP_SEND ? rdv->ops->send(rdv, op) : rdv->ops->recv(rdv, op);
+	impl_caller = outer;
+	return st;
+}
+
+/*
+ * Whether @op can be finished on the spot (rdv->lock held by this thread):
+ * a receive must be its key's only one, so that nothing waits to be
+ * started or called back behind it; a send must not leave a queued
+ * receive to start.
+ */
+static bool can_finish_here(const struct tpu__op *op)
+{
+	const struct tpu__keyq *kq = op->keyq;
+	const struct tpu__op *head = kq->recvs.head;
+
+	if (!op->direct || op->rdv->closing)
+		return false;
+	if (op->kind == TPU__OP_SEND)
+		return !head || head->stage != TPU__STAGE_QUEUED;
+	return head == op && !op->key_next;
+}
+
+/* Finish @op under rdv->lock: what tpu__rdv_op_done() does, for one op. */
+static void finish_here(struct tpu__op *op)
+{
+	struct tpu_rendezvous *rdv = op->rdv;
+	struct tpu__keyq *kq = op->keyq;
+
+	if (op->kind == TPU__OP_SEND) {
+		fifo_unlink(&kq->sends, op);
+	} else {
+		kq->recvs.head = NULL;
+		kq->recvs.tail = NULL;
+	}
+	op->stage = TPU__STAGE_DONE;
+	op->key_next = NULL;
+	keyq_release_if_empty(rdv, kq);
+	call_back(op);
+	tpu__op_free(op);
+	rdv->live--;
+}
+
 void tpu__op_complete(struct tpu__op *op)
 {
+	if (impl_caller == op->rdv && can_finish_here(op)) {
+		finish_here(op);
+		return;
+	}
 	op->done.fn = op_done_task;
 	tpu__ctx_complete(op->rdv->ctx, &op->done);
+}
+
+void tpu__op_complete_unlocked(struct tpu__op *op)
+{
+	struct tpu_rendezvous *rdv = op->rdv;
+	bool finished = false;
+
+	if (op->direct) {
+		pthread_mutex_lock(&rdv->lock);
+		finished = can_finish_here(op);
+		if (finished)
+			finish_here(op);
+		pthread_mutex_unlock(&rdv->lock);
+	}
+	if (!finished) {
+		op->done.fn = op_done_task;
+		tpu__ctx_complete(rdv->ctx, &op->done);
+	}
 }
 
 /* @key as printable text, other bytes as \xHH, cut with "..." to fit. */
@@ -330,6 +404,25 @@ void tpu__keyq_log_pending(struct tpu_rendezvous *rdv, const char *why)
 		tpu__log_debug("rendezvous %p: %s: nothing pending", (void *)rdv, why);
 }
 
+/* With TPU_LOG=debug: a receive timed out, and what was pending then.  Caller holds rdv->lock. */
+static void log_timeout(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
+{
+	char text[160];
+
+	if (!tpu__log_debug_enabled())
+		return;
+	key_text(key, key_len, text, sizeof(text));
+	tpu__log_debug("rendezvous %p: a receive of \"%s\" timed out", (void *)rdv, text);
+	tpu__keyq_log_pending(rdv, "at that time");
+}
+
+void tpu__rdv_log_timeout(struct tpu_rendezvous *rdv, const void *key, size_t key_len)
+{
+	pthread_mutex_lock(&rdv->lock);
+	log_timeout(rdv, key, key_len);
+	pthread_mutex_unlock(&rdv->lock);
+}
+
 void tpu__rdv_op_done(struct tpu__op *op)
 {
 	struct tpu_rendezvous *rdv = op->rdv;
@@ -339,13 +432,8 @@ void tpu__rdv_op_done(struct tpu__op *op)
 	bool last;
 
 	pthread_mutex_lock(&rdv->lock);
-	if (op->status == -ETIMEDOUT && tpu__log_debug_enabled()) {
-		char text[160];
-
-		key_text(op->key, op->key_len, text, sizeof(text));
-		tpu__log_debug("rendezvous %p: a receive of \"%s\" timed out", (void *)rdv, text);
-		tpu__keyq_log_pending(rdv, "at that time");
-	}
+	if (op->status == -ETIMEDOUT)
+		log_timeout(rdv, op->key, op->key_len);
 	op->stage = TPU__STAGE_DONE;
 	if (op->kind == TPU__OP_SEND) {
 		/* A send waits for no other: a duplicate's -EEXIST must not sit behind the original. */

@@ -39,6 +39,8 @@ bool tpu__keyq_recv_busy(const struct tpu__keyq *kq, const struct tpu__op *op);
  * every key when @kq is NULL.  Returns how many.
  */
 size_t tpu__keyq_fail_queued(struct tpu_rendezvous *rdv, struct tpu__keyq *kq, tpu_status status);
+/* With TPU_LOG=debug, log that a receive of @key timed out and what is pending. */
+void tpu__rdv_log_timeout(struct tpu_rendezvous *rdv, const void *key, size_t key_len);
 /* With TPU_LOG=debug, log every key with pending ops; caller holds rdv->lock. */
 void tpu__keyq_log_pending(struct tpu_rendezvous *rdv, const char *why);
 /* Free the hash table (all FIFOs empty). */

@@ -229,16 +229,18 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		goto out;
 	}
 	tpu__keyq_append(op->keyq, op);
+	/* Counted first: the op may be finished, and freed, within the call. */
+	rdv->live++;
 	if (op->kind != TPU__OP_SEND && tpu__keyq_recv_busy(op->keyq, op)) {
 		op->stage = TPU__STAGE_QUEUED;
 	} else {
 		op->stage = TPU__STAGE_STARTED;
-		st = op->kind == TPU__OP_SEND ? rdv->ops->send(rdv, op) : rdv->ops->recv(rdv, op);
-		if (st)
+		st = tpu__rdv_call_impl(rdv, op);
+		if (st) {
+			rdv->live--;
 			tpu__keyq_remove(rdv, op);
+		}
 	}
-	if (!st)
-		rdv->live++;
 out:
 	pthread_mutex_unlock(&rdv->lock);
 	if (st)
@@ -246,14 +248,13 @@ out:
 	return st;
 }
 
-TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
-				       const struct tpu_tensor *tensor, unsigned int flags,
-				       tpu_send_cb done, void *arg)
+static tpu_status send_issue(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+			     const struct tpu_tensor *tensor, unsigned int flags,
+			     tpu_send_cb done, void *arg, bool direct)
 {
 	struct tpu__op *op;
 	tpu_status st;
 
-	RDV_CHECK(rdv);
 	if (flags & ~TPU_SEND_GIVE)
 		return -EINVAL;
 	st = check_key(key, key_len);
@@ -272,17 +273,25 @@ TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *k
 	op->tensor = *tensor;
 	op->cb.send = done;
 	op->cb_arg = arg;
+	op->direct = direct;
 	return op_issue(rdv, op);
 }
 
-TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
-				       const struct tpu_tensor *dst, uint64_t timeout_ns,
-				       tpu_recv_cb done, void *arg)
+TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *tensor, unsigned int flags,
+				       tpu_send_cb done, void *arg)
+{
+	RDV_CHECK(rdv);
+	return send_issue(rdv, key, key_len, tensor, flags, done, arg, false);
+}
+
+static tpu_status recv_issue(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+			     const struct tpu_tensor *dst, uint64_t timeout_ns,
+			     tpu_recv_cb done, void *arg, bool direct)
 {
 	struct tpu__op *op;
 	tpu_status st;
 
-	RDV_CHECK(rdv);
 	if (!done)
 		return -EINVAL;
 	st = check_key(key, key_len);
@@ -297,7 +306,16 @@ TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *k
 	op->timeout_ns = timeout_ns;
 	op->cb.recv = done;
 	op->cb_arg = arg;
+	op->direct = direct;
 	return op_issue(rdv, op);
+}
+
+TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				       const struct tpu_tensor *dst, uint64_t timeout_ns,
+				       tpu_recv_cb done, void *arg)
+{
+	RDV_CHECK(rdv);
+	return recv_issue(rdv, key, key_len, dst, timeout_ns, done, arg, false);
 }
 
 TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const void *key,
@@ -358,137 +376,93 @@ TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status s
 	return rdv->ops->abort(rdv, status);
 }
 
-/* ---- blocking receive ---------------------------------------------- */
+/* ---- blocking receive and send ------------------------------------ */
 
-struct recv_waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
+/*
+ * One blocked caller: the op's callback stores the result and posts the
+ * word (waitword.c), and nothing else, so it may run on any thread, even
+ * under the front end's lock: the op is marked direct.
+ */
+struct waiter {
+	struct tpu__waitword word;
 	tpu_status status;
 	size_t len;
 };
 
 static void recv_woken(void *arg, tpu_status status, size_t len)
 {
-	struct recv_waiter *w = arg;
+	struct waiter *w = arg;
 
-	pthread_mutex_lock(&w->lock);
 	w->status = status;
 	w->len = len;
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
+	tpu__waitword_post(&w->word);	/* last: the waiter may return at once */
+}
+
+static void send_woken(void *arg, tpu_status status)
+{
+	recv_woken(arg, status, 0);
+}
+
+/*
+ * Wait for @w until @deadline_ns (0: for ever); if it passes, cancel the
+ * key (the implementation then completes the op, with -ECANCELED or with
+ * the result that beat the cancel) and wait for that.  Returns true when
+ * the time ran out and the op was cancelled.
+ */
+static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+			   struct waiter *w, uint64_t deadline_ns)
+{
+	if (tpu__waitword_wait(&w->word, deadline_ns))
+		return false;
+	tpu_rendezvous_cancel(rdv, key, key_len);
+	tpu__waitword_wait(&w->word, 0);
+	return true;
 }
 
 TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const void *key,
 					    size_t key_len, const struct tpu_tensor *dst,
 					    uint64_t timeout_ns, size_t *len)
 {
-	struct recv_waiter w = { .done = false };
+	struct waiter w = { .word = TPU__WAITWORD_INIT };
+	uint64_t deadline = tpu__deadline_ns(timeout_ns);
 	tpu_status st;
 
 	RDV_CHECK(rdv);
-	/* The callback that would wake us runs on this very thread. */
+	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cond, NULL);
-	st = tpu_rendezvous_recv(rdv, key, key_len, dst, timeout_ns, recv_woken, &w);
-	if (!st) {
-		pthread_mutex_lock(&w.lock);
-		while (!w.done)
-			pthread_cond_wait(&w.cond, &w.lock);
-		pthread_mutex_unlock(&w.lock);
-		st = w.status;
-		if (len)
-			*len = w.len;
+	/*
+	 * The deadline is ours, not the implementation's: a timer per receive
+	 * would cost the context's ring two submissions on the fast path.
+	 */
+	st = recv_issue(rdv, key, key_len, dst, 0, recv_woken, &w, true);
+	if (st)
+		return st;
+	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED) {
+		w.status = -ETIMEDOUT;
+		tpu__rdv_log_timeout(rdv, key, key_len);
 	}
-	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
-	return st;
-}
-
-/* ---- blocking send ------------------------------------------------- */
-
-struct send_waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-	tpu_status status;
-};
-
-static void send_woken(void *arg, tpu_status status)
-{
-	struct send_waiter *w = arg;
-
-	pthread_mutex_lock(&w->lock);
-	w->status = status;
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-/* Wait for the callback, until @deadline (CLOCK_MONOTONIC) when not NULL. */
-static bool send_wait_until(struct send_waiter *w, const struct timespec *deadline)
-{
-	bool done;
-
-	pthread_mutex_lock(&w->lock);
-	while (!w->done) {
-		if (!deadline)
-			pthread_cond_wait(&w->cond, &w->lock);
-		else if (pthread_cond_timedwait(&w->cond, &w->lock, deadline) == ETIMEDOUT)
-			break;
-	}
-	done = w->done;
-	pthread_mutex_unlock(&w->lock);
-	return done;
+	if (len)
+		*len = w.len;
+	return w.status;
 }
 
 TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const void *key,
 					    size_t key_len, const struct tpu_tensor *tensor,
 					    unsigned int flags, uint64_t timeout_ns)
 {
-	struct send_waiter w = { .done = false };
-	pthread_condattr_t attr;
-	struct timespec deadline;
-	bool timed_out = false;
+	struct waiter w = { .word = TPU__WAITWORD_INIT };
+	uint64_t deadline = tpu__deadline_ns(timeout_ns);
 	tpu_status st;
 
 	RDV_CHECK(rdv);
-	/* The callback that would wake us runs on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_init(&w.cond, &attr);
-	pthread_condattr_destroy(&attr);
-	if (timeout_ns) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += (time_t)(timeout_ns / 1000000000u);
-		deadline.tv_nsec += (long)(timeout_ns % 1000000000u);
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
-	st = tpu_rendezvous_send(rdv, key, key_len, tensor, flags, send_woken, &w);
-	if (!st) {
-		if (!send_wait_until(&w, timeout_ns ? &deadline : NULL)) {
-			/*
-			 * Nobody took it in time: withdraw it, then wait for the
-			 * callback anyway, since the source is in use until then.
-			 */
-			timed_out = true;
-			tpu_rendezvous_cancel(rdv, key, key_len);
-			send_wait_until(&w, NULL);
-		}
-		st = w.status;
-		if (timed_out && st == -ECANCELED)
-			st = -ETIMEDOUT;
-	}
-	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
-	return st;
+	st = send_issue(rdv, key, key_len, tensor, flags, send_woken, &w, true);
+	if (st)
+		return st;
+	/* Nobody took it in time: withdrawn, but the source is in use until the callback. */
+	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED)
+		w.status = -ETIMEDOUT;
+	return w.status;
 }

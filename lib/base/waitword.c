@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The wait word of waitword.h: states IDLE -> POSTED, or IDLE -> SLEEPING
+ * -> POSTED when the waiter went to sleep first.  The poster's exchange
+ * tells it whether a FUTEX_WAKE is needed.
+ *
+ * Spin budget: twice the longest recent hand-off that ended while
+ * spinning, capped at SPIN_MAX_NS; a hand-off that had to sleep halves it,
+ * and below SPIN_MIN_NS the waiter sleeps at once, until a hand-off is seen
+ * posted at the first look again.  The budget is per process, shared by all
+ * waiters: they meet the same machine load.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "waitword.h"
+
+enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING };
+
+#define SPIN_MAX_NS	50000u	/* never spin longer than this */
+#define SPIN_START_NS	20000u
+#define SPIN_MIN_NS	2000u	/* below this, sleep at once */
+
+static _Atomic uint32_t spin_budget_ns = SPIN_START_NS;
+
+uint64_t tpu__mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t tpu__deadline_ns(uint64_t ns)
+{
+	uint64_t now;
+
+	if (!ns)
+		return 0;
+	now = tpu__mono_ns();
+	return ns > UINT64_MAX - now ? UINT64_MAX : now + ns;
+}
+
+static _Atomic uint32_t *word(struct tpu__waitword *w)
+{
+	return (_Atomic uint32_t *)&w->state;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+void tpu__waitword_post(struct tpu__waitword *w)
+{
+	if (atomic_exchange(word(w), TPU__WW_POSTED) == TPU__WW_SLEEPING)
+		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Learn from one hand-off: @spun_ns until posted, @slept when it was not. */
+static void budget_update(uint64_t spun_ns, bool slept)
+{
+	uint32_t b = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
+	uint64_t want;
+
+	if (slept) {
+		b = b / 2 < SPIN_MIN_NS ? 0 : b / 2;
+	} else {
+		want = spun_ns * 2 < SPIN_MIN_NS ? SPIN_MIN_NS : spun_ns * 2;
+		if (want > SPIN_MAX_NS)
+			want = SPIN_MAX_NS;
+		if (want > b)
+			b = (uint32_t)want;
+	}
+	atomic_store_explicit(&spin_budget_ns, b, memory_order_relaxed);
+}
+
+static bool spin(struct tpu__waitword *w, uint64_t deadline_ns)
+{
+	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
+	uint64_t start, now;
+	unsigned int i;
+
+	if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
+		budget_update(0, false);
+		return true;
+	}
+	if (!budget)
+		return false;
+	start = tpu__mono_ns();
+	for (;;) {
+		for (i = 0; i < 64; i++) {
+			if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
+				budget_update(tpu__mono_ns() - start, false);
+				return true;
+			}
+			cpu_relax();
+		}
+		now = tpu__mono_ns();
+		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
+			return false;
+	}
+}
+
+bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
+{
+	uint32_t expected = TPU__WW_IDLE;
+	struct timespec ts;
+	uint64_t start, now;
+
+	if (spin(w, deadline_ns))
+		return true;
+	/* Announce the sleep; a post that came first wins the exchange. */
+	if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_SLEEPING) &&
+	    expected == TPU__WW_POSTED)
+		return true;
+	start = tpu__mono_ns();
+	for (;;) {
+		if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED)
+			break;
+		now = tpu__mono_ns();
+		if (deadline_ns) {
+			if (now >= deadline_ns)
+				return false;
+			ts.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
+			ts.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+		}
+		syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TPU__WW_SLEEPING,
+			deadline_ns ? &ts : NULL, NULL, 0);
+	}
+	/*
+	 * A post that came soon after we went to sleep says spinning a little
+	 * longer would have paid; a long sleep says it would not.
+	 */
+	now = tpu__mono_ns() - start;
+	budget_update(now, now > SPIN_MAX_NS);
+	return true;
+}

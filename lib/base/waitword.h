@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * A one-shot hand-off between two threads of a process: one thread waits
+ * for the word to be posted, another posts it once.  The waiter spins for
+ * a while (what pays when the poster runs on another core and posts soon)
+ * and then sleeps on a futex; the poster makes a system call only when the
+ * waiter sleeps.  The spin is bounded by what hand-offs took recently and
+ * is skipped while they kept ending in sleep, so a busy machine, where the
+ * poster may not even be running, costs a plain futex wake-up and not a
+ * spinning core.
+ */
+#ifndef TPU_BASE_WAITWORD_H
+#define TPU_BASE_WAITWORD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct tpu__waitword {
+	uint32_t state;		/* atomic access only: TPU__WW_* */
+};
+
+#define TPU__WAITWORD_INIT	{ 0 }
+
+/* Mark @w posted and wake its waiter if it sleeps.  Once per word. */
+void tpu__waitword_post(struct tpu__waitword *w);
+
+/*
+ * Wait until @w is posted, or until @deadline_ns (CLOCK_MONOTONIC, 0 for
+ * none) passes.  True when posted.
+ */
+bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns);
+
+/* CLOCK_MONOTONIC now, in ns; and now + @ns (0 when @ns is 0). */
+uint64_t tpu__mono_ns(void);
+uint64_t tpu__deadline_ns(uint64_t ns);
+
+#endif
