@@ -678,8 +678,14 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
 					      tpu_recv_buffer_cb done, void *arg);
 /**
  * tpu_rendezvous_recv_wait - tpu_rendezvous_recv() that blocks the caller.
+ * @timeout_ns:	0 waits as long as it takes; otherwise, when nothing came
+ *		by then, the receive is withdrawn (as by tpu_rendezvous_cancel(),
+ *		which also cancels this member's other operations on @key) and
+ *		the call returns -ETIMEDOUT.
  * @len:	out, may be NULL: bytes received (the tensor's length on -EMSGSIZE).
  *
+ * The caller spins briefly, then sleeps; a matching send on another thread
+ * of the process wakes it directly, without the context's thread.
  * Errors: -EDEADLK when called on the context's thread (from a callback:
  * the tensor's callback could never run), -ETIMEDOUT, -EMSGSIZE,
  * -ECANCELED, TPU_E_CLOSED, the abort status, and those of
