@@ -6,7 +6,10 @@
  * becomes the op's result.  The module copies once, from the producer's
  * pinned pages into the consumer's; a given buffer of the context's own
  * endpoint is donated instead (its pages change owner), and recv_buffer
- * receives a donated region and maps it.
+ * receives a donated region and maps it.  Tensors of at most KM_SMALL bytes
+ * in memory the module does not know go through a slot of a region the
+ * rendezvous allocated once (a memcpy each side), not through a
+ * registration and a release per operation.
  *
  * Peer death comes from the module (TP_FEAT_MEMBER_DEATH): when a member
  * process dies with its endpoint open, what the others had pending ends
@@ -31,7 +34,20 @@ struct km_state {
 	struct km_regcache cache;
 	bool have_zero;
 	uint32_t zero_region;		/* for empty tensors, which cannot be registered */
+	bool have_small;
+	uint32_t small_region;		/* KM_SMALL_SLOTS slots of KM_SMALL bytes, mapped at small */
+	uint8_t *small;
+	uint64_t small_free;		/* bit i: slot i is free */
 };
+
+/*
+ * Small tensors in memory the module does not know travel through slots of
+ * a region allocated once per rendezvous: a memcpy of at most KM_SMALL
+ * bytes costs far less than pinning and releasing a page per operation.
+ */
+#define KM_SMALL	4096u
+#define KM_SMALL_SLOTS	64u
+#define KM_NO_SLOT	UINT32_MAX
 
 /* One io_uring command: an op's SEND or RECV, or a CANCEL (op NULL). */
 struct km_cmd {
@@ -45,6 +61,7 @@ struct km_cmd {
 	struct tpu_buffer *give;	/* a given buffer copied from: freed at the end */
 	uint8_t *cancel_key;
 	size_t cancel_len;
+	uint32_t slot;			/* a small slot, or KM_NO_SLOT */
 };
 
 static int km_fd(const struct km_state *km)
@@ -76,6 +93,11 @@ static void km_cmd_free(struct km_state *km, struct km_cmd *c)
 {
 	struct tpu_endpoint *ep = tpu__ep_ref_get(km->ep);
 
+	if (c->slot != KM_NO_SLOT) {
+		pthread_mutex_lock(&km->lock);
+		km->small_free |= 1ull << c->slot;
+		pthread_mutex_unlock(&km->lock);
+	}
 	if (c->temp)
 		tpu_region_release(ep, c->temp_region);
 	if (c->give)
@@ -100,6 +122,33 @@ static tpu_status km_zero_region(struct km_state *km, uint32_t *handle)
 	}
 	*handle = km->zero_region;
 	return 0;
+}
+
+/* A free small slot for @c, its region and offset; km->lock held. */
+static bool km_small_slot(struct km_state *km, struct km_cmd *c, uint32_t *region, uint64_t *offset)
+{
+	struct tpu_endpoint *ep = tpu__ep_ref_get(km->ep);
+	uint64_t off;
+	void *addr;
+
+	if (!km->have_small) {
+		if (tpu_region_alloc(ep, KM_SMALL * KM_SMALL_SLOTS, &km->small_region, &off))
+			return false;
+		if (tpu_region_mmap(ep, off, KM_SMALL * KM_SMALL_SLOTS, 0, &addr)) {
+			tpu_region_release(ep, km->small_region);
+			return false;
+		}
+		km->small = addr;
+		km->small_free = KM_SMALL_SLOTS == 64 ? UINT64_MAX : (1ull << KM_SMALL_SLOTS) - 1;
+		km->have_small = true;
+	}
+	if (!km->small_free)
+		return false;
+	c->slot = (uint32_t)__builtin_ctzll(km->small_free);
+	km->small_free &= ~(1ull << c->slot);
+	*region = km->small_region;
+	*offset = (uint64_t)c->slot * KM_SMALL;
+	return true;
 }
 
 /*
@@ -128,6 +177,11 @@ static tpu_status km_locate(struct km_state *km, struct km_cmd *c, const struct 
 			*offset = (uint64_t)((const uint8_t *)t->data -
 					     (const uint8_t *)buf->data);
 		return st;
+	}
+	if (t->len <= KM_SMALL && km_small_slot(km, c, region, offset)) {
+		if (access == TPU_ACCESS_READ)
+			memcpy(km->small + *offset, t->data, t->len);
+		return 0;
 	}
 	st = tpu_region_register(ep, t->data, t->len, access, region);
 	if (!st) {
@@ -187,6 +241,9 @@ static void km_result(struct km_state *km, struct km_cmd *c, int res, uint64_t l
 			op->len = 0;
 		break;
 	case TPU__OP_RECV:
+		/* Into a small slot: now into the caller's memory. */
+		if (res >= 0 && c->slot != KM_NO_SLOT)
+			memcpy(op->tensor.data, km->small + (uint64_t)c->slot * KM_SMALL, op->len);
 		break;
 	case TPU__OP_RECV_BUFFER:
 		if (res >= 0)
@@ -242,6 +299,7 @@ static struct km_cmd *km_cmd_new(struct km_state *km, struct tpu__op *op)
 	if (c) {
 		c->km = km;
 		c->op = op;
+		c->slot = KM_NO_SLOT;
 	}
 	return c;
 }
@@ -431,6 +489,10 @@ static void km_free(struct km_state *km)
 		tpu__km_reg_release_all(&km->cache, ep);
 		if (km->have_zero)
 			tpu_region_release(ep, km->zero_region);
+		if (km->have_small) {
+			munmap(km->small, KM_SMALL * KM_SMALL_SLOTS);
+			tpu_region_release(ep, km->small_region);
+		}
 	}
 	if (km->domain_fd >= 0)
 		close(km->domain_fd);
