@@ -85,7 +85,7 @@ static void budget_update(uint64_t spun_ns, bool slept)
 	atomic_store_explicit(&spin_budget_ns, b, memory_order_relaxed);
 }
 
-static bool spin(struct tpu__waitword *w, uint64_t deadline_ns)
+static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, void (*poll)(void *), void *arg)
 {
 	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
 	uint64_t start, now;
@@ -106,6 +106,8 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns)
 			}
 			cpu_relax();
 		}
+		if (poll)
+			poll(arg);
 		now = tpu__mono_ns();
 		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
 			return false;
@@ -114,11 +116,17 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns)
 
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
 {
+	return tpu__waitword_wait_poll(w, deadline_ns, NULL, NULL);
+}
+
+bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
+			     void (*poll)(void *arg), void *arg)
+{
 	uint32_t expected = TPU__WW_IDLE;
 	struct timespec ts;
 	uint64_t start, now;
 
-	if (spin(w, deadline_ns))
+	if (spin(w, deadline_ns, poll, arg))
 		return true;
 	/* Announce the sleep; a post that came first wins the exchange. */
 	if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_SLEEPING) &&

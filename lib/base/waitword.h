@@ -30,6 +30,14 @@ void tpu__waitword_post(struct tpu__waitword *w);
  */
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns);
 
+/*
+ * tpu__waitword_wait() that, while it spins, calls @poll(@arg) now and
+ * then: the waiter may do the work it waits for itself (see the cma
+ * rendezvous).  @poll must not block.
+ */
+bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
+			     void (*poll)(void *arg), void *arg);
+
 /* CLOCK_MONOTONIC now, in ns; and now + @ns (0 when @ns is 0). */
 uint64_t tpu__mono_ns(void);
 uint64_t tpu__deadline_ns(uint64_t ns);

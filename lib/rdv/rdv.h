@@ -118,6 +118,9 @@ struct tpu__rdv_ops {
 	 * -ECANCELED.  Return the number cancelled, or a negative status. */
 	int (*cancel)(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
 	tpu_status (*abort)(struct tpu_rendezvous *rdv, tpu_status status);
+	/* Optional: move this member's ops along on the calling thread, which
+	 * holds no lock and spins in recv_wait or send_wait; never blocks. */
+	void (*progress)(struct tpu_rendezvous *rdv);
 };
 
 extern const struct tpu__rdv_ops tpu__rdv_inprocess;

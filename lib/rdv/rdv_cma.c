@@ -94,6 +94,7 @@ struct cma_member {
 	struct tpu__cma_who me;
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
 	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
+	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
 	/* The watcher: evfd tells it to look at the members again, or to stop. */
 	pthread_t watcher;
 	int evfd;			/* -1: no watcher */
@@ -781,6 +782,33 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	return st;
 }
 
+/*
+ * The helper's work, on a thread spinning in recv_wait or send_wait, when
+ * the table changed since this member last looked: the waiter claims and
+ * pulls, or sees its send taken, without waiting for the helper to wake.
+ */
+static void cma_progress(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+	struct cma_op *done = NULL, *pulls = NULL;
+	uint32_t seq = tpu__cma_wake_seq(&m->table);
+
+	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_RELAXED))
+		return;
+	if (pthread_mutex_trylock(&m->lock))
+		return;		/* the helper is at it */
+	__atomic_store_n(&m->progress_seen, seq, __ATOMIC_RELAXED);
+	if (!m->closing)
+		scan(m, &done, &pulls);
+	pthread_mutex_unlock(&m->lock);
+	if (!pulls && !done)
+		return;
+	pull_all(m, pulls, &done);
+	if (pulls)
+		tpu__cma_wake(&m->table);
+	complete_all(done, true);
+}
+
 const struct tpu__rdv_ops tpu__rdv_cma = {
 	.impl = TPU_RDV_CMA,
 	.create = cma_create,
@@ -791,4 +819,5 @@ const struct tpu__rdv_ops tpu__rdv_cma = {
 	.recv = cma_recv,
 	.cancel = cma_cancel,
 	.abort = cma_abort,
+	.progress = cma_progress,
 };

@@ -409,10 +409,17 @@ static void send_woken(void *arg, tpu_status status)
  * the result that beat the cancel) and wait for that.  Returns true when
  * the time ran out and the op was cancelled.
  */
+static void progress(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	rdv->ops->progress(rdv);
+}
+
 static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
 			   struct waiter *w, uint64_t deadline_ns)
 {
-	if (tpu__waitword_wait(&w->word, deadline_ns))
+	if (tpu__waitword_wait_poll(&w->word, deadline_ns, rdv->ops->progress ? progress : NULL, rdv))
 		return false;
 	tpu_rendezvous_cancel(rdv, key, key_len);
 	tpu__waitword_wait(&w->word, 0);
