@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <tpu_user.h>
@@ -54,6 +55,20 @@ struct rdv_result {
 	bool failed;
 	double rtt_p50_us, rtt_p90_us;
 	double gbps[NSIZES];
+	const char *ref_name;	/* the same-run reference: memcpy, process_vm_readv */
+	double ref_gbps[NSIZES];
+};
+
+/* A asks B for one raw process_vm_readv of its memory (cma's reference). */
+struct raw_req {
+	uint64_t addr;
+	uint64_t len;
+};
+
+struct raw_ack {
+	uint64_t ns;
+	int32_t status;
+	int32_t pad;
 };
 
 /* What B sends back after each bandwidth transfer. */
@@ -67,8 +82,47 @@ struct ack {
 struct side {
 	const struct rdv_opts *o;
 	struct tpu_rendezvous *rdv;
-	struct tpu_buffer *buf;	/* room for the largest tensor */
+	struct tpu_buffer *buf;	/* kmod: room for the largest tensor, registered */
+	uint8_t *mem;		/* the tensors' memory: buf's, or plain memory */
+	enum tpu_rdv_impl impl;
 };
+
+#define MEM_LEN	(64u << 20)	/* the largest of bw_sizes */
+
+/*
+ * kmod moves tensors between buffers of its endpoint; the others take any
+ * memory, and get what tpbench's raw memcpy and process_vm_readv figures
+ * use (anonymous, transparent huge pages), so that the ratios compare the
+ * rendezvous, not the memory.
+ */
+static tpu_status side_mem_alloc(struct side *s, struct tpu_context *ctx, enum tpu_rdv_impl impl)
+{
+	tpu_status st;
+	void *p;
+
+	if (impl == TPU_RDV_KMOD) {
+		st = tpu_buffer_alloc(ctx, MEM_LEN, &s->buf);
+		if (!st)
+			s->mem = tpu_buffer_data(s->buf);
+		return st;
+	}
+	p = mmap(NULL, MEM_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	madvise(p, MEM_LEN, MADV_HUGEPAGE);
+	s->mem = p;
+	return 0;
+}
+
+static void side_mem_free(struct side *s)
+{
+	if (s->buf)
+		tpu_buffer_free(s->buf);
+	else if (s->mem)
+		munmap(s->mem, MEM_LEN);
+	s->buf = NULL;
+	s->mem = NULL;
+}
 
 /* The bandwidth test's send completes while A already waits for the ack. */
 struct send_done {
@@ -88,7 +142,7 @@ static void on_sent(void *arg, tpu_status status)
 static tpu_status send_sync(struct side *s, const char *key, void *data, size_t len)
 {
 	struct tpu_tensor t = { .data = data, .len = len,
-				.buffer = data == tpu_buffer_data(s->buf) ? s->buf : NULL };
+				.buffer = s->buf && data == s->mem ? s->buf : NULL };
 
 	return tpu_rendezvous_send_wait(s->rdv, key, strlen(key), &t, 0, WAIT_NS);
 }
@@ -106,12 +160,45 @@ static uint8_t pattern(size_t i, size_t size)
 	return (uint8_t)(i * 7 + (i >> 12) + size / 4096 + 1);
 }
 
+/*
+ * B, cma only: time process_vm_readv of A's memory, as asked, straight
+ * into the memory the rendezvous received into: the reference its
+ * bandwidth is compared with in the same run.
+ */
+static tpu_status raw_pulls(struct side *s)
+{
+	unsigned int i, si;
+	char key[64];
+	tpu_status st;
+
+	for (si = 0; si < NSIZES; si++) {
+		for (i = 0; i <= s->o->bw_iters; i++) {
+			struct raw_req q;
+			struct raw_ack a = { 0 };
+			uint64_t t0;
+
+			snprintf(key, sizeof(key), "raw/%zu/%u", bw_sizes[si], i);
+			st = recv_sync(s, key, &q, sizeof(q), NULL);
+			if (st)
+				return st;
+			t0 = now_ns();
+			a.status = tpu_cma_read(getppid(), q.addr, s->mem, (size_t)q.len);
+			a.ns = now_ns() - t0;
+			snprintf(key, sizeof(key), "rawack/%zu/%u", bw_sizes[si], i);
+			st = send_sync(s, key, &a, sizeof(a));
+			if (st)
+				return st;
+		}
+	}
+	return 0;
+}
+
 /* B: answer every ping, then receive every tensor and acknowledge it. */
 static tpu_status responder(struct side *s)
 {
 	unsigned int i, si;
 	char key[64], msg[MSG_LEN];
-	uint8_t *dst = tpu_buffer_data(s->buf);
+	uint8_t *dst = s->mem;
 	tpu_status st;
 
 	for (i = 0; i < WARMUP + s->o->iters; i++) {
@@ -144,7 +231,7 @@ static tpu_status responder(struct side *s)
 				return st ? st : a.status;
 		}
 	}
-	return 0;
+	return s->impl == TPU_RDV_CMA ? raw_pulls(s) : 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -162,12 +249,67 @@ static uint64_t quantile(uint64_t *v, unsigned int n, unsigned int pct)
 	return v[k < n ? k : n - 1];
 }
 
+/*
+ * A, after the rendezvous figures: the same sizes moved the plain way, in
+ * the same run and the same kind of memory: memcpy for inprocess, B's
+ * process_vm_readv of A's memory for cma.  kmod's reference, the module's
+ * raw copy, is in tpbench's default table.  @t has room for bw_iters.
+ */
+static tpu_status measure_reference(struct side *s, struct rdv_result *r, uint64_t *t)
+{
+	unsigned int i, si;
+	uint8_t *dst = NULL;
+	char key[64];
+	tpu_status st = 0;
+
+	if (s->impl == TPU_RDV_INPROCESS) {
+		dst = mmap(NULL, MEM_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (dst == MAP_FAILED)
+			return -errno;
+		madvise(dst, MEM_LEN, MADV_HUGEPAGE);
+		r->ref_name = "memcpy";
+	} else if (s->impl == TPU_RDV_CMA) {
+		r->ref_name = "pvm_readv";
+	} else {
+		return 0;
+	}
+	for (si = 0; !st && si < NSIZES; si++) {
+		size_t size = bw_sizes[si];
+
+		for (i = 0; !st && i <= s->o->bw_iters; i++) {
+			struct raw_req q = { (uintptr_t)s->mem, size };
+			struct raw_ack a = { 0 };
+			uint64_t t0 = now_ns();
+
+			if (dst) {
+				memcpy(dst, s->mem, size);
+				a.ns = now_ns() - t0;
+			} else {
+				snprintf(key, sizeof(key), "raw/%zu/%u", size, i);
+				st = send_sync(s, key, &q, sizeof(q));
+				snprintf(key, sizeof(key), "rawack/%zu/%u", size, i);
+				if (!st)
+					st = recv_sync(s, key, &a, sizeof(a), NULL);
+				if (!st)
+					st = a.status;
+			}
+			if (i > 0)
+				t[i - 1] = a.ns;
+		}
+		if (!st)
+			r->ref_gbps[si] = (double)size / (double)quantile(t, s->o->bw_iters, 50);
+	}
+	if (dst)
+		munmap(dst, MEM_LEN);
+	return st;
+}
+
 /* A: time the round trips and the transfers into @r. */
 static tpu_status measure(struct side *s, struct rdv_result *r)
 {
 	unsigned int n = s->o->iters > s->o->bw_iters ? s->o->iters : s->o->bw_iters;
 	uint64_t *t = calloc(n, sizeof(*t));
-	uint8_t *src = tpu_buffer_data(s->buf);
+	uint8_t *src = s->mem;
 	char key[64], msg[MSG_LEN];
 	unsigned int i, si;
 	tpu_status st = 0;
@@ -225,6 +367,8 @@ static tpu_status measure(struct side *s, struct rdv_result *r)
 		if (!st)
 			r->gbps[si] = (double)size / (double)quantile(t, s->o->bw_iters, 50);
 	}
+	if (!st)
+		st = measure_reference(s, r, t);
 	free(t);
 	return st;
 }
@@ -254,14 +398,15 @@ static int child_main(struct peer *p, void *arg)
 		st = tpu_rendezvous_join(ctx, fd, &s.rdv);
 	if (fd >= 0)
 		close(fd);
+	s.impl = impl;
 	if (!st)
-		st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &s.buf);
+		st = side_mem_alloc(&s, ctx, impl);
 	if (!st)
 		st = responder(&s);
 	if (st)
 		fprintf(stderr, "tpbench rdv: responder: %s (%s)\n", tpu_strerror(st),
 			tpu_status_name(st));
-	tpu_buffer_free(s.buf);
+	side_mem_free(&s);
 	tpu_rendezvous_destroy(s.rdv);
 	tpu_context_destroy(ctx);
 	return st ? 1 : 0;
@@ -270,7 +415,7 @@ static int child_main(struct peer *p, void *arg)
 /* Start B: a thread for inprocess, a child process otherwise. */
 static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_context *ctx)
 {
-	struct side b = { .o = a->o, .rdv = a->rdv };
+	struct side b = { .o = a->o, .rdv = a->rdv, .impl = a->impl };
 	struct peer p = { -1, -1 };
 	pthread_t th;
 	void *ret = NULL;
@@ -278,7 +423,7 @@ static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_cont
 	int fd = -1;
 
 	if (r->impl == TPU_RDV_INPROCESS) {
-		st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &b.buf);
+		st = side_mem_alloc(&b, ctx, r->impl);
 		if (st)
 			return st;
 		st = -pthread_create(&th, NULL, responder_thread, &b);
@@ -289,7 +434,7 @@ static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_cont
 			pthread_join(th, &ret);
 			bst = (tpu_status)(intptr_t)ret;
 		}
-		tpu_buffer_free(b.buf);
+		side_mem_free(&b);
 		return st ? st : bst;
 	}
 	st = tpu_rendezvous_share(a->rdv, &fd);
@@ -315,7 +460,7 @@ static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 {
 	struct tpu_context_options co = { 0 };
 	struct tpu_context *ctx = NULL;
-	struct side a = { .o = o };
+	struct side a = { .o = o, .impl = r->impl };
 	tpu_status st;
 
 	if (r->impl != TPU_RDV_KMOD)
@@ -333,14 +478,14 @@ static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 		tpu_context_destroy(ctx);
 		return;
 	}
-	st = tpu_buffer_alloc(ctx, bw_sizes[NSIZES - 1], &a.buf);
+	st = side_mem_alloc(&a, ctx, r->impl);
 	if (!st)
 		st = run_pair(&a, r, ctx);
 	if (st) {
 		r->failed = true;
 		snprintf(r->why, sizeof(r->why), "%s (%s)", tpu_strerror(st), tpu_status_name(st));
 	}
-	tpu_buffer_free(a.buf);
+	side_mem_free(&a);
 	tpu_rendezvous_destroy(a.rdv);
 	tpu_context_destroy(ctx);
 }
@@ -368,6 +513,15 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 		printf(" %9.1f %9.1f", r->rtt_p50_us, r->rtt_p90_us);
 		for (si = 0; si < NSIZES; si++)
 			printf(" %9.2f", r->gbps[si]);
+		printf("\n");
+		if (!r->ref_name)
+			continue;
+		printf("  %-18s %9s", r->ref_name, "");
+		for (si = 0; si < NSIZES; si++)
+			printf(" %9.2f", r->ref_gbps[si]);
+		printf("\n  %-18s %9s", "ratio", "");
+		for (si = 0; si < NSIZES; si++)
+			printf(" %8.2fx", r->ref_gbps[si] > 0 ? r->gbps[si] / r->ref_gbps[si] : 0.0);
 		printf("\n");
 	}
 }
@@ -403,6 +557,17 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 				json_double(&j, size, r->gbps[si], 3);
 			}
 			json_object_end(&j);
+			if (r->ref_name) {
+				json_object_begin(&j, "reference");
+				json_string(&j, "name", r->ref_name);
+				json_object_begin(&j, "gbps");
+				for (si = 0; si < NSIZES; si++) {
+					snprintf(size, sizeof(size), "%zu", bw_sizes[si]);
+					json_double(&j, size, r->ref_gbps[si], 3);
+				}
+				json_object_end(&j);
+				json_object_end(&j);
+			}
 		}
 		json_object_end(&j);
 	}
