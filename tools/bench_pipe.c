@@ -54,6 +54,7 @@ struct pipe_opts {
 	unsigned int iters;
 	unsigned int bw_iters;
 	bool json;
+	bool rtt_only;			/* bench_pipe_rtt(): no bandwidth */
 };
 
 /* ---- the answering side (child) ---------------------------------------- */
@@ -339,7 +340,7 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 		snprintf(r->chan, sizeof(r->chan), "%s",
 			 tpu_pipe_channel(c.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU));
 	}
-	for (int i = 0; !st && i < NSIZES; i++) {
+	for (int i = 0; !st && !o->rtt_only && i < NSIZES; i++) {
 		/*
 		 * Warm up with at least 4 MiB: the first MiB through a new shm
 		 * connection goes several times slower (see benchmarks.rst).
@@ -357,6 +358,21 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 	free(c.samples);
 	free(c.src);
 	sem_destroy(&c.done);
+	return st;
+}
+
+tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iters,
+			  double *p50_us, char *negotiated, size_t negotiated_len)
+{
+	const struct pair pr = { xport, chan };
+	struct pipe_opts o = { .iters = iters, .bw_iters = 1, .rtt_only = true };
+	struct pair_result r;
+	tpu_status st = bench_pair(&pr, &o, &r);
+
+	if (!st) {
+		*p50_us = r.p50_us;
+		snprintf(negotiated, negotiated_len, "%s/%s", r.xport, r.chan);
+	}
 	return st;
 }
 

@@ -29,6 +29,7 @@
 
 #include <tpu_user.h>
 
+#include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "json.h"
 #include "peer.h"
@@ -41,11 +42,20 @@
 
 static const size_t bw_sizes[NSIZES] = { 64u << 10, 1u << 20, 16u << 20, 64u << 20 };
 
+/* A pipe's round trip in the same run: what the rendezvous is held against. */
+struct pipe_ref {
+	const char *chan;		/* asked for: cma, kmod */
+	bool ran;
+	char got[32];			/* negotiated transport/channel, or why not */
+	double p50_us;
+};
+
 struct rdv_opts {
 	bool want[4];		/* by enum tpu_rdv_impl */
 	unsigned int iters;	/* round trips */
 	unsigned int bw_iters;	/* timed transfers per size */
 	bool json;
+	struct pipe_ref pipes[2];	/* shm with cma, shm with kmod */
 };
 
 struct rdv_result {
@@ -490,6 +500,14 @@ static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 	tpu_context_destroy(ctx);
 }
 
+/* The pipe reference of @impl's round trip, or NULL. */
+static const struct pipe_ref *pipe_ref_of(const struct rdv_opts *o, enum tpu_rdv_impl impl)
+{
+	const struct pipe_ref *p = &o->pipes[impl == TPU_RDV_KMOD ? 1 : 0];
+
+	return p->chan && p->ran ? p : NULL;
+}
+
 static void print_table(const struct rdv_result *res, unsigned int n, const struct rdv_opts *o)
 {
 	char sz[32];
@@ -522,6 +540,25 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 		printf("\n  %-18s %9s", "ratio", "");
 		for (si = 0; si < NSIZES; si++)
 			printf(" %8.2fx", r->ref_gbps[si] > 0 ? r->gbps[si] / r->ref_gbps[si] : 0.0);
+		printf("\n");
+	}
+	printf("\nround trip against a pipe between two processes, same run (p50):\n");
+	for (i = 0; i < 2; i++) {
+		const struct pipe_ref *p = &o->pipes[i];
+
+		if (!p->chan)
+			continue;
+		if (!p->ran) {
+			printf("  pipe shm/%s: not run: %s\n", p->chan, p->got);
+			continue;
+		}
+		printf("  pipe %-12s %9.1f us:", p->got, p->p50_us);
+		for (unsigned int k = 0; k < n; k++) {
+			if (pipe_ref_of(o, res[k].impl) != p || res[k].skipped || res[k].failed)
+				continue;
+			printf("  %s %.2fx", tpu_rdv_impl_name(res[k].impl),
+			       res[k].rtt_p50_us / p->p50_us);
+		}
 		printf("\n");
 	}
 }
@@ -557,6 +594,12 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 				json_double(&j, size, r->gbps[si], 3);
 			}
 			json_object_end(&j);
+			if (pipe_ref_of(o, r->impl)) {
+				json_object_begin(&j, "pipe_reference");
+				json_string(&j, "pipe", pipe_ref_of(o, r->impl)->got);
+				json_double(&j, "rtt_p50_us", pipe_ref_of(o, r->impl)->p50_us, 2);
+				json_object_end(&j);
+			}
 			if (r->ref_name) {
 				json_object_begin(&j, "reference");
 				json_string(&j, "name", r->ref_name);
@@ -608,6 +651,32 @@ static int parse_impls(char *list, bool *want)
 	return 0;
 }
 
+/*
+ * The shm pipe's round trip, with the cma channel (the reference of
+ * inprocess and cma) and, where kmod ran, with the kmod channel.
+ */
+static void measure_pipes(struct rdv_opts *o, const struct rdv_result *res, unsigned int n)
+{
+	bool kmod_ran = false;
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		kmod_ran |= res[i].impl == TPU_RDV_KMOD && !res[i].skipped && !res[i].failed;
+	o->pipes[0].chan = "cma";
+	o->pipes[1].chan = kmod_ran ? "kmod" : NULL;
+	for (i = 0; i < 2; i++) {
+		struct pipe_ref *p = &o->pipes[i];
+		tpu_status st;
+
+		if (!p->chan)
+			continue;
+		st = bench_pipe_rtt("shm", p->chan, o->iters, &p->p50_us, p->got, sizeof(p->got));
+		p->ran = !st;
+		if (st)
+			snprintf(p->got, sizeof(p->got), "%s", tpu_status_name(st));
+	}
+}
+
 int bench_rdv_main(int argc, char **argv)
 {
 	static const enum tpu_rdv_impl order[] = { TPU_RDV_INPROCESS, TPU_RDV_KMOD, TPU_RDV_CMA };
@@ -648,6 +717,7 @@ int bench_rdv_main(int argc, char **argv)
 			rc = 1;
 		n++;
 	}
+	measure_pipes(&o, res, n);
 	if (o.json)
 		print_json(res, n, &o);
 	else
