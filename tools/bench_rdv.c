@@ -31,6 +31,7 @@
 
 #include "bench_pipe.h"
 #include "bench_rdv.h"
+#include "hog.h"
 #include "json.h"
 #include "peer.h"
 #include "units.h"
@@ -56,6 +57,9 @@ struct rdv_opts {
 	unsigned int bw_iters;	/* timed transfers per size */
 	bool json;
 	struct pipe_ref pipes[2];	/* shm with cma, shm with kmod */
+	unsigned int hogs;		/* --hog N */
+	double futex_us;		/* the blocking reference's round trip */
+	double loadavg;			/* 1-minute load when the run began */
 };
 
 struct rdv_result {
@@ -542,6 +546,15 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 			printf(" %8.2fx", r->ref_gbps[si] > 0 ? r->gbps[si] / r->ref_gbps[si] : 0.0);
 		printf("\n");
 	}
+	printf("\nload: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
+	       o->hogs, o->loadavg);
+	printf("round trip of a blocking futex ping-pong between two processes: %.1f us;"
+	       " rendezvous/futex:", o->futex_us);
+	for (i = 0; i < n; i++) {
+		if (!res[i].skipped && !res[i].failed && o->futex_us > 0)
+			printf("  %s %.2fx", tpu_rdv_impl_name(res[i].impl),
+			       res[i].rtt_p50_us / o->futex_us);
+	}
 	printf("\nround trip against a pipe between two processes, same run (p50):\n");
 	for (i = 0; i < 2; i++) {
 		const struct pipe_ref *p = &o->pipes[i];
@@ -575,6 +588,9 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 	json_u64(&j, "msg_bytes", MSG_LEN);
 	json_u64(&j, "iters", o->iters);
 	json_u64(&j, "bw_iters", o->bw_iters);
+	json_u64(&j, "hogs", o->hogs);
+	json_double(&j, "loadavg_1min", o->loadavg, 2);
+	json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
 	json_array_begin(&j, "results");
 	for (i = 0; i < n; i++) {
 		const struct rdv_result *r = &res[i];
@@ -622,12 +638,14 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--json]\n"
+"usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--hog N] [--json]\n"
 "--impl LIST  comma-separated implementations (default all); one that cannot\n"
 "             run here is skipped with the library's reason\n"
 "--iters N    round trips of the 64-byte latency test (default 100); each\n"
 "             bandwidth size runs N/10 timed transfers (3 to 20) after one\n"
 "             checked warm-up\n"
+"--hog N      N busy processes run during the measurements (a loaded machine);\n"
+"             a plain blocking futex ping-pong is measured as the reference\n"
 "--json       print the results as JSON instead of a table\n");
 }
 
@@ -682,6 +700,7 @@ int bench_rdv_main(int argc, char **argv)
 	static const enum tpu_rdv_impl order[] = { TPU_RDV_INPROCESS, TPU_RDV_KMOD, TPU_RDV_CMA };
 	struct rdv_opts o = { .want = { false, true, true, true }, .iters = 100 };
 	struct rdv_result res[3];
+	struct hogs hogs = { 0 };
 	unsigned int i, n = 0;
 	int rc = 0;
 
@@ -694,6 +713,9 @@ int bench_rdv_main(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--json")) {
 			o.json = true;
+		} else if (v && !strcmp(a, "--hog") && !parse_size(v, &num) && num <= HOG_MAX) {
+			o.hogs = (unsigned int)num;
+			i++;
 		} else if (v && !strcmp(a, "--impl") && !parse_impls(argv[i + 1], o.want)) {
 			i++;
 		} else if (v && !strcmp(a, "--iters") && !parse_size(v, &num) && num >= 1 &&
@@ -707,6 +729,13 @@ int bench_rdv_main(int argc, char **argv)
 		}
 	}
 	o.bw_iters = o.iters / 10 < 3 ? 3 : o.iters / 10 > 20 ? 20 : o.iters / 10;
+	if (getloadavg(&o.loadavg, 1) != 1)
+		o.loadavg = -1;
+	if (o.hogs && hogs_start(&hogs, o.hogs)) {
+		fprintf(stderr, "tpbench rdv: cannot start %u busy processes\n", o.hogs);
+		return 1;
+	}
+	o.futex_us = futex_pingpong_us(o.iters);
 	for (i = 0; i < 3; i++) {
 		if (!o.want[order[i]])
 			continue;
@@ -718,6 +747,7 @@ int bench_rdv_main(int argc, char **argv)
 		n++;
 	}
 	measure_pipes(&o, res, n);
+	hogs_stop(&hogs);
 	if (o.json)
 		print_json(res, n, &o);
 	else
