@@ -135,6 +135,7 @@ int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg)
 		err = -EBUSY;
 	} else {
 		kref_get(&dom->ref);
+		ep->member = arg->flags & TP_DOMAIN_ATTACH_MEMBER;
 		/* Pairs with tp_endpoint_domain(): readers see a whole domain. */
 		smp_store_release(&ep->domain, dom);
 		arg->id = dom->id;
@@ -195,11 +196,12 @@ int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg)
  * tp_domain_member_died() - end what the other members wait for.
  * @ep:		an endpoint whose opener is exiting with it open.
  *
- * Every RECV of another endpoint waiting in the domain returns
- * -EOWNERDEAD, every unclaimed SEND of another endpoint completes with it:
- * the dead member may have been the producer or the consumer they waited
- * for, and nobody can tell which.  SENDs being delivered finish normally;
- * the dead member's own operations end with its endpoint.  Only once per
+ * When @ep is a member, every RECV of another member's endpoint waiting in
+ * the domain returns -EOWNERDEAD, every unclaimed SEND of another member's
+ * endpoint completes with it: the dead member may have been the producer
+ * or the consumer they waited for, and nobody can tell which.  SENDs being
+ * delivered finish normally; the dead member's own operations end with its
+ * endpoint.  Endpoints that are no members are left alone.  Only once per
  * endpoint.
  */
 void tp_domain_member_died(struct tp_endpoint *ep)
@@ -211,7 +213,7 @@ void tp_domain_member_died(struct tp_endpoint *ep)
 	LIST_HEAD(failed);
 	int bkt, woken = 0;
 
-	if (!dom)
+	if (!dom || !ep->member)
 		return;
 	mutex_lock(&dom->lock);
 	if (ep->died) {
@@ -220,11 +222,11 @@ void tp_domain_member_died(struct tp_endpoint *ep)
 	}
 	ep->died = true;
 	hash_for_each_safe(dom->slots, bkt, n, slot, node) {
-		if (slot->ep != ep && !slot->claimed)
+		if (slot->ep != ep && slot->ep->member && !slot->claimed)
 			tp_slot_unpublish(dom, slot, &failed);
 	}
 	hash_for_each(dom->waiters, bkt, w, node) {
-		if (w->ep != ep && w->event >= 0) {
+		if (w->ep != ep && w->ep->member && w->event >= 0) {
 			tp_waiter_signal(w, -EOWNERDEAD);
 			woken++;
 		}

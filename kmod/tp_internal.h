@@ -163,9 +163,11 @@ struct tp_region {
  *		lock.
  * @urecvs:	this endpoint's io_uring RECVs waiting for a key; protected
  *		by the domain's lock.
- * @died:	the opener died with the endpoint open, and the other
- *		endpoints' pending operations were ended; protected by the
- *		domain's lock.
+ * @member:	attached with TP_DOMAIN_ATTACH_MEMBER; set once under
+ *		@domain_lock before @domain is published.
+ * @died:	the opener, a member, died with the endpoint open, and the
+ *		other members' pending operations were ended; protected by
+ *		the domain's lock.
  * @monitor:	on kernels that do not cancel uring_cmds themselves, runs
  *		while io_uring commands are pending, to fail those whose task
  *		exits or whose ring is closed (see tp_uring.c).
@@ -188,6 +190,7 @@ struct tp_endpoint {
 	struct list_head sends;
 	bool withdrawn;
 	struct list_head urecvs;
+	bool member;
 	bool died;
 	struct delayed_work monitor;
 };

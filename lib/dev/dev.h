@@ -29,4 +29,7 @@ tpu_status tpu__get_info(int fd, struct tpu_info *info);
 /* Open the device node as a status, mapping a missing node to TPU_E_NO_DEVICE. */
 tpu_status tpu__open_device(const char *dev_path, int *fd);
 
+/* tpu_domain_attach() with TP_DOMAIN_ATTACH_* @flags (domain.c). */
+tpu_status tpu__domain_attach(struct tpu_endpoint *ep, int domain_fd, uint32_t flags, uint64_t *id);
+
 #endif /* TPU_DEV_H */

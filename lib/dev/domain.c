@@ -23,6 +23,11 @@ TPU_API tpu_status tpu_domain_create(struct tpu_endpoint *ep, int *domain_fd, ui
 
 TPU_API tpu_status tpu_domain_attach(struct tpu_endpoint *ep, int domain_fd, uint64_t *id)
 {
+	return tpu__domain_attach(ep, domain_fd, 0, id);
+}
+
+tpu_status tpu__domain_attach(struct tpu_endpoint *ep, int domain_fd, uint32_t flags, uint64_t *id)
+{
 	struct tp_domain_attach da;
 	tpu_status st;
 
@@ -30,6 +35,7 @@ TPU_API tpu_status tpu_domain_attach(struct tpu_endpoint *ep, int domain_fd, uin
 		return -EINVAL;
 	memset(&da, 0, sizeof(da));
 	da.fd = domain_fd;
+	da.flags = flags;
 	st = tpu__ioctl(ep, TP_IOC_DOMAIN_ATTACH, &da);
 	if (!st && id)
 		*id = da.id;

@@ -11,9 +11,10 @@
  * rendezvous allocated once (a memcpy each side), not through a
  * registration and a release per operation.
  *
- * Peer death comes from the module (TP_FEAT_MEMBER_DEATH): when a member
- * process dies with its endpoint open, what the others had pending ends
- * with -EOWNERDEAD, reported as TPU_E_PEER_GONE, as the cma rendezvous does.
+ * Peer death comes from the module (TP_FEAT_MEMBER_DEATH): every member
+ * attaches with TP_DOMAIN_ATTACH_MEMBER, and when a member process dies
+ * with its endpoint open, what the others had pending ends with
+ * -EOWNERDEAD, reported as TPU_E_PEER_GONE, as the cma rendezvous does.
  */
 #include <fcntl.h>
 #include <liburing.h>
@@ -32,6 +33,7 @@ struct km_state {
 	struct km_cmd *cmds;		/* commands whose CQE is due */
 	bool closing;
 	struct km_regcache cache;
+	uint64_t features;		/* the module's TPU_FEAT_* */
 	bool have_zero;
 	uint32_t zero_region;		/* for empty tensors, which cannot be registered */
 	bool have_small;
@@ -478,6 +480,7 @@ static tpu_status km_endpoint(struct km_state *km)
 	st = tpu_endpoint_info(tpu__ep_ref_get(km->ep), &info);
 	if (!st && !(info.features & TPU_FEAT_URING_CMD))
 		st = -EOPNOTSUPP;
+	km->features = info.features;
 	return st;
 }
 
@@ -520,7 +523,10 @@ static tpu_status km_start(struct tpu_rendezvous *rdv, int join_fd)
 			st = tpu__errno();
 	}
 	if (!st)
-		st = tpu_domain_attach(tpu__ep_ref_get(km->ep), km->domain_fd, NULL);
+		/* As a member, so that a dead peer's ops end (TP_FEAT_MEMBER_DEATH). */
+		st = tpu__domain_attach(tpu__ep_ref_get(km->ep), km->domain_fd,
+					(km->features & TPU_FEAT_MEMBER_DEATH) ?
+					TP_DOMAIN_ATTACH_MEMBER : 0, NULL);
 	if (st) {
 		km_free(km);
 		return st;

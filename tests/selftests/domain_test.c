@@ -111,9 +111,9 @@ TEST_F(domain, create_without_free_descriptor_fails_emfile)
 	EXPECT_EQ(0, tpt_domain_create(self->fd, &dfd, NULL));
 }
 
-TEST_F(domain, attach_with_nonzero_flags_fails_einval)
+TEST_F(domain, attach_with_unknown_flags_fails_einval)
 {
-	struct tp_domain_attach a = { .flags = 1 };
+	struct tp_domain_attach a = { .flags = ~TP_DOMAIN_ATTACH_FLAGS_ALL };
 	int dfd;
 
 	ASSERT_EQ(0, tpt_domain_create(self->fd, &dfd, NULL));

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * Members of a domain that die (TP_FEAT_MEMBER_DEATH): a forked child
- * attaches its own endpoint through the inherited domain descriptor and
- * dies with it open; what the parent's endpoints had pending ends at once
- * with -EOWNERDEAD.  An orderly close, and the exit of a child that only
- * inherited the parent's endpoint, are no deaths.
+ * Members of a domain that die (TP_DOMAIN_ATTACH_MEMBER,
+ * TP_FEAT_MEMBER_DEATH): a forked child attaches its own endpoint as a
+ * member through the inherited domain descriptor and dies with it open;
+ * what the parent's member endpoints had pending ends at once with
+ * -EOWNERDEAD.  An orderly close, the exit of a child that only inherited
+ * the parent's endpoints, and the death of an endpoint attached without the
+ * flag are no deaths; endpoints attached without it hear of none.
  */
 #include <errno.h>
 #include <signal.h>
@@ -19,7 +21,7 @@
 #define LEN	(64 * TPT_KIB)
 
 /* How the child leaves after attaching and, if asked, seeing a waiter. */
-enum member_end { DIE_KILLED, DIE_EXIT, CLOSE_THEN_LIVE };
+enum member_end { DIE_KILLED, DIE_EXIT, CLOSE_THEN_LIVE, NON_MEMBER_DIES };
 
 FIXTURE(member)
 {
@@ -28,9 +30,20 @@ FIXTURE(member)
 	int go[2];		/* parent -> child: leave now */
 };
 
+/* The parent's pair: members, or not. */
+FIXTURE_VARIANT(member)
+{
+	uint32_t pair_flags;
+};
+
+FIXTURE_VARIANT_ADD(member, members)
+{
+	.pair_flags = TP_DOMAIN_ATTACH_MEMBER,
+};
+
 FIXTURE_SETUP(member)
 {
-	ASSERT_EQ(0, tpt_pair_open(&self->p, LEN));
+	ASSERT_EQ(0, tpt_pair_open_flags(&self->p, LEN, variant->pair_flags));
 	ASSERT_EQ(0, pipe(self->ready));
 	ASSERT_EQ(0, pipe(self->go));
 }
@@ -50,15 +63,16 @@ FIXTURE_TEARDOWN(member)
  */
 static void member_child(FIXTURE_DATA(member) *self, enum member_end end)
 {
+	uint32_t flags = end == NON_MEMBER_DIES ? 0 : TP_DOMAIN_ATTACH_MEMBER;
 	int ep = tpt_open();
 
-	if (ep < 0 || tpt_domain_attach(ep, self->p.domain_fd, NULL))
+	if (ep < 0 || tpt_domain_attach_flags(ep, self->p.domain_fd, flags, NULL))
 		_exit(1);
 	if (end == CLOSE_THEN_LIVE)
 		close(ep);
 	if (tpt_notify(self->ready[1]) || tpt_wait_notify(self->go[0], TPT_SAFETY_TIMEOUT_MS))
 		_exit(2);
-	if (end == DIE_KILLED)
+	if (end == DIE_KILLED || end == NON_MEMBER_DIES)
 		raise(SIGKILL);
 	if (end == CLOSE_THEN_LIVE) {
 		/* Alive, detached, until the parent says so. */
@@ -246,6 +260,90 @@ TEST_F(member, debugfs_counts_what_a_death_ended)
 	EXPECT_EQ(-EOWNERDEAD, c.status);
 	ASSERT_EQ(0, tpt_stat("err_member_died", &after));
 	EXPECT_EQ(before + 1, after);
+}
+
+TEST_F(member, death_of_an_endpoint_attached_without_the_flag_ends_nothing)
+{
+	uint64_t len = 0;
+	pid_t pid;
+	int st;
+
+	TPT_REQUIRE_FEATURES(self->p.info, TP_FEAT_MEMBER_DEATH);
+	ASSERT_EQ(0, tpt_send(self->p.prod, "kept", self->p.src, 0, LEN, 4));
+	pid = start_member(self, NON_MEMBER_DIES);
+	ASSERT_LT(0, pid);
+	ASSERT_EQ(0, tpt_wait_notify(self->ready[0], TPT_SAFETY_TIMEOUT_MS));
+	ASSERT_EQ(0, tpt_notify(self->go[1]));
+	ASSERT_EQ(0, tpt_wait_child(pid, TPT_SAFETY_TIMEOUT_MS, &st));
+	EXPECT_TRUE(WIFSIGNALED(st));
+	EXPECT_EQ(0, tpt_readable_now(self->p.prod));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "kept", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, &len));
+	EXPECT_TRUE(tpt_check(self->p.dbuf, LEN, TPT_SEED_SRC));
+}
+
+TEST_F(member, unknown_attach_flag_fails_einval_and_leaves_the_endpoint_detached)
+{
+	int ep = tpt_open();
+
+	ASSERT_LE(0, ep);
+	EXPECT_EQ(-EINVAL, tpt_domain_attach_flags(ep, self->p.domain_fd,
+						   TP_DOMAIN_ATTACH_MEMBER << 1, NULL));
+	EXPECT_EQ(0, tpt_domain_attach_flags(ep, self->p.domain_fd, TP_DOMAIN_ATTACH_MEMBER, NULL));
+	close(ep);
+}
+
+/* The same deaths, heard by endpoints that did not attach as members. */
+FIXTURE(bystander)
+{
+	struct tpt_pair p;
+	int ready[2];
+	int go[2];
+};
+
+FIXTURE_SETUP(bystander)
+{
+	ASSERT_EQ(0, tpt_pair_open(&self->p, LEN));
+	ASSERT_EQ(0, pipe(self->ready));
+	ASSERT_EQ(0, pipe(self->go));
+}
+
+FIXTURE_TEARDOWN(bystander)
+{
+	tpt_pair_close(&self->p);
+	close(self->ready[0]);
+	close(self->ready[1]);
+	close(self->go[0]);
+	close(self->go[1]);
+}
+
+TEST_F(bystander, endpoints_attached_without_the_flag_hear_of_no_death)
+{
+	uint64_t len = 0;
+	pid_t pid;
+	int st;
+
+	TPT_REQUIRE_FEATURES(self->p.info, TP_FEAT_MEMBER_DEATH);
+	ASSERT_EQ(0, tpt_send(self->p.prod, "not-for-the-dead", self->p.src, 0, LEN, 6));
+	pid = tpt_fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		int ep = tpt_open();
+
+		if (ep < 0 || tpt_domain_attach_flags(ep, self->p.domain_fd,
+						      TP_DOMAIN_ATTACH_MEMBER, NULL))
+			_exit(1);
+		raise(SIGKILL);
+	}
+	ASSERT_EQ(0, tpt_wait_child(pid, TPT_SAFETY_TIMEOUT_MS, &st));
+	EXPECT_TRUE(WIFSIGNALED(st));
+	/* A member died; these endpoints are none: the SEND stays, a RECV times out. */
+	EXPECT_EQ(0, tpt_readable_now(self->p.prod));
+	EXPECT_EQ(-ETIMEDOUT, tpt_recv(self->p.cons, "nobody", self->p.dst, 0, LEN,
+				       200 * TPT_NSEC_PER_MSEC, &len));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "not-for-the-dead", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, &len));
+	EXPECT_TRUE(tpt_check(self->p.dbuf, LEN, TPT_SEED_SRC));
 }
 
 TEST_HARNESS_MAIN

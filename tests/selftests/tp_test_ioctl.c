@@ -44,7 +44,12 @@ int tpt_domain_create(int fd, int *domain_fd, uint64_t *id)
 
 int tpt_domain_attach(int fd, int domain_fd, uint64_t *id)
 {
-	struct tp_domain_attach a = { .fd = domain_fd };
+	return tpt_domain_attach_flags(fd, domain_fd, 0, id);
+}
+
+int tpt_domain_attach_flags(int fd, int domain_fd, uint32_t flags, uint64_t *id)
+{
+	struct tp_domain_attach a = { .fd = domain_fd, .flags = flags };
 	int ret = tpt_ioctl(fd, TP_IOC_DOMAIN_ATTACH, &a);
 
 	if (!ret && id)

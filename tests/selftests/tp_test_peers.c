@@ -16,6 +16,11 @@
 
 int tpt_pair_open(struct tpt_pair *p, uint64_t len)
 {
+	return tpt_pair_open_flags(p, len, 0);
+}
+
+int tpt_pair_open_flags(struct tpt_pair *p, uint64_t len, uint32_t flags)
+{
 	int ret;
 
 	memset(p, 0, sizeof(*p));
@@ -35,10 +40,10 @@ int tpt_pair_open(struct tpt_pair *p, uint64_t len)
 	ret = tpt_domain_create(p->prod, &p->domain_fd, &p->domain_id);
 	if (ret)
 		return ret;
-	ret = tpt_domain_attach(p->prod, p->domain_fd, NULL);
+	ret = tpt_domain_attach_flags(p->prod, p->domain_fd, flags, NULL);
 	if (ret)
 		return ret;
-	ret = tpt_domain_attach(p->cons, p->domain_fd, NULL);
+	ret = tpt_domain_attach_flags(p->cons, p->domain_fd, flags, NULL);
 	if (ret)
 		return ret;
 	p->sbuf = tpt_map(len);

@@ -43,6 +43,7 @@ int tpt_ioctl(int fd, unsigned long cmd, void *arg);
 int tpt_get_info(int fd, struct tp_info *info);
 int tpt_domain_create(int fd, int *domain_fd, uint64_t *id);
 int tpt_domain_attach(int fd, int domain_fd, uint64_t *id);
+int tpt_domain_attach_flags(int fd, int domain_fd, uint32_t flags, uint64_t *id);
 int tpt_register(int fd, const void *addr, uint64_t len, uint32_t access,
 		 uint32_t *handle);
 int tpt_alloc(int fd, uint64_t len, uint32_t *handle, uint64_t *mmap_offset);
@@ -166,6 +167,8 @@ struct tpt_pair {
 };
 
 int tpt_pair_open(struct tpt_pair *p, uint64_t len);
+/* The same, both endpoints attached with TP_DOMAIN_ATTACH_* @flags. */
+int tpt_pair_open_flags(struct tpt_pair *p, uint64_t len, uint32_t flags);
 void tpt_pair_close(struct tpt_pair *p);
 
 /*

@@ -39,13 +39,14 @@
  * with the SEND's user_data by read() on the endpoint; poll() reports EPOLLIN
  * while completions are queued.
  *
- * A *member* of a domain is the process that opened an attached endpoint.
- * When a member dies (its last thread exits with the endpoint still open;
- * a close() or an execve() is an orderly leave), everything that the other
- * endpoints of the domain had pending at that moment ends with -EOWNERDEAD:
- * their waiting RECVs return it and their unclaimed SENDs complete with it.
- * A RECV copying from the dead member's pages, which stay pinned, still
- * completes.  Operations started afterwards behave as usual
+ * An endpoint attached with TP_DOMAIN_ATTACH_MEMBER makes its opener a
+ * *member* of the domain.  When a member dies (its last thread exits with
+ * the endpoint still open; a close() is an orderly leave), everything the
+ * other members' endpoints had pending at that moment ends with
+ * -EOWNERDEAD: their waiting RECVs return it and their unclaimed SENDs
+ * complete with it.  A RECV copying from the dead member's pages, which stay
+ * pinned, still completes.  Operations started afterwards behave as usual.
+ * Endpoints attached without the flag neither report nor hear of deaths
  * (TP_FEAT_MEMBER_DEATH).
  *
  * Conventions
@@ -158,8 +159,9 @@
  */
 #define TP_FEAT_DMABUF			_BITULL(6)
 /**
- * define TP_FEAT_MEMBER_DEATH - the death of a domain's member ends the
- * other members' pending operations with -EOWNERDEAD (see Domains above)
+ * define TP_FEAT_MEMBER_DEATH - TP_DOMAIN_ATTACH_MEMBER is accepted, and
+ * the death of a domain's member ends the other members' pending
+ * operations with -EOWNERDEAD (see Domains above)
  */
 #define TP_FEAT_MEMBER_DEATH		_BITULL(7)
 
@@ -279,7 +281,7 @@ struct tp_domain_create {
 /**
  * struct tp_domain_attach - join a domain (TP_IOC_DOMAIN_ATTACH).
  * @fd:		in: a domain file descriptor from TP_IOC_DOMAIN_CREATE.
- * @flags:	in: must be 0.
+ * @flags:	in: 0 or TP_DOMAIN_ATTACH_MEMBER.
  * @id:		out: domain id.
  */
 struct tp_domain_attach {
@@ -423,9 +425,15 @@ struct tp_recv {
  */
 #define TP_DOMAIN_CREATE_FLAGS_ALL	0
 /**
- * define TP_DOMAIN_ATTACH_FLAGS_ALL - flags of struct tp_domain_attach (none yet)
+ * define TP_DOMAIN_ATTACH_MEMBER - attach as a member, whose opener's death
+ * ends the other members' pending operations, and theirs this endpoint's,
+ * with -EOWNERDEAD (TP_FEAT_MEMBER_DEATH)
  */
-#define TP_DOMAIN_ATTACH_FLAGS_ALL	0
+#define TP_DOMAIN_ATTACH_MEMBER		(1U << 0)
+/**
+ * define TP_DOMAIN_ATTACH_FLAGS_ALL - flags of struct tp_domain_attach
+ */
+#define TP_DOMAIN_ATTACH_FLAGS_ALL	TP_DOMAIN_ATTACH_MEMBER
 /**
  * define TP_ABORT_FLAGS_ALL - flags of struct tp_abort (none yet)
  */
@@ -564,7 +572,8 @@ struct tp_region_import {
  * @status:	0 when the consumer took the tensor; -ECANCELED after
  *		TP_IOC_CANCEL; the abort status after TP_IOC_ABORT;
  *		-EOWNERDEAD when another member of the domain died while
- *		the SEND was pending; -ENODEV as TP_IOC_RECV says.
+ *		the SEND was pending (TP_DOMAIN_ATTACH_MEMBER); -ENODEV as
+ *		TP_IOC_RECV says.
  * @op:		TP_OP_SEND.
  * @len:	bytes delivered (0 unless @status is 0).
  * @reserved:	0.
@@ -631,7 +640,7 @@ struct tp_completion {
 /**
  * define TP_IOC_DOMAIN_ATTACH - attach this endpoint to a domain.
  *
- * Errors: -EINVAL (flags non-zero, or @fd is not a domain descriptor),
+ * Errors: -EINVAL (unknown flags, or @fd is not a domain descriptor),
  * -EBADF (@fd is not open), -EBUSY (the endpoint is already attached).
  */
 #define TP_IOC_DOMAIN_ATTACH	_IOWR(TP_IOC_MAGIC, 0x05, struct tp_domain_attach)
@@ -670,7 +679,8 @@ struct tp_completion {
  * io_uring command only: the user's max_user_ops is reached), -ENODEV (the
  * destination is an import its exporter revoked; or the tensor's source is,
  * and then the SEND completes with -ENODEV too), -EOWNERDEAD (another
- * member of the domain died while this RECV waited), or the domain's abort
+ * member of the domain died while this RECV waited; only for an endpoint
+ * attached with TP_DOMAIN_ATTACH_MEMBER), or the domain's abort
  * status.  A tensor whose producer closed its endpoint while
  * this RECV was copying it is not offered again when the copy fails: it is
  * gone with its producer.
