@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <tpu_user.h>
@@ -68,6 +69,7 @@ struct rdv_result {
 	char why[360];
 	bool failed;
 	double rtt_p50_us, rtt_p90_us;
+	double idle_cpu_pct;	/* this process's CPU while the rendezvous idles */
 	double gbps[NSIZES];
 	const char *ref_name;	/* the same-run reference: memcpy, process_vm_readv */
 	double ref_gbps[NSIZES];
@@ -469,6 +471,28 @@ static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_cont
 	return st;
 }
 
+static uint64_t cpu_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
+	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+}
+
+/*
+ * The CPU this process uses (every thread: the caller, the context's, an
+ * implementation's helpers) over @ms while its rendezvous has nothing
+ * pending, as a percentage of one core.
+ */
+static double idle_cpu_pct(unsigned int ms)
+{
+	uint64_t c0 = cpu_ns(), t0 = now_ns();
+
+	usleep(ms * 1000u);
+	return 100.0 * (double)(cpu_ns() - c0) / (double)(now_ns() - t0);
+}
+
 /* Run one implementation, or say why it cannot run here. */
 static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 {
@@ -495,6 +519,8 @@ static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 	st = side_mem_alloc(&a, ctx, r->impl);
 	if (!st)
 		st = run_pair(&a, r, ctx);
+	if (!st)
+		r->idle_cpu_pct = idle_cpu_pct(500);
 	if (st) {
 		r->failed = true;
 		snprintf(r->why, sizeof(r->why), "%s (%s)", tpu_strerror(st), tpu_status_name(st));
@@ -548,6 +574,12 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 	}
 	printf("\nload: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
 	       o->hogs, o->loadavg);
+	printf("idle (nothing pending, 0.5 s), CPU of the whole process:");
+	for (i = 0; i < n; i++) {
+		if (!res[i].skipped && !res[i].failed)
+			printf("  %s %.2f%%", tpu_rdv_impl_name(res[i].impl), res[i].idle_cpu_pct);
+	}
+	printf(" of a core\n");
 	printf("round trip of a blocking futex ping-pong between two processes: %.1f us;"
 	       " rendezvous/futex:", o->futex_us);
 	for (i = 0; i < n; i++) {
@@ -604,6 +636,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 			json_double(&j, "median", r->rtt_p50_us, 2);
 			json_double(&j, "p90", r->rtt_p90_us, 2);
 			json_object_end(&j);
+			json_double(&j, "idle_cpu_pct", r->idle_cpu_pct, 3);
 			json_object_begin(&j, "gbps");
 			for (si = 0; si < NSIZES; si++) {
 				snprintf(size, sizeof(size), "%zu", bw_sizes[si]);
