@@ -85,7 +85,8 @@ static void budget_update(uint64_t spun_ns, bool slept)
 	atomic_store_explicit(&spin_budget_ns, b, memory_order_relaxed);
 }
 
-static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, void (*poll)(void *), void *arg)
+static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
+		 void (*poll)(void *, enum tpu__ww_phase), void *arg)
 {
 	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
 	uint64_t start, now;
@@ -107,7 +108,7 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, void (*poll)(voi
 			cpu_relax();
 		}
 		if (poll)
-			poll(arg);
+			poll(arg, TPU__WW_SPIN_POLL);
 		now = tpu__mono_ns();
 		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
 			return false;
@@ -120,13 +121,19 @@ bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
 }
 
 bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
-			     void (*poll)(void *arg), void *arg)
+			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg)
 {
 	uint32_t expected = TPU__WW_IDLE;
 	struct timespec ts;
 	uint64_t start, now;
+	bool posted;
 
-	if (spin(w, deadline_ns, poll, arg))
+	if (poll)
+		poll(arg, TPU__WW_SPIN_BEGIN);
+	posted = spin(w, deadline_ns, poll, arg);
+	if (poll)
+		poll(arg, TPU__WW_SPIN_END);
+	if (posted)
 		return true;
 	/* Announce the sleep; a post that came first wins the exchange. */
 	if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_SLEEPING) &&

@@ -30,13 +30,21 @@ void tpu__waitword_post(struct tpu__waitword *w);
  */
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns);
 
+/* What tpu__waitword_wait_poll() tells its @poll. */
+enum tpu__ww_phase {
+	TPU__WW_SPIN_BEGIN,	/* about to spin */
+	TPU__WW_SPIN_POLL,	/* spinning: do some work if there is any */
+	TPU__WW_SPIN_END,	/* done spinning (posted, or going to sleep) */
+};
+
 /*
- * tpu__waitword_wait() that, while it spins, calls @poll(@arg) now and
- * then: the waiter may do the work it waits for itself (see the cma
- * rendezvous).  @poll must not block.
+ * tpu__waitword_wait() that, while it spins, calls @poll(@arg,
+ * TPU__WW_SPIN_POLL) now and then, between one call with SPIN_BEGIN and one
+ * with SPIN_END: the waiter may do the work it waits for itself (see the
+ * cma rendezvous).  @poll must not block.
  */
 bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
-			     void (*poll)(void *arg), void *arg);
+			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg);
 
 /* CLOCK_MONOTONIC now, in ns; and now + @ns (0 when @ns is 0). */
 uint64_t tpu__mono_ns(void);

@@ -40,6 +40,8 @@ struct tpu__cma_header {
 	uint32_t hwm;			/* slots from here on are all FREE */
 	uint32_t deaths;		/* members found dead so far; atomic access */
 	uint32_t joins;			/* members joined so far; atomic access */
+	uint32_t sleepers;		/* threads in tpu__cma_wait(); atomic access */
+	uint32_t reserved;
 };
 
 struct tpu__cma_member {
@@ -248,24 +250,30 @@ uint32_t tpu__cma_wake_seq(const struct tpu__cma_table *t)
 
 void tpu__cma_wake(struct tpu__cma_table *t)
 {
+	/* Sequentially consistent, against the sleeper's count-then-check. */
 	__atomic_add_fetch(&t->hdr->wake, 1, __ATOMIC_SEQ_CST);
-	futex(&t->hdr->wake, FUTEX_WAKE, INT_MAX, NULL);
+	if (__atomic_load_n(&t->hdr->sleepers, __ATOMIC_SEQ_CST))
+		futex(&t->hdr->wake, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeout_ns)
 {
 	struct timespec ts;
+	tpu_status rc;
 
 	if (timeout_ns >= 0) {
 		ts.tv_sec = (time_t)(timeout_ns / 1000000000);
 		ts.tv_nsec = (long)(timeout_ns % 1000000000);
 	}
-	if (futex(&t->hdr->wake, FUTEX_WAIT, seen, timeout_ns >= 0 ? &ts : NULL) == 0)
-		return 0;
-	/* EAGAIN: the word had changed already, which is a wakeup too. */
-	if (errno == EAGAIN)
-		return 0;
-	return tpu__errno();
+	__atomic_add_fetch(&t->hdr->sleepers, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&t->hdr->wake, __ATOMIC_SEQ_CST) != seen)
+		rc = 0;		/* changed already, which is a wakeup too */
+	else if (futex(&t->hdr->wake, FUTEX_WAIT, seen, timeout_ns >= 0 ? &ts : NULL) == 0)
+		rc = 0;
+	else
+		rc = errno == EAGAIN ? 0 : tpu__errno();	/* EAGAIN: changed already */
+	__atomic_sub_fetch(&t->hdr->sleepers, 1, __ATOMIC_SEQ_CST);
+	return rc;
 }
 
 /* --- the lock ----------------------------------------------------------- */

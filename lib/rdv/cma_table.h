@@ -50,7 +50,7 @@
 
 #include "rdv.h"	/* TPU__CMA_MAGIC, TPU__KEY_MAX */
 
-#define TPU__CMA_VERSION	2
+#define TPU__CMA_VERSION	3
 #define TPU__CMA_SLOTS		4096	/* tensors posted and not yet reaped */
 /* Every key the front end accepts; a slot's key then fills one page. */
 #define TPU__CMA_MAX_KEY	TPU__KEY_MAX
@@ -115,7 +115,12 @@ uint64_t tpu__cma_table_pid_ns(const struct tpu__cma_table *t);
 
 /* The wake word, read before looking at the table, then passed to wait. */
 uint32_t tpu__cma_wake_seq(const struct tpu__cma_table *t);
-/* Bump the wake word and wake every waiter of every process. */
+/*
+ * Bump the wake word and wake every waiter of every process; the system
+ * call is skipped while nobody sleeps in tpu__cma_wait() (a thread spinning
+ * on the word sees the bump).  A process killed while it sleeps there
+ * leaves the count one too high: wakes then always make the call.
+ */
 void tpu__cma_wake(struct tpu__cma_table *t);
 /*
  * Sleep until the wake word differs from @seen, or @timeout_ns passes

@@ -119,8 +119,9 @@ struct tpu__rdv_ops {
 	int (*cancel)(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
 	tpu_status (*abort)(struct tpu_rendezvous *rdv, tpu_status status);
 	/* Optional: move this member's ops along on the calling thread, which
-	 * holds no lock and spins in recv_wait or send_wait; never blocks. */
-	void (*progress)(struct tpu_rendezvous *rdv);
+	 * holds no lock and spins in recv_wait or send_wait (@phase: see
+	 * tpu__waitword_wait_poll); never blocks. */
+	void (*progress)(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase);
 };
 
 extern const struct tpu__rdv_ops tpu__rdv_inprocess;

@@ -21,6 +21,14 @@
  * DEATH_POLL_NS) only while a consumer is pulling one of its tensors, to
  * notice that consumer's death.
  *
+ * The fast path: a thread blocked in recv_wait or send_wait spins for a
+ * while and, as it spins, does the helper's work itself (cma_progress,
+ * whenever the table's wake word moved).  While it does and every pending
+ * op is such a wait, the helper parks on a word of its own (helper_park),
+ * so it is not among the table's sleepers; a wake of the table makes a
+ * system call only for sleepers, and a round trip between two spinning
+ * members makes none.
+ *
  * Peer death, shown by the table's liveness mutexes (robust: the kernel
  * marks a dead owner's mutex) and noticed at once by a second thread per
  * member, the watcher, which sleeps in poll() on a pidfd of every other
@@ -52,6 +60,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -95,6 +104,8 @@ struct cma_member {
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
 	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
+	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
+	uint32_t parked;		/* 1 while the helper is parked (a private futex word) */
 	/* The watcher: evfd tells it to look at the members again, or to stop. */
 	pthread_t watcher;
 	int evfd;			/* -1: no watcher */
@@ -322,6 +333,44 @@ static int64_t sleep_ns(const struct cma_member *m)
 	return best;
 }
 
+/* Every pending op has a thread blocked in recv_wait or send_wait; m->lock held. */
+static bool all_direct(const struct cma_member *m)
+{
+	const struct cma_op *cop;
+
+	for (cop = m->ops; cop; cop = cop->next)
+		if (!cop->op->direct)
+			return false;
+	return true;
+}
+
+/* Wake the helper if it is parked (see helper_park). */
+static void helper_unpark(struct cma_member *m)
+{
+	if (__atomic_exchange_n(&m->parked, 0, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &m->parked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/*
+ * While a thread of this member spins in recv_wait or send_wait it does
+ * the helper's work (cma_progress), and when every pending op is such a
+ * wait there is nothing left for the helper: it parks on a word of its own
+ * instead of the table's, so that members posting make no system call to
+ * wake it.  The spinner unparks it when it stops spinning with ops left, a
+ * new op with a callback unparks it at once.  Called without m->lock.
+ */
+static void helper_park(struct cma_member *m)
+{
+	__atomic_store_n(&m->parked, 1, __ATOMIC_SEQ_CST);
+	/* A spinner that stopped before the store saw nothing to unpark. */
+	if (!__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&m->parked, 0, __ATOMIC_SEQ_CST);
+		return;
+	}
+	while (__atomic_load_n(&m->parked, __ATOMIC_SEQ_CST))
+		syscall(SYS_futex, &m->parked, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static void helper_loop(struct cma_member *m)
 {
 	pthread_mutex_lock(&m->lock);
@@ -330,6 +379,7 @@ static void helper_loop(struct cma_member *m)
 		uint32_t joins = tpu__cma_joins(&m->table);
 		struct cma_op *done = NULL, *pulls = NULL;
 		int64_t timeout;
+		bool park;
 
 		if (joins != m->joins_seen) {
 			m->joins_seen = joins;
@@ -348,9 +398,14 @@ static void helper_loop(struct cma_member *m)
 		}
 		if (m->closing && !m->ops)
 			break;
+		park = !m->closing && __atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST) &&
+		       all_direct(m);
 		timeout = sleep_ns(m);
 		pthread_mutex_unlock(&m->lock);
-		tpu__cma_wait(&m->table, seen, timeout);
+		if (park)
+			helper_park(m);
+		else
+			tpu__cma_wait(&m->table, seen, timeout);
 		pthread_mutex_lock(&m->lock);
 	}
 	pthread_mutex_unlock(&m->lock);
@@ -631,6 +686,7 @@ static void cma_destroy(struct tpu_rendezvous *rdv)
 	m->closing = true;
 	pthread_mutex_unlock(&m->lock);
 	tpu__cma_wake(&m->table);
+	helper_unpark(m);
 	pthread_join(m->helper, NULL);
 	watcher_stop(m);
 	rdv->impl_state = NULL;
@@ -686,6 +742,8 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		return st;
 	}
 	tpu__cma_wake(&m->table);
+	if (!op->direct)
+		helper_unpark(m);
 	return 0;
 }
 
@@ -719,6 +777,8 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	}
 	/* The helper does the claim and the pull; this only wakes it. */
 	tpu__cma_wake(&m->table);
+	if (!op->direct)
+		helper_unpark(m);
 	return 0;
 }
 
@@ -787,12 +847,31 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
  * the table changed since this member last looked: the waiter claims and
  * pulls, or sees its send taken, without waiting for the helper to wake.
  */
-static void cma_progress(struct tpu_rendezvous *rdv)
+static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 {
 	struct cma_member *m = rdv->impl_state;
 	struct cma_op *done = NULL, *pulls = NULL;
-	uint32_t seq = tpu__cma_wake_seq(&m->table);
+	uint32_t seq;
 
+	if (phase == TPU__WW_SPIN_BEGIN) {
+		__atomic_add_fetch(&m->spinners, 1, __ATOMIC_SEQ_CST);
+		return;
+	}
+	if (phase == TPU__WW_SPIN_END) {
+		/* Going to sleep, or done: whatever is left is the helper's again. */
+		if (__atomic_sub_fetch(&m->spinners, 1, __ATOMIC_SEQ_CST) == 0 &&
+		    __atomic_load_n(&m->parked, __ATOMIC_SEQ_CST)) {
+			bool left;
+
+			pthread_mutex_lock(&m->lock);
+			left = m->ops != NULL;
+			pthread_mutex_unlock(&m->lock);
+			if (left)
+				helper_unpark(m);
+		}
+		return;
+	}
+	seq = tpu__cma_wake_seq(&m->table);
 	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_RELAXED))
 		return;
 	if (pthread_mutex_trylock(&m->lock))

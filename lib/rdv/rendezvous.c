@@ -409,11 +409,11 @@ static void send_woken(void *arg, tpu_status status)
  * the result that beat the cancel) and wait for that.  Returns true when
  * the time ran out and the op was cancelled.
  */
-static void progress(void *arg)
+static void progress(void *arg, enum tpu__ww_phase phase)
 {
 	struct tpu_rendezvous *rdv = arg;
 
-	rdv->ops->progress(rdv);
+	rdv->ops->progress(rdv, phase);
 }
 
 static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
