@@ -38,6 +38,7 @@ static void write_free(struct pipe_write *w)
 			tpu_buffer_free(t->buffer);
 	}
 	free(w->given);
+	free(w->acked);
 	free(w->frame);
 	free(w);
 }
