@@ -555,9 +555,10 @@ enum tpu_rdv_impl {
 	TPU_RDV_INPROCESS,	/* threads of one process */
 	TPU_RDV_KMOD,		/* /dev/tensorpipe with io_uring commands */
 	TPU_RDV_CMA,		/* shared-memory key table + process_vm_readv */
+	TPU_RDV_REMOTE,		/* workers of a cluster; see tpu_rendezvous_create_remote */
 };
 
-/** tpu_rdv_impl_name - "auto", "inprocess", "kmod" or "cma" */
+/** tpu_rdv_impl_name - "auto", "inprocess", "kmod", "cma" or "remote" */
 TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl);
 
 /** struct tpu_rendezvous - a table of keys shared by its members (opaque) */
@@ -724,6 +725,143 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
  * Errors: -EINVAL, -EALREADY.
  */
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status);
+
+/**
+ * struct tpu_recv_item - one key of tpu_rendezvous_recv_batch().
+ * @key:	the key's bytes.
+ * @key_len:	their number.
+ * @dst:	where to put the tensor (@dst.len: the capacity).
+ * @status:	out: this key's result, as tpu_rendezvous_recv()'s callback
+ *		would have it.
+ * @len:	out: bytes received (the tensor's length on -EMSGSIZE).
+ */
+struct tpu_recv_item {
+	const void *key;
+	size_t key_len;
+	struct tpu_tensor dst;
+	tpu_status status;
+	size_t len;
+};
+
+/** TPU_RDV_BATCH_MAX - most keys in one tpu_rendezvous_recv_batch() */
+#define TPU_RDV_BATCH_MAX	4096
+
+/**
+ * typedef tpu_recv_batch_cb - every key of the batch is done.
+ * @status:	0 when every item succeeded, else the first failing item's.
+ */
+typedef void (*tpu_recv_batch_cb)(void *arg, tpu_status status, struct tpu_recv_item *items,
+				  size_t n);
+
+/**
+ * tpu_rendezvous_recv_batch - receive @n keys, each into its own @dst.
+ * @items:	@n items (1 .. TPU_RDV_BATCH_MAX); stay the caller's, untouched,
+ *		until @done.
+ * @timeout_ns:	for each key, as tpu_rendezvous_recv().
+ *
+ * Each key is received as by tpu_rendezvous_recv() (so keys repeated in a
+ * batch are received in item order), and @done runs once, after the last.
+ * The remote rendezvous sends the requests for one worker together.
+ * Errors returned here mean @done will not be called and nothing was
+ * issued: -EINVAL (a NULL, a bad count, key or tensor), -ENAMETOOLONG,
+ * the abort status, TPU_E_CLOSED.
+ */
+TPU_API tpu_status tpu_rendezvous_recv_batch(struct tpu_rendezvous *rdv,
+					     struct tpu_recv_item *items, size_t n,
+					     uint64_t timeout_ns, tpu_recv_batch_cb done,
+					     void *arg);
+/**
+ * tpu_rendezvous_recv_batch_wait - tpu_rendezvous_recv_batch() that blocks
+ * the caller until every key is done; returns the @status its callback
+ * would get (each item's own is in the item).
+ *
+ * Errors: -EDEADLK on the context's thread, and those of recv_batch.
+ */
+TPU_API tpu_status tpu_rendezvous_recv_batch_wait(struct tpu_rendezvous *rdv,
+						  struct tpu_recv_item *items, size_t n,
+						  uint64_t timeout_ns);
+
+/*
+ * The remote rendezvous: TensorFlow's rendezvous across workers.
+ *
+ * Each worker (one process, normally) is a task "/job:J/replica:R/task:T"
+ * with a URL; the cluster map names every task's URL.  Keys are parsed as
+ * tpu_key_parse() does and their device names decide where a tensor lives:
+ *
+ *   - a key whose source and destination devices are on the same task is
+ *     matched inside this worker, as by the inprocess implementation;
+ *   - any other key is sent by the worker of its source device (a send of
+ *     a key whose source is another task fails -EXDEV) and is kept there,
+ *     never blocking the sender; the receive, on any other worker, asks the
+ *     source's worker for it over a pipe and the tensor comes straight from
+ *     the producer's memory into @dst (the pipe's channel chooses kmod,
+ *     cma, shm, tcp or mtcp as usual).
+ *
+ * One pipe serves each pair of workers in both directions (the first to
+ * need it connects, the other end adopts it); requests of every step and
+ * key share it.  Receives keep their semantics: before or after the send,
+ * exactly once, -EMSGSIZE leaves the tensor for another receive, timeouts
+ * and cancel withdraw the request (a tensor already on its way is
+ * delivered instead).  tpu_rendezvous_abort() fails this worker's
+ * operations and is passed on to every worker it has a pipe with, which
+ * aborts in turn.  A peer whose pipe breaks (it died or destroyed its
+ * rendezvous) fails the receives waiting on it with TPU_E_PEER_GONE, and
+ * the sends it was taking with TPU_E_PEER_GONE.
+ */
+
+/**
+ * struct tpu_remote_task - one worker of the cluster map.
+ * @task:	"/job:J/replica:R/task:T".
+ * @url:	where its remote rendezvous listens ("tcp://HOST:PORT", "shm://NAME").
+ */
+struct tpu_remote_task {
+	const char *task;
+	const char *url;
+};
+
+/**
+ * struct tpu_remote_options - how to create a remote rendezvous.
+ * @task:	this worker, "/job:J/replica:R/task:T".
+ * @listen_urls: URLs to accept peers on; NULL (with @nlisten 0) listens
+ *		as tpu_listener_create() does by default.
+ * @nlisten:	their number.
+ * @peers:	the cluster map so far (this worker's own entry is skipped);
+ *		more with tpu_rendezvous_add_peer().
+ * @npeers:	their number.
+ */
+struct tpu_remote_options {
+	const char *task;
+	const char *const *listen_urls;
+	size_t nlisten;
+	const struct tpu_remote_task *peers;
+	size_t npeers;
+};
+
+/**
+ * tpu_rendezvous_create_remote - this worker's rendezvous of a cluster.
+ *
+ * Errors: -EINVAL (NULL, a task that is not "/job:J/replica:R/task:T", a
+ * peer listed twice with different URLs), those of tpu_listener_create().
+ */
+TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
+						const struct tpu_remote_options *opts,
+						struct tpu_rendezvous **out);
+/**
+ * tpu_rendezvous_add_peer - add @task at @url to the cluster map.
+ *
+ * Errors: -EINVAL (not a remote rendezvous, a bad task name, an empty URL),
+ * -EEXIST (@task is known with another URL; the same URL again is 0).
+ * A receive from a task not in the map fails -EHOSTUNREACH.
+ */
+TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const char *task,
+					   const char *url);
+/**
+ * tpu_rendezvous_url - the URL peers reach this worker at, on @transport
+ * ("tcp", "shm"; NULL for the first), any port 0 resolved.
+ * Errors: -EINVAL (not a remote rendezvous), those of tpu_listener_url().
+ */
+TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const char *transport,
+				      char *buf, size_t size);
 
 /*
  * Pipes: TensorPipe-style messaging between two contexts.

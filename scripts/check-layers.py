@@ -26,6 +26,7 @@ LAYERS = {
     "transport": ("xport.h",         ["base", "dev", "ctx"]),
     "channel":   ("channel.h",       ["base", "dev", "ctx", "rdv", "transport"]),
     "pipe":      ("pipe_internal.h", ["base", "dev", "ctx", "rdv", "transport", "channel"]),
+    "remote":    ("remote.h",        ["base", "dev", "ctx", "rdv"]),
 }
 # Headers from outside lib/ that any file may include.
 PUBLIC = {"tpu_user.h"}

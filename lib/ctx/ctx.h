@@ -166,11 +166,13 @@ void tpu__ep_ref_put(struct tpu__ep_ref *ref);
 /*
  * Objects the program may leave open (pipes, listeners, rendezvous):
  * tpu_context_destroy() calls close for each (which must unlink it with
- * tpu__ctx_del_obj) before it stops the thread, pass by pass: every object
- * of pass TPU__CTX_PASS_PIPE first, then those of TPU__CTX_PASS_RDV, so
- * that a pipe closes the rendezvous it uses itself.
+ * tpu__ctx_del_obj) before it stops the thread, pass by pass: objects that
+ * own pipes first (they close their pipes themselves), then every object
+ * of pass TPU__CTX_PASS_PIPE, then those of TPU__CTX_PASS_RDV, so that a
+ * pipe closes the rendezvous it uses itself.
  */
 enum tpu__ctx_pass {
+	TPU__CTX_PASS_OWNER,	/* objects that own pipes (the remote rendezvous) */
 	TPU__CTX_PASS_PIPE,	/* pipes and listeners */
 	TPU__CTX_PASS_RDV,	/* rendezvous */
 	TPU__CTX_PASSES,

@@ -122,6 +122,8 @@ struct tpu__rdv_ops {
 	 * holds no lock and spins in recv_wait or send_wait (@phase: see
 	 * tpu__waitword_wait_poll); never blocks. */
 	void (*progress)(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase);
+	/* The implementation owns pipes: the context closes it before them. */
+	bool owns_pipes;
 };
 
 extern const struct tpu__rdv_ops tpu__rdv_inprocess;
@@ -171,5 +173,19 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
 
 /* Front end, on the context thread: the op's result is in; call back in key order. */
 void tpu__rdv_op_done(struct tpu__op *op);
+
+/*
+ * For implementations built in a layer above (the remote rendezvous): a
+ * rendezvous with @ops and @impl_state (ops->create is not called), and a
+ * check that a public handle is one of them.
+ */
+tpu_status tpu__rdv_create_with(struct tpu_context *ctx, const struct tpu__rdv_ops *ops,
+				void *impl_state, struct tpu_rendezvous **out);
+bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *ops);
+/*
+ * With rdv->lock held (in ->cancel): how many of this member's ops on @key
+ * the implementation has and has not finished yet.
+ */
+size_t tpu__rdv_started(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
 
 #endif /* TPU_RDV_H */

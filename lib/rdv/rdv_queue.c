@@ -467,3 +467,18 @@ void tpu__rdv_op_done(struct tpu__op *op)
 			tpu__rdv_free(rdv);
 	}
 }
+
+size_t tpu__rdv_started(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
+{
+	struct tpu__keyq *kq = tpu__keyq_find(rdv, key, key_len, false);
+	const struct tpu__op *o;
+	size_t n = 0;
+
+	if (!kq)
+		return 0;
+	for (o = kq->sends.head; o; o = o->key_next)
+		n += o->stage == TPU__STAGE_STARTED;
+	for (o = kq->recvs.head; o; o = o->key_next)
+		n += o->stage == TPU__STAGE_STARTED;
+	return n;
+}

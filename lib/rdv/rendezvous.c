@@ -20,6 +20,8 @@ TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl)
 		return "kmod";
 	case TPU_RDV_CMA:
 		return "cma";
+	case TPU_RDV_REMOTE:
+		return "remote";
 	}
 	return "unknown";
 }
@@ -63,7 +65,10 @@ static tpu_status rdv_publish(struct tpu_rendezvous *rdv, tpu_status st,
 		tpu__rdv_free(rdv);
 		return st;
 	}
-	rdv->obj = (struct tpu__ctx_obj){ .close = rdv_obj_close, .pass = TPU__CTX_PASS_RDV,
+	/* One that owns pipes closes before them, so that it fails its own ops. */
+	rdv->obj = (struct tpu__ctx_obj){ .close = rdv_obj_close,
+					  .pass = rdv->ops->owns_pipes ? TPU__CTX_PASS_OWNER :
+									 TPU__CTX_PASS_RDV,
 					  .what = "a rendezvous" };
 	tpu__ctx_add_obj(rdv->ctx, &rdv->obj);
 	*out = rdv;
@@ -86,6 +91,24 @@ TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_i
 	if (!rdv)
 		return -ENOMEM;
 	return rdv_publish(rdv, tpu__rdv_select(rdv, impl), out);
+}
+
+tpu_status tpu__rdv_create_with(struct tpu_context *ctx, const struct tpu__rdv_ops *ops,
+				void *impl_state, struct tpu_rendezvous **out)
+{
+	struct tpu_rendezvous *rdv = rdv_new(ctx);
+
+	*out = NULL;
+	if (!rdv)
+		return -ENOMEM;
+	rdv->ops = ops;
+	rdv->impl_state = impl_state;
+	return rdv_publish(rdv, 0, out);
+}
+
+bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *ops)
+{
+	return !rdv_check(rdv) && rdv->ops == ops;
 }
 
 TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,

@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The remote rendezvous's public calls and the operations the rendezvous
+ * front end calls (per-key order, blocking waits and batches are the front
+ * end's).  A key's two device names decide where it goes: both on one
+ * task, the inner inprocess rendezvous; otherwise the outbox of the
+ * source's worker, fetched by the receiver over a pipe.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote.h"
+
+extern const struct tpu__rdv_ops remote_ops;
+
+void remote_get(struct remote *st)
+{
+	atomic_fetch_add(&st->refs, 1);
+}
+
+void remote_put(struct remote *st)
+{
+	struct remote_task *t;
+
+	if (atomic_fetch_sub(&st->refs, 1) != 1)
+		return;
+	while ((t = st->tasks)) {
+		st->tasks = t->next;
+		free(t->task);
+		free(t->url);
+		free(t);
+	}
+	remote_serve_free(st);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+/* The "/job:J/replica:R/task:T" part of a full device name. */
+static struct tpu_str task_of(struct tpu_str dev)
+{
+	static const char marker[] = "/device:";
+	size_t i;
+
+	for (i = 0; i + sizeof(marker) - 1 <= dev.len; i++)
+		if (memcmp(dev.ptr + i, marker, sizeof(marker) - 1) == 0)
+			return (struct tpu_str){ dev.ptr, i };
+	return dev;
+}
+
+bool remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
+		      struct tpu_str *dst)
+{
+	struct tpu_key k;
+
+	if (tpu_key_parse((struct tpu_str){ (const char *)key, key_len }, &k, NULL))
+		return false;
+	*src = task_of(k.src_device);
+	*dst = task_of(k.dst_device);
+	return true;
+}
+
+static bool str_eq(struct tpu_str a, struct tpu_str b)
+{
+	return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
+}
+
+bool remote_is_self(const struct remote *st, struct tpu_str task)
+{
+	return str_eq(task, (struct tpu_str){ st->self, st->self_len });
+}
+
+/* A task name: a full device name once "/device:CPU:0" is added. */
+static bool task_ok(const char *task)
+{
+	char dev[REMOTE_TASK_MAX + 16];
+	struct tpu_device_name dn;
+	int n;
+
+	if (!task || strstr(task, "/device:"))
+		return false;
+	n = snprintf(dev, sizeof(dev), "%s/device:CPU:0", task);
+	if (n < 0 || (size_t)n >= sizeof(dev) || strlen(task) >= REMOTE_TASK_MAX)
+		return false;
+	return !tpu_device_name_parse((struct tpu_str){ dev, (size_t)n }, &dn, NULL);
+}
+
+struct remote_task *remote_task_find(struct remote *st, const char *task, size_t len)
+{
+	struct remote_task *t;
+
+	for (t = st->tasks; t; t = t->next)
+		if (strlen(t->task) == len && memcmp(t->task, task, len) == 0)
+			return t;
+	return NULL;
+}
+
+/* Under st->lock. */
+static tpu_status task_add(struct remote *st, const char *task, const char *url)
+{
+	struct remote_task *t;
+
+	if (!task_ok(task) || !url || !*url)
+		return -EINVAL;
+	if (strcmp(task, st->self) == 0)
+		return 0;
+	t = remote_task_find(st, task, strlen(task));
+	if (t)
+		return strcmp(t->url, url) ? -EEXIST : 0;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->task = strdup(task);
+	t->url = strdup(url);
+	if (!t->task || !t->url) {
+		free(t->task);
+		free(t->url);
+		free(t);
+		return -ENOMEM;
+	}
+	t->next = st->tasks;
+	st->tasks = t;
+	return 0;
+}
+
+/* ---- keys of this task: the inner rendezvous ---- */
+
+static void local_send_done(void *arg, tpu_status status)
+{
+	struct tpu__op *op = arg;
+
+	op->status = status;
+	op->len = status ? 0 : op->tensor.len;
+	tpu__op_complete(op);
+}
+
+static void local_recv_done(void *arg, tpu_status status, size_t len)
+{
+	struct tpu__op *op = arg;
+
+	op->status = status;
+	op->len = len;
+	tpu__op_complete(op);
+}
+
+static void local_recv_buffer_done(void *arg, tpu_status status, struct tpu_buffer *buf,
+				   size_t len)
+{
+	struct tpu__op *op = arg;
+
+	op->out_buffer = buf;
+	local_recv_done(op, status, len);
+}
+
+/* ---- the operations ---- */
+
+static tpu_status r_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	struct remote *st = rdv->impl_state;
+	struct tpu_str src, dst;
+
+	if (!remote_key_tasks(op->key, op->key_len, &src, &dst))
+		return TPU_E_BAD_KEY;
+	if (str_eq(src, dst))
+		return tpu_rendezvous_send(st->inner, op->key, op->key_len, &op->tensor, op->flags,
+					   local_send_done, op);
+	if (!remote_is_self(st, src)) {
+		tpu__log_debug("remote rendezvous %s: a send of a key whose source is %.*s",
+			       st->self, (int)src.len, src.ptr);
+		return -EXDEV;
+	}
+	return remote_serve_send(st, op);
+}
+
+static tpu_status r_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	struct remote *st = rdv->impl_state;
+	struct tpu_str src, dst;
+
+	if (!remote_key_tasks(op->key, op->key_len, &src, &dst))
+		return TPU_E_BAD_KEY;
+	if (str_eq(src, dst)) {
+		if (op->kind == TPU__OP_RECV_BUFFER)
+			return tpu_rendezvous_recv_buffer(st->inner, op->key, op->key_len,
+							  op->tensor.len, op->timeout_ns,
+							  local_recv_buffer_done, op);
+		return tpu_rendezvous_recv(st->inner, op->key, op->key_len, &op->tensor,
+					   op->timeout_ns, local_recv_done, op);
+	}
+	if (remote_is_self(st, src)) {
+		tpu__log_debug("remote rendezvous %s: a receive of a key this worker sends to %.*s",
+			       st->self, (int)dst.len, dst.ptr);
+		return -EXDEV;
+	}
+	return remote_fetch_recv(st, op, src);
+}
+
+static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
+{
+	struct remote *st = rdv->impl_state;
+	struct tpu_str src, dst;
+	size_t started;
+	int n;
+
+	if (!remote_key_tasks(key, key_len, &src, &dst))
+		return -ENOENT;
+	if (str_eq(src, dst))
+		return tpu_rendezvous_cancel(st->inner, key, key_len) ? 0 : 1;
+	started = tpu__rdv_started(rdv, key, key_len);
+	n = remote_serve_cancel(st, key, key_len);
+	/* What is left are receives: their CANCEL goes out on the context thread. */
+	if ((size_t)n < started && remote_fetch_cancel(st, key, key_len) > 0)
+		n++;
+	return n;
+}
+
+static void abort_run(struct tpu__task *t)
+{
+	struct remote *st = tpu__container_of(t, struct remote, abort_task);
+
+	if (!st->destroyed) {
+		remote_serve_answer_all(st, st->abort_status);
+		remote_fetch_fail_all(st, st->abort_status);
+		remote_peers_abort(st, st->abort_status);
+	}
+	remote_put(st);
+}
+
+static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
+{
+	struct remote *st = rdv->impl_state;
+
+	pthread_mutex_lock(&st->lock);
+	if (st->aborted) {
+		pthread_mutex_unlock(&st->lock);
+		return -EALREADY;
+	}
+	st->aborted = status;
+	pthread_mutex_unlock(&st->lock);
+	tpu__log_debug("remote rendezvous %s: aborted: %s; telling the peers", st->self,
+		       tpu_strerror(status));
+	tpu_rendezvous_abort(st->inner, status);
+	remote_serve_fail_all(st, status);
+	st->abort_status = status;
+	st->abort_task.fn = abort_run;
+	remote_get(st);
+	tpu__ctx_defer(st->ctx, &st->abort_task);
+	return 0;
+}
+
+static void destroy_on_ctx(void *arg)
+{
+	struct remote *st = arg;
+
+	st->destroyed = true;
+	remote_serve_fail_all(st, TPU_E_CLOSED);
+	remote_fetch_fail_all(st, TPU_E_CLOSED);
+	tpu_listener_close(st->listener);
+	st->listener = NULL;
+	while (st->peers)
+		remote_peer_end(st->peers, TPU_E_CLOSED);
+}
+
+static void r_destroy(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	pthread_mutex_lock(&st->lock);
+	st->closing = true;
+	pthread_mutex_unlock(&st->lock);
+	/* Its callbacks complete our local ops with TPU_E_CLOSED. */
+	tpu_rendezvous_destroy(st->inner);
+	st->inner = NULL;
+	tpu__ctx_run_sync(st->ctx, destroy_on_ctx, st);
+	st->rdv = NULL;
+	rdv->impl_state = NULL;
+	remote_put(st);
+}
+
+static tpu_status r_share(struct tpu_rendezvous *rdv, int *fd)
+{
+	(void)rdv;
+	(void)fd;
+	return -ENOTSUP;
+}
+
+static tpu_status r_create(struct tpu_rendezvous *rdv)
+{
+	(void)rdv;
+	return -EINVAL;	/* only through tpu_rendezvous_create_remote() */
+}
+
+static tpu_status r_join(struct tpu_rendezvous *rdv, int fd)
+{
+	(void)rdv;
+	(void)fd;
+	return -EINVAL;
+}
+
+const struct tpu__rdv_ops remote_ops = {
+	.impl = TPU_RDV_REMOTE,
+	.create = r_create,
+	.join = r_join,
+	.share = r_share,
+	.destroy = r_destroy,
+	.send = r_send,
+	.recv = r_recv,
+	.cancel = r_cancel,
+	.abort = r_abort,
+	.owns_pipes = true,
+};
+
+/* ---- public ---- */
+
+static void accepted(void *arg, tpu_status status, struct tpu_pipe *pipe)
+{
+	struct remote *st = arg;
+
+	if (status || st->destroyed) {
+		tpu_pipe_close(pipe);
+		/* A failed accept (other than our close) ends accepting too. */
+		if (status && status != TPU_E_CLOSED)
+			tpu__log_debug("remote rendezvous %s: accept failed: %s", st->self,
+				       tpu_strerror(status));
+		remote_put(st);
+		return;
+	}
+	remote_peer_accepted(st, pipe);
+	if (tpu_listener_accept(st->listener, accepted, st))
+		remote_put(st);
+}
+
+static void listen_on_ctx(void *arg)
+{
+	struct remote *st = arg;
+
+	remote_get(st);
+	if (tpu_listener_accept(st->listener, accepted, st))
+		remote_put(st);
+}
+
+TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
+						const struct tpu_remote_options *opts,
+						struct tpu_rendezvous **out)
+{
+	struct tpu_rendezvous *rdv = NULL;
+	struct remote *st;
+	tpu_status err;
+	size_t i;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!ctx || !opts || !task_ok(opts->task) || (opts->npeers && !opts->peers) ||
+	    (opts->nlisten && !opts->listen_urls))
+		return -EINVAL;
+	err = tpu__ctx_check(ctx);
+	if (err)
+		return err;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	atomic_init(&st->refs, 1);
+	pthread_mutex_init(&st->lock, NULL);
+	st->ctx = ctx;
+	st->self_len = strlen(opts->task);
+	memcpy(st->self, opts->task, st->self_len + 1);
+	for (i = 0, err = 0; i < opts->npeers && !err; i++)
+		err = task_add(st, opts->peers[i].task, opts->peers[i].url);
+	if (!err)
+		err = tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &st->inner);
+	if (!err)
+		err = tpu_listener_create(ctx, opts->listen_urls, opts->nlisten, &st->listener);
+	if (err) {
+		tpu_listener_close(st->listener);
+		tpu_rendezvous_destroy(st->inner);
+		remote_put(st);
+		return err;
+	}
+	err = tpu__rdv_create_with(ctx, &remote_ops, st, &rdv);
+	if (err) {
+		tpu_listener_close(st->listener);
+		tpu_rendezvous_destroy(st->inner);
+		remote_put(st);
+		return err;
+	}
+	st->rdv = rdv;
+	tpu__ctx_run_sync(ctx, listen_on_ctx, st);
+	tpu__log_debug("rendezvous %p: remote, worker %s", (void *)rdv, st->self);
+	*out = rdv;
+	return 0;
+}
+
+TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const char *task,
+					   const char *url)
+{
+	struct remote *st;
+	tpu_status err;
+
+	if (!tpu__rdv_is(rdv, &remote_ops))
+		return -EINVAL;
+	st = rdv->impl_state;
+	pthread_mutex_lock(&st->lock);
+	err = task_add(st, task, url);
+	pthread_mutex_unlock(&st->lock);
+	return err;
+}
+
+TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const char *transport,
+				      char *buf, size_t size)
+{
+	const struct remote *st;
+
+	if (!tpu__rdv_is(rdv, &remote_ops) || !buf)
+		return -EINVAL;
+	st = rdv->impl_state;
+	return tpu_listener_url(st->listener, transport, buf, size);
+}

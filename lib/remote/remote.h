@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * lib/remote: the remote rendezvous, TensorFlow's rendezvous across
+ * workers (remote.c: the public calls and the implementation's ops;
+ * remote_peer.c: one pipe per pair of workers and its read loop;
+ * remote_serve.c: tensors kept here for other workers; remote_fetch.c:
+ * receives of tensors kept elsewhere; remote_wire.c: the messages).  Built
+ * on lib/rdv (it is an implementation behind the front end) and on the
+ * public pipe calls.  Not installed.
+ *
+ * Keys whose source and destination are on one task are matched in an
+ * inner inprocess rendezvous.  Any other key is kept by the worker of its
+ * source device, in the outbox, until a REQ for it comes over a pipe; the
+ * answer (RESP) carries the tensor straight from the producer's memory as
+ * a pipe tensor, which the requester reads into the receive's own memory.
+ *
+ * Threading: pipes are driven from the context thread only.  A user
+ * thread's send or receive changes the shared tables under st->lock and
+ * defers the pipe work (tpu__ctx_defer); no pipe call is made with
+ * st->lock held, since on the context thread a pipe may call back at once.
+ * Everything marked "ctx thread" is touched only there and needs no lock.
+ *
+ * Life: struct remote is freed with its last reference: the rendezvous
+ * holds one until its destroy ran, each peer one.  A peer is freed once
+ * it left the map and nothing of its pipe is in flight.
+ */
+#ifndef TPU_REMOTE_H
+#define TPU_REMOTE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rdv/rdv.h"
+
+/* "/job:J/replica:R/task:T": the part of a device name that names a worker. */
+#define REMOTE_TASK_MAX		256
+
+/* ---- wire (remote_wire.c) ---- */
+
+enum remote_msg {
+	REMOTE_HELLO = 1,	/* key: the sender's task */
+	REMOTE_REQ,		/* id, key, len: the receiver's capacity */
+	REMOTE_RESP,		/* id, status, len: the tensor's; the tensor if status is 0 */
+	REMOTE_CANCEL,		/* id: withdraw that REQ */
+	REMOTE_ABORT,		/* status */
+};
+
+struct remote_hdr {
+	enum remote_msg type;
+	uint64_t id;
+	tpu_status status;
+	uint64_t len;
+	const uint8_t *key;	/* into the message's metadata */
+	size_t key_len;
+};
+
+/* Encoded size of a header with a key of @key_len bytes. */
+size_t remote_wire_size(size_t key_len);
+/* Encode @h into @buf (remote_wire_size(h->key_len) bytes). */
+void remote_wire_put(const struct remote_hdr *h, uint8_t *buf);
+/* Decode; -EPROTO when @buf is no message of ours. */
+tpu_status remote_wire_get(const void *buf, size_t len, struct remote_hdr *h);
+
+/* ---- the state ---- */
+
+struct remote_peer;
+
+/* A task of the cluster map. */
+struct remote_task {
+	struct remote_task *next;
+	char *task;
+	char *url;
+	struct remote_peer *peer;	/* ctx thread: its pipe, once there is one */
+};
+
+/*
+ * A REQ waiting in the outbox for its send; once decided, what to answer
+ * (done after st->lock is dropped).
+ */
+struct remote_req {
+	struct remote_req *next;
+	struct remote_peer *peer;	/* referenced */
+	uint64_t id;
+	uint64_t cap;
+	struct tpu__op *send;		/* answer with this tensor */
+	tpu_status status;		/* else answer with this status (0: no answer) */
+	uint64_t len;
+};
+
+/* One key of the outbox: its send, or the REQs that came first. */
+struct remote_entry {
+	struct remote_entry *next;
+	struct tpu__op *send;		/* posted, not yet taken */
+	struct remote_req *reqs, **reqs_tail;
+	bool serve_queued;		/* a serve task for it is deferred */
+	struct tpu__task serve;
+	struct remote *st;
+	size_t key_len;
+	uint8_t key[];
+};
+
+/* A receive of a tensor kept by another worker. */
+struct remote_fetch {
+	struct remote_fetch *next;	/* its peer's list (ctx thread) */
+	struct tpu__task start;
+	struct tpu__timer timer;
+	struct remote *st;
+	struct remote_task *task;
+	struct remote_peer *peer;	/* ctx thread; referenced */
+	struct tpu__op *op;		/* NULL once called back (abandoned) */
+	uint64_t id;
+	int refs;			/* ctx thread: list, timer */
+	bool timer_on;
+	bool timed_out;
+	bool cancel_sent;
+};
+
+struct remote {
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;	/* the front end's; NULL after destroy */
+	struct tpu_rendezvous *inner;	/* keys local to this task */
+	struct tpu_listener *listener;	/* ctx thread after create */
+	char self[REMOTE_TASK_MAX];
+	size_t self_len;
+
+	atomic_int refs;
+	struct tpu__task abort_task;
+	tpu_status abort_status;
+	pthread_mutex_t lock;		/* everything below, up to the ctx-thread part */
+	struct remote_task *tasks;	/* the cluster map */
+	struct remote_entry **outbox;	/* hash of keys kept here */
+	size_t nbuckets, nentries;
+	uint64_t next_id;
+	tpu_status aborted;
+	bool closing;
+
+	/* ctx thread */
+	struct remote_peer *peers;	/* every peer alive, mapped or not */
+	bool destroyed;
+};
+
+void remote_get(struct remote *st);
+void remote_put(struct remote *st);
+/* The task part of @key's source or destination device; false if it is no TF key. */
+bool remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
+		      struct tpu_str *dst);
+bool remote_is_self(const struct remote *st, struct tpu_str task);
+/* Under st->lock. */
+struct remote_task *remote_task_find(struct remote *st, const char *task, size_t len);
+
+/* ---- peers (remote_peer.c), ctx thread ---- */
+
+struct remote_peer {
+	struct remote_peer *next;	/* st->peers */
+	struct remote *st;		/* referenced */
+	struct tpu_pipe *pipe;		/* NULL once closed */
+	struct remote_task *task;	/* the map entry it serves, if any */
+	struct remote_fetch *fetches;	/* waiting for their RESP */
+	int refs;			/* st->peers, the read loop, each write, each REQ */
+	bool dead;
+	/* the message being read */
+	struct remote_hdr cur;
+	uint8_t *cur_meta;
+	struct remote_fetch *cur_fetch;
+};
+
+/* The pipe to @t, connected (and HELLO sent) if there is none. */
+struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
+/* Adopt an accepted pipe. */
+void remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
+/* Write a message without tensor; errors end the peer. */
+void remote_peer_send(struct remote_peer *p, const struct remote_hdr *h);
+/* Write a RESP carrying @send's tensor; @send completes with the write. */
+void remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send);
+void remote_peer_ref(struct remote_peer *p);
+void remote_peer_unref(struct remote_peer *p);
+/* Close the pipe, fail its fetches with @status, drop its REQs. */
+void remote_peer_end(struct remote_peer *p, tpu_status status);
+/* Write ABORT to every live peer. */
+void remote_peers_abort(struct remote *st, tpu_status status);
+
+/* ---- outbox (remote_serve.c) ---- */
+
+tpu_status remote_serve_send(struct remote *st, struct tpu__op *op);
+/* ctx thread: a REQ came from @p. */
+void remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
+/* ctx thread: @p withdraws REQ @id. */
+void remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id);
+/* Cancel this member's posted sends of @key; returns how many. */
+int remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len);
+/* Fail every posted send with @status; REQs waiting are answered on the ctx thread. */
+void remote_serve_fail_all(struct remote *st, tpu_status status);
+/* ctx thread: answer every REQ waiting with @status. */
+void remote_serve_answer_all(struct remote *st, tpu_status status);
+/* ctx thread: forget the REQs of a dead peer. */
+void remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
+void remote_serve_free(struct remote *st);
+
+/* ---- fetches (remote_fetch.c) ---- */
+
+tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src);
+/* ctx thread: a RESP's descriptor; set where its tensor goes. */
+void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc);
+/* ctx thread: the RESP is read (@status: the read's). */
+void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
+/* Send CANCEL for this member's fetches of @key; returns how many. */
+int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len);
+/* ctx thread: complete @f's op with @status and forget it. */
+void remote_fetch_end(struct remote_fetch *f, tpu_status status);
+/* ctx thread: every fetch of every peer ends with @status. */
+void remote_fetch_fail_all(struct remote *st, tpu_status status);
+
+#endif /* TPU_REMOTE_H */

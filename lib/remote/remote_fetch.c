@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Receives of tensors that another worker keeps: a REQ with the receive's
+ * capacity goes to the source's worker, and its one RESP decides the
+ * result.  The RESP's tensor is read straight into the receive's memory
+ * (or a new buffer for recv_buffer).  Cancel and timeout send a CANCEL and
+ * still wait for the RESP, so that a tensor already on its way is
+ * delivered rather than lost.  Abort, destroy and the pipe's end complete
+ * the receive at once; the fetch is then abandoned and a RESP that still
+ * comes is read into a scratch buffer and dropped.
+ *
+ * A fetch is created on the caller's thread and lives on the context
+ * thread from its start task on.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote.h"
+
+static void fetch_unref(struct remote_fetch *f)
+{
+	struct remote *st = f->st;
+
+	if (--f->refs)
+		return;
+	free(f);
+	remote_put(st);
+}
+
+static void op_end(struct tpu__op *op, tpu_status status, size_t len)
+{
+	op->status = status;
+	op->len = len;
+	tpu__op_complete(op);
+}
+
+void remote_fetch_end(struct remote_fetch *f, tpu_status status)
+{
+	struct remote_peer *p = f->peer;
+	struct remote_fetch **pp;
+
+	if (f->op) {
+		op_end(f->op, status, 0);
+		f->op = NULL;
+	}
+	if (f->timer_on)
+		tpu__ctx_timer_cancel(f->st->ctx, &f->timer);
+	if (!p)
+		return;
+	for (pp = &p->fetches; *pp; pp = &(*pp)->next) {
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	}
+	f->peer = NULL;
+	remote_peer_unref(p);
+	fetch_unref(f);	/* the list's */
+}
+
+static void fetch_timeout(void *arg, tpu_status status)
+{
+	struct remote_fetch *f = arg;
+	struct remote_hdr h = { .type = REMOTE_CANCEL, .id = f->id };
+
+	f->timer_on = false;
+	if (!status && f->op && f->peer) {
+		f->timed_out = true;
+		if (!f->cancel_sent) {
+			f->cancel_sent = true;
+			remote_peer_send(f->peer, &h);
+		}
+	}
+	fetch_unref(f);
+}
+
+static void fetch_start(struct tpu__task *t)
+{
+	struct remote_fetch *f = tpu__container_of(t, struct remote_fetch, start);
+	struct remote *st = f->st;
+	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id };
+	struct remote_peer *p;
+	tpu_status err = 0;
+
+	pthread_mutex_lock(&st->lock);
+	if (st->aborted || st->closing)
+		err = st->aborted ? st->aborted : TPU_E_CLOSED;
+	pthread_mutex_unlock(&st->lock);
+	p = err ? NULL : remote_peer_for(st, f->task, &err);
+	if (!p) {
+		tpu__log_debug("remote rendezvous %s: no pipe to %s: %s", st->self, f->task->task,
+			       tpu_strerror(err));
+		op_end(f->op, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE, 0);
+		f->op = NULL;
+		fetch_unref(f);
+		return;
+	}
+	remote_peer_ref(p);
+	f->peer = p;
+	f->next = p->fetches;
+	p->fetches = f;
+	if (f->op->timeout_ns) {
+		f->timer.fn = fetch_timeout;
+		f->timer.arg = f;
+		if (!tpu__ctx_timer_start(st->ctx, &f->timer, f->op->timeout_ns)) {
+			f->timer_on = true;
+			f->refs++;
+		}
+	}
+	h.key = f->op->key;
+	h.key_len = f->op->key_len;
+	h.len = f->op->tensor.len;
+	remote_peer_send(p, &h);
+}
+
+tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src)
+{
+	struct remote_fetch *f;
+	struct remote_task *t;
+	tpu_status err = 0;
+
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	pthread_mutex_lock(&st->lock);
+	t = remote_task_find(st, src.ptr, src.len);
+	if (st->aborted || st->closing)
+		err = st->aborted ? st->aborted : TPU_E_CLOSED;
+	else if (!t)
+		err = -EHOSTUNREACH;
+	else
+		f->id = ++st->next_id;
+	pthread_mutex_unlock(&st->lock);
+	if (err) {
+		if (err == -EHOSTUNREACH)
+			tpu__log_debug("remote rendezvous %s: %.*s is not in the cluster map",
+				       st->self, (int)src.len, src.ptr);
+		free(f);
+		return err;
+	}
+	f->st = st;
+	remote_get(st);
+	f->task = t;
+	f->op = op;
+	f->refs = 1;
+	f->start.fn = fetch_start;
+	tpu__ctx_defer(st->ctx, &f->start);
+	return 0;
+}
+
+static struct remote_fetch *fetch_find(struct remote_peer *p, uint64_t id)
+{
+	struct remote_fetch *f;
+
+	for (f = p->fetches; f; f = f->next)
+		if (f->id == id)
+			return f;
+	return NULL;
+}
+
+void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
+{
+	static uint8_t empty[1];
+	struct remote_fetch *f = fetch_find(p, p->cur.id);
+	struct tpu_message_tensor *t;
+	struct tpu__op *op;
+
+	p->cur_fetch = f;
+	if (desc->ntensors != 1)
+		return;
+	t = &desc->tensors[0];
+	op = f ? f->op : NULL;
+	if (op && op->kind == TPU__OP_RECV && t->len <= op->tensor.len) {
+		t->data = t->len ? op->tensor.data : empty;
+		return;
+	}
+	/* recv_buffer, or nobody waits for it any more (abandoned): a new buffer. */
+	t->data = NULL;
+	t->flags = TPU_TENSOR_WANT_BUFFER;
+}
+
+void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg)
+{
+	struct remote_fetch *f = p->cur_fetch;
+	struct tpu_buffer *buf = NULL;
+	struct tpu__op *op;
+	tpu_status res = p->cur.status;
+	size_t len = p->cur.len;
+
+	p->cur_fetch = NULL;
+	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
+		buf = msg->tensors[0].buffer;
+	op = f && f->peer == p ? f->op : NULL;
+	if (!op || status) {
+		/* Abandoned, or the read failed (the pipe's end fails the fetch). */
+		tpu_buffer_free(buf);
+		return;
+	}
+	if (!res && (!msg || msg->ntensors != 1))
+		res = -EPROTO;
+	if (!res && op->kind == TPU__OP_RECV_BUFFER) {
+		op->out_buffer = buf;
+		buf = NULL;
+	} else if (!res && buf) {
+		/* Bigger than the capacity the REQ gave: the peer broke the protocol. */
+		res = -EPROTO;
+	}
+	tpu_buffer_free(buf);
+	if (res == -ECANCELED && f->timed_out)
+		res = -ETIMEDOUT;
+	if (res && res != -EMSGSIZE)
+		len = 0;
+	op_end(op, res, len);
+	f->op = NULL;
+	remote_fetch_end(f, 0);
+}
+
+struct cancel_task {
+	struct tpu__task task;
+	struct remote *st;
+	size_t key_len;
+	uint8_t key[];
+};
+
+static void cancel_run(struct tpu__task *t)
+{
+	struct cancel_task *c = tpu__container_of(t, struct cancel_task, task);
+	struct remote *st = c->st;
+	struct remote_hdr h = { .type = REMOTE_CANCEL };
+	struct remote_peer *p, *pnext;
+	struct remote_fetch *f, *fnext;
+
+	for (p = st->peers; p; p = pnext) {
+		remote_peer_ref(p);
+		for (f = p->fetches; f; f = fnext) {
+			fnext = f->next;
+			if (!f->op || f->cancel_sent || f->op->key_len != c->key_len ||
+			    memcmp(f->op->key, c->key, c->key_len))
+				continue;
+			f->cancel_sent = true;
+			h.id = f->id;
+			remote_peer_send(p, &h);
+			/* A failed write ended the peer and every fetch with it. */
+			if (p->dead)
+				break;
+		}
+		pnext = p->next;
+		remote_peer_unref(p);
+	}
+	free(c);
+	remote_put(st);
+}
+
+int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len)
+{
+	struct cancel_task *c = malloc(sizeof(*c) + key_len);
+
+	if (!c)
+		return -ENOMEM;
+	c->task.fn = cancel_run;
+	c->st = st;
+	remote_get(st);
+	c->key_len = key_len;
+	memcpy(c->key, key, key_len);
+	tpu__ctx_defer(st->ctx, &c->task);
+	return 1;
+}
+
+void remote_fetch_fail_all(struct remote *st, tpu_status status)
+{
+	struct remote_peer *p;
+
+	for (p = st->peers; p; p = p->next)
+		while (p->fetches)
+			remote_fetch_end(p->fetches, status);
+}

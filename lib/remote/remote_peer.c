@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * One pipe per pair of workers, used both ways: the worker that first needs
+ * it connects and says HELLO with its task; the other end adopts the pipe
+ * for its own requests to that task unless it has one already.  Each pipe
+ * has one read loop (descriptor, read, dispatch, next descriptor) for as
+ * long as it lives.  Context thread only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote.h"
+
+struct remote_write {
+	struct tpu_message msg;
+	struct tpu_message_tensor tensor;
+	struct remote_peer *peer;
+	struct tpu__op *send;		/* a RESP's send, completed with the write */
+	uint8_t meta[];
+};
+
+static void read_next(struct remote_peer *p);
+
+void remote_peer_ref(struct remote_peer *p)
+{
+	p->refs++;
+}
+
+void remote_peer_unref(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+
+	if (--p->refs)
+		return;
+	free(p->cur_meta);
+	free(p);
+	remote_put(st);
+}
+
+/* Why a pipe operation failed, as the rendezvous's callers should hear it. */
+static tpu_status pipe_error(const struct remote *st)
+{
+	return st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+}
+
+void remote_peer_end(struct remote_peer *p, tpu_status status)
+{
+	struct remote *st = p->st;
+	struct remote_peer **pp;
+
+	if (p->dead)
+		return;
+	p->dead = true;
+	if (p->task && p->task->peer == p)
+		p->task->peer = NULL;
+	tpu__log_debug("remote rendezvous %s: pipe to %s ends: %s", st->self,
+		       p->task ? p->task->task : "an accepted peer", tpu_strerror(status));
+	while (p->fetches)
+		remote_fetch_end(p->fetches, status);
+	remote_serve_drop_peer(st, p);
+	if (p->pipe) {
+		tpu_pipe_close(p->pipe);
+		p->pipe = NULL;
+	}
+	for (pp = &st->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	remote_peer_unref(p);	/* st->peers' */
+}
+
+static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
+{
+	struct remote_write *w = arg;
+	struct remote_peer *p = w->peer;
+	struct tpu__op *send = w->send;
+
+	(void)msg;
+	if (send) {
+		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
+			tpu_buffer_free(send->tensor.buffer);
+			send->tensor.buffer = NULL;
+		}
+		send->status = status ? pipe_error(p->st) : 0;
+		send->len = status ? 0 : send->tensor.len;
+		tpu__op_complete(send);
+	}
+	if (status)
+		remote_peer_end(p, pipe_error(p->st));
+	free(w);
+	remote_peer_unref(p);
+}
+
+static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct tpu__op *send)
+{
+	size_t size = remote_wire_size(h->key_len);
+	struct remote_write *w = calloc(1, sizeof(*w) + size);
+	tpu_status st = -ENOMEM;
+
+	if (w && p->pipe && !p->dead) {
+		remote_wire_put(h, w->meta);
+		w->msg.metadata = w->meta;
+		w->msg.metadata_len = size;
+		w->peer = p;
+		w->send = send;
+		if (send) {
+			w->tensor.data = send->tensor.data;
+			w->tensor.len = send->tensor.len;
+			w->tensor.buffer = send->tensor.buffer;
+			w->msg.tensors = &w->tensor;
+			w->msg.ntensors = 1;
+		}
+		remote_peer_ref(p);
+		st = tpu_pipe_write(p->pipe, &w->msg, write_done, w);
+		if (!st)
+			return;
+		remote_peer_unref(p);
+	} else if (w) {
+		st = pipe_error(p->st);
+	}
+	free(w);
+	if (send) {
+		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
+			tpu_buffer_free(send->tensor.buffer);
+			send->tensor.buffer = NULL;
+		}
+		send->status = pipe_error(p->st);
+		tpu__op_complete(send);
+	}
+	remote_peer_end(p, st == -ENOMEM ? st : pipe_error(p->st));
+}
+
+void remote_peer_send(struct remote_peer *p, const struct remote_hdr *h)
+{
+	peer_write(p, h, NULL);
+}
+
+void remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send)
+{
+	struct remote_hdr h = { .type = REMOTE_RESP, .id = id, .len = send->tensor.len };
+
+	peer_write(p, &h, send);
+}
+
+void remote_peers_abort(struct remote *st, tpu_status status)
+{
+	struct remote_hdr h = { .type = REMOTE_ABORT, .status = status };
+	struct remote_peer *p, *next;
+
+	for (p = st->peers; p; p = next) {
+		next = p->next;	/* a failed write ends (unlinks) p */
+		remote_peer_send(p, &h);
+	}
+}
+
+/* ---- the read loop ---- */
+
+static void on_hello(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+	struct remote_task *t;
+
+	pthread_mutex_lock(&st->lock);
+	t = remote_task_find(st, (const char *)p->cur.key, p->cur.key_len);
+	pthread_mutex_unlock(&st->lock);
+	if (!t) {
+		tpu__log_debug("remote rendezvous %s: hello from %.*s, not in the map (serving it only)",
+			       st->self, (int)p->cur.key_len, (const char *)p->cur.key);
+		return;
+	}
+	if (!p->task)
+		p->task = t;
+	/* Adopted for requests to that task, unless it has a pipe of its own. */
+	if (!t->peer)
+		t->peer = p;
+}
+
+static void dispatch(struct remote_peer *p, struct tpu_message *msg)
+{
+	struct remote *st = p->st;
+	const struct remote_hdr *h = &p->cur;
+
+	switch (h->type) {
+	case REMOTE_HELLO:
+		on_hello(p);
+		break;
+	case REMOTE_REQ:
+		remote_serve_req(st, p, h);
+		break;
+	case REMOTE_RESP:
+		remote_fetch_resp_done(p, 0, msg);
+		break;
+	case REMOTE_CANCEL:
+		remote_serve_cancel_req(st, p, h->id);
+		break;
+	case REMOTE_ABORT:
+		tpu__log_debug("remote rendezvous %s: aborted by a peer: %s", st->self,
+			       tpu_strerror(h->status));
+		if (!st->destroyed && st->rdv && h->status < 0 && h->status >= -EHWPOISON)
+			tpu_rendezvous_abort(st->rdv, h->status);
+		break;
+	}
+}
+
+static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
+{
+	struct remote_peer *p = arg;
+
+	if (status) {
+		if (p->cur.type == REMOTE_RESP)
+			remote_fetch_resp_done(p, status, msg);
+		remote_peer_end(p, pipe_error(p->st));
+	} else if (!p->dead) {
+		dispatch(p, msg);
+	}
+	if (!p->dead)
+		read_next(p);
+	remote_peer_unref(p);	/* the read loop's */
+}
+
+static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
+{
+	struct remote_peer *p = arg;
+	tpu_status st = status;
+
+	if (!st && !p->dead) {
+		st = remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
+		p->cur_fetch = NULL;
+		if (!st && p->cur.type == REMOTE_RESP)
+			remote_fetch_resp_desc(p, desc);
+		else if (!st && desc->ntensors)
+			st = -EPROTO;
+		if (!st && p->pipe)
+			st = tpu_pipe_read(p->pipe, desc, read_done, p);
+		if (!st)
+			return;	/* the read loop's reference goes with the read */
+		if (st == -EPROTO)
+			tpu__log_debug("remote rendezvous %s: a peer sent what is no message of ours",
+				       p->st->self);
+	}
+	remote_peer_end(p, st == -EPROTO ? -EPROTO : pipe_error(p->st));
+	remote_peer_unref(p);
+}
+
+static void read_next(struct remote_peer *p)
+{
+	remote_peer_ref(p);
+	if (tpu_pipe_read_descriptor(p->pipe, desc_done, p)) {
+		remote_peer_end(p, pipe_error(p->st));
+		remote_peer_unref(p);
+	}
+}
+
+static struct remote_peer *peer_new(struct remote *st, struct tpu_pipe *pipe)
+{
+	struct remote_peer *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->st = st;
+	remote_get(st);
+	p->pipe = pipe;
+	p->refs = 1;	/* st->peers' */
+	p->next = st->peers;
+	st->peers = p;
+	return p;
+}
+
+struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err)
+{
+	struct remote_hdr h = { .type = REMOTE_HELLO };
+	struct tpu_pipe *pipe;
+	struct remote_peer *p;
+
+	if (t->peer && !t->peer->dead)
+		return t->peer;
+	*err = tpu_pipe_connect(st->ctx, t->url, &pipe);
+	if (*err)
+		return NULL;
+	p = peer_new(st, pipe);
+	if (!p) {
+		tpu_pipe_close(pipe);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	p->task = t;
+	t->peer = p;
+	tpu__log_debug("remote rendezvous %s: connecting to %s at %s", st->self, t->task, t->url);
+	h.key = (const uint8_t *)st->self;
+	h.key_len = st->self_len;
+	remote_peer_ref(p);	/* held while we use it here */
+	remote_peer_send(p, &h);
+	if (!p->dead)
+		read_next(p);
+	if (p->dead) {
+		*err = pipe_error(st);
+		remote_peer_unref(p);
+		return NULL;
+	}
+	remote_peer_unref(p);
+	return p;
+}
+
+void remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe)
+{
+	struct remote_peer *p = peer_new(st, pipe);
+
+	if (!p) {
+		tpu_pipe_close(pipe);
+		return;
+	}
+	read_next(p);
+}

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The remote rendezvous's messages: a fixed little-endian header and the
+ * key (or task name) after it, as a pipe message's metadata.  A RESP with
+ * status 0 carries the tensor as the message's one tensor.
+ */
+#include <endian.h>
+#include <string.h>
+
+#include "remote.h"
+
+#define WIRE_MAGIC	0x31565254u	/* "TRV1" */
+#define WIRE_HDR	36		/* magic, type, status, id, len, key_len */
+
+size_t remote_wire_size(size_t key_len)
+{
+	return WIRE_HDR + key_len;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return le64toh(v);
+}
+
+void remote_wire_put(const struct remote_hdr *h, uint8_t *buf)
+{
+	put32(buf, WIRE_MAGIC);
+	put32(buf + 4, (uint32_t)h->type);
+	put32(buf + 8, (uint32_t)h->status);
+	put64(buf + 12, h->id);
+	put64(buf + 20, h->len);
+	put64(buf + 28, h->key_len);
+	if (h->key_len)
+		memcpy(buf + WIRE_HDR, h->key, h->key_len);
+}
+
+tpu_status remote_wire_get(const void *buf, size_t len, struct remote_hdr *h)
+{
+	const uint8_t *b = buf;
+	uint64_t key_len;
+	uint32_t type;
+
+	if (!buf || len < WIRE_HDR || get32(b) != WIRE_MAGIC)
+		return -EPROTO;
+	type = get32(b + 4);
+	key_len = get64(b + 28);
+	if (type < REMOTE_HELLO || type > REMOTE_ABORT || key_len != len - WIRE_HDR ||
+	    key_len > TPU__KEY_MAX)
+		return -EPROTO;
+	h->type = (enum remote_msg)type;
+	h->status = (tpu_status)get32(b + 8);
+	h->id = get64(b + 12);
+	h->len = get64(b + 20);
+	h->key = key_len ? b + WIRE_HDR : NULL;
+	h->key_len = key_len;
+	/* A status from the wire must be one a callback may see. */
+	if (h->status > 0 || (h->status < -TPU_ERRNO_MAX && h->status > -10000))
+		return -EPROTO;
+	return 0;
+}
