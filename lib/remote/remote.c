@@ -253,6 +253,12 @@ static void destroy_on_ctx(void *arg)
 	struct remote *st = arg;
 
 	st->destroyed = true;
+	/*
+	 * Here, not on the caller's thread: a peer's ABORT, dispatched on this
+	 * thread, may be using it.  Its callbacks complete our local ops.
+	 */
+	tpu_rendezvous_destroy(st->inner);
+	st->inner = NULL;
 	remote_serve_fail_all(st, TPU_E_CLOSED);
 	remote_fetch_fail_all(st, TPU_E_CLOSED);
 	tpu_listener_close(st->listener);
@@ -268,9 +274,6 @@ static void r_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_lock(&st->lock);
 	st->closing = true;
 	pthread_mutex_unlock(&st->lock);
-	/* Its callbacks complete our local ops with TPU_E_CLOSED. */
-	tpu_rendezvous_destroy(st->inner);
-	st->inner = NULL;
 	tpu__ctx_run_sync(st->ctx, destroy_on_ctx, st);
 	st->rdv = NULL;
 	rdv->impl_state = NULL;
