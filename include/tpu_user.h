@@ -761,7 +761,8 @@ typedef void (*tpu_recv_batch_cb)(void *arg, tpu_status status, struct tpu_recv_
  *
  * Each key is received as by tpu_rendezvous_recv() (so keys repeated in a
  * batch are received in item order), and @done runs once, after the last.
- * The remote rendezvous sends the requests for one worker together.
+ * The remote rendezvous writes a batch's requests back to back on each
+ * worker's pipe, which gathers them into few system calls.
  * Errors returned here mean @done will not be called and nothing was
  * issued: -EINVAL (a NULL, a bad count, key or tensor), -ENAMETOOLONG,
  * the abort status, TPU_E_CLOSED.
