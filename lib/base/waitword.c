@@ -29,6 +29,16 @@ enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING };
 
 static _Atomic uint32_t spin_budget_ns = SPIN_START_NS;
 
+/*
+ * Spinning on a busy machine: a gap this long between two looks means the
+ * spinner was descheduled, so the peer it waits for competes with it (and
+ * with others) for the cores.  Spinning then only delays the peer: every
+ * waiter of the process sleeps at once for CONTENDED_NS, and then tries
+ * spinning again.
+ */
+#define CONTENDED_NS	50000000ull
+static _Atomic uint64_t contended_until_ns;
+
 uint64_t tpu__mono_ns(void)
 {
 	struct timespec ts;
@@ -89,7 +99,7 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
 		 void (*poll)(void *, enum tpu__ww_phase), void *arg)
 {
 	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
-	uint64_t start, now;
+	uint64_t start, now, last;
 	unsigned int i;
 
 	if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
@@ -99,6 +109,9 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
 	if (!budget)
 		return false;
 	start = tpu__mono_ns();
+	if (tpu__spin_contended(start))
+		return false;
+	last = start;
 	for (;;) {
 		for (i = 0; i < 64; i++) {
 			if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
@@ -110,9 +123,24 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
 		if (poll)
 			poll(arg, TPU__WW_SPIN_POLL);
 		now = tpu__mono_ns();
+		if (now - last > TPU__PREEMPT_GAP_NS) {
+			tpu__spin_preempted(now);
+			return false;
+		}
+		last = now;
 		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
 			return false;
 	}
+}
+
+bool tpu__spin_contended(uint64_t now_ns)
+{
+	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed);
+}
+
+void tpu__spin_preempted(uint64_t now_ns)
+{
+	atomic_store_explicit(&contended_until_ns, now_ns + CONTENDED_NS, memory_order_relaxed);
 }
 
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)

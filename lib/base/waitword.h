@@ -46,6 +46,17 @@ enum tpu__ww_phase {
 bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
 			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg);
 
+/*
+ * The process's spinners share one view of the machine's load: a spinner
+ * that finds itself descheduled mid-spin (tpu__spin_preempted) makes every
+ * spinner of the process sleep at once for a while (tpu__spin_contended),
+ * since spinning on oversubscribed cores only delays the peer.
+ */
+bool tpu__spin_contended(uint64_t now_ns);
+void tpu__spin_preempted(uint64_t now_ns);
+/* A gap this long between two looks of a spinner: it was descheduled. */
+#define TPU__PREEMPT_GAP_NS	200000u
+
 /* CLOCK_MONOTONIC now, in ns; and now + @ns (0 when @ns is 0). */
 uint64_t tpu__mono_ns(void);
 uint64_t tpu__deadline_ns(uint64_t ns);

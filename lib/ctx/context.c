@@ -512,15 +512,26 @@ static bool ctx_work(struct tpu_context *ctx)
  */
 static bool ctx_spin(struct tpu_context *ctx)
 {
-	uint64_t until;
+	uint64_t now, last, until;
 
 	if (!ctx_spins(ctx))
 		return false;
-	until = ctx_now_ns() + ctx->spin_cur;
+	now = ctx_now_ns();
+	/* On oversubscribed cores the peer needs our core more than we need to spin. */
+	if (tpu__spin_contended(now))
+		return false;
+	until = now + ctx->spin_cur;
 	do {
+		last = now;
 		if (ctx_work(ctx))
 			return true;
-	} while (ctx_spins(ctx) && ctx_now_ns() < until);
+		now = ctx_now_ns();
+		if (now - last > TPU__PREEMPT_GAP_NS) {
+			tpu__spin_preempted(now);
+			ctx->spin_cur = ctx->spin_ns;
+			return false;
+		}
+	} while (ctx_spins(ctx) && now < until);
 	return false;
 }
 
@@ -549,7 +560,9 @@ static void ctx_round(struct tpu_context *ctx)
 		 * sleep every time stay that slow.  Spin longer next time, up to
 		 * CTX_MAX_ADAPT_NS; a long sleep means idleness: back to the base.
 		 */
-		if (slept < CTX_MAX_ADAPT_NS)
+		if (tpu__spin_contended(t0 + slept))
+			ctx->spin_cur = ctx->spin_ns;
+		else if (slept < CTX_MAX_ADAPT_NS)
 			ctx->spin_cur = ctx->spin_cur * 2 > CTX_MAX_ADAPT_NS ?
 					CTX_MAX_ADAPT_NS : ctx->spin_cur * 2;
 		else
