@@ -73,6 +73,8 @@ static void cpu_relax(void)
 
 void tpu__waitword_post(struct tpu__waitword *w)
 {
+	if (atomic_load_explicit(word(w), memory_order_relaxed) == TPU__WW_SLEEPING)
+		w->posted_ns = tpu__mono_ns();
 	if (atomic_exchange(word(w), TPU__WW_POSTED) == TPU__WW_SLEEPING)
 		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
@@ -152,6 +154,7 @@ bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
 			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg)
 {
 	uint32_t expected = TPU__WW_IDLE;
+	uint64_t began = tpu__mono_ns();
 	struct timespec ts;
 	uint64_t start, now;
 	bool posted;
@@ -183,9 +186,12 @@ bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
 	}
 	/*
 	 * A post that came soon after we went to sleep says spinning a little
-	 * longer would have paid; a long sleep says it would not.
+	 * longer would have paid; a long sleep says it would not.  The
+	 * poster's clock says when it posted; without it our wake-up latency
+	 * (tens of microseconds for an idle virtual CPU) counts too, and the
+	 * budget would never recover from one slow hand-off.
 	 */
-	now = tpu__mono_ns() - start;
+	now = w->posted_ns > began ? w->posted_ns - began : tpu__mono_ns() - start;
 	budget_update(now, now > SPIN_MAX_NS);
 	return true;
 }

@@ -17,9 +17,15 @@
 
 struct tpu__waitword {
 	uint32_t state;		/* atomic access only: TPU__WW_* */
+	/*
+	 * When a poster found the waiter asleep: the hand-off's own length,
+	 * which the waiter's wake-up latency would otherwise hide from the
+	 * spin budget.  Written before state; 0 when not known.
+	 */
+	uint64_t posted_ns;
 };
 
-#define TPU__WAITWORD_INIT	{ 0 }
+#define TPU__WAITWORD_INIT	{ 0, 0 }
 
 /* Mark @w posted and wake its waiter if it sleeps.  Once per word. */
 void tpu__waitword_post(struct tpu__waitword *w);
