@@ -863,6 +863,17 @@ TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const cha
  */
 TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const char *transport,
 				      char *buf, size_t size);
+/**
+ * tpu_rendezvous_peer_path - how this worker's pipe to @task moves things.
+ * @transport:	out: "tcp" or "shm".
+ * @channel:	out: the channel for CPU tensors ("kmod", "cma", "mtcp",
+ *		"basic"), "" while the two ends still negotiate.
+ *
+ * Errors: -EINVAL (not a remote rendezvous, NULL), -EHOSTUNREACH (@task
+ * not in the map), -ENOTCONN (no pipe to it yet, or it broke).
+ */
+TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const char *task,
+					    const char **transport, const char **channel);
 
 /*
  * Pipes: TensorPipe-style messaging between two contexts.

@@ -419,3 +419,45 @@ TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const ch
 	st = rdv->impl_state;
 	return tpu_listener_url(st->listener, transport, buf, size);
 }
+
+struct path_query {
+	struct remote *st;
+	const char *task;
+	tpu_status err;
+	const char *transport, *channel;
+};
+
+static void path_on_ctx(void *arg)
+{
+	struct path_query *q = arg;
+	struct remote_task *t;
+
+	pthread_mutex_lock(&q->st->lock);
+	t = remote_task_find(q->st, q->task, strlen(q->task));
+	pthread_mutex_unlock(&q->st->lock);
+	if (!t) {
+		q->err = -EHOSTUNREACH;
+	} else if (!t->peer || t->peer->dead || !t->peer->pipe) {
+		q->err = -ENOTCONN;
+	} else {
+		q->transport = tpu_pipe_transport(t->peer->pipe);
+		q->channel = tpu_pipe_channel(t->peer->pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+	}
+}
+
+TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const char *task,
+					    const char **transport, const char **channel)
+{
+	struct path_query q = { .task = task };
+
+	if (!tpu__rdv_is(rdv, &remote_ops) || !task || !transport || !channel)
+		return -EINVAL;
+	q.st = rdv->impl_state;
+	/* The peers are the context thread's. */
+	tpu__ctx_run_sync(q.st->ctx, path_on_ctx, &q);
+	if (!q.err) {
+		*transport = q.transport;
+		*channel = q.channel;
+	}
+	return q.err;
+}

@@ -24,6 +24,11 @@ void rdv_cases_run(const struct rdv_impl *impl);
 /* Cases across fork (needs share/join): not for inprocess. */
 void rdv_xproc_run(const struct rdv_impl *impl);
 void rdv_xproc_death_run(const struct rdv_impl *impl);
+/*
+ * The remote rendezvous between worker processes over @transport ("shm",
+ * "tcp"); @want_channel, if not NULL, is the channel their pipes must use.
+ */
+void rdv_remote_run(const char *transport, unsigned int ctx_flags, const char *want_channel);
 
 /* True when a rendezvous of @impl can be made here; @why says why not. */
 bool rdv_impl_available(const struct rdv_impl *impl, const char **why);

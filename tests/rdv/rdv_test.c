@@ -7,7 +7,9 @@
  * implementation not available is reported as a skip, not a failure.
  * Prints TAP; exit status 0 when every point passed.
  *
- *   tests/rdv/rdv_test [inprocess|kmod|cma ...]
+ * Then the remote rendezvous between worker processes (shm and tcp).
+ *
+ *   tests/rdv/rdv_test [inprocess|kmod|cma|remote ...]
  */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +53,14 @@ int main(int argc, char **argv)
 			rdv_xproc_run(impl);
 			rdv_xproc_death_run(impl);
 		}
+	}
+	if (wanted("remote", argc, argv)) {
+		const struct rdv_impl kmod = { TPU_RDV_KMOD, 0, "kmod" };
+		bool module = rdv_impl_available(&kmod, &why);
+
+		/* With the module, pipes between processes over shm use its channel. */
+		rdv_remote_run("shm", module ? 0 : TPU_CTX_NO_KMOD, module ? "kmod" : "cma");
+		rdv_remote_run("tcp", module ? 0 : TPU_CTX_NO_KMOD, NULL);
 	}
 	return tap_finish();
 }
