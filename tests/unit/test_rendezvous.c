@@ -202,8 +202,13 @@ void test_rendezvous(void)
 	rendezvous_args();
 	pending_keys_are_logged();
 	rdv_cases_run(&inprocess);
-	if (rdv_impl_available(&cma, &why))
+	if (rdv_impl_available(&cma, &why)) {
 		rdv_cases_run(&cma);
-	else
+		/* Pipes between processes of this host use cma when it is permitted. */
+		rdv_remote_run("shm", TPU_CTX_NO_KMOD, "cma");
+	} else {
 		tap_diag("cma rendezvous not available here (%s): its cases are skipped", why);
+		rdv_remote_run("shm", TPU_CTX_NO_KMOD, NULL);
+	}
+	rdv_remote_run("tcp", TPU_CTX_NO_KMOD, NULL);
 }
