@@ -35,10 +35,11 @@
 #include "units.h"
 
 #define PING_LEN	64
-#define NSIZES		4
+#define NSIZES		BENCH_PIPE_NSIZES
 #define WARMUP		20
 
-static const size_t bw_sizes[NSIZES] = { 64u << 10, 1u << 20, 16u << 20, 64u << 20 };
+const size_t bench_pipe_sizes[NSIZES] = { 64u << 10, 1u << 20, 16u << 20, 64u << 20 };
+#define bw_sizes bench_pipe_sizes
 
 struct pair {
 	const char *xport, *chan;
@@ -283,11 +284,6 @@ static tpu_status client_run(struct client *c, size_t size, unsigned int n, unsi
 	return c->error;
 }
 
-struct pair_result {
-	char xport[8], chan[8];
-	double avg_us, p50_us, p90_us;
-	double gbps[NSIZES];
-};
 
 static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 			     struct pair_result *r)
@@ -359,6 +355,15 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 	free(c.src);
 	sem_destroy(&c.done);
 	return st;
+}
+
+tpu_status bench_pipe_ref(const char *xport, const char *chan, unsigned int iters,
+			  unsigned int bw_iters, struct pair_result *r)
+{
+	const struct pair pr = { xport, chan };
+	struct pipe_opts o = { .iters = iters, .bw_iters = bw_iters };
+
+	return bench_pair(&pr, &o, r);
 }
 
 tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iters,

@@ -32,6 +32,7 @@
 
 #include "bench_pipe.h"
 #include "bench_rdv.h"
+#include "bench_remote.h"
 #include "hog.h"
 #include "json.h"
 #include "peer.h"
@@ -59,6 +60,8 @@ struct rdv_opts {
 	bool json;
 	struct pipe_ref pipes[2];	/* shm with cma, shm with kmod */
 	unsigned int hogs;		/* --hog N */
+	bool remote;			/* --remote */
+	const char *transport;		/* --transport, with --remote */
 	double futex_us;		/* the blocking reference's round trip */
 	double loadavg;			/* 1-minute load when the run began */
 };
@@ -672,6 +675,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--hog N] [--json]\n"
+"       tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]\n"
 "--impl LIST  comma-separated implementations (default all); one that cannot\n"
 "             run here is skipped with the library's reason\n"
 "--iters N    round trips of the 64-byte latency test (default 100); each\n"
@@ -679,7 +683,10 @@ static void usage(FILE *f)
 "             checked warm-up\n"
 "--hog N      N busy processes run during the measurements (a loaded machine);\n"
 "             a plain blocking futex ping-pong is measured as the reference\n"
-"--json       print the results as JSON instead of a table\n");
+"--json       print the results as JSON instead of a table\n"
+"--remote     the remote rendezvous between two worker processes (task 0 and\n"
+"             task 1) against a pipe between two processes, same run\n"
+"--transport T  with --remote: the workers' transport, shm (default) or tcp\n");
 }
 
 static int parse_impls(char *list, bool *want)
@@ -728,6 +735,40 @@ static void measure_pipes(struct rdv_opts *o, const struct rdv_result *res, unsi
 	}
 }
 
+/* --remote: the remote rendezvous against its pipe (bench_remote.c). */
+static int run_remote(const struct rdv_opts *o)
+{
+	struct remote_opts ro = { .transport = o->transport ? o->transport : "shm",
+				  .iters = o->iters, .bw_iters = o->bw_iters };
+	struct remote_result r;
+	tpu_status st = bench_remote_run(&ro, &r);
+
+	if (st) {
+		fprintf(stderr, "tpbench rdv --remote: %s\n", tpu_strerror(st));
+		return 1;
+	}
+	if (o->json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_string(&j, "bench", "rdv");
+		json_u64(&j, "hogs", o->hogs);
+		json_double(&j, "loadavg_1min", o->loadavg, 2);
+		json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
+		bench_remote_json(&ro, &r, &j);
+		json_object_end(&j);
+		json_finish(&j);
+		return 0;
+	}
+	bench_remote_print(&ro, &r);
+	printf("load: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
+	       o->hogs, o->loadavg);
+	printf("round trip of a blocking futex ping-pong between two processes: %.1f us; "
+	       "remote/futex %.2fx\n", o->futex_us, r.rtt_p50_us / o->futex_us);
+	return 0;
+}
+
 int bench_rdv_main(int argc, char **argv)
 {
 	static const enum tpu_rdv_impl order[] = { TPU_RDV_INPROCESS, TPU_RDV_KMOD, TPU_RDV_CMA };
@@ -746,6 +787,11 @@ int bench_rdv_main(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--json")) {
 			o.json = true;
+		} else if (!strcmp(a, "--remote")) {
+			o.remote = true;
+		} else if (v && !strcmp(a, "--transport") && (!strcmp(v, "shm") || !strcmp(v, "tcp"))) {
+			o.transport = v;
+			i++;
 		} else if (v && !strcmp(a, "--hog") && !parse_size(v, &num) && num <= HOG_MAX) {
 			o.hogs = (unsigned int)num;
 			i++;
@@ -769,6 +815,11 @@ int bench_rdv_main(int argc, char **argv)
 		return 1;
 	}
 	o.futex_us = futex_pingpong_us(o.iters);
+	if (o.remote) {
+		rc = run_remote(&o);
+		hogs_stop(&hogs);
+		return rc;
+	}
 	for (i = 0; i < 3; i++) {
 		if (!o.want[order[i]])
 			continue;

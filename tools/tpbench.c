@@ -758,6 +758,8 @@ static void usage(FILE *f)
 "tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--hog N] [--json]:\n"
 "             round trip and bandwidth of the rendezvous API, per\n"
 "             implementation, with same-run references\n"
+"tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]:\n"
+"             the remote rendezvous between two workers against its pipe\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
 "--no-thp     do not madvise(MADV_HUGEPAGE) buffers of 2 MiB and more\n"
