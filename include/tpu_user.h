@@ -807,7 +807,9 @@ TPU_API tpu_status tpu_rendezvous_recv_batch_wait(struct tpu_rendezvous *rdv,
  * operations and is passed on to every worker it has a pipe with, which
  * aborts in turn.  A peer whose pipe breaks (it died or destroyed its
  * rendezvous) fails the receives waiting on it with TPU_E_PEER_GONE, and
- * the sends it was taking with TPU_E_PEER_GONE.
+ * the sends it was taking with TPU_E_PEER_GONE.  Workers may start in any
+ * order: one that does not answer yet is tried again for 30 s, its
+ * receives waiting meanwhile.
  */
 
 /**

@@ -118,9 +118,20 @@ static tpu_status task_add(struct remote *st, const char *task, const char *url)
 		free(t);
 		return -ENOMEM;
 	}
+	t->st = st;
 	t->next = st->tasks;
 	st->tasks = t;
 	return 0;
+}
+
+struct remote_task *remote_tasks(struct remote *st)
+{
+	struct remote_task *t;
+
+	pthread_mutex_lock(&st->lock);
+	t = st->tasks;
+	pthread_mutex_unlock(&st->lock);
+	return t;
 }
 
 /* ---- keys of this task: the inner rendezvous ---- */
@@ -265,6 +276,9 @@ static void destroy_on_ctx(void *arg)
 	st->listener = NULL;
 	while (st->peers)
 		remote_peer_end(st->peers, TPU_E_CLOSED);
+	for (struct remote_task *t = remote_tasks(st); t; t = t->next)
+		if (t->retry_on)
+			tpu__ctx_timer_cancel(st->ctx, &t->retry);
 }
 
 static void r_destroy(struct tpu_rendezvous *rdv)

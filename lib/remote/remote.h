@@ -68,13 +68,27 @@ tpu_status remote_wire_get(const void *buf, size_t len, struct remote_hdr *h);
 
 struct remote_peer;
 
-/* A task of the cluster map. */
+/*
+ * A task of the cluster map.  Workers of a job start in any order, so a
+ * pipe to a task that has never answered is retried (REMOTE_CONNECT_NS in
+ * all, backing off): its fetches wait, parked, and are asked again on the
+ * next pipe.  Once a pipe carried anything, its end is the peer's death.
+ */
 struct remote_task {
 	struct remote_task *next;
+	struct remote *st;
 	char *task;
 	char *url;
-	struct remote_peer *peer;	/* ctx thread: its pipe, once there is one */
+	/* ctx thread */
+	struct remote_peer *peer;	/* its pipe, once there is one */
+	struct remote_fetch *parked;	/* fetches waiting for the next connect */
+	struct tpu__timer retry;
+	bool retry_on;
+	uint64_t first_try_ns;		/* 0: no connect tried since the last success */
+	uint64_t backoff_ns;
 };
+
+#define REMOTE_CONNECT_NS	(30ull * 1000000000ull)
 
 /*
  * A REQ waiting in the outbox for its send; once decided, what to answer
@@ -116,6 +130,7 @@ struct remote_fetch {
 	bool timer_on;
 	bool timed_out;
 	bool cancel_sent;
+	bool parked;			/* in task->parked, not in a peer's list */
 };
 
 struct remote {
@@ -150,6 +165,8 @@ bool remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 bool remote_is_self(const struct remote *st, struct tpu_str task);
 /* Under st->lock. */
 struct remote_task *remote_task_find(struct remote *st, const char *task, size_t len);
+/* The map's first task; the list only grows at its head, so it can be walked after. */
+struct remote_task *remote_tasks(struct remote *st);
 
 /* ---- peers (remote_peer.c), ctx thread ---- */
 
@@ -161,6 +178,7 @@ struct remote_peer {
 	struct remote_fetch *fetches;	/* waiting for their RESP */
 	int refs;			/* st->peers, the read loop, each write, each REQ */
 	bool dead;
+	bool established;		/* something came through: it is not a failed connect */
 	/* the message being read */
 	struct remote_hdr cur;
 	uint8_t *cur_meta;
@@ -212,5 +230,9 @@ int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len);
 void remote_fetch_end(struct remote_fetch *f, tpu_status status);
 /* ctx thread: every fetch of every peer ends with @status. */
 void remote_fetch_fail_all(struct remote *st, tpu_status status);
+/* ctx thread: @f waits for the next pipe to its task (its peer's connect failed). */
+void remote_fetch_park(struct remote_fetch *f);
+/* ctx thread: ask again for the parked fetches of @t, on @p (NULL: fail them with @status). */
+void remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status);
 
 #endif /* TPU_REMOTE_H */

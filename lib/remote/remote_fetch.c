@@ -34,6 +34,19 @@ static void op_end(struct tpu__op *op, tpu_status status, size_t len)
 	tpu__op_complete(op);
 }
 
+/* Take @f out of @head's list. */
+static void unlink_from(struct remote_fetch **head, struct remote_fetch *f)
+{
+	struct remote_fetch **pp;
+
+	for (pp = head; *pp; pp = &(*pp)->next) {
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	}
+}
+
 void remote_fetch_end(struct remote_fetch *f, tpu_status status)
 {
 	struct remote_peer *p = f->peer;
@@ -45,6 +58,12 @@ void remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	}
 	if (f->timer_on)
 		tpu__ctx_timer_cancel(f->st->ctx, &f->timer);
+	if (f->parked) {
+		unlink_from(&f->task->parked, f);
+		f->parked = false;
+		fetch_unref(f);	/* the list's */
+		return;
+	}
 	if (!p)
 		return;
 	for (pp = &p->fetches; *pp; pp = &(*pp)->next) {
@@ -64,7 +83,10 @@ static void fetch_timeout(void *arg, tpu_status status)
 	struct remote_hdr h = { .type = REMOTE_CANCEL, .id = f->id };
 
 	f->timer_on = false;
-	if (!status && f->op && f->peer) {
+	if (!status && f->op && f->parked) {
+		/* No REQ is out: nothing can be on its way. */
+		remote_fetch_end(f, -ETIMEDOUT);
+	} else if (!status && f->op && f->peer) {
 		f->timed_out = true;
 		if (!f->cancel_sent) {
 			f->cancel_sent = true;
@@ -74,19 +96,87 @@ static void fetch_timeout(void *arg, tpu_status status)
 	fetch_unref(f);
 }
 
+/* Hang @f on @p and send its REQ. */
+static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
+{
+	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id };
+
+	remote_peer_ref(p);
+	f->peer = p;
+	f->next = p->fetches;
+	p->fetches = f;
+	h.key = f->op->key;
+	h.key_len = f->op->key_len;
+	h.len = f->op->tensor.len;
+	remote_peer_send(p, &h);
+}
+
+void remote_fetch_park(struct remote_fetch *f)
+{
+	struct remote_peer *p = f->peer;
+
+	unlink_from(&p->fetches, f);
+	f->peer = NULL;
+	remote_peer_unref(p);
+	f->parked = true;
+	f->next = f->task->parked;
+	f->task->parked = f;
+}
+
+void remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status)
+{
+	struct remote_fetch *list = t->parked, *f;
+
+	t->parked = NULL;
+	while ((f = list)) {
+		list = f->next;
+		f->parked = false;
+		if (p && !p->dead) {
+			fetch_ask(f, p);
+			continue;
+		}
+		/* Not asked again: it ends here, as remote_fetch_end() would. */
+		op_end(f->op, status, 0);
+		f->op = NULL;
+		if (f->timer_on)
+			tpu__ctx_timer_cancel(f->st->ctx, &f->timer);
+		fetch_unref(f);
+	}
+}
+
+static void fetch_timer_start(struct remote_fetch *f)
+{
+	if (!f->op->timeout_ns)
+		return;
+	f->timer.fn = fetch_timeout;
+	f->timer.arg = f;
+	if (!tpu__ctx_timer_start(f->st->ctx, &f->timer, f->op->timeout_ns)) {
+		f->timer_on = true;
+		f->refs++;
+	}
+}
+
 static void fetch_start(struct tpu__task *t)
 {
 	struct remote_fetch *f = tpu__container_of(t, struct remote_fetch, start);
 	struct remote *st = f->st;
-	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id };
-	struct remote_peer *p;
+	struct remote_peer *p = NULL;
 	tpu_status err = 0;
 
 	pthread_mutex_lock(&st->lock);
 	if (st->aborted || st->closing)
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 	pthread_mutex_unlock(&st->lock);
-	p = err ? NULL : remote_peer_for(st, f->task, &err);
+	if (!err && !f->task->retry_on)
+		p = remote_peer_for(st, f->task, &err);
+	if (!p && f->task->retry_on && (!err || err == TPU_E_PEER_GONE)) {
+		/* The worker does not answer yet: wait for the next try with the others. */
+		f->parked = true;
+		f->next = f->task->parked;
+		f->task->parked = f;
+		fetch_timer_start(f);
+		return;
+	}
 	if (!p) {
 		tpu__log_debug("remote rendezvous %s: no pipe to %s: %s", st->self, f->task->task,
 			       tpu_strerror(err));
@@ -95,22 +185,8 @@ static void fetch_start(struct tpu__task *t)
 		fetch_unref(f);
 		return;
 	}
-	remote_peer_ref(p);
-	f->peer = p;
-	f->next = p->fetches;
-	p->fetches = f;
-	if (f->op->timeout_ns) {
-		f->timer.fn = fetch_timeout;
-		f->timer.arg = f;
-		if (!tpu__ctx_timer_start(st->ctx, &f->timer, f->op->timeout_ns)) {
-			f->timer_on = true;
-			f->refs++;
-		}
-	}
-	h.key = f->op->key;
-	h.key_len = f->op->key_len;
-	h.len = f->op->tensor.len;
-	remote_peer_send(p, &h);
+	fetch_timer_start(f);
+	fetch_ask(f, p);
 }
 
 tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src)
@@ -247,6 +323,14 @@ static void cancel_run(struct tpu__task *t)
 		pnext = p->next;
 		remote_peer_unref(p);
 	}
+	/* Parked ones have no REQ out: they end here. */
+	for (struct remote_task *task = remote_tasks(st); task; task = task->next) {
+		for (f = task->parked; f; f = fnext) {
+			fnext = f->next;
+			if (f->op->key_len == c->key_len && !memcmp(f->op->key, c->key, c->key_len))
+				remote_fetch_end(f, -ECANCELED);
+		}
+	}
 	free(c);
 	remote_put(st);
 }
@@ -269,8 +353,12 @@ int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len)
 void remote_fetch_fail_all(struct remote *st, tpu_status status)
 {
 	struct remote_peer *p;
+	struct remote_task *t;
 
 	for (p = st->peers; p; p = p->next)
 		while (p->fetches)
 			remote_fetch_end(p->fetches, status);
+	for (t = remote_tasks(st); t; t = t->next)
+		while (t->parked)
+			remote_fetch_end(t->parked, status);
 }

@@ -43,16 +43,76 @@ static tpu_status pipe_error(const struct remote *st)
 	return st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
 }
 
+/* Something came through @p: a failed connect no more. */
+static void peer_established(struct remote_peer *p)
+{
+	p->established = true;
+	if (p->task && p->task->peer == p)
+		p->task->first_try_ns = 0;
+}
+
+static void retry_fire(void *arg, tpu_status status)
+{
+	struct remote_task *t = arg;
+	struct remote *st = t->st;
+	struct remote_peer *p = NULL;
+	tpu_status err = TPU_E_CLOSED;
+
+	t->retry_on = false;
+	if (!status && !st->destroyed)
+		p = remote_peer_for(st, t, &err);
+	remote_fetch_unpark(t, p, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE);
+	remote_put(st);
+}
+
+/*
+ * A connect to @t that never carried anything failed: the worker may not
+ * have started yet.  Try again later, within REMOTE_CONNECT_NS of the first
+ * try, unless the rendezvous is going away.
+ */
+static bool retry_later(struct remote *st, struct remote_task *t)
+{
+	uint64_t now = tpu__mono_ns();
+	bool aborted;
+
+	pthread_mutex_lock(&st->lock);
+	aborted = st->aborted || st->closing;
+	pthread_mutex_unlock(&st->lock);
+	if (aborted || st->destroyed || !t->first_try_ns || now - t->first_try_ns > REMOTE_CONNECT_NS)
+		return false;
+	if (t->retry_on)
+		return true;
+	t->backoff_ns = t->backoff_ns ? t->backoff_ns * 2 : 10000000;
+	if (t->backoff_ns > 500000000)
+		t->backoff_ns = 500000000;
+	t->retry.fn = retry_fire;
+	t->retry.arg = t;
+	remote_get(st);
+	if (tpu__ctx_timer_start(st->ctx, &t->retry, t->backoff_ns)) {
+		remote_put(st);
+		return false;
+	}
+	t->retry_on = true;
+	return true;
+}
+
 void remote_peer_end(struct remote_peer *p, tpu_status status)
 {
 	struct remote *st = p->st;
+	struct remote_task *t = p->task && p->task->peer == p ? p->task : NULL;
 	struct remote_peer **pp;
 
 	if (p->dead)
 		return;
 	p->dead = true;
-	if (p->task && p->task->peer == p)
-		p->task->peer = NULL;
+	if (t)
+		t->peer = NULL;
+	if (t && !p->established && status == TPU_E_PEER_GONE && retry_later(st, t)) {
+		tpu__log_debug("remote rendezvous %s: %s at %s does not answer yet; trying again",
+			       st->self, t->task, t->url);
+		while (p->fetches)
+			remote_fetch_park(p->fetches);
+	}
 	tpu__log_debug("remote rendezvous %s: pipe to %s ends: %s", st->self,
 		       p->task ? p->task->task : "an accepted peer", tpu_strerror(status));
 	while (p->fetches)
@@ -78,6 +138,8 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	struct tpu__op *send = w->send;
 
 	(void)msg;
+	if (!status)
+		peer_established(p);
 	if (send) {
 		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
 			tpu_buffer_free(send->tensor.buffer);
@@ -228,6 +290,8 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 	if (!st && !p->dead) {
 		st = remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
 		p->cur_fetch = NULL;
+		if (!st)
+			peer_established(p);
 		if (!st && p->cur.type == REMOTE_RESP)
 			remote_fetch_resp_desc(p, desc);
 		else if (!st && desc->ntensors)
@@ -276,6 +340,8 @@ struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tp
 
 	if (t->peer && !t->peer->dead)
 		return t->peer;
+	if (!t->first_try_ns)
+		t->first_try_ns = tpu__mono_ns();
 	*err = tpu_pipe_connect(st->ctx, t->url, &pipe);
 	if (*err)
 		return NULL;

@@ -416,6 +416,73 @@ static void run_scenario(const struct scenario *sc, int serial, const char *tran
 	}
 }
 
+/*
+ * Workers start in any order: task 0 waits for a tensor of task 1, which
+ * starts listening 300 ms later, and for one of task 2, which never comes
+ * (its receive times out while its connect is being retried).  shm only:
+ * its URLs are known before the workers start.
+ */
+static int late_worker(int me, unsigned int ctx_flags)
+{
+	struct tpu_context_options co = { .flags = ctx_flags, .transports = "shm" };
+	char self[64], urls[3][96], tasks[3][64], key[512];
+	const char *lu;
+	struct tpu_remote_task peers[3];
+	struct tpu_remote_options ro = { .task = self, .listen_urls = &lu, .nlisten = 1,
+					 .peers = peers, .npeers = 3 };
+	struct world w = { .me = me };
+	uint8_t b[16] = { 0 };
+	size_t klen, len = 0;
+	uint64_t t0;
+
+	for (int i = 0; i < 3; i++) {
+		task_name(i, tasks[i], sizeof(tasks[i]));
+		snprintf(urls[i], sizeof(urls[i]), "shm://rdvremote-late-%d-%d", (int)getppid(), i);
+		peers[i] = (struct tpu_remote_task){ tasks[i], urls[i] };
+	}
+	task_name(me, self, sizeof(self));
+	lu = urls[me];
+	if (me == 1)
+		usleep(300000);
+	W_CHECK(tpu_context_create(&co, &w.ctx) == 0);
+	W_CHECK(tpu_rendezvous_create_remote(w.ctx, &ro, &w.rdv) == 0);
+	klen = key_of(key, 1, 0, "late", 0);
+	if (me == 1) {
+		fill(b, sizeof(b), 9);
+		W_CHECK(send_from(&w, key, klen, b, sizeof(b)) == 0);
+	} else {
+		W_CHECK(recv_into(&w, key, klen, b, sizeof(b), WAIT_NS, &len) == 0);
+		W_CHECK(len == sizeof(b) && filled(b, len, 9));
+		klen = key_of(key, 2, 0, "never", 0);
+		t0 = rdv_now_ns();
+		W_CHECK(recv_into(&w, key, klen, b, sizeof(b), 200000000, &len) == -ETIMEDOUT);
+		W_CHECK(rdv_now_ns() - t0 < 5000000000ull);
+	}
+	worker_end(&w);
+	return 0;
+}
+
+static void late_worker_run(unsigned int ctx_flags)
+{
+	pid_t pids[2];
+	int status;
+
+	for (int i = 0; i < 2; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			alarm(60);
+			_exit(late_worker(i, ctx_flags));
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		bool reaped = waitpid(pids[i], &status, 0) == pids[i];
+
+		CHECK(reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "remote over shm: a worker that starts late is waited for, one that never "
+		      "starts times out: worker %d (status 0x%x)", i, status);
+	}
+}
+
 void rdv_remote_run(const char *transport, unsigned int ctx_flags, const char *want_channel)
 {
 	static int serial;
@@ -425,4 +492,6 @@ void rdv_remote_run(const char *transport, unsigned int ctx_flags, const char *w
 		 want_channel ? ", channel " : "", want_channel ? want_channel : "");
 	for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
 		run_scenario(&scenarios[i], serial++, transport, ctx_flags, want_channel);
+	if (!strcmp(transport, "shm"))
+		late_worker_run(ctx_flags);
 }
