@@ -247,12 +247,12 @@ static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
 		return -EALREADY;
 	}
 	st->aborted = status;
+	st->abort_status = status;
 	pthread_mutex_unlock(&st->lock);
 	tpu__log_debug("remote rendezvous %s: aborted: %s; telling the peers", st->self,
 		       tpu_strerror(status));
 	tpu_rendezvous_abort(st->inner, status);
 	remote_serve_fail_all(st, status);
-	st->abort_status = status;
 	st->abort_task.fn = abort_run;
 	remote_get(st);
 	tpu__ctx_defer(st->ctx, &st->abort_task);

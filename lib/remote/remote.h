@@ -131,6 +131,13 @@ struct remote_fetch {
 	bool timed_out;
 	bool cancel_sent;
 	bool parked;			/* in task->parked, not in a peer's list */
+	/*
+	 * Its RESP's tensor is being read into the op's memory: the op is
+	 * completed only when the read is over, whatever ends the fetch
+	 * meanwhile (that status is kept in @ended for a read that fails).
+	 */
+	bool reading;
+	tpu_status ended;
 };
 
 struct remote {

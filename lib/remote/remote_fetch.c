@@ -52,7 +52,11 @@ void remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	struct remote_peer *p = f->peer;
 	struct remote_fetch **pp;
 
-	if (f->op) {
+	if (f->op && f->reading) {
+		/* The pipe writes into the op's memory: resp_done completes it. */
+		if (!f->ended)
+			f->ended = status;
+	} else if (f->op) {
 		op_end(f->op, status, 0);
 		f->op = NULL;
 	}
@@ -180,7 +184,10 @@ static void fetch_start(struct tpu__task *t)
 	if (!p) {
 		tpu__log_debug("remote rendezvous %s: no pipe to %s: %s", st->self, f->task->task,
 			       tpu_strerror(err));
-		op_end(f->op, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE, 0);
+		/* The abort status and TPU_E_CLOSED as they are; a failed connect is a peer gone. */
+		if (err != -ENOMEM && err >= -TPU_ERRNO_MAX && err != st->abort_status)
+			err = TPU_E_PEER_GONE;
+		op_end(f->op, err, 0);
 		f->op = NULL;
 		fetch_unref(f);
 		return;
@@ -242,6 +249,11 @@ void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
 	struct tpu__op *op;
 
 	p->cur_fetch = f;
+	if (f) {
+		/* Until resp_done: the fetch may end meanwhile, its op may not. */
+		f->reading = true;
+		f->refs++;
+	}
 	if (desc->ntensors != 1)
 		return;
 	t = &desc->tensors[0];
@@ -266,14 +278,24 @@ void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu
 	p->cur_fetch = NULL;
 	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
 		buf = msg->tensors[0].buffer;
-	op = f && f->peer == p ? f->op : NULL;
-	if (!op || status) {
-		/* Abandoned, or the read failed (the pipe's end fails the fetch). */
+	if (!f) {
+		/* Nobody asked (abandoned): drop what came. */
 		tpu_buffer_free(buf);
 		return;
 	}
-	if (!res && (!msg || msg->ntensors != 1))
+	f->reading = false;
+	op = f->op;
+	if (!op) {
+		tpu_buffer_free(buf);
+		fetch_unref(f);
+		return;
+	}
+	if (status) {
+		/* The read failed; the pipe is ending (or what ended the fetch says why). */
+		res = f->ended ? f->ended : p->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+	} else if (!res && (!msg || msg->ntensors != 1)) {
 		res = -EPROTO;
+	}
 	if (!res && op->kind == TPU__OP_RECV_BUFFER) {
 		op->out_buffer = buf;
 		buf = NULL;
@@ -288,7 +310,10 @@ void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu
 		len = 0;
 	op_end(op, res, len);
 	f->op = NULL;
-	remote_fetch_end(f, 0);
+	/* Still on the peer's list unless something ended it during the read. */
+	if (f->peer == p)
+		remote_fetch_end(f, 0);
+	fetch_unref(f);	/* the read's */
 }
 
 struct cancel_task {

@@ -239,7 +239,7 @@ static void on_hello(struct remote_peer *p)
 		t->peer = p;
 }
 
-static void dispatch(struct remote_peer *p, struct tpu_message *msg)
+static void dispatch(struct remote_peer *p)
 {
 	struct remote *st = p->st;
 	const struct remote_hdr *h = &p->cur;
@@ -252,8 +252,7 @@ static void dispatch(struct remote_peer *p, struct tpu_message *msg)
 		remote_serve_req(st, p, h);
 		break;
 	case REMOTE_RESP:
-		remote_fetch_resp_done(p, 0, msg);
-		break;
+		break;	/* read_done delivered it */
 	case REMOTE_CANCEL:
 		remote_serve_cancel_req(st, p, h->id);
 		break;
@@ -270,13 +269,13 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 {
 	struct remote_peer *p = arg;
 
-	if (status) {
-		if (p->cur.type == REMOTE_RESP)
-			remote_fetch_resp_done(p, status, msg);
+	/* A tensor that arrived is delivered even if the pipe ended meanwhile. */
+	if (p->cur.type == REMOTE_RESP)
+		remote_fetch_resp_done(p, status, msg);
+	if (status)
 		remote_peer_end(p, pipe_error(p->st));
-	} else if (!p->dead) {
-		dispatch(p, msg);
-	}
+	else if (!p->dead)
+		dispatch(p);
 	if (!p->dead)
 		read_next(p);
 	remote_peer_unref(p);	/* the read loop's */
@@ -300,6 +299,8 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 			st = tpu_pipe_read(p->pipe, desc, read_done, p);
 		if (!st)
 			return;	/* the read loop's reference goes with the read */
+		if (p->cur_fetch)
+			remote_fetch_resp_done(p, st, NULL);	/* no read: let its fetch go */
 		if (st == -EPROTO)
 			tpu__log_debug("remote rendezvous %s: a peer sent what is no message of ours",
 				       p->st->self);

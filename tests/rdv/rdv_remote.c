@@ -9,6 +9,7 @@
  * channel, which the first case checks; on the host they use cma.
  */
 #include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -297,6 +298,70 @@ static void abort_passes_on(struct world *w)
 	barrier(w);
 }
 
+struct waited {
+	sem_t sem;
+	tpu_status status;
+	size_t len;
+};
+
+static void waited_done(void *arg, tpu_status status, size_t len)
+{
+	struct waited *wd = arg;
+
+	wd->status = status;
+	wd->len = len;
+	sem_post(&wd->sem);
+}
+
+/*
+ * 0 aborts while 16 MiB come to it: the receive ends once, with the whole
+ * tensor or with the abort, and only after the pipe stopped writing into
+ * its memory (the buffer is scribbled over at once after the callback).
+ */
+static void abort_during_transfer(struct world *w)
+{
+	enum { LEN = 16 << 20 };
+	static uint8_t buf[LEN];
+	char key[512];
+	size_t klen = key_of(key, 1, 0, "hello", 0);
+	tpu_status st;
+
+	/* First a pipe between the two, so that the abort reaches 1. */
+	if (w->me == 1)
+		W_CHECK(send_from(w, key, klen, buf, 1) == 0);
+	else
+		W_CHECK(recv_into(w, key, klen, buf, 1, WAIT_NS, NULL) == 0);
+	klen = key_of(key, 1, 0, "big", 0);
+	if (w->me == 1) {
+		fill(buf, LEN, 3);
+		st = send_from(w, key, klen, buf, LEN);
+		if (st && st != -ECONNABORTED)
+			fprintf(stderr, "# worker 1: send: %s\n", tpu_status_name(st));
+		W_CHECK(st == 0 || st == -ECONNABORTED);
+	} else {
+		struct tpu_tensor t = { .data = buf, .len = LEN };
+		struct waited wd;
+
+		sem_init(&wd.sem, 0, 0);
+		W_CHECK(tpu_rendezvous_recv(w->rdv, key, klen, &t, 0, waited_done, &wd) == 0);
+		usleep(1000);
+		W_CHECK(tpu_rendezvous_abort(w->rdv, -ECONNABORTED) == 0);
+		sem_wait(&wd.sem);
+		if (wd.status && wd.status != -ECONNABORTED)
+			fprintf(stderr, "# worker 0: receive: %s, %zu bytes\n",
+				tpu_status_name(wd.status), wd.len);
+		W_CHECK(wd.status == -ECONNABORTED ||
+			(wd.status == 0 && wd.len == LEN && filled(buf, LEN, 3)));
+		memset(buf, 0xee, LEN);
+		usleep(20000);
+		/* Nothing of the transfer came after the callback. */
+		for (size_t i = 0; i < LEN; i += 4096)
+			W_CHECK(buf[i] == 0xee);
+		sem_destroy(&wd.sem);
+	}
+	barrier(w);
+}
+
 /* 1 dies while 0 waits for a tensor of it. */
 static void worker_death(struct world *w)
 {
@@ -328,6 +393,8 @@ static const struct scenario scenarios[] = {
 	  batch_of_two_sources, -1 },
 	{ "-EMSGSIZE and a timeout leave the tensor for the next receive", 2, nothing_lost, -1 },
 	{ "abort is passed on to the other worker", 2, abort_passes_on, -1 },
+	{ "abort during a 16 MiB transfer ends the receive once, after the copy", 2,
+	  abort_during_transfer, -1 },
 	{ "a worker that dies fails the receives waiting on it", 2, worker_death, 1 },
 };
 
