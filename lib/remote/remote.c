@@ -215,6 +215,12 @@ static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_l
 
 	if (!remote_key_tasks(key, key_len, &src, &dst))
 		return -ENOENT;
+	/* Called while a destroy runs on another thread: the inner one may be gone. */
+	pthread_mutex_lock(&st->lock);
+	n = st->closing ? -ENOENT : 0;
+	pthread_mutex_unlock(&st->lock);
+	if (n)
+		return n;
 	if (str_eq(src, dst))
 		return tpu_rendezvous_cancel(st->inner, key, key_len) ? 0 : 1;
 	started = tpu__rdv_started(rdv, key, key_len);
@@ -240,11 +246,13 @@ static void abort_run(struct tpu__task *t)
 static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
 {
 	struct remote *st = rdv->impl_state;
+	tpu_status err;
 
 	pthread_mutex_lock(&st->lock);
-	if (st->aborted) {
+	err = st->aborted ? -EALREADY : st->closing ? TPU_E_CLOSED : 0;
+	if (err) {
 		pthread_mutex_unlock(&st->lock);
-		return -EALREADY;
+		return err;
 	}
 	st->aborted = status;
 	st->abort_status = status;
