@@ -110,8 +110,18 @@ void remote_peer_end(struct remote_peer *p, tpu_status status)
 	if (t && !p->established && status == TPU_E_PEER_GONE && retry_later(st, t)) {
 		tpu__log_debug("remote rendezvous %s: %s at %s does not answer yet; trying again",
 			       st->self, t->task, t->url);
-		while (p->fetches)
-			remote_fetch_park(p->fetches);
+		while (p->fetches) {
+			struct remote_fetch *f = p->fetches;
+
+			/*
+			 * Withdrawn already: no REQ got through this pipe, so no
+			 * tensor can be on its way and it ends now.
+			 */
+			if (f->cancel_sent)
+				remote_fetch_end(f, f->timed_out ? -ETIMEDOUT : -ECANCELED);
+			else
+				remote_fetch_park(f);
+		}
 	}
 	tpu__log_debug("remote rendezvous %s: pipe to %s ends: %s", st->self,
 		       p->task ? p->task->task : "an accepted peer", tpu_strerror(status));

@@ -524,6 +524,11 @@ static int late_worker(int me, unsigned int ctx_flags)
 		t0 = rdv_now_ns();
 		W_CHECK(recv_into(&w, key, klen, b, sizeof(b), 200000000, &len) == -ETIMEDOUT);
 		W_CHECK(rdv_now_ns() - t0 < 5000000000ull);
+		/* Withdrawn while its first connect is still under way. */
+		klen = key_of(key, 2, 0, "never", 1);
+		t0 = rdv_now_ns();
+		W_CHECK(recv_into(&w, key, klen, b, sizeof(b), 1000, &len) == -ETIMEDOUT);
+		W_CHECK(rdv_now_ns() - t0 < 5000000000ull);
 	}
 	worker_end(&w);
 	return 0;
