@@ -6,8 +6,11 @@
  * (or a new buffer for recv_buffer).  Cancel and timeout send a CANCEL and
  * still wait for the RESP, so that a tensor already on its way is
  * delivered rather than lost.  Abort, destroy and the pipe's end complete
- * the receive at once; the fetch is then abandoned and a RESP that still
- * comes is read into a scratch buffer and dropped.
+ * the receive at once, unless its RESP's tensor is being read into its
+ * memory (then when the read is over); the fetch is then abandoned and a
+ * RESP that still comes is read into a scratch buffer and dropped.  A
+ * fetch whose worker does not answer yet waits, parked on its map entry,
+ * for the next connect.
  *
  * A fetch is created on the caller's thread and lives on the context
  * thread from its start task on.
