@@ -191,20 +191,40 @@ if [ $interactive -eq 1 ]; then
 fi
 
 qemu+=(-serial "file:$out/serial.log" -monitor none)
-started=$(date +%s)
-# Bash makes background jobs ignore SIGINT; stop the VM ourselves on exit.
-timeout -k 10 "$timeout_s" "${qemu[@]}" 2>"$out/qemu.log" &
-vm_pid=$!
-trap 'kill $vm_pid 2>/dev/null || true' EXIT
-tail -n +1 -s 0.2 -f --pid=$vm_pid "$out/guest.log" &
-tail_pid=$!
-set +e
-wait $vm_pid
-qemu_status=$?
-set -e
-wait $tail_pid 2>/dev/null || true
-trap - EXIT
-elapsed=$(( $(date +%s) - started ))
+
+# One boot of the VM: sets qemu_status and elapsed.
+boot() {
+	started=$(date +%s)
+	# Bash makes background jobs ignore SIGINT; stop the VM ourselves on exit.
+	timeout -k 10 "$timeout_s" "${qemu[@]}" 2>"$out/qemu.log" &
+	vm_pid=$!
+	trap 'kill $vm_pid 2>/dev/null || true' EXIT
+	tail -n +1 -s 0.2 -f --pid=$vm_pid "$out/guest.log" &
+	tail_pid=$!
+	set +e
+	wait $vm_pid
+	qemu_status=$?
+	set -e
+	wait $tail_pid 2>/dev/null || true
+	trap - EXIT
+	elapsed=$(( $(date +%s) - started ))
+}
+
+boot
+# A kernel that died in its own boot, before it started /init, ran neither
+# the module nor the command: the debug kernel under TCG has done so once in
+# its early interrupt set-up.  That boot's report is printed and kept, and
+# the VM boots once more; a second such death fails the run as any other.
+if ! grep -q 'Run /init as init process' "$out/serial.log" && [ ! -s "$out/status" ] &&
+   [ $qemu_status -ne 124 ] && [ $qemu_status -ne 137 ]; then
+	mv "$out/serial.log" "$out/serial.boot1.log"
+	echo "tests/vm: the kernel died while booting, before /init (nothing of ours ran);" \
+	     "its log is $out/serial.boot1.log:"
+	"$here/check-serial-log.sh" "$out/serial.boot1.log" | sed 's/^/  /' || true
+	echo "tests/vm: booting once more"
+	: >"$out/guest.log"
+	boot
+fi
 
 # Judge the run: every way it can go wrong gets its own message.  Success
 # needs both the status file (written over 9p) and an odd QEMU exit code
