@@ -809,7 +809,8 @@ TPU_API tpu_status tpu_rendezvous_recv_batch_wait(struct tpu_rendezvous *rdv,
  * rendezvous) fails the receives waiting on it with TPU_E_PEER_GONE, and
  * the sends it was taking with TPU_E_PEER_GONE.  Workers may start in any
  * order: one that does not answer yet is tried again for 30 s, its
- * receives waiting meanwhile.
+ * receives waiting meanwhile.  tpu_rendezvous_destroy() waits (at most
+ * 10 s) for peers still reading this worker's tensors.
  */
 
 /**

@@ -267,6 +267,48 @@ static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	return 0;
 }
 
+static void drain_timeout(void *arg, tpu_status status)
+{
+	struct remote *st = arg;
+
+	if (!status)
+		st->drain_expired = true;
+	remote_put(st);
+}
+
+static bool drained(void *arg)
+{
+	const struct remote *st = arg;
+
+	return !st->serving || st->drain_expired;
+}
+
+/*
+ * A peer reading one of our tensors reads this process's memory until its
+ * channel is done; closing the pipe would call the send back at once and
+ * hand that memory back to its owner while it is still being read.  Wait
+ * for those answers (bounded: a peer that stopped reading is not waited
+ * for beyond REMOTE_DRAIN_NS).
+ */
+static void drain_answers(struct remote *st)
+{
+	if (!st->serving)
+		return;
+	st->drain_timer.fn = drain_timeout;
+	st->drain_timer.arg = st;
+	remote_get(st);
+	if (tpu__ctx_timer_start(st->ctx, &st->drain_timer, REMOTE_DRAIN_NS)) {
+		remote_put(st);
+		return;
+	}
+	tpu__ctx_wait(st->ctx, drained, st);
+	if (!st->drain_expired)
+		tpu__ctx_timer_cancel(st->ctx, &st->drain_timer);
+	else
+		tpu__log_debug("remote rendezvous %s: destroyed with %u answers still being read",
+			       st->self, st->serving);
+}
+
 static void destroy_on_ctx(void *arg)
 {
 	struct remote *st = arg;
@@ -282,6 +324,7 @@ static void destroy_on_ctx(void *arg)
 	remote_fetch_fail_all(st, TPU_E_CLOSED);
 	tpu_listener_close(st->listener);
 	st->listener = NULL;
+	drain_answers(st);
 	while (st->peers)
 		remote_peer_end(st->peers, TPU_E_CLOSED);
 	for (struct remote_task *t = remote_tasks(st); t; t = t->next)

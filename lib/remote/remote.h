@@ -161,8 +161,14 @@ struct remote {
 
 	/* ctx thread */
 	struct remote_peer *peers;	/* every peer alive, mapped or not */
+	unsigned int serving;		/* answers with a tensor a peer may still be reading */
+	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
+	bool drain_expired;
 	bool destroyed;
 };
+
+/* How long a destroy waits for peers still reading this worker's tensors. */
+#define REMOTE_DRAIN_NS		(10ull * 1000000000ull)
 
 void remote_get(struct remote *st);
 void remote_put(struct remote *st);

@@ -151,6 +151,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	if (!status)
 		peer_established(p);
 	if (send) {
+		p->st->serving--;
 		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
 			tpu_buffer_free(send->tensor.buffer);
 			send->tensor.buffer = NULL;
@@ -186,8 +187,11 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 		}
 		remote_peer_ref(p);
 		st = tpu_pipe_write(p->pipe, &w->msg, write_done, w);
-		if (!st)
+		if (!st) {
+			if (send)
+				p->st->serving++;
 			return;
+		}
 		remote_peer_unref(p);
 	} else if (w) {
 		st = pipe_error(p->st);

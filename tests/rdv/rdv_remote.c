@@ -362,6 +362,47 @@ static void abort_during_transfer(struct world *w)
 	barrier(w);
 }
 
+/*
+ * 1 destroys its rendezvous while 0 is reading its 64 MiB tensor, then
+ * scribbles over the memory: 0 gets the tensor intact, or an error, never
+ * the scribbles with a success.
+ */
+static void destroy_while_read(struct world *w)
+{
+	enum { LEN = 64 << 20 };
+	static uint8_t buf[LEN];
+	char key[512];
+	size_t klen = key_of(key, 1, 0, "big", 0);
+
+	if (w->me == 0) {
+		struct tpu_tensor t = { .data = buf, .len = LEN };
+		struct waited wd;
+
+		sem_init(&wd.sem, 0, 0);
+		W_CHECK(tpu_rendezvous_recv(w->rdv, key, klen, &t, 0, waited_done, &wd) == 0);
+		usleep(100000);	/* the REQ is at 1 before it sends */
+		barrier(w);
+		sem_wait(&wd.sem);
+		W_CHECK(wd.status == 0 || wd.status == TPU_E_PEER_GONE);
+		if (!wd.status) {
+			W_CHECK(wd.len == LEN);
+			for (size_t i = 0; i < LEN; i += 4093)
+				W_CHECK(buf[i] == (uint8_t)(i * 31 + 4));
+		}
+		sem_destroy(&wd.sem);
+	} else {
+		struct tpu_tensor t = { .data = buf, .len = LEN };
+
+		fill(buf, LEN, 4);
+		barrier(w);
+		W_CHECK(tpu_rendezvous_send(w->rdv, key, klen, &t, 0, NULL, NULL) == 0);
+		tpu_rendezvous_destroy(w->rdv);
+		w->rdv = NULL;
+		memset(buf, 0xee, LEN);
+	}
+	barrier(w);
+}
+
 /* 1 dies while 0 waits for a tensor of it. */
 static void worker_death(struct world *w)
 {
@@ -395,6 +436,8 @@ static const struct scenario scenarios[] = {
 	{ "abort is passed on to the other worker", 2, abort_passes_on, -1 },
 	{ "abort during a 16 MiB transfer ends the receive once, after the copy", 2,
 	  abort_during_transfer, -1 },
+	{ "a worker that destroys its rendezvous while its tensor is read leaves it intact", 2,
+	  destroy_while_read, -1 },
 	{ "a worker that dies fails the receives waiting on it", 2, worker_death, 1 },
 };
 
