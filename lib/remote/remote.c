@@ -12,14 +12,14 @@
 
 #include "remote.h"
 
-extern const struct tpu__rdv_ops remote_ops;
+extern const struct tpu__rdv_ops tpu__remote_ops;
 
-void remote_get(struct remote *st)
+void tpu__remote_get(struct remote *st)
 {
 	atomic_fetch_add(&st->refs, 1);
 }
 
-void remote_put(struct remote *st)
+void tpu__remote_put(struct remote *st)
 {
 	struct remote_task *t;
 
@@ -31,7 +31,7 @@ void remote_put(struct remote *st)
 		free(t->url);
 		free(t);
 	}
-	remote_serve_free(st);
+	tpu__remote_serve_free(st);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 }
@@ -48,7 +48,7 @@ static struct tpu_str task_of(struct tpu_str dev)
 	return dev;
 }
 
-bool remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
+bool tpu__remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 		      struct tpu_str *dst)
 {
 	struct tpu_key k;
@@ -65,7 +65,7 @@ static bool str_eq(struct tpu_str a, struct tpu_str b)
 	return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
-bool remote_is_self(const struct remote *st, struct tpu_str task)
+bool tpu__remote_is_self(const struct remote *st, struct tpu_str task)
 {
 	return str_eq(task, (struct tpu_str){ st->self, st->self_len });
 }
@@ -85,7 +85,7 @@ static bool task_ok(const char *task)
 	return !tpu_device_name_parse((struct tpu_str){ dev, (size_t)n }, &dn, NULL);
 }
 
-struct remote_task *remote_task_find(struct remote *st, const char *task, size_t len)
+struct remote_task *tpu__remote_task_find(struct remote *st, const char *task, size_t len)
 {
 	struct remote_task *t;
 
@@ -104,7 +104,7 @@ static tpu_status task_add(struct remote *st, const char *task, const char *url)
 		return -EINVAL;
 	if (strcmp(task, st->self) == 0)
 		return 0;
-	t = remote_task_find(st, task, strlen(task));
+	t = tpu__remote_task_find(st, task, strlen(task));
 	if (t)
 		return strcmp(t->url, url) ? -EEXIST : 0;
 	t = calloc(1, sizeof(*t));
@@ -124,7 +124,7 @@ static tpu_status task_add(struct remote *st, const char *task, const char *url)
 	return 0;
 }
 
-struct remote_task *remote_tasks(struct remote *st)
+struct remote_task *tpu__remote_tasks(struct remote *st)
 {
 	struct remote_task *t;
 
@@ -170,17 +170,17 @@ static tpu_status r_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	struct remote *st = rdv->impl_state;
 	struct tpu_str src, dst;
 
-	if (!remote_key_tasks(op->key, op->key_len, &src, &dst))
+	if (!tpu__remote_key_tasks(op->key, op->key_len, &src, &dst))
 		return TPU_E_BAD_KEY;
 	if (str_eq(src, dst))
 		return tpu_rendezvous_send(st->inner, op->key, op->key_len, &op->tensor, op->flags,
 					   local_send_done, op);
-	if (!remote_is_self(st, src)) {
+	if (!tpu__remote_is_self(st, src)) {
 		tpu__log_debug("remote rendezvous %s: a send of a key whose source is %.*s",
 			       st->self, (int)src.len, src.ptr);
 		return -EXDEV;
 	}
-	return remote_serve_send(st, op);
+	return tpu__remote_serve_send(st, op);
 }
 
 static tpu_status r_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
@@ -188,7 +188,7 @@ static tpu_status r_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	struct remote *st = rdv->impl_state;
 	struct tpu_str src, dst;
 
-	if (!remote_key_tasks(op->key, op->key_len, &src, &dst))
+	if (!tpu__remote_key_tasks(op->key, op->key_len, &src, &dst))
 		return TPU_E_BAD_KEY;
 	if (str_eq(src, dst)) {
 		if (op->kind == TPU__OP_RECV_BUFFER)
@@ -198,12 +198,12 @@ static tpu_status r_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		return tpu_rendezvous_recv(st->inner, op->key, op->key_len, &op->tensor,
 					   op->timeout_ns, local_recv_done, op);
 	}
-	if (remote_is_self(st, src)) {
+	if (tpu__remote_is_self(st, src)) {
 		tpu__log_debug("remote rendezvous %s: a receive of a key this worker sends to %.*s",
 			       st->self, (int)dst.len, dst.ptr);
 		return -EXDEV;
 	}
-	return remote_fetch_recv(st, op, src);
+	return tpu__remote_fetch_recv(st, op, src);
 }
 
 static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
@@ -213,7 +213,7 @@ static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_l
 	size_t started;
 	int n;
 
-	if (!remote_key_tasks(key, key_len, &src, &dst))
+	if (!tpu__remote_key_tasks(key, key_len, &src, &dst))
 		return -ENOENT;
 	/* Called while a destroy runs on another thread: the inner one may be gone. */
 	pthread_mutex_lock(&st->lock);
@@ -224,9 +224,9 @@ static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_l
 	if (str_eq(src, dst))
 		return tpu_rendezvous_cancel(st->inner, key, key_len) ? 0 : 1;
 	started = tpu__rdv_started(rdv, key, key_len);
-	n = remote_serve_cancel(st, key, key_len);
+	n = tpu__remote_serve_cancel(st, key, key_len);
 	/* What is left are receives: their CANCEL goes out on the context thread. */
-	if ((size_t)n < started && remote_fetch_cancel(st, key, key_len) > 0)
+	if ((size_t)n < started && tpu__remote_fetch_cancel(st, key, key_len) > 0)
 		n++;
 	return n;
 }
@@ -236,11 +236,11 @@ static void abort_run(struct tpu__task *t)
 	struct remote *st = tpu__container_of(t, struct remote, abort_task);
 
 	if (!st->destroyed) {
-		remote_serve_answer_all(st, st->abort_status);
-		remote_fetch_fail_all(st, st->abort_status);
-		remote_peers_abort(st, st->abort_status);
+		tpu__remote_serve_answer_all(st, st->abort_status);
+		tpu__remote_fetch_fail_all(st, st->abort_status);
+		tpu__remote_peers_abort(st, st->abort_status);
 	}
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
 static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
@@ -260,9 +260,9 @@ static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	tpu__log_debug("remote rendezvous %s: aborted: %s; telling the peers", st->self,
 		       tpu_strerror(status));
 	tpu_rendezvous_abort(st->inner, status);
-	remote_serve_fail_all(st, status);
+	tpu__remote_serve_fail_all(st, status);
 	st->abort_task.fn = abort_run;
-	remote_get(st);
+	tpu__remote_get(st);
 	tpu__ctx_defer(st->ctx, &st->abort_task);
 	return 0;
 }
@@ -273,7 +273,7 @@ static void drain_timeout(void *arg, tpu_status status)
 
 	if (!status)
 		st->drain_expired = true;
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
 static bool drained(void *arg)
@@ -296,9 +296,9 @@ static void drain_answers(struct remote *st)
 		return;
 	st->drain_timer.fn = drain_timeout;
 	st->drain_timer.arg = st;
-	remote_get(st);
+	tpu__remote_get(st);
 	if (tpu__ctx_timer_start(st->ctx, &st->drain_timer, REMOTE_DRAIN_NS)) {
-		remote_put(st);
+		tpu__remote_put(st);
 		return;
 	}
 	tpu__ctx_wait(st->ctx, drained, st);
@@ -320,14 +320,14 @@ static void destroy_on_ctx(void *arg)
 	 */
 	tpu_rendezvous_destroy(st->inner);
 	st->inner = NULL;
-	remote_serve_fail_all(st, TPU_E_CLOSED);
-	remote_fetch_fail_all(st, TPU_E_CLOSED);
+	tpu__remote_serve_fail_all(st, TPU_E_CLOSED);
+	tpu__remote_fetch_fail_all(st, TPU_E_CLOSED);
 	tpu_listener_close(st->listener);
 	st->listener = NULL;
 	drain_answers(st);
 	while (st->peers)
-		remote_peer_end(st->peers, TPU_E_CLOSED);
-	for (struct remote_task *t = remote_tasks(st); t; t = t->next)
+		tpu__remote_peer_end(st->peers, TPU_E_CLOSED);
+	for (struct remote_task *t = tpu__remote_tasks(st); t; t = t->next)
 		if (t->retry_on)
 			tpu__ctx_timer_cancel(st->ctx, &t->retry);
 }
@@ -342,7 +342,7 @@ static void r_destroy(struct tpu_rendezvous *rdv)
 	tpu__ctx_run_sync(st->ctx, destroy_on_ctx, st);
 	st->rdv = NULL;
 	rdv->impl_state = NULL;
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
 static tpu_status r_share(struct tpu_rendezvous *rdv, int *fd)
@@ -365,7 +365,7 @@ static tpu_status r_join(struct tpu_rendezvous *rdv, int fd)
 	return -EINVAL;
 }
 
-const struct tpu__rdv_ops remote_ops = {
+const struct tpu__rdv_ops tpu__remote_ops = {
 	.impl = TPU_RDV_REMOTE,
 	.create = r_create,
 	.join = r_join,
@@ -390,21 +390,21 @@ static void accepted(void *arg, tpu_status status, struct tpu_pipe *pipe)
 		if (status && status != TPU_E_CLOSED)
 			tpu__log_debug("remote rendezvous %s: accept failed: %s", st->self,
 				       tpu_strerror(status));
-		remote_put(st);
+		tpu__remote_put(st);
 		return;
 	}
-	remote_peer_accepted(st, pipe);
+	tpu__remote_peer_accepted(st, pipe);
 	if (tpu_listener_accept(st->listener, accepted, st))
-		remote_put(st);
+		tpu__remote_put(st);
 }
 
 static void listen_on_ctx(void *arg)
 {
 	struct remote *st = arg;
 
-	remote_get(st);
+	tpu__remote_get(st);
 	if (tpu_listener_accept(st->listener, accepted, st))
-		remote_put(st);
+		tpu__remote_put(st);
 }
 
 TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
@@ -442,14 +442,14 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	if (err) {
 		tpu_listener_close(st->listener);
 		tpu_rendezvous_destroy(st->inner);
-		remote_put(st);
+		tpu__remote_put(st);
 		return err;
 	}
-	err = tpu__rdv_create_with(ctx, &remote_ops, st, &rdv);
+	err = tpu__rdv_create_with(ctx, &tpu__remote_ops, st, &rdv);
 	if (err) {
 		tpu_listener_close(st->listener);
 		tpu_rendezvous_destroy(st->inner);
-		remote_put(st);
+		tpu__remote_put(st);
 		return err;
 	}
 	st->rdv = rdv;
@@ -465,7 +465,7 @@ TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const cha
 	struct remote *st;
 	tpu_status err;
 
-	if (!tpu__rdv_is(rdv, &remote_ops))
+	if (!tpu__rdv_is(rdv, &tpu__remote_ops))
 		return -EINVAL;
 	st = rdv->impl_state;
 	pthread_mutex_lock(&st->lock);
@@ -479,7 +479,7 @@ TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const ch
 {
 	const struct remote *st;
 
-	if (!tpu__rdv_is(rdv, &remote_ops) || !buf)
+	if (!tpu__rdv_is(rdv, &tpu__remote_ops) || !buf)
 		return -EINVAL;
 	st = rdv->impl_state;
 	return tpu_listener_url(st->listener, transport, buf, size);
@@ -498,7 +498,7 @@ static void path_on_ctx(void *arg)
 	struct remote_task *t;
 
 	pthread_mutex_lock(&q->st->lock);
-	t = remote_task_find(q->st, q->task, strlen(q->task));
+	t = tpu__remote_task_find(q->st, q->task, strlen(q->task));
 	pthread_mutex_unlock(&q->st->lock);
 	if (!t) {
 		q->err = -EHOSTUNREACH;
@@ -515,7 +515,7 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 {
 	struct path_query q = { .task = task };
 
-	if (!tpu__rdv_is(rdv, &remote_ops) || !task || !transport || !channel)
+	if (!tpu__rdv_is(rdv, &tpu__remote_ops) || !task || !transport || !channel)
 		return -EINVAL;
 	q.st = rdv->impl_state;
 	/* The peers are the context thread's. */

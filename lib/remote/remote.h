@@ -58,11 +58,11 @@ struct remote_hdr {
 };
 
 /* Encoded size of a header with a key of @key_len bytes. */
-size_t remote_wire_size(size_t key_len);
-/* Encode @h into @buf (remote_wire_size(h->key_len) bytes). */
-void remote_wire_put(const struct remote_hdr *h, uint8_t *buf);
+size_t tpu__remote_wire_size(size_t key_len);
+/* Encode @h into @buf (tpu__remote_wire_size(h->key_len) bytes). */
+void tpu__remote_wire_put(const struct remote_hdr *h, uint8_t *buf);
 /* Decode; -EPROTO when @buf is no message of ours. */
-tpu_status remote_wire_get(const void *buf, size_t len, struct remote_hdr *h);
+tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *h);
 
 /* ---- the state ---- */
 
@@ -170,16 +170,16 @@ struct remote {
 /* How long a destroy waits for peers still reading this worker's tensors. */
 #define REMOTE_DRAIN_NS		(10ull * 1000000000ull)
 
-void remote_get(struct remote *st);
-void remote_put(struct remote *st);
+void tpu__remote_get(struct remote *st);
+void tpu__remote_put(struct remote *st);
 /* The task part of @key's source or destination device; false if it is no TF key. */
-bool remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
+bool tpu__remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 		      struct tpu_str *dst);
-bool remote_is_self(const struct remote *st, struct tpu_str task);
+bool tpu__remote_is_self(const struct remote *st, struct tpu_str task);
 /* Under st->lock. */
-struct remote_task *remote_task_find(struct remote *st, const char *task, size_t len);
+struct remote_task *tpu__remote_task_find(struct remote *st, const char *task, size_t len);
 /* The map's first task; the list only grows at its head, so it can be walked after. */
-struct remote_task *remote_tasks(struct remote *st);
+struct remote_task *tpu__remote_tasks(struct remote *st);
 
 /* ---- peers (remote_peer.c), ctx thread ---- */
 
@@ -199,53 +199,53 @@ struct remote_peer {
 };
 
 /* The pipe to @t, connected (and HELLO sent) if there is none. */
-struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
+struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
 /* Adopt an accepted pipe. */
-void remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
+void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
 /* Write a message without tensor; errors end the peer. */
-void remote_peer_send(struct remote_peer *p, const struct remote_hdr *h);
+void tpu__remote_peer_send(struct remote_peer *p, const struct remote_hdr *h);
 /* Write a RESP carrying @send's tensor; @send completes with the write. */
-void remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send);
-void remote_peer_ref(struct remote_peer *p);
-void remote_peer_unref(struct remote_peer *p);
+void tpu__remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send);
+void tpu__remote_peer_ref(struct remote_peer *p);
+void tpu__remote_peer_unref(struct remote_peer *p);
 /* Close the pipe, fail its fetches with @status, drop its REQs. */
-void remote_peer_end(struct remote_peer *p, tpu_status status);
+void tpu__remote_peer_end(struct remote_peer *p, tpu_status status);
 /* Write ABORT to every live peer. */
-void remote_peers_abort(struct remote *st, tpu_status status);
+void tpu__remote_peers_abort(struct remote *st, tpu_status status);
 
 /* ---- outbox (remote_serve.c) ---- */
 
-tpu_status remote_serve_send(struct remote *st, struct tpu__op *op);
+tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op);
 /* ctx thread: a REQ came from @p. */
-void remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
+void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
 /* ctx thread: @p withdraws REQ @id. */
-void remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id);
+void tpu__remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id);
 /* Cancel this member's posted sends of @key; returns how many. */
-int remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len);
+int tpu__remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len);
 /* Fail every posted send with @status; REQs waiting are answered on the ctx thread. */
-void remote_serve_fail_all(struct remote *st, tpu_status status);
+void tpu__remote_serve_fail_all(struct remote *st, tpu_status status);
 /* ctx thread: answer every REQ waiting with @status. */
-void remote_serve_answer_all(struct remote *st, tpu_status status);
+void tpu__remote_serve_answer_all(struct remote *st, tpu_status status);
 /* ctx thread: forget the REQs of a dead peer. */
-void remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
-void remote_serve_free(struct remote *st);
+void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
+void tpu__remote_serve_free(struct remote *st);
 
 /* ---- fetches (remote_fetch.c) ---- */
 
-tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src);
+tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src);
 /* ctx thread: a RESP's descriptor; set where its tensor goes. */
-void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc);
+void tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc);
 /* ctx thread: the RESP is read (@status: the read's). */
-void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
+void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
 /* Send CANCEL for this member's fetches of @key; returns how many. */
-int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len);
+int tpu__remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len);
 /* ctx thread: complete @f's op with @status and forget it. */
-void remote_fetch_end(struct remote_fetch *f, tpu_status status);
+void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status);
 /* ctx thread: every fetch of every peer ends with @status. */
-void remote_fetch_fail_all(struct remote *st, tpu_status status);
+void tpu__remote_fetch_fail_all(struct remote *st, tpu_status status);
 /* ctx thread: @f waits for the next pipe to its task (its peer's connect failed). */
-void remote_fetch_park(struct remote_fetch *f);
+void tpu__remote_fetch_park(struct remote_fetch *f);
 /* ctx thread: ask again for the parked fetches of @t, on @p (NULL: fail them with @status). */
-void remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status);
+void tpu__remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status);
 
 #endif /* TPU_REMOTE_H */

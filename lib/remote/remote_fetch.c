@@ -27,7 +27,7 @@ static void fetch_unref(struct remote_fetch *f)
 	if (--f->refs)
 		return;
 	free(f);
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
 static void op_end(struct tpu__op *op, tpu_status status, size_t len)
@@ -50,7 +50,7 @@ static void unlink_from(struct remote_fetch **head, struct remote_fetch *f)
 	}
 }
 
-void remote_fetch_end(struct remote_fetch *f, tpu_status status)
+void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 {
 	struct remote_peer *p = f->peer;
 	struct remote_fetch **pp;
@@ -80,7 +80,7 @@ void remote_fetch_end(struct remote_fetch *f, tpu_status status)
 		}
 	}
 	f->peer = NULL;
-	remote_peer_unref(p);
+	tpu__remote_peer_unref(p);
 	fetch_unref(f);	/* the list's */
 }
 
@@ -92,12 +92,12 @@ static void fetch_timeout(void *arg, tpu_status status)
 	f->timer_on = false;
 	if (!status && f->op && f->parked) {
 		/* No REQ is out: nothing can be on its way. */
-		remote_fetch_end(f, -ETIMEDOUT);
+		tpu__remote_fetch_end(f, -ETIMEDOUT);
 	} else if (!status && f->op && f->peer) {
 		f->timed_out = true;
 		if (!f->cancel_sent) {
 			f->cancel_sent = true;
-			remote_peer_send(f->peer, &h);
+			tpu__remote_peer_send(f->peer, &h);
 		}
 	}
 	fetch_unref(f);
@@ -108,29 +108,29 @@ static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
 {
 	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id };
 
-	remote_peer_ref(p);
+	tpu__remote_peer_ref(p);
 	f->peer = p;
 	f->next = p->fetches;
 	p->fetches = f;
 	h.key = f->op->key;
 	h.key_len = f->op->key_len;
 	h.len = f->op->tensor.len;
-	remote_peer_send(p, &h);
+	tpu__remote_peer_send(p, &h);
 }
 
-void remote_fetch_park(struct remote_fetch *f)
+void tpu__remote_fetch_park(struct remote_fetch *f)
 {
 	struct remote_peer *p = f->peer;
 
 	unlink_from(&p->fetches, f);
 	f->peer = NULL;
-	remote_peer_unref(p);
+	tpu__remote_peer_unref(p);
 	f->parked = true;
 	f->next = f->task->parked;
 	f->task->parked = f;
 }
 
-void remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status)
+void tpu__remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_status status)
 {
 	struct remote_fetch *list = t->parked, *f;
 
@@ -142,7 +142,7 @@ void remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_statu
 			fetch_ask(f, p);
 			continue;
 		}
-		/* Not asked again: it ends here, as remote_fetch_end() would. */
+		/* Not asked again: it ends here, as tpu__remote_fetch_end() would. */
 		op_end(f->op, status, 0);
 		f->op = NULL;
 		if (f->timer_on)
@@ -175,7 +175,7 @@ static void fetch_start(struct tpu__task *t)
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 	pthread_mutex_unlock(&st->lock);
 	if (!err && !f->task->retry_on)
-		p = remote_peer_for(st, f->task, &err);
+		p = tpu__remote_peer_for(st, f->task, &err);
 	if (!p && f->task->retry_on && (!err || err == TPU_E_PEER_GONE)) {
 		/* The worker does not answer yet: wait for the next try with the others. */
 		f->parked = true;
@@ -199,7 +199,7 @@ static void fetch_start(struct tpu__task *t)
 	fetch_ask(f, p);
 }
 
-tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src)
+tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src)
 {
 	struct remote_fetch *f;
 	struct remote_task *t;
@@ -209,7 +209,7 @@ tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_s
 	if (!f)
 		return -ENOMEM;
 	pthread_mutex_lock(&st->lock);
-	t = remote_task_find(st, src.ptr, src.len);
+	t = tpu__remote_task_find(st, src.ptr, src.len);
 	if (st->aborted || st->closing)
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 	else if (!t)
@@ -225,7 +225,7 @@ tpu_status remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_s
 		return err;
 	}
 	f->st = st;
-	remote_get(st);
+	tpu__remote_get(st);
 	f->task = t;
 	f->op = op;
 	f->refs = 1;
@@ -244,7 +244,7 @@ static struct remote_fetch *fetch_find(struct remote_peer *p, uint64_t id)
 	return NULL;
 }
 
-void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
+void tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
 {
 	static uint8_t empty[1];
 	struct remote_fetch *f = fetch_find(p, p->cur.id);
@@ -270,7 +270,7 @@ void remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
 	t->flags = TPU_TENSOR_WANT_BUFFER;
 }
 
-void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg)
+void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg)
 {
 	struct remote_fetch *f = p->cur_fetch;
 	struct tpu_buffer *buf = NULL;
@@ -315,7 +315,7 @@ void remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu
 	f->op = NULL;
 	/* Still on the peer's list unless something ended it during the read. */
 	if (f->peer == p)
-		remote_fetch_end(f, 0);
+		tpu__remote_fetch_end(f, 0);
 	fetch_unref(f);	/* the read's */
 }
 
@@ -335,7 +335,7 @@ static void cancel_run(struct tpu__task *t)
 	struct remote_fetch *f, *fnext;
 
 	for (p = st->peers; p; p = pnext) {
-		remote_peer_ref(p);
+		tpu__remote_peer_ref(p);
 		for (f = p->fetches; f; f = fnext) {
 			fnext = f->next;
 			if (!f->op || f->cancel_sent || f->op->key_len != c->key_len ||
@@ -343,27 +343,27 @@ static void cancel_run(struct tpu__task *t)
 				continue;
 			f->cancel_sent = true;
 			h.id = f->id;
-			remote_peer_send(p, &h);
+			tpu__remote_peer_send(p, &h);
 			/* A failed write ended the peer and every fetch with it. */
 			if (p->dead)
 				break;
 		}
 		pnext = p->next;
-		remote_peer_unref(p);
+		tpu__remote_peer_unref(p);
 	}
 	/* Parked ones have no REQ out: they end here. */
-	for (struct remote_task *task = remote_tasks(st); task; task = task->next) {
+	for (struct remote_task *task = tpu__remote_tasks(st); task; task = task->next) {
 		for (f = task->parked; f; f = fnext) {
 			fnext = f->next;
 			if (f->op->key_len == c->key_len && !memcmp(f->op->key, c->key, c->key_len))
-				remote_fetch_end(f, -ECANCELED);
+				tpu__remote_fetch_end(f, -ECANCELED);
 		}
 	}
 	free(c);
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
-int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len)
+int tpu__remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len)
 {
 	struct cancel_task *c = malloc(sizeof(*c) + key_len);
 
@@ -371,22 +371,22 @@ int remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_len)
 		return -ENOMEM;
 	c->task.fn = cancel_run;
 	c->st = st;
-	remote_get(st);
+	tpu__remote_get(st);
 	c->key_len = key_len;
 	memcpy(c->key, key, key_len);
 	tpu__ctx_defer(st->ctx, &c->task);
 	return 1;
 }
 
-void remote_fetch_fail_all(struct remote *st, tpu_status status)
+void tpu__remote_fetch_fail_all(struct remote *st, tpu_status status)
 {
 	struct remote_peer *p;
 	struct remote_task *t;
 
 	for (p = st->peers; p; p = p->next)
 		while (p->fetches)
-			remote_fetch_end(p->fetches, status);
-	for (t = remote_tasks(st); t; t = t->next)
+			tpu__remote_fetch_end(p->fetches, status);
+	for (t = tpu__remote_tasks(st); t; t = t->next)
 		while (t->parked)
-			remote_fetch_end(t->parked, status);
+			tpu__remote_fetch_end(t->parked, status);
 }

@@ -21,12 +21,12 @@ struct remote_write {
 
 static void read_next(struct remote_peer *p);
 
-void remote_peer_ref(struct remote_peer *p)
+void tpu__remote_peer_ref(struct remote_peer *p)
 {
 	p->refs++;
 }
 
-void remote_peer_unref(struct remote_peer *p)
+void tpu__remote_peer_unref(struct remote_peer *p)
 {
 	struct remote *st = p->st;
 
@@ -34,7 +34,7 @@ void remote_peer_unref(struct remote_peer *p)
 		return;
 	free(p->cur_meta);
 	free(p);
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
 /* Why a pipe operation failed, as the rendezvous's callers should hear it. */
@@ -60,9 +60,9 @@ static void retry_fire(void *arg, tpu_status status)
 
 	t->retry_on = false;
 	if (!status && !st->destroyed)
-		p = remote_peer_for(st, t, &err);
-	remote_fetch_unpark(t, p, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE);
-	remote_put(st);
+		p = tpu__remote_peer_for(st, t, &err);
+	tpu__remote_fetch_unpark(t, p, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE);
+	tpu__remote_put(st);
 }
 
 /*
@@ -87,16 +87,16 @@ static bool retry_later(struct remote *st, struct remote_task *t)
 		t->backoff_ns = 500000000;
 	t->retry.fn = retry_fire;
 	t->retry.arg = t;
-	remote_get(st);
+	tpu__remote_get(st);
 	if (tpu__ctx_timer_start(st->ctx, &t->retry, t->backoff_ns)) {
-		remote_put(st);
+		tpu__remote_put(st);
 		return false;
 	}
 	t->retry_on = true;
 	return true;
 }
 
-void remote_peer_end(struct remote_peer *p, tpu_status status)
+void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 {
 	struct remote *st = p->st;
 	struct remote_task *t = p->task && p->task->peer == p ? p->task : NULL;
@@ -118,16 +118,16 @@ void remote_peer_end(struct remote_peer *p, tpu_status status)
 			 * tensor can be on its way and it ends now.
 			 */
 			if (f->cancel_sent)
-				remote_fetch_end(f, f->timed_out ? -ETIMEDOUT : -ECANCELED);
+				tpu__remote_fetch_end(f, f->timed_out ? -ETIMEDOUT : -ECANCELED);
 			else
-				remote_fetch_park(f);
+				tpu__remote_fetch_park(f);
 		}
 	}
 	tpu__log_debug("remote rendezvous %s: pipe to %s ends: %s", st->self,
 		       p->task ? p->task->task : "an accepted peer", tpu_strerror(status));
 	while (p->fetches)
-		remote_fetch_end(p->fetches, status);
-	remote_serve_drop_peer(st, p);
+		tpu__remote_fetch_end(p->fetches, status);
+	tpu__remote_serve_drop_peer(st, p);
 	if (p->pipe) {
 		tpu_pipe_close(p->pipe);
 		p->pipe = NULL;
@@ -138,7 +138,7 @@ void remote_peer_end(struct remote_peer *p, tpu_status status)
 			break;
 		}
 	}
-	remote_peer_unref(p);	/* st->peers' */
+	tpu__remote_peer_unref(p);	/* st->peers' */
 }
 
 static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
@@ -161,19 +161,19 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 		tpu__op_complete(send);
 	}
 	if (status)
-		remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_end(p, pipe_error(p->st));
 	free(w);
-	remote_peer_unref(p);
+	tpu__remote_peer_unref(p);
 }
 
 static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct tpu__op *send)
 {
-	size_t size = remote_wire_size(h->key_len);
+	size_t size = tpu__remote_wire_size(h->key_len);
 	struct remote_write *w = calloc(1, sizeof(*w) + size);
 	tpu_status st = -ENOMEM;
 
 	if (w && p->pipe && !p->dead) {
-		remote_wire_put(h, w->meta);
+		tpu__remote_wire_put(h, w->meta);
 		w->msg.metadata = w->meta;
 		w->msg.metadata_len = size;
 		w->peer = p;
@@ -185,14 +185,14 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 			w->msg.tensors = &w->tensor;
 			w->msg.ntensors = 1;
 		}
-		remote_peer_ref(p);
+		tpu__remote_peer_ref(p);
 		st = tpu_pipe_write(p->pipe, &w->msg, write_done, w);
 		if (!st) {
 			if (send)
 				p->st->serving++;
 			return;
 		}
-		remote_peer_unref(p);
+		tpu__remote_peer_unref(p);
 	} else if (w) {
 		st = pipe_error(p->st);
 	}
@@ -205,29 +205,29 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 		send->status = pipe_error(p->st);
 		tpu__op_complete(send);
 	}
-	remote_peer_end(p, st == -ENOMEM ? st : pipe_error(p->st));
+	tpu__remote_peer_end(p, st == -ENOMEM ? st : pipe_error(p->st));
 }
 
-void remote_peer_send(struct remote_peer *p, const struct remote_hdr *h)
+void tpu__remote_peer_send(struct remote_peer *p, const struct remote_hdr *h)
 {
 	peer_write(p, h, NULL);
 }
 
-void remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send)
+void tpu__remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send)
 {
 	struct remote_hdr h = { .type = REMOTE_RESP, .id = id, .len = send->tensor.len };
 
 	peer_write(p, &h, send);
 }
 
-void remote_peers_abort(struct remote *st, tpu_status status)
+void tpu__remote_peers_abort(struct remote *st, tpu_status status)
 {
 	struct remote_hdr h = { .type = REMOTE_ABORT, .status = status };
 	struct remote_peer *p, *next;
 
 	for (p = st->peers; p; p = next) {
 		next = p->next;	/* a failed write ends (unlinks) p */
-		remote_peer_send(p, &h);
+		tpu__remote_peer_send(p, &h);
 	}
 }
 
@@ -239,7 +239,7 @@ static void on_hello(struct remote_peer *p)
 	struct remote_task *t;
 
 	pthread_mutex_lock(&st->lock);
-	t = remote_task_find(st, (const char *)p->cur.key, p->cur.key_len);
+	t = tpu__remote_task_find(st, (const char *)p->cur.key, p->cur.key_len);
 	pthread_mutex_unlock(&st->lock);
 	if (!t) {
 		tpu__log_debug("remote rendezvous %s: hello from %.*s, not in the map (serving it only)",
@@ -263,12 +263,12 @@ static void dispatch(struct remote_peer *p)
 		on_hello(p);
 		break;
 	case REMOTE_REQ:
-		remote_serve_req(st, p, h);
+		tpu__remote_serve_req(st, p, h);
 		break;
 	case REMOTE_RESP:
 		break;	/* read_done delivered it */
 	case REMOTE_CANCEL:
-		remote_serve_cancel_req(st, p, h->id);
+		tpu__remote_serve_cancel_req(st, p, h->id);
 		break;
 	case REMOTE_ABORT:
 		tpu__log_debug("remote rendezvous %s: aborted by a peer: %s", st->self,
@@ -285,14 +285,14 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 
 	/* A tensor that arrived is delivered even if the pipe ended meanwhile. */
 	if (p->cur.type == REMOTE_RESP)
-		remote_fetch_resp_done(p, status, msg);
+		tpu__remote_fetch_resp_done(p, status, msg);
 	if (status)
-		remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_end(p, pipe_error(p->st));
 	else if (!p->dead)
 		dispatch(p);
 	if (!p->dead)
 		read_next(p);
-	remote_peer_unref(p);	/* the read loop's */
+	tpu__remote_peer_unref(p);	/* the read loop's */
 }
 
 static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
@@ -301,12 +301,12 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 	tpu_status st = status;
 
 	if (!st && !p->dead) {
-		st = remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
+		st = tpu__remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
 		p->cur_fetch = NULL;
 		if (!st)
 			peer_established(p);
 		if (!st && p->cur.type == REMOTE_RESP)
-			remote_fetch_resp_desc(p, desc);
+			tpu__remote_fetch_resp_desc(p, desc);
 		else if (!st && desc->ntensors)
 			st = -EPROTO;
 		if (!st && p->pipe)
@@ -314,21 +314,21 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 		if (!st)
 			return;	/* the read loop's reference goes with the read */
 		if (p->cur_fetch)
-			remote_fetch_resp_done(p, st, NULL);	/* no read: let its fetch go */
+			tpu__remote_fetch_resp_done(p, st, NULL);	/* no read: let its fetch go */
 		if (st == -EPROTO)
 			tpu__log_debug("remote rendezvous %s: a peer sent what is no message of ours",
 				       p->st->self);
 	}
-	remote_peer_end(p, st == -EPROTO ? -EPROTO : pipe_error(p->st));
-	remote_peer_unref(p);
+	tpu__remote_peer_end(p, st == -EPROTO ? -EPROTO : pipe_error(p->st));
+	tpu__remote_peer_unref(p);
 }
 
 static void read_next(struct remote_peer *p)
 {
-	remote_peer_ref(p);
+	tpu__remote_peer_ref(p);
 	if (tpu_pipe_read_descriptor(p->pipe, desc_done, p)) {
-		remote_peer_end(p, pipe_error(p->st));
-		remote_peer_unref(p);
+		tpu__remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_unref(p);
 	}
 }
 
@@ -339,7 +339,7 @@ static struct remote_peer *peer_new(struct remote *st, struct tpu_pipe *pipe)
 	if (!p)
 		return NULL;
 	p->st = st;
-	remote_get(st);
+	tpu__remote_get(st);
 	p->pipe = pipe;
 	p->refs = 1;	/* st->peers' */
 	p->next = st->peers;
@@ -347,7 +347,7 @@ static struct remote_peer *peer_new(struct remote *st, struct tpu_pipe *pipe)
 	return p;
 }
 
-struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err)
+struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err)
 {
 	struct remote_hdr h = { .type = REMOTE_HELLO };
 	struct tpu_pipe *pipe;
@@ -371,20 +371,20 @@ struct remote_peer *remote_peer_for(struct remote *st, struct remote_task *t, tp
 	tpu__log_debug("remote rendezvous %s: connecting to %s at %s", st->self, t->task, t->url);
 	h.key = (const uint8_t *)st->self;
 	h.key_len = st->self_len;
-	remote_peer_ref(p);	/* held while we use it here */
-	remote_peer_send(p, &h);
+	tpu__remote_peer_ref(p);	/* held while we use it here */
+	tpu__remote_peer_send(p, &h);
 	if (!p->dead)
 		read_next(p);
 	if (p->dead) {
 		*err = pipe_error(st);
-		remote_peer_unref(p);
+		tpu__remote_peer_unref(p);
 		return NULL;
 	}
-	remote_peer_unref(p);
+	tpu__remote_peer_unref(p);
 	return p;
 }
 
-void remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe)
+void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe)
 {
 	struct remote_peer *p = peer_new(st, pipe);
 

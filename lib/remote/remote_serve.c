@@ -151,14 +151,14 @@ static void answer(struct remote_req *list)
 	while ((r = rev)) {
 		rev = r->next;
 		if (r->send) {
-			remote_peer_send_tensor(r->peer, r->id, r->send);
+			tpu__remote_peer_send_tensor(r->peer, r->id, r->send);
 		} else if (r->status) {
 			struct remote_hdr h = { .type = REMOTE_RESP, .id = r->id,
 						.status = r->status, .len = r->len };
 
-			remote_peer_send(r->peer, &h);
+			tpu__remote_peer_send(r->peer, &h);
 		}
-		remote_peer_unref(r->peer);
+		tpu__remote_peer_unref(r->peer);
 		free(r);
 	}
 }
@@ -175,10 +175,10 @@ static void serve_task(struct tpu__task *t)
 	entry_drop_if_empty(st, e);
 	pthread_mutex_unlock(&st->lock);
 	answer(out);
-	remote_put(st);
+	tpu__remote_put(st);
 }
 
-tpu_status remote_serve_send(struct remote *st, struct tpu__op *op)
+tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op)
 {
 	struct remote_entry *e;
 	tpu_status err = 0;
@@ -201,7 +201,7 @@ tpu_status remote_serve_send(struct remote *st, struct tpu__op *op)
 	/* A REQ came first: answer it on the context thread, which owns the pipes. */
 	if (e->reqs && !e->serve_queued) {
 		e->serve_queued = true;
-		remote_get(st);
+		tpu__remote_get(st);
 		tpu__ctx_defer(st->ctx, &e->serve);
 	}
 out:
@@ -209,7 +209,7 @@ out:
 	return err;
 }
 
-void remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h)
+void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h)
 {
 	struct remote_req *r = calloc(1, sizeof(*r)), *out = NULL;
 	struct remote_entry *e = NULL;
@@ -217,10 +217,10 @@ void remote_serve_req(struct remote *st, struct remote_peer *p, const struct rem
 	if (!r) {
 		struct remote_hdr nomem = { .type = REMOTE_RESP, .id = h->id, .status = -ENOMEM };
 
-		remote_peer_send(p, &nomem);
+		tpu__remote_peer_send(p, &nomem);
 		return;
 	}
-	remote_peer_ref(p);
+	tpu__remote_peer_ref(p);
 	r->peer = p;
 	r->id = h->id;
 	r->cap = h->len;
@@ -293,7 +293,7 @@ static bool any_req(const struct remote_req *r, const void *arg)
 	return true;
 }
 
-void remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id)
+void tpu__remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id)
 {
 	struct req_id want = { .peer = p, .id = id };
 	struct remote_req *out = NULL;
@@ -305,7 +305,7 @@ void remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t 
 	answer(out);
 }
 
-void remote_serve_drop_peer(struct remote *st, struct remote_peer *p)
+void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p)
 {
 	struct remote_req *out = NULL;
 
@@ -315,7 +315,7 @@ void remote_serve_drop_peer(struct remote *st, struct remote_peer *p)
 	answer(out);
 }
 
-void remote_serve_answer_all(struct remote *st, tpu_status status)
+void tpu__remote_serve_answer_all(struct remote *st, tpu_status status)
 {
 	struct remote_req *out = NULL;
 
@@ -336,7 +336,7 @@ static void send_end(struct tpu__op *op, tpu_status status)
 	tpu__op_complete(op);
 }
 
-int remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len)
+int tpu__remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len)
 {
 	struct tpu__op *op = NULL;
 	struct remote_entry *e;
@@ -355,7 +355,7 @@ int remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_len)
 	return 1;
 }
 
-void remote_serve_fail_all(struct remote *st, tpu_status status)
+void tpu__remote_serve_fail_all(struct remote *st, tpu_status status)
 {
 	struct tpu__op *list = NULL, *op;
 	struct remote_entry *e, *next;
@@ -382,7 +382,7 @@ void remote_serve_fail_all(struct remote *st, tpu_status status)
 	}
 }
 
-void remote_serve_free(struct remote *st)
+void tpu__remote_serve_free(struct remote *st)
 {
 	struct remote_entry *e;
 	size_t i;

@@ -12,7 +12,7 @@
 #define WIRE_MAGIC	0x31565254u	/* "TRV1" */
 #define WIRE_HDR	36		/* magic, type, status, id, len, key_len */
 
-size_t remote_wire_size(size_t key_len)
+size_t tpu__remote_wire_size(size_t key_len)
 {
 	return WIRE_HDR + key_len;
 }
@@ -45,7 +45,7 @@ static uint64_t get64(const uint8_t *p)
 	return le64toh(v);
 }
 
-void remote_wire_put(const struct remote_hdr *h, uint8_t *buf)
+void tpu__remote_wire_put(const struct remote_hdr *h, uint8_t *buf)
 {
 	put32(buf, WIRE_MAGIC);
 	put32(buf + 4, (uint32_t)h->type);
@@ -57,7 +57,7 @@ void remote_wire_put(const struct remote_hdr *h, uint8_t *buf)
 		memcpy(buf + WIRE_HDR, h->key, h->key_len);
 }
 
-tpu_status remote_wire_get(const void *buf, size_t len, struct remote_hdr *h)
+tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *h)
 {
 	const uint8_t *b = buf;
 	uint64_t key_len;
