@@ -1088,8 +1088,9 @@ TPU_API tpu_status tpu_pipe_connect(struct tpu_context *ctx, const char *url,
  *
  * Errors returned here mean @done will not be called: -EINVAL (NULL,
  * counts, lengths or metadata over the TPU_PIPE_MAX_* limits, a data
- * pointer NULL with a length, a device type no channel moves), -EPIPE
- * (the pipe failed or is closing).
+ * pointer NULL with a length, a device type no channel moves), the error
+ * that failed the pipe (its first cause: -ECONNREFUSED when nobody listened,
+ * -ECONNRESET when the peer went away, ...), -EPIPE (the pipe is closing).
  */
 TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg,
 				  tpu_write_cb done, void *arg);

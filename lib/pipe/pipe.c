@@ -34,6 +34,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
 	p->reads_tail = &p->reads;
 	atomic_init(&p->user_closed, false);
 	atomic_init(&p->broken, false);
+	atomic_init(&p->fail_status, 0);
 	atomic_init(&p->ready, false);
 	atomic_init(&p->queued, 0);
 	p->obj.close = pipe_obj_close;
@@ -101,6 +102,8 @@ void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
 	tpu__log_debug("pipe %p: %s", (void *)p, tpu_strerror(err));
 	p->state = PIPE_FAILED;
 	p->error = err;
+	/* Before broken: a writer that sees broken reads the first cause. */
+	atomic_store(&p->fail_status, err);
 	atomic_store(&p->broken, true);
 	if (p->listener) {
 		tpu__listener_forget(p->listener, p);
@@ -287,8 +290,10 @@ TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg
 	st = check_message(msg);
 	if (st)
 		return st;
-	if (atomic_load(&pipe->broken))
-		return -EPIPE;
+	if (atomic_load(&pipe->broken)) {
+		st = atomic_load(&pipe->fail_status);
+		return st ? st : -EPIPE;
+	}
 	return pipe_call(pipe, PIPE_CALL_WRITE, msg, (void (*)(void))done, arg);
 }
 

@@ -144,7 +144,8 @@ struct tpu_pipe {
 	struct tpu_context *ctx;
 	struct tpu__ctx_obj obj;	/* the context's list, for context_destroy */
 	atomic_bool user_closed;	/* any thread: tpu_pipe_close() was called */
-	atomic_bool broken;		/* any thread: failed (writes return -EPIPE) */
+	atomic_bool broken;		/* any thread: failed or closing (writes are refused) */
+	atomic_int fail_status;		/* any thread: what failed it, 0 if none (writes return it) */
 	atomic_uint queued;		/* any thread: calls in the task queue */
 
 	enum pipe_state state;

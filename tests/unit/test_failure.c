@@ -2,7 +2,8 @@
 /*
  * Failure behaviour a new user meets on the module-free paths: a read
  * rejected from its descriptor's callback leaves the pipe cleanly failed
- * (it crashed the library), and cheap misuse is caught: use after destroy
+ * (it crashed the library), a pipe to nobody reports ECONNREFUSED (not a
+ * later EPIPE) everywhere, and cheap misuse is caught: use after destroy
  * and double destroy of contexts, rendezvous, pipes and listeners, and a
  * context used in a forked child.
  */
@@ -10,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +77,56 @@ static void read_rejected_in_callback(const char *url, const char *name)
 	      name);
 	CHECK(rec_wait(&w, 1), "pipe_%s_writer_of_a_rejected_read_is_called_back", name);
 	pair_close(&pp);
+}
+
+/* A loopback tcp port nobody listens on: bound, then closed. */
+static int free_tcp_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &alen))
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/*
+ * Connecting where nobody listens: the queued write and descriptor request
+ * fail with ECONNREFUSED, and so does every later write, synchronously;
+ * EPIPE would hide the cause.
+ */
+static void refused_is_the_first_cause(const char *url, const char *name)
+{
+	static uint8_t bytes[8];
+	struct tpu_payload pl = { .data = bytes, .len = sizeof(bytes) };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	struct tpu_context *ctx = new_context();
+	struct tpu_pipe *p = NULL;
+	struct rec w, d;
+	struct tag tw = { &w, 0 }, td = { &d, 0 };
+	tpu_status wst = -1;
+	bool ok;
+
+	rec_init(&w);
+	rec_init(&d);
+	ok = ctx && !tpu_pipe_connect(ctx, url, &p);
+	/* The refusal may already be known (shm's is immediate): then it is returned. */
+	if (ok)
+		wst = tpu_pipe_write(p, &m, on_write, &tw);
+	ok = ok && !tpu_pipe_read_descriptor(p, on_desc, &td);
+	CHECK(ok && (wst == -ECONNREFUSED || (!wst && rec_wait(&w, 1) && w.st[0] == -ECONNREFUSED)),
+	      "pipe_%s_to_nobody_fails_its_first_write_econnrefused (%s)", name,
+	      tpu_status_name(wst ? wst : w.st[0]));
+	CHECK(ok && rec_wait(&d, 1) && d.st[0] == -ECONNREFUSED,
+	      "pipe_%s_to_nobody_fails_its_descriptor_request_econnrefused", name);
+	CHECK_STATUS(ok ? tpu_pipe_write(p, &m, on_write, &tw) : -1, -ECONNREFUSED,
+		     "pipe_%s_to_nobody_refuses_later_writes_with_the_first_cause", name);
+	tpu_pipe_close(p);
+	tpu_context_destroy(ctx);
 }
 
 static void on_accept_ignore(void *arg, tpu_status st, struct tpu_pipe *p)
@@ -169,11 +223,15 @@ static void forked_child(void)
 
 void test_failure(void)
 {
-	char shm[64];
+	char shm[64], url[64];
 
 	snprintf(shm, sizeof(shm), "shm://failure-%d", (int)getpid());
 	read_rejected_in_callback("tcp://127.0.0.1:0", "tcp");
 	read_rejected_in_callback(shm, "shm");
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", free_tcp_port());
+	refused_is_the_first_cause(url, "tcp");
+	snprintf(url, sizeof(url), "shm://nobody-%d", (int)getpid());
+	refused_is_the_first_cause(url, "shm");
 	misuse();
 	forked_child();
 }
