@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -289,9 +291,224 @@ out:
 	tpu_context_destroy(ctx);
 }
 
+/* ---- a member that dies in the middle of a large pull ------------------ */
+
+#define BIG_LEN (128u << 20)
+#define BIG_SEEN (8u << 20)	/* bytes landed before the kill: the pull is on */
+
+/* Untouched anonymous memory in small pages, so its filling can be watched. */
+static void *big_map(void)
+{
+	void *p = mmap(NULL, BIG_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, BIG_LEN, MADV_NOHUGEPAGE);
+	return p;
+}
+
+/* The checksum of rdv_fill(@seed) over @len bytes. */
+static uint64_t fill_sum(size_t len, uint64_t seed)
+{
+	uint8_t *p = malloc(len);
+	uint64_t sum = 0;
+
+	if (p) {
+		rdv_fill(p, len, seed);
+		sum = rdv_checksum(p, len);
+		free(p);
+	}
+	return sum;
+}
+
+/* Resident bytes of process @pid. */
+static uint64_t rss_of(pid_t pid)
+{
+	char path[64];
+	unsigned long size = 0, res = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%lu %lu", &size, &res) != 2)
+		res = 0;
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Bytes of @p (BIG_LEN long) that are resident in this process. */
+static uint64_t resident_in(void *p)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = BIG_LEN / pg, k = 0;
+	unsigned char *v = malloc(n);
+
+	if (v && !mincore(p, BIG_LEN, v))
+		for (size_t i = 0; i < n; i++)
+			k += v[i] & 1;
+	free(v);
+	return (uint64_t)k * pg;
+}
+
+/* The child: joins; a consumer receives BIG_LEN, a producer sends it and waits to die. */
+static int pull_child(const struct rdv_impl *impl, int sock, bool producer)
+{
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	uint8_t *buf = big_map();
+	struct tpu_tensor t = { .data = buf, .len = BIG_LEN };
+	char c = 0;
+	int fd;
+
+	if (!buf || tpu_fd_recv(sock, &fd))
+		return XS_FD;
+	if (tpu_context_create(&o, &ctx))
+		return XS_CTX;
+	if (tpu_rendezvous_join(ctx, fd, &rdv))
+		return XS_JOIN;
+	if (producer) {
+		rdv_fill(buf, BIG_LEN, 7);
+		if (tpu_rendezvous_send(rdv, "big", 3, &t, 0, NULL, NULL))
+			return XS_SEND;
+	}
+	if (write(sock, "j", 1) != 1)
+		return XS_FD;
+	if (producer) {
+		while (read(sock, &c, 1) == 1)
+			;		/* killed here */
+		return XS_OK;
+	}
+	return tpu_rendezvous_recv_wait(rdv, "big", 3, &t, 60 * SEC, NULL) ? XS_RECV : XS_OK;
+}
+
+struct pull_killer {
+	pid_t pid;
+	void *dst;		/* the parent's destination, or NULL to watch the child */
+	uint64_t base;
+	uint64_t seen;		/* bytes landed when the kill went out; 0: never sent */
+};
+
+static void *pull_killer_main(void *arg)
+{
+	struct pull_killer *k = arg;
+	uint64_t end = now_ns() + 20 * SEC;
+
+	while (now_ns() < end) {
+		uint64_t rss = k->dst ? 0 : rss_of(k->pid);
+		uint64_t got = k->dst ? resident_in(k->dst) : rss > k->base ? rss - k->base : 0;
+
+		if (got >= BIG_SEEN && got < BIG_LEN) {
+			kill(k->pid, SIGKILL);
+			k->seen = got;
+			break;
+		}
+		if (!k->dst && rss == 0)
+			break;		/* the child is gone */
+		usleep(50);
+	}
+	return NULL;
+}
+
+/*
+ * Killed in the middle of a BIG_LEN pull (its first BIG_SEEN bytes landed):
+ * the consumer, and the parent's send ends TPU_E_PEER_GONE; or the producer,
+ * and the parent's receive ends with the whole tensor (the copy may finish
+ * from memory the kernel still holds) or TPU_E_PEER_GONE.  Never a hang.
+ */
+static void pull_death_run(const struct rdv_impl *impl, bool producer_dies)
+{
+	const char *who = producer_dies ? "producer" : "consumer";
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	uint8_t *buf = big_map();
+	struct tpu_tensor t = { .data = buf, .len = BIG_LEN };
+	struct death_rec sr = { 0, 1 };
+	struct pull_killer k = { 0 };
+	pthread_t th;
+	int sv[2], fd = -1, status = 0;
+	tpu_status st;
+	uint64_t t0;
+	char c = 0;
+	pid_t pid;
+
+	if (!buf || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+		CHECK(false, "%s_pull_death_set_up", impl->name);
+		return;
+	}
+	if (tpu_context_create(&o, &ctx) || tpu_rendezvous_create(ctx, impl->impl, &rdv) ||
+	    tpu_rendezvous_share(rdv, &fd)) {
+		CHECK(false, "%s_pull_death_rendezvous_created", impl->name);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		_exit(pull_child(impl, sv[1], producer_dies));
+	}
+	close(sv[1]);
+	if (tpu_fd_send(sv[0], fd) || read(sv[0], &c, 1) != 1) {
+		CHECK(false, "%s_pull_death_member_joined", impl->name);
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		goto out;
+	}
+	k.pid = pid;
+	k.dst = producer_dies ? buf : NULL;
+	k.base = rss_of(pid);
+	if (!producer_dies) {
+		rdv_fill(buf, BIG_LEN, 7);
+		k.base = rss_of(pid);
+		if (tpu_rendezvous_send(rdv, "big", 3, &t, 0, death_cb, &sr)) {
+			CHECK(false, "%s_pull_death_send_posted", impl->name);
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			goto out;
+		}
+	}
+	t0 = now_ns();
+	if (pthread_create(&th, NULL, pull_killer_main, &k)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		goto out;
+	}
+	if (producer_dies) {
+		st = tpu_rendezvous_recv_wait(rdv, "big", 3, &t, 30 * SEC, NULL);
+		CHECK(st == TPU_E_PEER_GONE ||
+		      (st == 0 && rdv_checksum(buf, BIG_LEN) == fill_sum(BIG_LEN, 7)),
+		      "%s_recv_ends_whole_or_peer_gone_when_the_producer_dies_mid_pull (%s)",
+		      impl->name, tpu_status_name(st));
+	} else {
+		bool ended = death_wait(&sr, 30 * SEC);
+
+		CHECK(ended && (sr.status == TPU_E_PEER_GONE || !k.seen),
+		      "%s_send_ends_peer_gone_when_the_consumer_dies_mid_pull (%s)", impl->name,
+		      ended ? tpu_status_name(sr.status) : "no callback");
+	}
+	pthread_join(th, NULL);
+	if (!k.seen)
+		kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	tap_diag("%s: the %s was killed with %llu of %u MiB landed; ended %.1f ms after the start",
+		 impl->name, who, (unsigned long long)(k.seen >> 20), BIG_LEN >> 20,
+		 (double)(now_ns() - t0) / 1e6);
+	CHECK(k.seen != 0, "%s_the_%s_was_killed_mid_pull", impl->name, who);
+out:
+	close(fd);
+	close(sv[0]);
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+	munmap(buf, BIG_LEN);
+}
+
 void rdv_xproc_death_run(const struct rdv_impl *impl)
 {
 	tap_diag("members that die, over %s", impl->name);
 	death_run(impl, true);
 	death_run(impl, false);
+	pull_death_run(impl, false);
+	pull_death_run(impl, true);
 }
