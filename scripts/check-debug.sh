@@ -61,6 +61,11 @@ if [ $build_status -eq 0 ]; then
 			"$cmd; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
 		results+=("$suite (VM, debug kernel)" "build/vm/debug-$suite/guest.log" "$?")
 	done
+	echo "== two VMs over soft-RoCE (VM pair, debug kernel)"
+	# rxe and the virtio NIC under KASAN and lockdep; both guests scan for leaks.
+	tests/vm/pair.sh --name debug-pair --module "$mod" -- \
+		"tests/vm/pair-smoke.sh; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
+	results+=("two VMs, soft-RoCE (debug kernel)" "build/vm/debug-pair-b/guest.log" "$?")
 fi
 
 echo "== results"
