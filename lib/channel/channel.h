@@ -2,8 +2,9 @@
 /*
  * lib/channel: how a pipe moves a tensor too big to go inline.  One file
  * per channel, each defining one struct tpu__chan; channels.c lists them.
- * Adding a channel is that file and one entry in the list (and its name in
- * lib/Makefile's channel list).  Built on lib/transport and lib/rdv; the pipe
+ * Adding a channel is that file and its entry in channels.c's table (its
+ * name also joins lib/Makefile's channel list and the file lists that
+ * scripts/check-layers.py checks).  Built on lib/transport and lib/rdv; the pipe
  * above owns the bookkeeping and hands it down as function pointers in
  * struct tpu__chan_xfer.  Context thread only.  Not installed.
  *
@@ -121,10 +122,8 @@ struct tpu__chan {
 	void (*close)(struct tpu__chan_link *l);
 };
 
+/* The fallback every pipe starts with; the other channels are named only in channels.c. */
 extern const struct tpu__chan tpu__chan_basic;
-extern const struct tpu__chan tpu__chan_mtcp;
-extern const struct tpu__chan tpu__chan_cma;
-extern const struct tpu__chan tpu__chan_kmod;
 
 /* The channels, worst first (an offer lists them best first); [0] is basic. */
 extern const struct tpu__chan *const tpu__chans[];

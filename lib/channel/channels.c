@@ -8,6 +8,10 @@
 
 #include "channel.h"
 
+extern const struct tpu__chan tpu__chan_mtcp;
+extern const struct tpu__chan tpu__chan_cma;
+extern const struct tpu__chan tpu__chan_kmod;
+
 const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_basic,	/* first: always there */
 	&tpu__chan_mtcp,
