@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tap.h"
@@ -60,6 +61,28 @@ static void module_errnos_are_described(void)
 	}
 }
 
+/*
+ * What the cma, inprocess and remote rendezvous return reads in their words:
+ * no module, domain, endpoint or slot unless the sentence says "for the module".
+ */
+static void paths_without_the_module_read_in_their_own_words(void)
+{
+	static const int common[] = { EEXIST, ENAMETOOLONG, EALREADY, ENOSPC, EMSGSIZE, E2BIG,
+				      ETIMEDOUT, ECANCELED, EINVAL };
+	static const char *const module_words[] = { "domain", "endpoint", "slot", "SEND" };
+	size_t i, j;
+
+	for (i = 0; i < N(common); i++) {
+		const char *s = tpu_strerror(-common[i]);
+		const char *m = strstr(s, "module");
+		bool ok = !m || strstr(s, "for the module");
+
+		for (j = 0; j < N(module_words); j++)
+			ok &= !strstr(s, module_words[j]);
+		CHECK(ok, "errno_%s_reads_without_module_words (\"%s\")", tpu_status_name(-common[i]), s);
+	}
+}
+
 void test_status(void)
 {
 	CHECK(!strcmp(tpu_status_name(TPU_OK), "OK") && !strcmp(tpu_strerror(0), "success"),
@@ -72,6 +95,7 @@ void test_status(void)
 	      "emsgsize_explains_that_the_slot_stays_for_a_retry");
 	CHECK(strstr(tpu_strerror(-ENOLINK), "domain") != NULL,
 	      "enolink_reads_as_not_attached_to_a_domain");
+	paths_without_the_module_read_in_their_own_words();
 	/* Every errno has its name and the C library's sentence, not a generic one. */
 	CHECK(!strcmp(tpu_status_name(-EXDEV), "EXDEV") &&
 	      strstr(tpu_strerror(-EXDEV), "cross-device") != NULL,
