@@ -248,6 +248,10 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	w->timeout_ms = o->timeout_ms ? o->timeout_ms : WORLD_DEFAULT_MS;
 	if (o->info) {
 		w->info = *o->info;
+		/* The caller's strings, whatever they hold, end inside their arrays. */
+		w->info.convention[sizeof(w->info.convention) - 1] = '\0';
+		w->info.store_from[sizeof(w->info.store_from) - 1] = '\0';
+		w->info.detail[sizeof(w->info.detail) - 1] = '\0';
 		st = info_ok(&w->info);
 	} else {
 		st = tpu_world_info_from_env(&w->info);
