@@ -62,6 +62,8 @@ struct store_server {
 	size_t nkeys, bytes;
 	struct sclient *clients[STORE_MAX_CLIENTS];
 	size_t nclients;
+	/* Here rather than on the thread's stack, so that a forked child sees it. */
+	struct pollfd pfd[STORE_MAX_CLIENTS + 2];
 	/* For store_server_drain(): the number of clients, as of the last sweep. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -354,10 +356,8 @@ static void sweep(struct store_server *s)
 static void *serve(void *arg)
 {
 	struct store_server *s = arg;
-	struct pollfd *pfd = calloc(STORE_MAX_CLIENTS + 2, sizeof(*pfd));
+	struct pollfd *pfd = s->pfd;
 
-	if (!pfd)
-		return NULL;
 	for (;;) {
 		int timeout = expire(s);
 		size_t n;
@@ -393,7 +393,6 @@ static void *serve(void *arg)
 		if (pfd[1].revents)
 			accept_all(s);
 	}
-	free(pfd);
 	return NULL;
 }
 

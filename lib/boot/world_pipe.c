@@ -86,7 +86,7 @@ static int hello_rank(const struct tpu_world *w, const struct tpu_message *d)
 	    memcmp(d->metadata, WORLD_HELLO, n) ||
 	    !tpu__parse_dec((struct tpu_str){ (const char *)d->metadata + n, d->metadata_len - n },
 			    (uint64_t)w->info.size - 1, &r) ||
-	    (int)r == w->info.rank)
+	    r >= (uint64_t)w->info.size || (int)r == w->info.rank)
 		return -1;
 	return (int)r;
 }

@@ -240,6 +240,34 @@ static void worlds_of_three(void)
 		}
 }
 
+/*
+ * Pipes to the world's listener that do not say a rank of this world first
+ * (garbage, a rank out of range, the world's own rank) are closed by it.
+ */
+static void bad_hellos_are_closed(struct tpu_context *ctx, struct tpu_world *w)
+{
+	static const char *const hellos[] = { "hello", "tpu-world-hello 1", "tpu-world-hello 0",
+					      "tpu-world-hello 00", "tpu-world-hello " };
+
+	for (size_t i = 0; i < sizeof(hellos) / sizeof(hellos[0]); i++) {
+		struct done wd = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, NULL };
+		struct done rd = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, NULL };
+		struct tpu_message msg = { .metadata = hellos[i], .metadata_len = strlen(hellos[i]) };
+		struct tpu_pipe *p = NULL;
+		bool written = false, ok;
+
+		ok = tpu_pipe_connect(ctx, tpu_world_url(w, 0, "pipe"), &p) == 0 &&
+		     (written = tpu_pipe_write(p, &msg, on_msg, &wd) == 0) &&
+		     tpu_pipe_read_descriptor(p, on_msg, &rd) == 0;
+		/* The world closes its end: our read fails instead of hanging. */
+		ok = ok && done_wait(&rd, NULL) != 0;
+		if (written)
+			done_wait(&wd, NULL);
+		tpu_pipe_close(p);
+		CHECK(ok, "world_closes_a_pipe_whose_first_message_is_\"%s\"", hellos[i]);
+	}
+}
+
 static void world_of_one_and_bad_calls(void)
 {
 	struct tpu_world_info info = { .rank = 0, .size = 1, .local_rank = -1, .local_size = -1,
@@ -279,6 +307,7 @@ static void world_of_one_and_bad_calls(void)
 	      !tpu_world_get_info(NULL) && !tpu_world_rendezvous(NULL),
 	      "world_accessors_refuse_bad_arguments");
 	CHECK(tpu_world_barrier(w) == 0 && tpu_world_barrier(w) == 0, "world_barrier_of_one_returns");
+	bad_hellos_are_closed(ctx, w);
 	tpu_world_destroy(w);
 	tpu_world_destroy(NULL);
 	tpu_context_destroy(ctx);
