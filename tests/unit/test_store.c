@@ -194,12 +194,18 @@ static void store_hostile_clients(void)
 	struct store_client *c = NULL, *waiter = NULL;
 	char why[256], buf[16];
 	size_t len = 0;
-	int parked_fd;
+	int parked_fd, stalled_fd = -1;
+	uint64_t stalled_at = 0;
 
 	if (!local_store(&s, &c)) {
 		CHECK(false, "store_server_starts_for_hostile_clients");
 		goto out;
 	}
+	/* Half a header, then nothing: checked last, after STORE_FRAME_MS. */
+	stalled_fd = raw_connect(store_server_port(s));
+	stalled_at = boot_now_ms();
+	CHECK(stalled_fd >= 0 && write(stalled_fd, "\x01\0\0\0\x01", 5) == 5,
+	      "store_stalled_client_sent_half_a_header");
 	CHECK(!store_client_connect("127.0.0.1", store_server_port(s), 5000, &waiter, why,
 				    sizeof(why)), "store_second_client_connects");
 	/* A well-formed GET left parked on a raw socket that then goes away. */
@@ -244,6 +250,15 @@ static void store_hostile_clients(void)
 	CHECK(store_set(c, "end", "ok", 2) == 0 &&
 	      store_get(waiter, "end", buf, sizeof(buf), &len, 1000) == 0 && len == 2,
 	      "store_keeps_serving_after_hostile_clients");
+	if (stalled_fd >= 0) {
+		struct pollfd p = { .fd = stalled_fd, .events = POLLIN };
+		char ch;
+
+		CHECK(poll(&p, 1, STORE_FRAME_MS + 5000) == 1 && recv(stalled_fd, &ch, 1, 0) <= 0 &&
+		      boot_now_ms() - stalled_at >= STORE_FRAME_MS - 100,
+		      "store_drops_a_client_stalled_inside_a_frame_after_%u_ms", STORE_FRAME_MS);
+		close(stalled_fd);
+	}
 out:
 	store_client_close(waiter);
 	store_client_close(c);
