@@ -59,15 +59,15 @@ struct store_req {
 	uint32_t arg;
 };
 
-void store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR]);
+void tpu__store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR]);
 /* -EPROTO when @hdr is no request within the limits. */
-tpu_status store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req *r);
-void store_wire_reply_put(tpu_status status, uint32_t val_len, uint8_t hdr[STORE_REPLY_HDR]);
+tpu_status tpu__store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req *r);
+void tpu__store_wire_reply_put(tpu_status status, uint32_t val_len, uint8_t hdr[STORE_REPLY_HDR]);
 /* -EPROTO when the length is over STORE_VALUE_MAX. */
-tpu_status store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *status,
+tpu_status tpu__store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *status,
 				uint32_t *val_len);
-void store_wire_put_i64(int64_t v, uint8_t out[8]);
-int64_t store_wire_get_i64(const uint8_t in[8]);
+void tpu__store_wire_put_i64(int64_t v, uint8_t out[8]);
+int64_t tpu__store_wire_get_i64(const uint8_t in[8]);
 
 /* ---- server (store_server.c): rank 0 ---- */
 
@@ -75,20 +75,20 @@ struct store_server;
 
 /*
  * Listen on @host:@port (a numeric address or a name this host has) and
- * serve from a thread of its own until store_server_stop().
+ * serve from a thread of its own until tpu__store_server_stop().
  */
-tpu_status store_server_start(const char *host, uint16_t port, struct store_server **out,
+tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store_server **out,
 			      char *why, size_t why_size);
 /* The port listened on (when started with port 0). */
-uint16_t store_server_port(const struct store_server *s);
+uint16_t tpu__store_server_port(const struct store_server *s);
 /*
  * Wait until every client has gone (at most @timeout_ms): a rank that
  * passed the last barrier may not have read its answer yet when rank 0
  * passes it.  False if some client stayed.
  */
-bool store_server_drain(struct store_server *s, uint32_t timeout_ms);
+bool tpu__store_server_drain(struct store_server *s, uint32_t timeout_ms);
 /* Close every client and free the server (NULL is ignored). */
-void store_server_stop(struct store_server *s);
+void tpu__store_server_stop(struct store_server *s);
 
 /* ---- client (store_client.c) ---- */
 
@@ -99,30 +99,30 @@ struct store_client;
  * nobody listens yet, for at most @timeout_ms.  Errors: -ETIMEDOUT (the
  * last error is in @why), -EINVAL (an address that does not resolve).
  */
-tpu_status store_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
+tpu_status tpu__store_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 				struct store_client **out, char *why, size_t why_size);
-void store_client_close(struct store_client *c);
+void tpu__store_client_close(struct store_client *c);
 /* The socket, for getsockname(): which local address reaches the store. */
-int store_client_fd(const struct store_client *c);
-tpu_status store_set(struct store_client *c, const char *key, const void *val, size_t len);
+int tpu__store_client_fd(const struct store_client *c);
+tpu_status tpu__store_set(struct store_client *c, const char *key, const void *val, size_t len);
 /*
  * Wait up to @timeout_ms for @key; -ETIMEDOUT if it was not set by then,
  * -EMSGSIZE (and *@len the value's length) if @size is too small.
  */
-tpu_status store_get(struct store_client *c, const char *key, void *buf, size_t size,
+tpu_status tpu__store_get(struct store_client *c, const char *key, void *buf, size_t size,
 		     size_t *len, uint32_t timeout_ms);
 /* Add @delta to the integer under @key (0 when absent); *@total gets the sum. */
-tpu_status store_add(struct store_client *c, const char *key, int64_t delta, int64_t *total);
+tpu_status tpu__store_add(struct store_client *c, const char *key, int64_t delta, int64_t *total);
 /*
  * Wait until @n clients reached barrier @name (each barrier name once per
  * client); -ETIMEDOUT after @timeout_ms.
  */
-tpu_status store_barrier(struct store_client *c, const char *name, uint32_t n,
+tpu_status tpu__store_barrier(struct store_client *c, const char *name, uint32_t n,
 			 uint32_t timeout_ms);
 
 /* ---- environment (boot_env.c) ---- */
 
 /* Split "HOST:PORT" or "[V6]:PORT"; false if it is not one. */
-bool boot_split_addr(const char *addr, char *host, size_t host_size, uint16_t *port);
+bool tpu__boot_split_addr(const char *addr, char *host, size_t host_size, uint16_t *port);
 
 #endif /* TPU_BOOT_H */

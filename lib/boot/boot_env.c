@@ -58,7 +58,7 @@ static tpu_status number(struct tpu_world_info *info, const char *name, uint64_t
 	return 0;
 }
 
-bool boot_split_addr(const char *addr, char *host, size_t host_size, uint16_t *port)
+bool tpu__boot_split_addr(const char *addr, char *host, size_t host_size, uint16_t *port)
 {
 	const char *colon, *h = addr;
 	size_t hlen;
@@ -128,7 +128,7 @@ static tpu_status store_address(struct tpu_world_info *info, bool mpi)
 	tpu_status st;
 
 	if (addr) {
-		if (!boot_split_addr(addr, host, sizeof(host), &p16))
+		if (!tpu__boot_split_addr(addr, host, sizeof(host), &p16))
 			return refuse(info, -EINVAL, "TPU_STORE_ADDR=\"%.64s\" is not HOST:PORT "
 				      "or [V6]:PORT with PORT 1 .. 65535", addr);
 		set_store(info, host, p16, "TPU_STORE_ADDR");

@@ -79,7 +79,7 @@ fail:
 	return -1;
 }
 
-tpu_status store_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
+tpu_status tpu__store_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 				struct store_client **out, char *why, size_t why_size)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
@@ -127,7 +127,7 @@ tpu_status store_client_connect(const char *host, uint16_t port, uint32_t timeou
 	return 0;
 }
 
-void store_client_close(struct store_client *c)
+void tpu__store_client_close(struct store_client *c)
 {
 	if (!c)
 		return;
@@ -135,7 +135,7 @@ void store_client_close(struct store_client *c)
 	free(c);
 }
 
-int store_client_fd(const struct store_client *c)
+int tpu__store_client_fd(const struct store_client *c)
 {
 	return c->fd;
 }
@@ -200,7 +200,7 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 		return -ENOTCONN;
 	if (!r.key_len || strlen(key) > STORE_KEY_MAX || val_len > STORE_VALUE_MAX)
 		return -EINVAL;
-	store_wire_req_put(&r, hdr);
+	tpu__store_wire_req_put(&r, hdr);
 	st = send_all(c->fd, hdr, STORE_REQ_HDR);
 	if (!st)
 		st = send_all(c->fd, key, r.key_len);
@@ -209,7 +209,7 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 	if (!st)
 		st = recv_all(c->fd, hdr, STORE_REPLY_HDR, deadline);
 	if (!st)
-		st = store_wire_reply_get(hdr, &status, &got);
+		st = tpu__store_wire_reply_get(hdr, &status, &got);
 	if (!st && got) {
 		uint8_t *tmp = malloc(got);
 
@@ -231,14 +231,14 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 	return status;
 }
 
-tpu_status store_set(struct store_client *c, const char *key, const void *val, size_t len)
+tpu_status tpu__store_set(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	if (!c || !key || (!val && len))
 		return -EINVAL;
 	return request(c, STORE_SET, key, val, len, 0, NULL, 0, NULL);
 }
 
-tpu_status store_get(struct store_client *c, const char *key, void *buf, size_t size,
+tpu_status tpu__store_get(struct store_client *c, const char *key, void *buf, size_t size,
 		     size_t *len, uint32_t timeout_ms)
 {
 	if (!c || !key || (!buf && size) || timeout_ms > STORE_GET_MAX_MS)
@@ -246,7 +246,7 @@ tpu_status store_get(struct store_client *c, const char *key, void *buf, size_t 
 	return request(c, STORE_GET, key, NULL, 0, timeout_ms, buf, size, len);
 }
 
-tpu_status store_add(struct store_client *c, const char *key, int64_t delta, int64_t *total)
+tpu_status tpu__store_add(struct store_client *c, const char *key, int64_t delta, int64_t *total)
 {
 	uint8_t d[8], t[8];
 	size_t len = 0;
@@ -254,12 +254,12 @@ tpu_status store_add(struct store_client *c, const char *key, int64_t delta, int
 
 	if (!c || !key)
 		return -EINVAL;
-	store_wire_put_i64(delta, d);
+	tpu__store_wire_put_i64(delta, d);
 	st = request(c, STORE_ADD, key, d, 8, 0, t, 8, &len);
 	if (!st && len != 8)
 		st = -EPROTO;
 	if (!st && total)
-		*total = store_wire_get_i64(t);
+		*total = tpu__store_wire_get_i64(t);
 	return st;
 }
 
@@ -267,7 +267,7 @@ tpu_status store_add(struct store_client *c, const char *key, int64_t delta, int
  * Every client adds one to the barrier's count; the one that makes it @n
  * sets the barrier's "go" key, which the others wait for.
  */
-tpu_status store_barrier(struct store_client *c, const char *name, uint32_t n,
+tpu_status tpu__store_barrier(struct store_client *c, const char *name, uint32_t n,
 			 uint32_t timeout_ms)
 {
 	char count[STORE_KEY_MAX + 1], go[STORE_KEY_MAX + 1];
@@ -279,11 +279,11 @@ tpu_status store_barrier(struct store_client *c, const char *name, uint32_t n,
 		return -EINVAL;
 	snprintf(count, sizeof(count), "%s/count", name);
 	snprintf(go, sizeof(go), "%s/go", name);
-	st = store_add(c, count, 1, &total);
+	st = tpu__store_add(c, count, 1, &total);
 	if (!st && total == (int64_t)n)
-		st = store_set(c, go, "1", 1);
+		st = tpu__store_set(c, go, "1", 1);
 	if (!st)
-		st = store_get(c, go, NULL, 0, &len, timeout_ms);
+		st = tpu__store_get(c, go, NULL, 0, &len, timeout_ms);
 	if (st == -EMSGSIZE)
 		st = 0;
 	return st;

@@ -64,7 +64,7 @@ struct store_server {
 	size_t nclients;
 	/* Here rather than on the thread's stack, so that a forked child sees it. */
 	struct pollfd pfd[STORE_MAX_CLIENTS + 2];
-	/* For store_server_drain(): the number of clients, as of the last sweep. */
+	/* For tpu__store_server_drain(): the number of clients, as of the last sweep. */
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	size_t live;
@@ -160,7 +160,7 @@ static void reply(struct sclient *c, tpu_status status, const void *val, uint32_
 		c->dead = true;
 		return;
 	}
-	store_wire_reply_put(status, len, c->out);
+	tpu__store_wire_reply_put(status, len, c->out);
 	if (len)
 		memcpy(c->out + STORE_REPLY_HDR, val, len);
 	c->out_len = STORE_REPLY_HDR + len;
@@ -217,13 +217,13 @@ static void handle(struct store_server *s, struct sclient *c)
 		}
 		break;
 	case STORE_ADD:
-		total = e ? (e->val_len == 8 ? store_wire_get_i64(e->val) : 0) : 0;
+		total = e ? (e->val_len == 8 ? tpu__store_wire_get_i64(e->val) : 0) : 0;
 		if (e && e->val_len != 8) {
 			st = -EINVAL;
-		} else if (__builtin_add_overflow(total, store_wire_get_i64(val), &total)) {
+		} else if (__builtin_add_overflow(total, tpu__store_wire_get_i64(val), &total)) {
 			st = -ERANGE;
 		} else {
-			store_wire_put_i64(total, sum);
+			tpu__store_wire_put_i64(total, sum);
 			st = put(s, key, c->req.key_len, sum, 8);
 		}
 		reply(c, st, st ? NULL : sum, st ? 0 : 8);
@@ -266,7 +266,7 @@ static void client_read(struct store_server *s, struct sclient *c)
 			c->hdr_got += (size_t)n;
 			if (c->hdr_got < STORE_REQ_HDR)
 				continue;
-			if (store_wire_req_get(c->hdr, &c->req)) {
+			if (tpu__store_wire_req_get(c->hdr, &c->req)) {
 				tpu__log_debug("store: dropping a client that sent a bad frame");
 				c->dead = true;
 				return;
@@ -434,7 +434,7 @@ static int listen_on(const char *host, uint16_t port, char *why, size_t why_size
 	return fd;
 }
 
-tpu_status store_server_start(const char *host, uint16_t port, struct store_server **out,
+tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store_server **out,
 			      char *why, size_t why_size)
 {
 	struct store_server *s = calloc(1, sizeof(*s));
@@ -472,12 +472,12 @@ fail:
 	return st;
 }
 
-uint16_t store_server_port(const struct store_server *s)
+uint16_t tpu__store_server_port(const struct store_server *s)
 {
 	return s->port;
 }
 
-bool store_server_drain(struct store_server *s, uint32_t timeout_ms)
+bool tpu__store_server_drain(struct store_server *s, uint32_t timeout_ms)
 {
 	struct timespec until;
 	bool idle;
@@ -497,7 +497,7 @@ bool store_server_drain(struct store_server *s, uint32_t timeout_ms)
 	return idle;
 }
 
-void store_server_stop(struct store_server *s)
+void tpu__store_server_stop(struct store_server *s)
 {
 	uint64_t one = 1;
 

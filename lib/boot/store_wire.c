@@ -18,7 +18,7 @@ static uint32_t get32(const uint8_t *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-void store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR])
+void tpu__store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR])
 {
 	memset(hdr, 0, STORE_REQ_HDR);
 	hdr[0] = (uint8_t)r->op;
@@ -27,7 +27,7 @@ void store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR])
 	put32(hdr + 12, r->arg);
 }
 
-tpu_status store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req *r)
+tpu_status tpu__store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req *r)
 {
 	r->op = (enum store_op)hdr[0];
 	r->key_len = get32(hdr + 4);
@@ -49,13 +49,13 @@ tpu_status store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req
 	return -EPROTO;
 }
 
-void store_wire_reply_put(tpu_status status, uint32_t val_len, uint8_t hdr[STORE_REPLY_HDR])
+void tpu__store_wire_reply_put(tpu_status status, uint32_t val_len, uint8_t hdr[STORE_REPLY_HDR])
 {
 	put32(hdr, (uint32_t)status);
 	put32(hdr + 4, val_len);
 }
 
-tpu_status store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *status,
+tpu_status tpu__store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *status,
 				uint32_t *val_len)
 {
 	*status = (tpu_status)get32(hdr);
@@ -63,13 +63,13 @@ tpu_status store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *
 	return *val_len > STORE_VALUE_MAX || *status > 0 ? -EPROTO : 0;
 }
 
-void store_wire_put_i64(int64_t v, uint8_t out[8])
+void tpu__store_wire_put_i64(int64_t v, uint8_t out[8])
 {
 	put32(out, (uint32_t)((uint64_t)v & 0xffffffffu));
 	put32(out + 4, (uint32_t)((uint64_t)v >> 32));
 }
 
-int64_t store_wire_get_i64(const uint8_t in[8])
+int64_t tpu__store_wire_get_i64(const uint8_t in[8])
 {
 	return (int64_t)((uint64_t)get32(in) | (uint64_t)get32(in + 4) << 32);
 }

@@ -15,12 +15,12 @@
 
 #include "world.h"
 
-void world_ref(struct tpu_world *w)
+void tpu__world_ref(struct tpu_world *w)
 {
 	atomic_fetch_add(&w->refs, 1);
 }
 
-void world_unref(struct tpu_world *w)
+void tpu__world_unref(struct tpu_world *w)
 {
 	if (atomic_fetch_sub(&w->refs, 1) != 1)
 		return;
@@ -54,7 +54,7 @@ static tpu_status listen_here(struct tpu_world *w, char *url, size_t size)
 		*url = '\0';
 		return 0;
 	}
-	if (getsockname(store_client_fd(w->store), (struct sockaddr *)&ss, &sl))
+	if (getsockname(tpu__store_client_fd(w->store), (struct sockaddr *)&ss, &sl))
 		return tpu__errno();
 	if (ss.ss_family == AF_INET6 &&
 	    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, ip, sizeof(ip)))
@@ -152,14 +152,14 @@ static tpu_status exchange(struct tpu_world *w)
 		return st;
 	snprintf(key, sizeof(key), "tpu/world/%d", me);
 	len = (size_t)snprintf(val, sizeof(val), "%s %s", w->rdv_url[me], w->pipe_url[me]);
-	st = store_set(w->store, key, val, len);
+	st = tpu__store_set(w->store, key, val, len);
 	for (int r = 0; !st && r < w->info.size; r++) {
 		char *sp;
 
 		if (r == me)
 			continue;
 		snprintf(key, sizeof(key), "tpu/world/%d", r);
-		st = store_get(w->store, key, val, sizeof(val) - 1, &len, w->timeout_ms);
+		st = tpu__store_get(w->store, key, val, sizeof(val) - 1, &len, w->timeout_ms);
 		if (st == -ETIMEDOUT)
 			tpu__log_debug("world: rank %d did not join within %u ms", r, w->timeout_ms);
 		if (st)
@@ -199,7 +199,7 @@ static tpu_status info_ok(const struct tpu_world_info *i)
 
 static void pipes_close(void *w)
 {
-	world_pipes_close(w);
+	tpu__world_pipes_close(w);
 }
 
 static void teardown(struct tpu_world *w)
@@ -208,15 +208,15 @@ static void teardown(struct tpu_world *w)
 		tpu__ctx_run_sync(w->ctx, pipes_close, w);
 	tpu_rendezvous_destroy(w->rdv);
 	w->rdv = NULL;
-	store_client_close(w->store);
+	tpu__store_client_close(w->store);
 	w->store = NULL;
 	/* The others may still be reading the last barrier's answer. */
-	if (w->server && !store_server_drain(w->server, w->timeout_ms))
+	if (w->server && !tpu__store_server_drain(w->server, w->timeout_ms))
 		tpu__log_debug("world: stopping the store with clients still connected");
-	store_server_stop(w->server);
+	tpu__store_server_stop(w->server);
 	w->server = NULL;
 	w->magic = WORLD_DEAD;
-	world_unref(w);
+	tpu__world_unref(w);
 }
 
 TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
@@ -268,10 +268,10 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 		goto fail;
 	}
 	if (w->info.rank == 0)
-		st = store_server_start(w->info.store_host, w->info.store_port, &w->server,
+		st = tpu__store_server_start(w->info.store_host, w->info.store_port, &w->server,
 					why, sizeof(why));
 	if (!st)
-		st = store_client_connect(w->info.store_host, w->info.store_port, w->timeout_ms,
+		st = tpu__store_client_connect(w->info.store_host, w->info.store_port, w->timeout_ms,
 					  &w->store, why, sizeof(why));
 	if (st) {
 		fprintf(stderr, "tpu: world: rank %d: %s\n", w->info.rank, why);
@@ -279,7 +279,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	}
 	st = listen_all(w, o);
 	if (!st)
-		st = world_pipes_start(w);
+		st = tpu__world_pipes_start(w);
 	if (!st)
 		st = exchange(w);
 	if (st)
@@ -318,7 +318,7 @@ TPU_API tpu_status tpu_world_barrier(struct tpu_world *w)
 		return -EDEADLK;
 	pthread_mutex_lock(&w->store_lock);
 	snprintf(name, sizeof(name), "tpu/barrier/%u", w->barriers++);
-	st = store_barrier(w->store, name, (uint32_t)w->info.size, w->timeout_ms);
+	st = tpu__store_barrier(w->store, name, (uint32_t)w->info.size, w->timeout_ms);
 	pthread_mutex_unlock(&w->store_lock);
 	return st;
 }

@@ -53,12 +53,12 @@ struct tpu_world {
 	struct world_hello *hellos;	/* accepted pipes whose hello is being read */
 };
 
-void world_ref(struct tpu_world *w);
-void world_unref(struct tpu_world *w);
+void tpu__world_ref(struct tpu_world *w);
+void tpu__world_unref(struct tpu_world *w);
 
 /* world_pipe.c */
-tpu_status world_pipes_start(struct tpu_world *w);
+tpu_status tpu__world_pipes_start(struct tpu_world *w);
 /* ctx thread: stop accepting, close every pipe. */
-void world_pipes_close(struct tpu_world *w);
+void tpu__world_pipes_close(struct tpu_world *w);
 
 #endif /* TPU_WORLD_H */

@@ -19,7 +19,7 @@ struct world_hello {
 	struct tpu_world *w;		/* referenced */
 	struct tpu_pipe *pipe;
 	int rank;
-	bool closed;			/* world_pipes_close() closed the pipe */
+	bool closed;			/* tpu__world_pipes_close() closed the pipe */
 };
 
 /* The dialer's first message; freed by its write's callback. */
@@ -53,7 +53,7 @@ static void hello_end(struct world_hello *h, bool keep)
 	hello_unlink(h);
 	if (!h->closed && !keep)
 		tpu_pipe_close(h->pipe);
-	world_unref(w);
+	tpu__world_unref(w);
 	free(h);
 }
 
@@ -112,14 +112,14 @@ static void accepted(void *arg, tpu_status status, struct tpu_pipe *pipe)
 
 	if (status || w->closing) {
 		tpu_pipe_close(pipe);
-		world_unref(w);		/* the accept's */
+		tpu__world_unref(w);		/* the accept's */
 		return;
 	}
 	h = calloc(1, sizeof(*h));
 	if (h) {
 		h->w = w;
 		h->pipe = pipe;
-		world_ref(w);
+		tpu__world_ref(w);
 		h->next = w->hellos;
 		w->hellos = h;
 		if (tpu_pipe_read_descriptor(pipe, hello_desc, h))
@@ -128,21 +128,21 @@ static void accepted(void *arg, tpu_status status, struct tpu_pipe *pipe)
 		tpu_pipe_close(pipe);
 	}
 	if (tpu_listener_accept(w->listener, accepted, w))
-		world_unref(w);
+		tpu__world_unref(w);
 }
 
-tpu_status world_pipes_start(struct tpu_world *w)
+tpu_status tpu__world_pipes_start(struct tpu_world *w)
 {
 	tpu_status st;
 
-	world_ref(w);
+	tpu__world_ref(w);
 	st = tpu_listener_accept(w->listener, accepted, w);
 	if (st)
-		world_unref(w);
+		tpu__world_unref(w);
 	return st;
 }
 
-void world_pipes_close(struct tpu_world *w)
+void tpu__world_pipes_close(struct tpu_world *w)
 {
 	struct world_hello *h;
 
@@ -221,7 +221,7 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 	hi = rank < w->info.rank ? w->info.rank : rank;
 	snprintf(key, sizeof(key), "tpu/pipe/%d-%d", lo, hi);
 	pthread_mutex_lock(&w->store_lock);
-	st = store_add(w->store, key, 1, &n);
+	st = tpu__store_add(w->store, key, 1, &n);
 	pthread_mutex_unlock(&w->store_lock);
 	if (st)
 		return st;

@@ -43,28 +43,28 @@ static int store_rank(int rank, int n, void *arg)
 
 	if (rank == 0) {
 		usleep(300 * 1000);
-		R_CHECK(store_server_start("127.0.0.1", port, &s, why, sizeof(why)) == 0);
+		R_CHECK(tpu__store_server_start("127.0.0.1", port, &s, why, sizeof(why)) == 0);
 	}
-	R_CHECK(store_client_connect("127.0.0.1", port, 10000, &c, why, sizeof(why)) == 0);
+	R_CHECK(tpu__store_client_connect("127.0.0.1", port, 10000, &c, why, sizeof(why)) == 0);
 	pattern(want, value_len(rank), (unsigned int)rank);
 	snprintf(key, sizeof(key), "value/%d", rank);
-	R_CHECK(store_set(c, key, want, value_len(rank)) == 0);
+	R_CHECK(tpu__store_set(c, key, want, value_len(rank)) == 0);
 	for (int r = 0; r < n; r++) {
 		snprintf(key, sizeof(key), "value/%d", r);
-		R_CHECK(store_get(c, key, got, sizeof(got), &len, 10000) == 0);
+		R_CHECK(tpu__store_get(c, key, got, sizeof(got), &len, 10000) == 0);
 		pattern(want, value_len(r), (unsigned int)r);
 		R_CHECK(len == value_len(r) && !memcmp(got, want, len));
 	}
-	R_CHECK(store_add(c, "sum", rank + 1, &total) == 0);
+	R_CHECK(tpu__store_add(c, "sum", rank + 1, &total) == 0);
 	R_CHECK(total >= rank + 1 && total <= n * (n + 1) / 2);
-	R_CHECK(store_barrier(c, "after-add", (uint32_t)n, 10000) == 0);
-	R_CHECK(store_add(c, "sum", 0, &total) == 0 && total == n * (n + 1) / 2);
+	R_CHECK(tpu__store_barrier(c, "after-add", (uint32_t)n, 10000) == 0);
+	R_CHECK(tpu__store_add(c, "sum", 0, &total) == 0 && total == n * (n + 1) / 2);
 	/* Rank 0 stops the server only once nobody needs it. */
-	R_CHECK(store_barrier(c, "end", (uint32_t)n, 10000) == 0);
-	store_client_close(c);
+	R_CHECK(tpu__store_barrier(c, "end", (uint32_t)n, 10000) == 0);
+	tpu__store_client_close(c);
 	if (s)
-		R_CHECK(store_server_drain(s, 10000));
-	store_server_stop(s);
+		R_CHECK(tpu__store_server_drain(s, 10000));
+	tpu__store_server_stop(s);
 	return 0;
 }
 
@@ -84,9 +84,9 @@ static bool local_store(struct store_server **s, struct store_client **c)
 	char why[256];
 
 	*c = NULL;
-	if (store_server_start("127.0.0.1", 0, s, why, sizeof(why)))
+	if (tpu__store_server_start("127.0.0.1", 0, s, why, sizeof(why)))
 		return false;
-	return !store_client_connect("127.0.0.1", store_server_port(*s), 5000, c, why, sizeof(why));
+	return !tpu__store_client_connect("127.0.0.1", tpu__store_server_port(*s), 5000, c, why, sizeof(why));
 }
 
 static void store_timeouts_and_limits(void)
@@ -100,40 +100,40 @@ static void store_timeouts_and_limits(void)
 
 	if (!local_store(&s, &c)) {
 		CHECK(false, "store_server_starts_on_loopback_port_0");
-		store_client_close(c);
-		store_server_stop(s);
+		tpu__store_client_close(c);
+		tpu__store_server_stop(s);
 		return;
 	}
 	t0 = boot_now_ms();
-	st = store_get(c, "missing", buf, sizeof(buf), &len, 300);
+	st = tpu__store_get(c, "missing", buf, sizeof(buf), &len, 300);
 	t0 = boot_now_ms() - t0;
 	CHECK(st == -ETIMEDOUT && t0 >= 290 && t0 < 5000,
 	      "store_get_of_missing_key_times_out_after_its_timeout (%llu ms)",
 	      (unsigned long long)t0);
-	CHECK(store_get(c, "missing", buf, sizeof(buf), &len, 0) == -ETIMEDOUT,
+	CHECK(tpu__store_get(c, "missing", buf, sizeof(buf), &len, 0) == -ETIMEDOUT,
 	      "store_get_with_timeout_0_does_not_wait");
-	CHECK(store_set(c, "k", "hello", 5) == 0 &&
-	      store_get(c, "k", buf, sizeof(buf), &len, 0) == -EMSGSIZE && len == 5 &&
+	CHECK(tpu__store_set(c, "k", "hello", 5) == 0 &&
+	      tpu__store_get(c, "k", buf, sizeof(buf), &len, 0) == -EMSGSIZE && len == 5 &&
 	      !memcmp(buf, "hell", 4), "store_get_into_small_buffer_is_emsgsize_with_length");
-	CHECK(store_set(c, "k", "", 0) == 0 && store_get(c, "k", buf, sizeof(buf), &len, 0) == 0 &&
+	CHECK(tpu__store_set(c, "k", "", 0) == 0 && tpu__store_get(c, "k", buf, sizeof(buf), &len, 0) == 0 &&
 	      len == 0, "store_set_replaces_a_value_and_empty_values_are_kept");
 	memset(big_key, 'k', sizeof(big_key) - 1);
 	big_key[sizeof(big_key) - 1] = '\0';
-	CHECK(store_set(c, big_key, "v", 1) == -EINVAL && store_set(c, "", "v", 1) == -EINVAL,
+	CHECK(tpu__store_set(c, big_key, "v", 1) == -EINVAL && tpu__store_set(c, "", "v", 1) == -EINVAL,
 	      "store_refuses_keys_over_256_bytes_and_empty_keys");
-	CHECK(store_set(c, "v", buf, STORE_VALUE_MAX + 1) == -EINVAL,
+	CHECK(tpu__store_set(c, "v", buf, STORE_VALUE_MAX + 1) == -EINVAL,
 	      "store_refuses_values_over_64_kib");
-	CHECK(store_set(c, "text", "abc", 3) == 0 && store_add(c, "text", 1, NULL) == -EINVAL,
+	CHECK(tpu__store_set(c, "text", "abc", 3) == 0 && tpu__store_add(c, "text", 1, NULL) == -EINVAL,
 	      "store_add_to_a_value_that_is_not_a_counter_is_einval");
-	CHECK(store_add(c, "n", INT64_MAX, NULL) == 0 && store_add(c, "n", 1, NULL) == -ERANGE,
+	CHECK(tpu__store_add(c, "n", INT64_MAX, NULL) == 0 && tpu__store_add(c, "n", 1, NULL) == -ERANGE,
 	      "store_add_overflow_is_erange");
 	t0 = boot_now_ms();
-	st = store_barrier(c, "alone", 2, 300);
+	st = tpu__store_barrier(c, "alone", 2, 300);
 	t0 = boot_now_ms() - t0;
 	CHECK(st == -ETIMEDOUT && t0 < 5000, "store_barrier_missing_a_member_times_out");
-	CHECK(store_set(c, "k", "still", 5) == 0, "store_client_works_after_timeouts");
-	store_client_close(c);
-	store_server_stop(s);
+	CHECK(tpu__store_set(c, "k", "still", 5) == 0, "store_client_works_after_timeouts");
+	tpu__store_client_close(c);
+	tpu__store_server_stop(s);
 }
 
 static void store_absent_rank0(void)
@@ -142,7 +142,7 @@ static void store_absent_rank0(void)
 	uint16_t port = boot_free_port();
 	char why[256] = "";
 	uint64_t t0 = boot_now_ms();
-	tpu_status st = store_client_connect("127.0.0.1", port, 700, &c, why, sizeof(why));
+	tpu_status st = tpu__store_client_connect("127.0.0.1", port, 700, &c, why, sizeof(why));
 
 	t0 = boot_now_ms() - t0;
 	CHECK(st == -ETIMEDOUT && !c && t0 >= 690 && t0 < 3000 && strstr(why, "rank 0"),
@@ -202,39 +202,39 @@ static void store_hostile_clients(void)
 		goto out;
 	}
 	/* Half a header, then nothing: checked last, after STORE_FRAME_MS. */
-	stalled_fd = raw_connect(store_server_port(s));
+	stalled_fd = raw_connect(tpu__store_server_port(s));
 	stalled_at = boot_now_ms();
 	CHECK(stalled_fd >= 0 && write(stalled_fd, "\x01\0\0\0\x01", 5) == 5,
 	      "store_stalled_client_sent_half_a_header");
-	CHECK(!store_client_connect("127.0.0.1", store_server_port(s), 5000, &waiter, why,
+	CHECK(!tpu__store_client_connect("127.0.0.1", tpu__store_server_port(s), 5000, &waiter, why,
 				    sizeof(why)), "store_second_client_connects");
 	/* A well-formed GET left parked on a raw socket that then goes away. */
-	parked_fd = raw_connect(store_server_port(s));
+	parked_fd = raw_connect(tpu__store_server_port(s));
 	if (parked_fd >= 0) {
 		uint8_t get[STORE_REQ_HDR + 1];
 		struct store_req r = { .op = STORE_GET, .key_len = 1, .arg = 60000 };
 
-		store_wire_req_put(&r, get);
+		tpu__store_wire_req_put(&r, get);
 		get[STORE_REQ_HDR] = 'p';
 		CHECK(write(parked_fd, get, sizeof(get)) == (ssize_t)sizeof(get),
 		      "store_raw_get_sent");
 		close(parked_fd);
 	}
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int fd = raw_connect(store_server_port(s));
+		int fd = raw_connect(tpu__store_server_port(s));
 
 		CHECK(fd >= 0 && write(fd, cases[i].hdr, STORE_REQ_HDR) == STORE_REQ_HDR &&
 		      dropped(fd), "store_drops_a_client_sending_%s", cases[i].name);
 		if (fd >= 0)
 			close(fd);
-		CHECK(store_set(c, "alive", &i, sizeof(i)) == 0 &&
-		      store_get(waiter, "alive", buf, sizeof(buf), &len, 1000) == 0 &&
+		CHECK(tpu__store_set(c, "alive", &i, sizeof(i)) == 0 &&
+		      tpu__store_get(waiter, "alive", buf, sizeof(buf), &len, 1000) == 0 &&
 		      len == sizeof(i) && !memcmp(buf, &i, sizeof(i)),
 		      "store_serves_others_after_dropping_%s", cases[i].name);
 	}
 	{
 		/* Garbage of every length, then a client half-way through a frame leaves. */
-		int fd = raw_connect(store_server_port(s));
+		int fd = raw_connect(tpu__store_server_port(s));
 		uint8_t junk[4096];
 
 		pattern(junk, sizeof(junk), 99);
@@ -242,13 +242,13 @@ static void store_hostile_clients(void)
 		      "store_drops_a_client_sending_random_bytes");
 		if (fd >= 0)
 			close(fd);
-		fd = raw_connect(store_server_port(s));
+		fd = raw_connect(tpu__store_server_port(s));
 		CHECK(fd >= 0 && write(fd, junk, 7) == 7, "store_half_header_sent");
 		if (fd >= 0)
 			close(fd);
 	}
-	CHECK(store_set(c, "end", "ok", 2) == 0 &&
-	      store_get(waiter, "end", buf, sizeof(buf), &len, 1000) == 0 && len == 2,
+	CHECK(tpu__store_set(c, "end", "ok", 2) == 0 &&
+	      tpu__store_get(waiter, "end", buf, sizeof(buf), &len, 1000) == 0 && len == 2,
 	      "store_keeps_serving_after_hostile_clients");
 	if (stalled_fd >= 0) {
 		struct pollfd p = { .fd = stalled_fd, .events = POLLIN };
@@ -260,9 +260,9 @@ static void store_hostile_clients(void)
 		close(stalled_fd);
 	}
 out:
-	store_client_close(waiter);
-	store_client_close(c);
-	store_server_stop(s);
+	tpu__store_client_close(waiter);
+	tpu__store_client_close(c);
+	tpu__store_server_stop(s);
 }
 
 static void store_parked_get_wakes_on_set(void)
@@ -287,18 +287,18 @@ static void store_parked_get_wakes_on_set(void)
 
 		alarm(30);
 		usleep(200 * 1000);
-		rc = store_client_connect("127.0.0.1", store_server_port(s), 5000, &cc, why,
-					  sizeof(why)) || store_set(cc, "late", "yes", 3);
-		store_client_close(cc);
+		rc = tpu__store_client_connect("127.0.0.1", tpu__store_server_port(s), 5000, &cc, why,
+					  sizeof(why)) || tpu__store_set(cc, "late", "yes", 3);
+		tpu__store_client_close(cc);
 		_exit(rc);
 	}
-	ok = store_get(c, "late", buf, sizeof(buf), &len, 10000) == 0 && len == 3 &&
+	ok = tpu__store_get(c, "late", buf, sizeof(buf), &len, 10000) == 0 && len == 3 &&
 	     !memcmp(buf, "yes", 3);
 	ok &= pid > 0 && waitpid(pid, NULL, 0) == pid;
 	CHECK(ok, "store_get_waits_for_a_key_another_process_sets_later");
 out:
-	store_client_close(c);
-	store_server_stop(s);
+	tpu__store_client_close(c);
+	tpu__store_server_stop(s);
 }
 
 void test_store(void)
