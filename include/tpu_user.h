@@ -1230,7 +1230,8 @@ struct tpu_world_options {
  * Rank 0 starts the store; each rank connects (retrying until the
  * timeout while rank 0 is not up yet), creates its remote rendezvous and
  * its pipe listener, publishes their URLs under its rank and waits for
- * every other rank's.  Not from a callback of @ctx.
+ * every other rank's.  One world per job: its store keys (URLs, who dials
+ * which pipe, barriers) are the job's.  Not from a callback of @ctx.
  * Errors: those of tpu_world_info_from_env() (the reason also goes to
  * stderr), -ETIMEDOUT (the store or a rank did not come in time),
  * -EADDRNOTAVAIL (rank 0: the store's address is not on this host),
@@ -1245,8 +1246,9 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
  *
  * Waits (at most the world's timeout) until every rank called it, so that
  * rank 0 keeps the store up while others still need it; then closes the
- * world's pipes, destroys its rendezvous and, on rank 0, stops the store.
- * Not from a callback of the context.
+ * world's pipes, destroys its rendezvous and, on rank 0, stops the store
+ * once every other rank has hung up.  Before the world's context is
+ * destroyed; not from a callback of the context.
  */
 TPU_API void tpu_world_destroy(struct tpu_world *world);
 /** tpu_world_get_info - the world's info (rank, size, ...); NULL for NULL */
