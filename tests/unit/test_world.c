@@ -20,6 +20,7 @@
 struct job {
 	const char *convention;		/* "torchrun" or "openmpi" */
 	const char *transport;		/* "tcp" or "shm" */
+	bool hosts;			/* no LOCAL_*: as if the ranks spanned hosts */
 	uint16_t port;			/* the store's */
 	char jobid[16];			/* openmpi: gives the derived port */
 };
@@ -36,8 +37,10 @@ static void launcher_env(const struct job *j, int rank, int n)
 		snprintf(p, sizeof(p), "%u", j->port - 1u);
 		setenv("RANK", r, 1);
 		setenv("WORLD_SIZE", s, 1);
-		setenv("LOCAL_RANK", r, 1);
-		setenv("LOCAL_WORLD_SIZE", s, 1);
+		if (!j->hosts) {
+			setenv("LOCAL_RANK", r, 1);
+			setenv("LOCAL_WORLD_SIZE", s, 1);
+		}
 		setenv("MASTER_ADDR", "127.0.0.1", 1);
 		setenv("MASTER_PORT", p, 1);
 	} else {
@@ -149,7 +152,8 @@ static int ring(struct tpu_world *w, int me, int n)
 static int world_rank(int me, int n, void *arg)
 {
 	const struct job *j = arg;
-	struct tpu_context_options co = { .transports = j->transport };
+	/* Across hosts the world itself must choose tcp: the context allows all. */
+	struct tpu_context_options co = { .transports = j->hosts ? NULL : j->transport };
 	struct tpu_world_options wo = { .timeout_ms = 20000 };
 	static uint8_t out[8][TENSOR_LEN], in[TENSOR_LEN];
 	const struct tpu_world_info *info;
@@ -164,13 +168,18 @@ static int world_rank(int me, int n, void *arg)
 	R_CHECK(tpu_context_create(&co, &ctx) == 0);
 	R_CHECK(tpu_world_create(ctx, &wo, &w) == 0);
 	info = tpu_world_get_info(w);
-	R_CHECK(info && info->rank == me && info->size == n && info->local_size == n &&
+	R_CHECK(info && info->rank == me && info->size == n &&
+		info->local_size == (j->hosts ? -1 : n) &&
 		!strcmp(info->convention, j->convention) && info->store_port == j->port);
 	for (int r = 0; r < n; r++)
 		R_CHECK(!strncmp(tpu_world_url(w, r, "rdv"), j->transport, 3) &&
 			!strncmp(tpu_world_url(w, r, "pipe"), j->transport, 3));
 	rdv = tpu_world_rendezvous(w);
 	R_CHECK(rdv && tpu_rendezvous_impl(rdv) == TPU_RDV_REMOTE);
+	/* Across hosts: tcp on the address that reaches the store, no shm. */
+	if (j->hosts)
+		R_CHECK(!strncmp(tpu_world_url(w, me, "rdv"), "tcp://127.0.0.1:", 16) &&
+			tpu_rendezvous_url(rdv, "shm", key, sizeof(key)) != 0);
 	for (int r = 0; r < n; r++) {
 		struct tpu_tensor t = { .data = out[r], .len = TENSOR_LEN };
 
@@ -238,6 +247,13 @@ static void worlds_of_three(void)
 			      "world_of_3_%s_ranks_over_%s_exchange_tensors_and_ring_pipes",
 			      j.convention, j.transport);
 		}
+	{
+		struct job j = { .convention = "torchrun", .transport = "tcp", .hosts = true,
+				 .port = boot_free_port() };
+
+		CHECK(j.port > 1 && boot_run_ranks(3, world_rank, &j, 120),
+		      "world_of_3_without_local_sizes_listens_on_the_store_route_and_exchanges");
+	}
 }
 
 /*
