@@ -1129,6 +1129,162 @@ TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);
 
+/*
+ * Bootstrap: a world of ranks formed from what the launcher set.
+ *
+ * A job started by torchrun or by Open MPI's mpirun gets its rank, the
+ * number of ranks and the address of a small key-value store from the
+ * environment (tpu_world_info_from_env()).  Rank 0 hosts the store over
+ * TCP; every rank connects to it, publishes the URLs it listens on under
+ * its rank and reads everyone else's.  The world then gives a remote
+ * rendezvous whose cluster map names every rank as the task
+ * "/job:JOB/replica:0/task:RANK", and a pipe to any peer on demand.
+ *
+ *   variable			torchrun		mpirun (Open MPI)
+ *   rank			RANK			OMPI_COMM_WORLD_RANK
+ *   number of ranks		WORLD_SIZE		OMPI_COMM_WORLD_SIZE
+ *   rank on this host		LOCAL_RANK		OMPI_COMM_WORLD_LOCAL_RANK
+ *   ranks on this host		LOCAL_WORLD_SIZE	OMPI_COMM_WORLD_LOCAL_SIZE
+ *
+ * The store's address, first found: TPU_STORE_ADDR ("HOST:PORT",
+ * "[V6]:PORT"); MASTER_ADDR with MASTER_PORT + 1 (MASTER_PORT itself is
+ * the port of torch's own store, which torchrun's agent or
+ * torch.distributed already listens on); under mpirun with every rank on
+ * one host, 127.0.0.1 and a port from 20000 .. 49999 derived from the job
+ * id Open MPI sets (OMPI_MCA_ess_base_jobid, else PMIX_NAMESPACE), so
+ * that two jobs of one host differ.  mpirun across hosts needs
+ * TPU_STORE_ADDR or MASTER_ADDR/MASTER_PORT.  Open MPI's variables win
+ * when both sets are present.  Rank 0 listens on that address only.
+ */
+
+/** TPU_WORLD_MAX - most ranks in a world */
+#define TPU_WORLD_MAX		1024
+
+/**
+ * struct tpu_world_info - what the launcher said.
+ * @rank:	this process's rank, 0 .. @size - 1.
+ * @size:	the number of ranks, 1 .. TPU_WORLD_MAX.
+ * @local_rank:	rank among the ranks of this host, -1 when not set.
+ * @local_size:	ranks on this host, -1 when not set.
+ * @convention:	"torchrun" or "openmpi"; "" when set by the caller.
+ * @store_host:	where rank 0 hosts the store (address or host name).
+ * @store_port:	its port.
+ * @store_from:	which variables gave the address ("TPU_STORE_ADDR",
+ *		"MASTER_ADDR/MASTER_PORT+1", "OMPI_MCA_ess_base_jobid", ...).
+ * @detail:	on failure, why, naming the variable to set or fix.
+ *
+ * A caller that knows its world otherwise fills in @rank, @size,
+ * @store_host and @store_port itself (and -1 for the local fields).
+ */
+struct tpu_world_info {
+	int rank;
+	int size;
+	int local_rank;
+	int local_size;
+	char convention[16];
+	char store_host[256];
+	uint16_t store_port;
+	char store_from[48];
+	char detail[256];
+};
+
+/**
+ * tpu_world_info_from_env - read rank, size and the store's address.
+ * @info:	out: filled in; on failure only @detail is meaningful.
+ *
+ * Numbers are plain decimal (no sign, no spaces, no leading zero).
+ * Errors: -ENOENT (no launcher's variables at all), -EINVAL (a variable
+ * missing, not a number, out of range, a rank not below the size, a local
+ * rank not below the local size, a bad store address); @detail names
+ * the variable, and TPU_LOG=debug logs it.
+ */
+TPU_API tpu_status tpu_world_info_from_env(struct tpu_world_info *info);
+
+/** struct tpu_world - this rank's view of a formed world (opaque) */
+struct tpu_world;
+
+/**
+ * struct tpu_world_options - how to form a world; zeroed means defaults.
+ * @info:	the world, NULL to read it with tpu_world_info_from_env().
+ * @job:	the job name of the task names, NULL for "worker".
+ * @listen_urls: where this rank listens (for the rendezvous and for
+ *		pipes alike; ports must be 0).  NULL: when every rank is on
+ *		this host (local size equals size), loopback tcp and shm as
+ *		tpu_listener_create() does by default; otherwise tcp on the
+ *		address this host reaches the store from, any port.
+ * @nlisten:	their number.
+ * @timeout_ms:	how long to wait for the store to come up and for every
+ *		rank to join, and for each store operation later; 0 for
+ *		30 s.  Rank 0 waits that long for every other rank.
+ */
+struct tpu_world_options {
+	const struct tpu_world_info *info;
+	const char *job;
+	const char *const *listen_urls;
+	size_t nlisten;
+	uint32_t timeout_ms;
+};
+
+/**
+ * tpu_world_create - form the world: every rank calls it.
+ *
+ * Rank 0 starts the store; each rank connects (retrying until the
+ * timeout while rank 0 is not up yet), creates its remote rendezvous and
+ * its pipe listener, publishes their URLs under its rank and waits for
+ * every other rank's.  One world per job: its store keys (URLs, who dials
+ * which pipe, barriers) are the job's.  Not from a callback of @ctx.
+ * Errors: those of tpu_world_info_from_env() (the reason also goes to
+ * stderr), -ETIMEDOUT (the store or a rank did not come in time),
+ * -EADDRNOTAVAIL (rank 0: the store's address is not on this host),
+ * -EADDRINUSE, -EPROTO (a store that does not speak our protocol),
+ * -EDEADLK (on the context's thread), and those of
+ * tpu_rendezvous_create_remote() and tpu_listener_create().
+ */
+TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
+				    struct tpu_world **out);
+/**
+ * tpu_world_destroy - leave the world (NULL is ignored).
+ *
+ * Waits (at most the world's timeout) until every rank called it, so that
+ * rank 0 keeps the store up while others still need it; then closes the
+ * world's pipes, destroys its rendezvous and, on rank 0, stops the store
+ * once every other rank has hung up.  Before the world's context is
+ * destroyed; not from a callback of the context.
+ */
+TPU_API void tpu_world_destroy(struct tpu_world *world);
+/** tpu_world_get_info - the world's info (rank, size, ...); NULL for NULL */
+TPU_API const struct tpu_world_info *tpu_world_get_info(const struct tpu_world *world);
+/**
+ * tpu_world_rendezvous - the world's remote rendezvous; owned by the world
+ * (do not destroy it), NULL for NULL.
+ */
+TPU_API struct tpu_rendezvous *tpu_world_rendezvous(struct tpu_world *world);
+/**
+ * tpu_world_url - the URL rank @rank published, for the rendezvous
+ * (@what "rdv") or for pipes ("pipe"); NULL for a bad argument.
+ */
+TPU_API const char *tpu_world_url(const struct tpu_world *world, int rank, const char *what);
+/**
+ * tpu_world_pipe - the pipe between this rank and @rank, made on first use.
+ * @pipe:	out: owned by the world (do not close it); the same pipe on
+ *		every later call.
+ *
+ * One pipe serves each pair: the first of the two ranks to ask connects
+ * (the store decides who, so both asking at once is fine); the other's
+ * call waits, at most the world's timeout, for that pipe to arrive.  The
+ * world reads the pipe's first message itself (who is calling), so the
+ * pipe's user sees only what is written after.  Not from a callback.
+ * Errors: -EINVAL (bad argument, @rank out of range or this rank),
+ * -ETIMEDOUT, -EDEADLK (on the context's thread), TPU_E_CLOSED, and those
+ * of tpu_pipe_connect().
+ */
+TPU_API tpu_status tpu_world_pipe(struct tpu_world *world, int rank, struct tpu_pipe **pipe);
+/**
+ * tpu_world_barrier - wait until every rank called it (each time).
+ * Errors: -ETIMEDOUT after the world's timeout, -EDEADLK, the store's.
+ */
+TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
+
 #ifdef __cplusplus
 }
 #endif

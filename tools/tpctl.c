@@ -8,6 +8,8 @@
  *   tpctl keys DOMAIN_ID      the keys pending in a domain, each side
  *   tpctl key parse KEY       split a TensorFlow rendezvous key
  *   tpctl version             library and ABI versions
+ *   tpctl world [--env-only]  what the launcher's variables say (rank, size,
+ *                             store), then the world formed: every rank's URLs
  *
  * Exit status: 0 success; 1 error; 2 the module is absent or unusable
  * (info and stats, after saying why).
@@ -42,6 +44,10 @@ static void usage(FILE *f)
 		"       tpctl pipes [URL]          what a pipe negotiates here: a listener on\n"
 		"                                  loopback tcp and shm, a pipe to URL (default\n"
 		"                                  its tcp URL); TPU_TRANSPORTS/TPU_CHANNELS apply\n"
+		"       tpctl world [--env-only] [--timeout MS] [--job NAME]\n"
+		"                                  rank, size, local rank and store address as\n"
+		"                                  torchrun or mpirun set them; then (run by every\n"
+		"                                  rank) form the world and print every rank's URLs\n"
 		"exit status: 0 ok, 1 error, 2 module absent or unusable (explained on stdout)\n");
 }
 
@@ -287,6 +293,82 @@ out:
 	return rc;
 }
 
+static void print_world_info(const struct tpu_world_info *i)
+{
+	printf("[%d/%d] convention   %s\n", i->rank, i->size, i->convention);
+	printf("[%d/%d] rank         %d of %d\n", i->rank, i->size, i->rank, i->size);
+	if (i->local_rank >= 0)
+		printf("[%d/%d] local rank   %d of %d on this host\n", i->rank, i->size,
+		       i->local_rank, i->local_size);
+	else
+		printf("[%d/%d] local rank   not set\n", i->rank, i->size);
+	printf("[%d/%d] store        %s:%u (from %s; rank 0 hosts it)\n", i->rank, i->size,
+	       i->store_host, i->store_port, i->store_from);
+}
+
+/* What the launcher's variables say; then, unless @env_only, the world formed. */
+static int cmd_world(bool env_only, uint32_t timeout_ms, const char *job)
+{
+	struct tpu_world_options o = { .timeout_ms = timeout_ms, .job = job };
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	struct tpu_world_info info;
+	tpu_status st;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	st = tpu_world_info_from_env(&info);
+	if (st) {
+		printf("world: %s\n", info.detail);
+		return 1;
+	}
+	print_world_info(&info);
+	if (env_only)
+		return 0;
+	o.info = &info;
+	st = tpu_context_create(NULL, &ctx);
+	if (!st)
+		st = tpu_world_create(ctx, &o, &w);
+	if (st) {
+		printf("[%d/%d] world: %s\n", info.rank, info.size, tpu_strerror(st));
+		tpu_context_destroy(ctx);
+		return 1;
+	}
+	for (int r = 0; r < info.size; r++)
+		printf("[%d/%d] rank %-4d rendezvous %s  pipes %s\n", info.rank, info.size, r,
+		       tpu_world_url(w, r, "rdv"), tpu_world_url(w, r, "pipe"));
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	return 0;
+}
+
+static int world_args(int argc, char **argv)
+{
+	const char *job = NULL;
+	uint32_t timeout_ms = 0;
+	bool env_only = false;
+	char *end;
+
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--env-only")) {
+			env_only = true;
+		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			unsigned long v = strtoul(argv[++i], &end, 10);
+
+			if (*end || !*argv[i] || v == 0 || v > 3600000) {
+				fprintf(stderr, "tpctl: --timeout takes 1 .. 3600000 ms\n");
+				return 1;
+			}
+			timeout_ms = (uint32_t)v;
+		} else if (!strcmp(argv[i], "--job") && i + 1 < argc) {
+			job = argv[++i];
+		} else {
+			usage(stderr);
+			return 1;
+		}
+	}
+	return cmd_world(env_only, timeout_ms, job);
+}
+
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
@@ -303,6 +385,8 @@ int main(int argc, char **argv)
 		return cmd_key_parse(argv[3]);
 	if (!strcmp(cmd, "version") && argc == 2)
 		return cmd_version();
+	if (!strcmp(cmd, "world"))
+		return world_args(argc, argv);
 	if (!strcmp(cmd, "pipes") && argc <= 3)
 		return cmd_pipes(argc == 3 ? argv[2] : NULL);
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {

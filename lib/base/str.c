@@ -70,7 +70,8 @@ bool tpu__parse_dec(struct tpu_str s, uint64_t max, uint64_t *out)
 	for (i = 0; i < s.len; i++) {
 		unsigned int d = (unsigned char)s.ptr[i] - '0';
 
-		if (d > 9 || v > (max - d) / 10)
+		/* d > max first: max - d would wrap for a max below 9. */
+		if (d > 9 || d > max || v > (max - d) / 10)
 			return false;
 		v = v * 10 + d;
 	}

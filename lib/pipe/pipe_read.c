@@ -547,13 +547,18 @@ void tpu__pipe_reads_fail(struct tpu_pipe *p)
 
 void tpu__pipe_reads_free(struct tpu_pipe *p)
 {
+	/*
+	 * A delivered descriptor is in p->reads as well, so this is decided
+	 * before the loop frees it (a pipe closed after read_descriptor and
+	 * before read).
+	 */
+	if (p->held && !p->held->delivered)
+		rd_free(p->held);
+	p->held = NULL;
 	while (p->reads) {
 		struct pipe_read *rd = p->reads;
 
 		p->reads = rd->next;
 		rd_free(rd);
 	}
-	if (p->held && !p->held->delivered)
-		rd_free(p->held);
-	p->held = NULL;
 }

@@ -33,6 +33,9 @@ static const struct {
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "failure", test_failure },
+	{ "boot_env", test_boot_env },
+	{ "store", test_store },
+	{ "world", test_world },
 };
 
 static int wanted(const char *only, const char *name)
