@@ -134,4 +134,12 @@ struct tpu__xport {
 extern const struct tpu__xport tpu__xport_tcp;
 extern const struct tpu__xport tpu__xport_shm;
 
+/*
+ * "HOST:PORT" or "[V6]:PORT" (xport_addr.c) into NUL-terminated host and
+ * port strings: -EINVAL if malformed or too long, TPU_E_URL_PORT if the
+ * port is missing.
+ */
+tpu_status tpu__xport_split_addr(const char *addr, char *host, size_t hsize, char *port,
+				 size_t psize);
+
 #endif /* TPU_XPORT_H */
