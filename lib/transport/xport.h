@@ -7,10 +7,15 @@
  *   shm (xport_shm.c)	two rings in a memfd shared by the two processes,
  *			polled by the context thread (tpu__poller), with a
  *			Unix socket kept open for descriptor passing and to
- *			see the peer die.
+ *			see the peer die;
+ *   rdma (xport_rdma.c, rdma_setup.c, rdma_async.c)
+ *			an RC queue pair set up with rdma_cm, SEND/RECV with
+ *			credits; viable only where an RDMA device exists.
  *
  * Threading: every function here, and every callback, runs on the context
- * thread.  No locks are needed inside a transport.
+ * thread.  No locks are needed inside a transport (but for the list of
+ * rdma connections that a device's asynchronous events concern, which
+ * every context shares: rdma_async.c).
  *
  * Callbacks: each queued read, write or descriptor operation gets exactly
  * one callback, with 0 or a negative status.  Reads complete in the order
@@ -133,6 +138,7 @@ struct tpu__xport {
 
 extern const struct tpu__xport tpu__xport_tcp;
 extern const struct tpu__xport tpu__xport_shm;
+extern const struct tpu__xport tpu__xport_rdma;
 
 /*
  * "HOST:PORT" or "[V6]:PORT" (xport_addr.c) into NUL-terminated host and

@@ -30,6 +30,7 @@ static const struct {
 	{ "shm_ring", test_shm_ring },
 	{ "xport_tcp", test_xport_tcp },
 	{ "xport_shm", test_xport_shm },
+	{ "xport_rdma", test_xport_rdma },
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "failure", test_failure },

@@ -43,6 +43,7 @@ void test_pipe_wire(void);
 void test_shm_ring(void);
 void test_xport_tcp(void);
 void test_xport_shm(void);
+void test_xport_rdma(void);
 void test_pipe_core(void);
 void test_pipe_mtcp(void);
 void test_copy_stream(void);
