@@ -33,6 +33,7 @@ static const struct {
 	{ "xport_rdma", test_xport_rdma },
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
+	{ "pipe_rdma", test_pipe_rdma },
 	{ "failure", test_failure },
 };
 

@@ -46,6 +46,7 @@ void test_xport_shm(void);
 void test_xport_rdma(void);
 void test_pipe_core(void);
 void test_pipe_mtcp(void);
+void test_pipe_rdma(void);
 void test_copy_stream(void);
 void test_cma(void);
 void test_probe(void);

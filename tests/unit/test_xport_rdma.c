@@ -279,7 +279,7 @@ static void test_close_pending(void)
 	x_close(ctx_b, p.server);
 }
 
-/* Bytes written just before close reach the peer, then EOF. */
+/* Bytes whose write completed just before close reach the peer, then EOF. */
 static void test_eof_after_data(void)
 {
 	const size_t n = 3 * MiB;
@@ -294,10 +294,11 @@ static void test_eof_after_data(void)
 		free(dst);
 		return;
 	}
+	/* The window is bounded: a write this large completes only as the peer reads. */
+	x_read(ctx_b, p.server, dst, n, &r);
 	x_write(ctx_a, p.client, pat + 3, n, &w);
 	ok = wait_done(&w, 1) && !w.status;
 	x_close(ctx_a, p.client);
-	x_read(ctx_b, p.server, dst, n, &r);
 	x_read(ctx_b, p.server, &one, 1, &r2);
 	ok = ok && wait_done(&r, 1) && wait_done(&r2, 1);
 	CHECK(ok && !r.status && !memcmp(dst, pat + 3, n) && r2.status == -ECONNRESET,

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Pipes over the rdma transport through the public API (pipe_harness.h).
+ * Without an RDMA device (the host): an rdma:// listener is refused with
+ * TPU_E_NO_DEVICE and pipes over tcp still work with rdma in the
+ * context's transport list.  With TPU_TEST_RDMA_ADDR (tests/vm/rdma-single.sh):
+ * messages with payloads and tensors of 1 byte to 4 MiB, every byte
+ * compared, with the tensors inline on the transport (basic) and on
+ * whichever channel the ends choose; then close with a read pending.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#include "pipe_harness.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define MiB	(1u << 20)
+
+static bool have_device(void)
+{
+	int n = 0;
+	struct ibv_device **d = ibv_get_device_list(&n);
+
+	if (d)
+		ibv_free_device_list(d);
+	return d && n > 0;
+}
+
+static void pattern(uint8_t *p, size_t n, unsigned int seed)
+{
+	uint32_t x = seed * 2654435761u + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		p[i] = (uint8_t)(x >> 16);
+	}
+}
+
+static void no_device(void)
+{
+	const char *url = "rdma://127.0.0.1:0";
+	struct tpu_context_options o = { .transports = "tcp,rdma" };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct pair pp;
+	tpu_status st;
+
+	if (tpu_context_create(&o, &ctx)) {
+		CHECK(false, "pipe_rdma_context_lists_rdma");
+		return;
+	}
+	st = tpu_listener_create(ctx, &url, 1, &l);
+	CHECK_STATUS(st, TPU_E_NO_DEVICE, "pipe_rdma_listener_without_a_device_is_no_device");
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	CHECK(pair_open(&pp, "tcp://127.0.0.1:0", NULL) &&
+	      !strcmp(tpu_pipe_transport(pp.server), "tcp"),
+	      "pipe_tcp_still_works_where_rdma_is_not_viable");
+	pair_close(&pp);
+}
+
+/* N messages, each a payload and a tensor of growing size, read and compared one by one. */
+static void messages(const char *url, const char *channels, const char *name)
+{
+	static const size_t sizes[] = { 1, 100, 4096, 40000, 65536, 300000, 4 * MiB };
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	struct pair pp;
+	struct rec w, rd, rr;
+	struct tag tw[N], td = { &rd, 0 }, tr = { &rr, 0 };
+	struct tpu_payload pl[N];
+	struct tpu_message_tensor tt[N];
+	struct tpu_message m[N];
+	uint8_t *src[N] = { 0 }, *dst_pl = malloc(4 * MiB), *dst_t = malloc(4 * MiB);
+	bool up = pair_open(&pp, url, channels), ok = up && dst_pl && dst_t;
+
+	rec_init(&w);
+	rec_init(&rd);
+	rec_init(&rr);
+	/* The accepting end is delivered once negotiated; the connecting end may still be. */
+	CHECK(up && !strcmp(tpu_pipe_transport(pp.server), "rdma"),
+	      "pipe_rdma_%s_negotiated_on_rdma", name);
+	if (up)
+		tap_diag("pipe over rdma (%s): channel %s", name,
+			 tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU));
+	for (int i = 0; ok && i < N; i++) {
+		src[i] = malloc(2 * sizes[i]);
+		if (!src[i]) {
+			ok = false;
+			break;
+		}
+		pattern(src[i], 2 * sizes[i], (unsigned int)i + 1);
+		pl[i] = (struct tpu_payload){ .data = src[i], .len = sizes[i] };
+		tt[i] = (struct tpu_message_tensor){ .data = src[i] + sizes[i], .len = sizes[i] };
+		m[i] = (struct tpu_message){ .payloads = &pl[i], .npayloads = 1,
+					     .tensors = &tt[i], .ntensors = 1 };
+		tw[i] = (struct tag){ &w, i };
+		ok = !tpu_pipe_write(pp.client, &m[i], on_write, &tw[i]);
+	}
+	for (int i = 0; ok && i < N; i++) {
+		struct tpu_message *d;
+
+		ok = !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, i + 1) &&
+		     !rd.st[i];
+		d = ok ? rd.msg[i] : NULL;
+		ok = ok && d->npayloads == 1 && d->ntensors == 1 && d->payloads[0].len == sizes[i] &&
+		     d->tensors[0].len == sizes[i];
+		if (!ok)
+			break;
+		d->payloads[0].data = dst_pl;
+		d->tensors[0].data = dst_t;
+		ok = !tpu_pipe_read(pp.server, d, on_write, &tr) && rec_wait(&rr, i + 1) &&
+		     !rr.st[i] && !memcmp(dst_pl, src[i], sizes[i]) &&
+		     !memcmp(dst_t, src[i] + sizes[i], sizes[i]);
+		if (!ok)
+			tap_diag("message %d (%zu bytes): %s", i, sizes[i],
+				 tpu_status_name(rr.n > i ? rr.st[i] : rd.n > i ? rd.st[i] : 0));
+	}
+	ok = ok && rec_wait(&w, N);
+	for (int i = 0; ok && i < N; i++)
+		ok = !w.st[i] && w.order[i] == i;
+	CHECK(ok, "pipe_rdma_%s_%d_messages_of_1_byte_to_4_MiB_arrive_byte_exact", name, (int)N);
+	pair_close(&pp);
+	for (int i = 0; i < N; i++)
+		free(src[i]);
+	free(dst_pl);
+	free(dst_t);
+}
+
+/* Closing a pipe with a descriptor read pending: TPU_E_CLOSED here, the peer's ends too. */
+static void close_pending(const char *url)
+{
+	struct pair pp;
+	struct rec a, b;
+	struct tag ta = { &a, 0 }, tb = { &b, 0 };
+	bool ok = pair_open(&pp, url, NULL);
+
+	rec_init(&a);
+	rec_init(&b);
+	ok = ok && !tpu_pipe_read_descriptor(pp.client, on_desc, &ta) &&
+	     !tpu_pipe_read_descriptor(pp.server, on_desc, &tb);
+	if (ok) {
+		tpu_pipe_close(pp.client);
+		pp.client = NULL;
+	}
+	ok = ok && rec_wait(&a, 1) && rec_wait(&b, 1);
+	CHECK(ok && a.st[0] == TPU_E_CLOSED && b.st[0] && b.st[0] != TPU_E_CLOSED,
+	      "pipe_rdma_close_fails_pending_reads_here_and_at_the_peer (%s, %s)",
+	      tpu_status_name(a.n ? a.st[0] : 0), tpu_status_name(b.n ? b.st[0] : 0));
+	pair_close(&pp);
+}
+
+void test_pipe_rdma(void)
+{
+	const char *host = getenv("TPU_TEST_RDMA_ADDR");
+	char url[128];
+
+	if (!have_device()) {
+		no_device();
+		return;
+	}
+	if (!host || !*host) {
+		tap_diag("pipe_rdma: a device but no TPU_TEST_RDMA_ADDR: not tested");
+		return;
+	}
+	snprintf(url, sizeof(url), "rdma://%s:0", host);
+	messages(url, "basic", "basic");
+	messages(url, NULL, "chosen");
+	close_pending(url);
+}
