@@ -33,6 +33,10 @@
 /* Address resolution, then route resolution, each gives up after this. */
 #define RDMA_RESOLVE_MS		2000
 #define RDMA_BACKLOG		64
+/* RDMA READs in flight per connection (the rdma channel's), at most. */
+#define RDMA_READS		4
+/* The kind of an RDMA READ's wr_id (xport_rdma.c has the others), its sequence below. */
+#define TPU__RDMA_WR_READ	(3ull << 32)
 
 enum rdma_state {
 	C_RESOLVING,		/* address, then route */
@@ -43,6 +47,7 @@ enum rdma_state {
 
 struct rdma_rd;
 struct rdma_wr;
+struct rdma_rdop;
 
 struct rdma_conn {
 	struct tpu__conn base;
@@ -78,6 +83,11 @@ struct rdma_conn {
 	uint32_t tx_free;		/* free data send buffers, one bit each */
 	bool credit_busy;		/* the credit-only message is in flight */
 	unsigned int sends_out;		/* posted SENDs not completed */
+	/* RDMA READs (tpu__rdma_read): queued, then posted, both in order */
+	struct rdma_rdop *rdq, **rdq_tail;
+	struct rdma_rdop *rdp, **rdp_tail;
+	unsigned int reads_out, rd_depth;
+	uint32_t rd_seq;
 	struct tpu__poller poller;
 	struct tpu__task task;
 	bool task_queued;
@@ -101,6 +111,13 @@ tpu_status tpu__rdma_watch(struct rdma_conn *c, int fd, tpu__cqe_fn fn, uint64_t
 void tpu__rdma_on_cq_event(void *arg, const struct io_uring_cqe *cqe);
 /* Established: flow control starts, the context polls the CQ. */
 void tpu__rdma_conn_established(struct rdma_conn *c);
+/* Progress from the context loop soon (never inside the caller). */
+void tpu__rdma_schedule(struct rdma_conn *c);
+
+/* rdma_read.c: post what waits, or fail it once down; true if anything was called back. */
+bool tpu__rdma_read_progress(struct rdma_conn *c);
+void tpu__rdma_read_wc(struct rdma_conn *c, const struct ibv_wc *wc);
+void tpu__rdma_read_close(struct rdma_conn *c);
 
 /* rdma_setup.c */
 tpu_status tpu__rdma_viable(char *why, size_t size);

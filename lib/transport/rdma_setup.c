@@ -116,7 +116,7 @@ tpu_status tpu__rdma_setup_qp(struct rdma_conn *c)
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
 		.cap = {
-			.max_send_wr = RDMA_SENDS,
+			.max_send_wr = RDMA_SENDS + RDMA_READS,
 			.max_recv_wr = RDMA_RECVS,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,
@@ -134,7 +134,7 @@ tpu_status tpu__rdma_setup_qp(struct rdma_conn *c)
 	st = set_nonblock(c->cch->fd);
 	if (st)
 		return st;
-	c->cq = ibv_create_cq(id->verbs, RDMA_RECVS + RDMA_SENDS, c, c->cch, 0);
+	c->cq = ibv_create_cq(id->verbs, RDMA_RECVS + RDMA_SENDS + RDMA_READS, c, c->cch, 0);
 	if (!c->cq)
 		return tpu__errno();
 	c->slab = aligned_alloc(4096, slab);
@@ -185,6 +185,7 @@ static void conn_param(struct rdma_conn *c, struct rdma_conn_param *p)
 		.retry_count = RDMA_RETRY,
 		.rnr_retry_count = RDMA_RNR_RETRY,
 	};
+	c->rd_depth = rd;
 }
 
 void tpu__rdma_conn_destroy(struct rdma_conn *c)

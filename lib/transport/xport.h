@@ -141,6 +141,21 @@ extern const struct tpu__xport tpu__xport_shm;
 extern const struct tpu__xport tpu__xport_rdma;
 
 /*
+ * What the rdma channel (chan_rdma.c) uses of a connection of
+ * tpu__xport_rdma, once it is established: its protection domain, for
+ * registering memory, and RDMA READs on its queue pair.  A READ of @len
+ * bytes at the peer's @raddr (key @rkey) into @laddr (key @lkey) calls
+ * cb(arg, 0) once the bytes are there, or an error as a read would; never
+ * inside the call.  Closing the connection with READs in flight stops its
+ * queue pair at once (the HCA writes no more), then fails them with
+ * TPU_E_CLOSED, after close returned.
+ */
+struct ibv_pd;
+struct ibv_pd *tpu__rdma_pd(struct tpu__conn *c);
+tpu_status tpu__rdma_read(struct tpu__conn *c, void *laddr, uint32_t lkey, uint64_t raddr,
+			  uint32_t rkey, uint32_t len, tpu__io_cb cb, void *arg);
+
+/*
  * "HOST:PORT" or "[V6]:PORT" (xport_addr.c) into NUL-terminated host and
  * port strings: -EINVAL if malformed or too long, TPU_E_URL_PORT if the
  * port is missing.

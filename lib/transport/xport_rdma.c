@@ -129,7 +129,7 @@ static void task_fn(struct tpu__task *t)
 }
 
 /* Progress later, from the context loop: callbacks never run inside the call that queued. */
-static void conn_schedule(struct rdma_conn *c)
+void tpu__rdma_schedule(struct rdma_conn *c)
 {
 	if (c->task_queued)
 		return;
@@ -191,7 +191,7 @@ void tpu__rdma_conn_down(struct rdma_conn *c, tpu_status rerr, tpu_status werr)
 	if (!c->werr)
 		c->werr = werr;
 	c->state = C_DOWN;
-	conn_schedule(c);
+	tpu__rdma_schedule(c);
 }
 
 void tpu__rdma_conn_fail(struct rdma_conn *c, tpu_status st, const char *what)
@@ -246,6 +246,10 @@ static void on_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 	unsigned int slot = WR_SLOT(wc->wr_id);
 	bool recv = WR_KIND(wc->wr_id) == WR_RECV;
 
+	if (WR_KIND(wc->wr_id) == TPU__RDMA_WR_READ) {
+		tpu__rdma_read_wc(c, wc);
+		return;
+	}
 	if (!recv) {
 		c->sends_out--;
 		if (slot == RDMA_CREDIT_SLOT)
@@ -505,6 +509,7 @@ void tpu__rdma_conn_progress(struct rdma_conn *c)
 			again |= tpu__rdma_poll_cq(c);
 		again |= rx_progress(c);
 		again |= tx_progress(c);
+		again |= tpu__rdma_read_progress(c);
 	} while (again);
 	c->depth--;
 	tpu__rdma_conn_check_release(c);
@@ -519,7 +524,7 @@ void tpu__rdma_conn_progress(struct rdma_conn *c)
  */
 void tpu__rdma_conn_check_release(struct rdma_conn *c)
 {
-	if (!c->closed || c->depth || c->task_queued || c->rq || c->wq)
+	if (!c->closed || c->depth || c->task_queued || c->rq || c->wq || c->rdq)
 		return;
 	if (!c->releasing) {
 		if (c->state == C_OPEN && c->sends_out)
@@ -561,7 +566,7 @@ static tpu_status conn_write(struct tpu__conn *base, const struct iovec *iov, un
 	c->wq_tail = &w->next;
 	if (!c->wsend)
 		c->wsend = w;
-	conn_schedule(c);
+	tpu__rdma_schedule(c);
 	return 0;
 }
 
@@ -581,7 +586,7 @@ static tpu_status conn_read(struct tpu__conn *base, void *buf, size_t len, tpu__
 	*r = (struct rdma_rd){ .cb = cb, .arg = arg, .buf = buf, .len = len };
 	*c->rq_tail = r;
 	c->rq_tail = &r->next;
-	conn_schedule(c);
+	tpu__rdma_schedule(c);
 	return 0;
 }
 
@@ -603,6 +608,7 @@ static void conn_close(struct tpu__conn *base)
 	if (!c->werr)
 		c->werr = TPU_E_CLOSED;
 	c->depth++;
+	tpu__rdma_read_close(c);
 	fail_reads(c);
 	fail_writes(c);
 	c->depth--;
@@ -627,6 +633,8 @@ struct rdma_conn *tpu__rdma_conn_new(struct tpu_context *ctx)
 	c->ctx = ctx;
 	c->rq_tail = &c->rq;
 	c->wq_tail = &c->wq;
+	c->rdq_tail = &c->rdq;
+	c->rdp_tail = &c->rdp;
 	c->poller.poll = conn_poll;
 	c->poller.arm = conn_arm;
 	c->poller.disarm = conn_disarm;

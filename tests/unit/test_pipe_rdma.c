@@ -4,13 +4,15 @@
  * Without an RDMA device (the host): an rdma:// listener is refused with
  * TPU_E_NO_DEVICE and pipes over tcp still work with rdma in the
  * context's transport list.  With TPU_TEST_RDMA_ADDR (tests/vm/rdma-single.sh):
- * messages with payloads and tensors of 1 byte to 4 MiB, every byte
- * compared, with the tensors inline on the transport (basic) and on
- * whichever channel the ends choose; then close with a read pending.
+ * messages with payloads and tensors of 1 byte to 9 MiB, every byte
+ * compared, with the tensors inline on the transport (basic), on the
+ * channel the ends choose and on the rdma channel (RDMA READs); memory
+ * freed and reused between transfers; close with a read pending.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <infiniband/verbs.h>
 
@@ -66,7 +68,8 @@ static void no_device(void)
 /* N messages, each a payload and a tensor of growing size, read and compared one by one. */
 static void messages(const char *url, const char *channels, const char *name)
 {
-	static const size_t sizes[] = { 1, 100, 4096, 40000, 65536, 300000, 4 * MiB };
+	static const size_t sizes[] = { 1, 100, 4096, 40000, 65536, 300000, 4 * MiB,
+					9 * MiB + 3 };
 	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
 	struct pair pp;
 	struct rec w, rd, rr;
@@ -74,7 +77,7 @@ static void messages(const char *url, const char *channels, const char *name)
 	struct tpu_payload pl[N];
 	struct tpu_message_tensor tt[N];
 	struct tpu_message m[N];
-	uint8_t *src[N] = { 0 }, *dst_pl = malloc(4 * MiB), *dst_t = malloc(4 * MiB);
+	uint8_t *src[N] = { 0 }, *dst_pl = malloc(10 * MiB), *dst_t = malloc(10 * MiB);
 	bool up = pair_open(&pp, url, channels), ok = up && dst_pl && dst_t;
 
 	rec_init(&w);
@@ -122,12 +125,104 @@ static void messages(const char *url, const char *channels, const char *name)
 	ok = ok && rec_wait(&w, N);
 	for (int i = 0; ok && i < N; i++)
 		ok = !w.st[i] && w.order[i] == i;
-	CHECK(ok, "pipe_rdma_%s_%d_messages_of_1_byte_to_4_MiB_arrive_byte_exact", name, (int)N);
+	CHECK(ok, "pipe_rdma_%s_%d_messages_of_1_byte_to_9_MiB_arrive_byte_exact", name, (int)N);
+	if (channels && !strcmp(channels, "rdma"))
+		CHECK(up && !strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU),
+				    "rdma"),
+		      "pipe_rdma_tensors_went_over_the_rdma_channel");
 	pair_close(&pp);
 	for (int i = 0; i < N; i++)
 		free(src[i]);
 	free(dst_pl);
 	free(dst_t);
+}
+
+/*
+ * The channel registers per transfer, never by address: a tensor freed
+ * and another allocated (most likely at the same address, large mallocs
+ * are mappings) with other bytes arrives with its own bytes.
+ */
+static void reuse_after_free(const char *url)
+{
+	enum { ROUNDS = 4, LEN = 2 * MiB };
+	struct pair pp;
+	struct rec w, rd, rr;
+	struct tag tw = { &w, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	uint8_t *dst = malloc(LEN), *prev = NULL;
+	bool ok = pair_open(&pp, url, "rdma") && dst;
+	int same_addr = 0;
+
+	rec_init(&w);
+	rec_init(&rd);
+	rec_init(&rr);
+	for (int i = 0; ok && i < ROUNDS; i++) {
+		uint8_t *src = malloc(LEN);
+		struct tpu_message_tensor t = { .data = src, .len = LEN };
+		struct tpu_message m = { .tensors = &t, .ntensors = 1 }, *d;
+
+		if (!src) {
+			ok = false;
+			break;
+		}
+		same_addr += src == prev;
+		prev = src;
+		pattern(src, LEN, 100u + (unsigned int)i);
+		ok = !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+		     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, i + 1) &&
+		     !rd.st[i];
+		d = ok ? rd.msg[i] : NULL;
+		if (ok)
+			d->tensors[0].data = dst;
+		ok = ok && !tpu_pipe_read(pp.server, d, on_write, &tr) && rec_wait(&rr, i + 1) &&
+		     rec_wait(&w, i + 1) && !rr.st[i] && !w.st[i] && !memcmp(dst, src, LEN);
+		free(src);
+	}
+	CHECK(ok, "pipe_rdma_channel_tensor_freed_and_reallocated_arrives_with_its_own_bytes "
+		  "(%d of %d at the same address)", same_addr, ROUNDS - 1);
+	pair_close(&pp);
+	free(dst);
+}
+
+/*
+ * The reader closes its pipe while its RDMA READs pull a 32 MiB tensor:
+ * its read fails with TPU_E_CLOSED (the queue pair stopped first, so
+ * nothing writes into the buffer afterwards), the writer's write fails,
+ * nothing hangs.
+ */
+static void close_mid_pull(const char *url)
+{
+	const size_t len = 32 * MiB;
+	struct pair pp;
+	struct rec w, rd, rr;
+	struct tag tw = { &w, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	uint8_t *src = calloc(1, len), *dst = malloc(len);
+	struct tpu_message_tensor t = { .data = src, .len = len };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	bool ok = pair_open(&pp, url, "rdma") && src && dst;
+
+	rec_init(&w);
+	rec_init(&rd);
+	rec_init(&rr);
+	ok = ok && !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+	     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		rd.msg[0]->tensors[0].data = dst;
+		ok = !tpu_pipe_read(pp.server, rd.msg[0], on_write, &tr);
+	}
+	if (ok) {
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+		tpu_pipe_close(pp.server);
+		pp.server = NULL;
+	}
+	ok = ok && rec_wait(&rr, 1) && rec_wait(&w, 1);
+	CHECK(ok && (rr.st[0] == TPU_E_CLOSED || !rr.st[0]) && (w.st[0] || !rr.st[0]),
+	      "pipe_rdma_reader_closing_mid_pull_ends_both_sides (read %s, write %s)",
+	      tpu_status_name(rr.n ? rr.st[0] : 0), tpu_status_name(w.n ? w.st[0] : 0));
+	pair_close(&pp);
+	free(src);
+	free(dst);
 }
 
 /* Closing a pipe with a descriptor read pending: TPU_E_CLOSED here, the peer's ends too. */
@@ -169,5 +264,8 @@ void test_pipe_rdma(void)
 	snprintf(url, sizeof(url), "rdma://%s:0", host);
 	messages(url, "basic", "basic");
 	messages(url, NULL, "chosen");
+	messages(url, "rdma", "rdma");
+	reuse_after_free(url);
+	close_mid_pull(url);
 	close_pending(url);
 }
