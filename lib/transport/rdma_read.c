@@ -129,6 +129,7 @@ void tpu__rdma_read_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 	pop(&c->rdp, &c->rdp_tail);
 	c->reads_out--;
 	if (wc->status == IBV_WC_SUCCESS) {
+		RDMA_MARK_DEFINED(op->laddr, op->len);
 		call(c, op, 0);
 		return;
 	}

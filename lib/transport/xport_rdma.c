@@ -275,6 +275,7 @@ static void on_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 			tpu__rdma_conn_fail(c, -EIO, "reposting a receive");
 		return;
 	}
+	RDMA_MARK_DEFINED(rx_buf(c, slot), wc->byte_len);
 	c->rx_slot[(c->rx_head + c->rx_count) % RDMA_RECVS] = slot;
 	c->rx_len[(c->rx_head + c->rx_count) % RDMA_RECVS] = wc->byte_len;
 	c->rx_count++;
