@@ -66,7 +66,7 @@ for kver in $kvers; do
 
 	echo "== rdma transport and pipes over soft-RoCE in one VM (VM, $kver)"
 	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
-	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma \
+	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port \
 		-- tests/vm/rdma-single.sh tests/unit/build/plain/unit_tests
 	results+=("rdma, soft-RoCE (VM, $kver)" "build/vm/check-rdma-$kver/guest.log" "$?")
 

@@ -32,6 +32,9 @@ struct rdma_listener {
 	char addr[TPU__XPORT_ADDR_MAX];
 };
 
+/* The IB CM's reject reason for a service id nobody listens on. */
+#define RDMA_REJ_NO_LISTENER	8
+
 static tpu_status set_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
@@ -250,8 +253,19 @@ static void cm_event(struct rdma_conn *c, enum rdma_cm_event_type type, int stat
 		tpu__rdma_conn_fail(c, -EHOSTUNREACH, rdma_event_str(type));
 		break;
 	case RDMA_CM_EVENT_REJECTED:
+		/*
+		 * A port nobody listens on is rejected by the peer's rdma_cm
+		 * (IB reject reason 8, invalid service id).  Any other reason:
+		 * a listener accepted (its user may close the connection before
+		 * it is established), so the peer went away.
+		 */
+		tpu__log_debug("rdma conn %p: rejected, reason %d", (void *)c, status);
+		if (status == RDMA_REJ_NO_LISTENER)
+			tpu__rdma_conn_fail(c, -ECONNREFUSED, rdma_event_str(type));
+		else
+			tpu__rdma_conn_down(c, -ECONNRESET, -EPIPE);
+		break;
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		/* A port nobody listens on is rejected by the peer's rdma_cm. */
 		tpu__rdma_conn_fail(c, -ECONNREFUSED, rdma_event_str(type));
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:

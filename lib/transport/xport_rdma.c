@@ -305,7 +305,8 @@ static bool conn_poll(struct tpu__poller *p)
 	bool any = tpu__rdma_poll_cq(c);
 
 	if (atomic_load_explicit(&c->async_err, memory_order_acquire) && c->state != C_DOWN) {
-		tpu__rdma_conn_fail(c, -ECONNRESET, "the device reported a fatal event");
+		tpu__log_debug("rdma conn %p: the device reported a fatal event", (void *)c);
+		tpu__rdma_conn_down(c, -ECONNRESET, -EPIPE);
 		any = true;
 	}
 	if (any)

@@ -35,6 +35,8 @@ static const struct {
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "pipe_rdma", test_pipe_rdma },
 	{ "failure", test_failure },
+	/* Last: it takes the RDMA device's port down (only where asked to). */
+	{ "rdma_port", test_rdma_port },
 };
 
 static int wanted(const char *only, const char *name)
@@ -52,6 +54,10 @@ static int wanted(const char *only, const char *name)
 int main(void)
 {
 	const char *only = getenv("UNIT_ONLY");
+
+	/* Started again by test_pipe_rdma.c as a peer process: no lists then. */
+	if (getenv("TPU_TEST_RDMA_WRITER"))
+		return pipe_rdma_writer(getenv("TPU_TEST_RDMA_WRITER"));
 
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		if (wanted(only, lists[i].name))

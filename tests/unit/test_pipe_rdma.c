@@ -7,12 +7,17 @@
  * messages with payloads and tensors of 1 byte to 9 MiB, every byte
  * compared, with the tensors inline on the transport (basic), on the
  * channel the ends choose and on the rdma channel (RDMA READs); memory
- * freed and reused between transfers; close with a read pending.
+ * freed and reused between transfers; close with a read pending; the
+ * writer's process killed mid-pull, then a new pipe.
  */
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
@@ -30,6 +35,14 @@ static bool have_device(void)
 	if (d)
 		ibv_free_device_list(d);
 	return d && n > 0;
+}
+
+static int64_t now_ms_(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void pattern(uint8_t *p, size_t n, unsigned int seed)
@@ -225,6 +238,90 @@ static void close_mid_pull(const char *url)
 	free(dst);
 }
 
+#define PEER_LEN	(64 * MiB)
+
+/*
+ * The peer process: connect to @url, write one message with a PEER_LEN
+ * tensor (rdma channel) and wait to be killed.  A fresh process, not a
+ * fork: a child must not use the verbs contexts its parent opened.
+ */
+int pipe_rdma_writer(const char *url)
+{
+	struct tpu_context_options o = { .channels = "rdma" };
+	struct tpu_context *ctx;
+	struct tpu_pipe *p;
+	uint8_t *src = calloc(1, PEER_LEN);
+	struct tpu_message_tensor t = { .data = src, .len = PEER_LEN };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct rec w;
+	struct tag tw = { &w, 0 };
+
+	rec_init(&w);
+	if (!src || tpu_context_create(&o, &ctx) || tpu_pipe_connect(ctx, url, &p) ||
+	    tpu_pipe_write(p, &m, on_write, &tw))
+		return 1;
+	for (;;)
+		pause();
+}
+
+/*
+ * The writer's process is killed while this side pulls its tensor: the
+ * read fails within the bound of the transport (its rdma_cm ids go with
+ * the process, or the READs time out), and this side connects again.
+ */
+static void peer_killed(const char *url)
+{
+	extern char **environ;
+	struct tpu_context_options o = { .channels = "rdma" };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rec ra, rd, rr;
+	struct tag ta = { &ra, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	char got[300], envv[400], *argv[] = { "unit_tests", NULL }, *envp[256];
+	uint8_t *sink = malloc(PEER_LEN);
+	pid_t child = -1;
+	int64_t t0 = 0;
+	size_t n = 0;
+	bool ok;
+
+	rec_init(&ra);
+	rec_init(&rd);
+	rec_init(&rr);
+	ok = sink && !tpu_context_create(&o, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
+	     !tpu_listener_url(l, NULL, got, sizeof(got)) &&
+	     !tpu_listener_accept(l, on_accept, &ta);
+	if (ok) {
+		snprintf(envv, sizeof(envv), "TPU_TEST_RDMA_WRITER=%s", got);
+		for (char **e = environ; *e && n < 254; e++)
+			if (strncmp(*e, "UNIT_ONLY=", 10))
+				envp[n++] = *e;
+		envp[n++] = envv;
+		envp[n] = NULL;
+		ok = !posix_spawn(&child, "/proc/self/exe", NULL, NULL, argv, envp);
+	}
+	ok = ok && rec_wait(&ra, 1) && !ra.st[0] &&
+	     !tpu_pipe_read_descriptor(ra.pipe, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		rd.msg[0]->tensors[0].data = sink;
+		ok = !tpu_pipe_read(ra.pipe, rd.msg[0], on_write, &tr);
+	}
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+		t0 = now_ms_();
+	}
+	ok = ok && rec_wait(&rr, 1);
+	CHECK(ok && rr.st[0] && now_ms_() - t0 < 5000,
+	      "pipe_rdma_read_fails_within_5_s_when_the_writer_process_dies (%s, %lld ms)",
+	      tpu_status_name(rr.n ? rr.st[0] : 0), (long long)(now_ms_() - t0));
+	if (ra.n && ra.pipe)
+		tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	free(sink);
+	messages(url, "rdma", "rdma_after_a_peer_died");
+}
+
 /* Closing a pipe with a descriptor read pending: TPU_E_CLOSED here, the peer's ends too. */
 static void close_pending(const char *url)
 {
@@ -268,4 +365,5 @@ void test_pipe_rdma(void)
 	reuse_after_free(url);
 	close_mid_pull(url);
 	close_pending(url);
+	peer_killed(url);
 }

@@ -4,8 +4,10 @@
 # Runs inside one VM (tests/vm/run.sh), as root: soft-RoCE on a dummy
 # network device (rxe cannot bind lo), both ends of every test using the
 # one rxe device through its address, then COMMAND with
-# TPU_TEST_RDMA_ADDR set to that address.  Where this kernel cannot give
-# soft-RoCE it says why and reports one skipped TAP point instead.
+# TPU_TEST_RDMA_ADDR set to that address and TPU_TEST_RDMA_DEV to the
+# netdev (which the tests may take down and up again).  Where this kernel
+# cannot give soft-RoCE it says why and reports one skipped TAP point
+# instead.
 #
 #   tests/vm/rdma-single.sh COMMAND...
 
@@ -38,7 +40,8 @@ rdma link add rxe0 type rxe netdev "$dev" || skip "cannot add rxe0 on $dev"
 say "$(rdma link show rxe0/1 2>&1)"
 
 TPU_TEST_RDMA_ADDR=$addr
-export TPU_TEST_RDMA_ADDR
+TPU_TEST_RDMA_DEV=$dev
+export TPU_TEST_RDMA_ADDR TPU_TEST_RDMA_DEV
 "$@"
 status=$?
 rdma link delete rxe0 2>/dev/null
