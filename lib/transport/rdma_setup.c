@@ -301,6 +301,7 @@ static void on_cm_event(void *arg, const struct io_uring_cqe *cqe)
 		int status = ev->status;
 
 		rdma_ack_cm_event(ev);
+		tpu__log_debug("rdma conn %p: %s (%d)", (void *)c, rdma_event_str(type), status);
 		cm_event(c, type, status);
 	}
 	c->depth--;

@@ -432,9 +432,11 @@ void test_xport_rdma(void)
  * The rdma_port list, run after every other (main.c), since it takes the
  * device's port down: TPU_TEST_RDMA_DEV names the netdev under the
  * device.  The device's async event fails an idle connection's pending
- * read at once, though no send of its own is in flight to time out.
- * Whether a new connection works once the port is up again is reported,
- * not checked: in this VM it did not (see Documentation/pipes.rst).
+ * read at once, though no send of its own is in flight to time out; once
+ * the port is up again a new connection carries bytes.  The failed pair
+ * is closed after the port came back: closing both ends while it was down
+ * left later connections without an answer to their connect in the VM
+ * (Documentation/pipes.rst, not explained yet).
  */
 void test_rdma_port(void)
 {
@@ -467,15 +469,22 @@ void test_rdma_port(void)
 	x_write(ctx_a, p.client, "x", 1, &w);
 	CHECK(wait_done(&w, 1) && w.status == -EPIPE, "rdma: and its next write with EPIPE (%s)",
 	      tpu_status_name(w.status));
-	close_pair(&p);
 	snprintf(cmd, sizeof(cmd), "ip link set %s up", dev);
-	if (!system(cmd)) {
+	ok = !system(cmd);
+	close_pair(&p);
+	if (ok) {
 		sleep_ms(2000);
 		ok = make_pair(&site, &q);
-		tap_diag("rdma port: a new connection once the port is up again: %s",
-			 ok ? "works" : "does not come up within 10 s (known issue)");
-		if (ok)
+		if (ok) {
+			struct done w2 = { 0 }, r2 = { 0 };
+
+			x_read(ctx_b, q.server, b, 4, &r2);
+			x_write(ctx_a, q.client, "back", 4, &w2);
+			ok = wait_done(&r2, 1) && wait_done(&w2, 1) && !r2.status && !w2.status &&
+			     !memcmp(b, "back", 4);
 			close_pair(&q);
+		}
+		CHECK(ok, "rdma: once the port is up again a new connection carries bytes");
 	}
 	site_close(&site);
 out:
