@@ -265,9 +265,10 @@ int pipe_rdma_writer(const char *url)
 }
 
 /*
- * The writer's process is killed while this side pulls its tensor: the
- * read fails within the bound of the transport (its rdma_cm ids go with
- * the process, or the READs time out), and this side connects again.
+ * The writer's process is killed once its descriptor arrived: the read
+ * of its tensor fails within the bound of the transport (its rdma_cm ids
+ * go with the process, or the READs time out), and this side connects
+ * again.
  */
 static void peer_killed(const char *url)
 {
@@ -277,7 +278,8 @@ static void peer_killed(const char *url)
 	struct tpu_listener *l = NULL;
 	struct rec ra, rd, rr;
 	struct tag ta = { &ra, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
-	char got[300], envv[400], *argv[] = { "unit_tests", NULL }, *envp[256];
+	char got[300], envv[400], self[4096], *argv[] = { "unit_tests", NULL }, *envp[256];
+	ssize_t selflen = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	uint8_t *sink = malloc(PEER_LEN);
 	pid_t child = -1;
 	int64_t t0 = 0;
@@ -287,7 +289,10 @@ static void peer_killed(const char *url)
 	rec_init(&ra);
 	rec_init(&rd);
 	rec_init(&rr);
-	ok = sink && !tpu_context_create(&o, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
+	/* readlink, not exec of /proc/self/exe: under valgrind that is valgrind. */
+	if (selflen > 0)
+		self[selflen] = '\0';
+	ok = sink && selflen > 0 && !tpu_context_create(&o, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
 	     !tpu_listener_url(l, NULL, got, sizeof(got)) &&
 	     !tpu_listener_accept(l, on_accept, &ta);
 	if (ok) {
@@ -297,23 +302,32 @@ static void peer_killed(const char *url)
 				envp[n++] = *e;
 		envp[n++] = envv;
 		envp[n] = NULL;
-		ok = !posix_spawn(&child, "/proc/self/exe", NULL, NULL, argv, envp);
+		ok = !posix_spawn(&child, self, NULL, NULL, argv, envp);
 	}
 	ok = ok && rec_wait(&ra, 1) && !ra.st[0] &&
 	     !tpu_pipe_read_descriptor(ra.pipe, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
-	if (ok) {
-		rd.msg[0]->tensors[0].data = sink;
-		ok = !tpu_pipe_read(ra.pipe, rd.msg[0], on_write, &tr);
-	}
+	if (!ok)
+		tap_diag("pipe_rdma: the writer process did not connect and describe its tensor");
+	/*
+	 * Killed before the pull starts, so that however slowly this side
+	 * runs (valgrind) the tensor cannot have crossed; the pipe may have
+	 * failed before the read is asked for, which is as good.
+	 */
 	if (child > 0) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
 		t0 = now_ms_();
 	}
-	ok = ok && rec_wait(&rr, 1);
+	if (ok) {
+		tpu_status st;
+
+		rd.msg[0]->tensors[0].data = sink;
+		st = tpu_pipe_read(ra.pipe, rd.msg[0], on_write, &tr);
+		ok = st ? (rr.st[0] = st, true) : rec_wait(&rr, 1);
+	}
 	CHECK(ok && rr.st[0] && now_ms_() - t0 < 5000,
 	      "pipe_rdma_read_fails_within_5_s_when_the_writer_process_dies (%s, %lld ms)",
-	      tpu_status_name(rr.n ? rr.st[0] : 0), (long long)(now_ms_() - t0));
+	      tpu_status_name(rr.st[0]), (long long)(now_ms_() - t0));
 	if (ra.n && ra.pipe)
 		tpu_pipe_close(ra.pipe);
 	tpu_listener_close(l);
