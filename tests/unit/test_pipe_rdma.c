@@ -238,6 +238,64 @@ static void close_mid_pull(const char *url)
 	free(dst);
 }
 
+/*
+ * A listener on tcp and rdma, a peer that connects over tcp: the two ends
+ * negotiate rdma (both have a device, the listener listens on it) and the
+ * pipe moves there, then carries a tensor over the rdma channel.
+ */
+static void negotiated_from_tcp(const char *host)
+{
+	struct tpu_context *a = NULL, *b = NULL;
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *c = NULL;
+	struct rec ra, w, rd, rr;
+	struct tag ta = { &ra, 0 }, tw = { &w, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	char u0[128], u1[128], got[300];
+	const char *urls[2] = { u0, u1 };
+	enum { LEN = 3 * MiB };
+	uint8_t *src = malloc(LEN), *dst = malloc(LEN);
+	struct tpu_message_tensor t = { .data = src, .len = LEN };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	bool ok;
+
+	rec_init(&ra);
+	rec_init(&w);
+	rec_init(&rd);
+	rec_init(&rr);
+	snprintf(u0, sizeof(u0), "tcp://%s:0", host);
+	snprintf(u1, sizeof(u1), "rdma://%s:0", host);
+	ok = src && dst && !tpu_context_create(NULL, &a) && !tpu_context_create(NULL, &b) &&
+	     !tpu_listener_create(a, urls, 2, &l) &&
+	     !tpu_listener_url(l, "tcp", got, sizeof(got)) &&
+	     !tpu_listener_accept(l, on_accept, &ta) && !tpu_pipe_connect(b, got, &c) &&
+	     rec_wait(&ra, 1) && !ra.st[0];
+	CHECK(ok && !strcmp(tpu_pipe_transport(ra.pipe), "rdma") &&
+	      !strcmp(tpu_pipe_channel(ra.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "cma"),
+	      "pipe_connected_over_tcp_moves_to_rdma_when_both_have_a_device (%s, %s)",
+	      ok ? tpu_pipe_transport(ra.pipe) : "-",
+	      ok ? tpu_pipe_channel(ra.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU) : "-");
+	if (ok) {
+		pattern(src, LEN, 7);
+		ok = !tpu_pipe_write(c, &m, on_write, &tw) &&
+		     !tpu_pipe_read_descriptor(ra.pipe, on_desc, &td) && rec_wait(&rd, 1) &&
+		     !rd.st[0];
+		if (ok) {
+			rd.msg[0]->tensors[0].data = dst;
+			ok = !tpu_pipe_read(ra.pipe, rd.msg[0], on_write, &tr) && rec_wait(&rr, 1) &&
+			     rec_wait(&w, 1) && !rr.st[0] && !w.st[0] && !memcmp(src, dst, LEN);
+		}
+	}
+	CHECK(ok, "pipe_moved_to_rdma_carries_a_3_MiB_tensor_intact");
+	tpu_pipe_close(c);
+	if (ra.n && ra.pipe)
+		tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(b);
+	tpu_context_destroy(a);
+	free(src);
+	free(dst);
+}
+
 #define PEER_LEN	(64 * MiB)
 
 /*
@@ -376,6 +434,7 @@ void test_pipe_rdma(void)
 	messages(url, "basic", "basic");
 	messages(url, NULL, "chosen");
 	messages(url, "rdma", "rdma");
+	negotiated_from_tcp(host);
 	reuse_after_free(url);
 	close_mid_pull(url);
 	close_pending(url);
