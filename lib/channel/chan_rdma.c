@@ -105,7 +105,7 @@ static void rdma_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 	if (x->t->len) {
 		r->mr = pd ? ibv_reg_mr(pd, x->t->data, x->t->len, IBV_ACCESS_REMOTE_READ) : NULL;
 		if (!r->mr)
-			r->err = pd ? tpu__errno() : -ENOTCONN;
+			r->err = pd ? tpu__errno() : -EPIPE;	/* the connection is down */
 	}
 	if (r->mr) {
 		put_le(d, (uint64_t)(uintptr_t)x->t->data, 8);
@@ -225,8 +225,9 @@ static tpu_status rdma_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 
 	if (!x->t->len)
 		return x->ack(x, 0);
+	/* The pipe is open, so its connection was: it went down since. */
 	if (!pd)
-		return x->ack(x, -ENOTCONN);
+		return x->ack(x, -ECONNRESET);
 	p = ch ? calloc(1, sizeof(*p)) : NULL;
 	if (!p)
 		return -ENOMEM;
