@@ -2,8 +2,9 @@
 /*
  * The rdma transport (rdma://HOST:PORT): one RC queue pair per connection,
  * set up with rdma_cm (rdma_setup.c), control bytes carried by SEND/RECV
- * (xport.h).  This file is the data path.  Everything runs on the context
- * thread.
+ * (xport.h).  This file is the data path; the rdma channel's RDMA READs
+ * share the queue pair (rdma_read.c), the devices' asynchronous events
+ * have rdma_async.c.  Everything runs on the context thread.
  *
  * Waiting.  Each connection has its own rdma_cm event channel and its own
  * completion channel; both descriptors are non-blocking and watched by a
@@ -37,7 +38,8 @@
  * (rdma_async.c), of a peer that disconnects through rdma_cm.
  *
  * Close fails the queued operations with TPU_E_CLOSED, lets messages
- * already posted finish (bounded as above), disconnects and frees.
+ * already posted finish (bounded as above), disconnects and frees; with
+ * RDMA READs in flight it stops the queue pair at once (rdma_read.c).
  */
 #include <arpa/inet.h>
 #include <liburing.h>
