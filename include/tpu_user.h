@@ -1046,13 +1046,15 @@ typedef void (*tpu_read_cb)(void *arg, tpu_status status, struct tpu_message *ms
 
 /**
  * tpu_listener_create - listen on @nurls URLs.
- * @urls:	"tcp://HOST:PORT", "shm://NAME"; NULL with @nurls 0 means
+ * @urls:	"tcp://HOST:PORT", "shm://NAME", "rdma://HOST:PORT" (HOST an
+ *		address an RDMA device serves); NULL with @nurls 0 means
  *		every transport the context allows, on local addresses
- *		("tcp://127.0.0.1:0" and a unique shm name).
+ *		("tcp://127.0.0.1:0" and a unique shm name; never rdma).
  *
  * Errors: -EINVAL (bad URL), TPU_E_URL_SCHEME (unknown scheme),
- * TPU_E_URL_PORT (tcp URL without a port), TPU_E_NO_TRANSPORT (one
- * the context options or TPU_TRANSPORTS rule out), -EADDRINUSE, and the
+ * TPU_E_URL_PORT (tcp or rdma URL without a port), TPU_E_NO_TRANSPORT (one
+ * the context options or TPU_TRANSPORTS rule out), TPU_E_NO_DEVICE (rdma
+ * on a machine without an RDMA device or rdma_cm), -EADDRINUSE, and the
  * system's.
  */
 TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *const *urls,
@@ -1064,7 +1066,7 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb done, void *arg);
 /**
  * tpu_listener_url - the URL peers can connect to on @transport ("tcp",
- * "shm"), with any port 0 resolved; NULL with @transport picks the first.
+ * "shm", "rdma"), with any port 0 resolved; NULL with @transport picks the first.
  * Errors: TPU_E_NO_TRANSPORT, -ENOSPC (@size too small).
  */
 TPU_API tpu_status tpu_listener_url(const struct tpu_listener *l, const char *transport, char *buf,
@@ -1118,13 +1120,14 @@ TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
  */
 TPU_API void tpu_pipe_close(struct tpu_pipe *pipe);
 /**
- * tpu_pipe_transport - the transport in use ("tcp", "shm"), or "" while
- * the two ends are still negotiating.
+ * tpu_pipe_transport - the transport in use ("tcp", "shm", "rdma"), or ""
+ * while the two ends are still negotiating.
  */
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
 /**
  * tpu_pipe_channel - the channel for tensors from @src to @dst device
- * types ("kmod", "cma", "mtcp", "basic"), or "" while negotiating or if none.
+ * types ("kmod", "cma", "rdma", "mtcp", "basic"), or "" while negotiating or
+ * if none.
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);

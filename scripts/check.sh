@@ -64,6 +64,12 @@ for kver in $kvers; do
 	KVER=$kver tests/vm/run.sh --name "check-pipe-$kver" --module "$mod" -- tests/pipe/pipe_vm_test
 	results+=("pipes (VM, $kver)" "build/vm/check-pipe-$kver/guest.log" "$?")
 
+	echo "== rdma transport and pipes over soft-RoCE in one VM (VM, $kver)"
+	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
+	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port \
+		-- tests/vm/rdma-single.sh tests/unit/build/plain/unit_tests
+	results+=("rdma, soft-RoCE (VM, $kver)" "build/vm/check-rdma-$kver/guest.log" "$?")
+
 	echo "== two VMs over soft-RoCE (VM pair, $kver)"
 	KVER=$kver tests/vm/pair.sh --name "check-pair-$kver" --module "$mod" -- tests/vm/pair-smoke.sh
 	pair_status=$?

@@ -13,6 +13,8 @@
  *   cma	the reader pulls with process_vm_readv and ACKs the tensor
  *   kmod	a kmod rendezvous shared by the two ends (its domain
  *		descriptor passed over the transport at set-up)
+ *   rdma	beside the rdma transport: the reader pulls with RDMA READs
+ *		from the writer's registered memory and ACKs the tensor
  */
 #ifndef TPU_CHANNEL_H
 #define TPU_CHANNEL_H
@@ -118,6 +120,12 @@ struct tpu__chan {
 	 */
 	tpu_status (*send)(struct tpu__chan_link *l, struct tpu__chan_xfer *x);
 	tpu_status (*recv)(struct tpu__chan_link *l, struct tpu__chan_xfer *x);
+	/*
+	 * Optional, writer of a TPU__CHAN_ACKED channel: the reader ACKed
+	 * tensor @idx of message @seq (called before the ACK part ends), so
+	 * that what describe set up for it (a registration) can go.
+	 */
+	void (*acked)(struct tpu__chan_link *l, uint64_t seq, uint32_t idx);
 	/* Optional: the pipe failed or closed; pending parts end with an error. */
 	void (*close)(struct tpu__chan_link *l);
 };

@@ -11,10 +11,13 @@
 extern const struct tpu__chan tpu__chan_mtcp;
 extern const struct tpu__chan tpu__chan_cma;
 extern const struct tpu__chan tpu__chan_kmod;
+extern const struct tpu__chan tpu__chan_rdma;
 
 const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_basic,	/* first: always there */
 	&tpu__chan_mtcp,
+	/* Below cma and kmod: on one host a local copy beats a loop through the NIC. */
+	&tpu__chan_rdma,
 	&tpu__chan_cma,
 	&tpu__chan_kmod,
 };

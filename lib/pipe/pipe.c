@@ -143,6 +143,8 @@ void tpu__pipe_opened(struct tpu_pipe *p)
 	snprintf(p->chan_name, sizeof(p->chan_name), "%s", p->chan->name);
 	atomic_store(&p->ready, true);
 	p->state = PIPE_OPEN;
+	/* Channels without a set-up of their own (rdma) use it too. */
+	p->link.conn = p->conn;
 	if (p->conn->ops->watch)
 		p->conn->ops->watch(p->conn, pipe_peer_gone, p);
 	tpu__log_debug("pipe %p: open, transport %s, cpu->cpu channel %s", (void *)p,

@@ -30,9 +30,12 @@
 
 _Static_assert(TPU__CHAN_LANES_MAX == TPU__WIRE_LANES_MAX, "a lane per JOIN number");
 
+/* Transports a pipe may use: tcp, shm, rdma (pipe_policy.c's table). */
+#define TPU__PIPE_XPORTS	3
+
 /* What a context lets its pipes use (context options and environment). */
 struct tpu__pipe_policy {
-	bool xport_ok[2];		/* [0] tcp, [1] shm */
+	bool xport_ok[TPU__PIPE_XPORTS];	/* per entry of the table, in its order */
 	bool chan_ok[TPU__CHAN_MAX];	/* per entry of tpu__chans */
 	unsigned int mtcp_lanes;	/* TPU_MTCP_LANES: lanes a listener asks for */
 };
@@ -47,7 +50,7 @@ struct tpu__pipe_offer {
 	struct {
 		const struct tpu__xport *xport;
 		char compat[TPU__WIRE_DESC_MAX];
-	} xports[2];
+	} xports[TPU__PIPE_XPORTS];
 	unsigned int nchans;
 	struct {
 		const struct tpu__chan *chan;

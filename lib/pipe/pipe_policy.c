@@ -14,7 +14,12 @@
 
 #include "pipe_internal.h"
 
-static const struct tpu__xport *const xports[] = { &tpu__xport_tcp, &tpu__xport_shm };
+static const struct tpu__xport *const xports[] = {
+	&tpu__xport_tcp, &tpu__xport_shm, &tpu__xport_rdma,
+};
+
+_Static_assert(sizeof(xports) / sizeof(xports[0]) == TPU__PIPE_XPORTS,
+	       "TPU__PIPE_XPORTS counts the table");
 
 const struct tpu__xport *tpu__pipe_xport_by_name(const char *name, size_t len)
 {
@@ -39,7 +44,7 @@ int tpu__pipe_xport_index(const struct tpu__xport *x)
  */
 static tpu_status narrow(const char *list, bool *ok, size_t n, bool is_xport)
 {
-	bool keep[TPU__CHAN_MAX > 2 ? TPU__CHAN_MAX : 2] = { false };
+	bool keep[TPU__CHAN_MAX > TPU__PIPE_XPORTS ? TPU__CHAN_MAX : TPU__PIPE_XPORTS] = { false };
 	const char *s = list;
 
 	if (!list || !*list)
@@ -72,7 +77,9 @@ static tpu_status narrow(const char *list, bool *ok, size_t n, bool is_xport)
 
 static void policy_all(struct tpu__pipe_policy *pol)
 {
-	*pol = (struct tpu__pipe_policy){ { true, true }, { false }, 0 };
+	*pol = (struct tpu__pipe_policy){ { false }, { false }, 0 };
+	for (unsigned int i = 0; i < TPU__PIPE_XPORTS; i++)
+		pol->xport_ok[i] = true;
 	for (unsigned int i = 0; i < tpu__nchans; i++)
 		pol->chan_ok[i] = true;
 }
@@ -88,7 +95,7 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
 	struct tpu__pipe_policy pol;
 
 	policy_all(&pol);
-	if (opts && (narrow(opts->transports, pol.xport_ok, 2, true) ||
+	if (opts && (narrow(opts->transports, pol.xport_ok, TPU__PIPE_XPORTS, true) ||
 		     narrow(opts->channels, pol.chan_ok, tpu__nchans, false))) {
 		if (out)
 			*out = NULL;
@@ -104,9 +111,9 @@ tpu_status tpu__pipe_policy(struct tpu_context *ctx, struct tpu__pipe_policy *ou
 	policy_all(out);
 	st = tpu__mtcp_lanes_policy(&out->mtcp_lanes);
 	if (!st)
-		st = narrow(tpu__ctx_transports(ctx), out->xport_ok, 2, true);
+		st = narrow(tpu__ctx_transports(ctx), out->xport_ok, TPU__PIPE_XPORTS, true);
 	if (!st)
-		st = narrow(getenv("TPU_TRANSPORTS"), out->xport_ok, 2, true);
+		st = narrow(getenv("TPU_TRANSPORTS"), out->xport_ok, TPU__PIPE_XPORTS, true);
 	if (!st)
 		st = narrow(tpu__ctx_channels(ctx), out->chan_ok, tpu__nchans, false);
 	if (!st)

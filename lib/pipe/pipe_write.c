@@ -377,5 +377,7 @@ void tpu__pipe_ack(struct tpu_pipe *p, const struct tpu__wire_ack *ack)
 		return;
 	}
 	w->acked[ack->tensor] = true;
+	if (p->chan->acked)
+		p->chan->acked(&p->link, ack->seq, ack->tensor);
 	part_done(p, w, ack->status);
 }

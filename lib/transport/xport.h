@@ -7,10 +7,15 @@
  *   shm (xport_shm.c)	two rings in a memfd shared by the two processes,
  *			polled by the context thread (tpu__poller), with a
  *			Unix socket kept open for descriptor passing and to
- *			see the peer die.
+ *			see the peer die;
+ *   rdma (xport_rdma.c, rdma_setup.c, rdma_async.c)
+ *			an RC queue pair set up with rdma_cm, SEND/RECV with
+ *			credits; viable only where an RDMA device exists.
  *
  * Threading: every function here, and every callback, runs on the context
- * thread.  No locks are needed inside a transport.
+ * thread.  No locks are needed inside a transport (but for the list of
+ * rdma connections that a device's asynchronous events concern, which
+ * every context shares: rdma_async.c).
  *
  * Callbacks: each queued read, write or descriptor operation gets exactly
  * one callback, with 0 or a negative status.  Reads complete in the order
@@ -133,5 +138,29 @@ struct tpu__xport {
 
 extern const struct tpu__xport tpu__xport_tcp;
 extern const struct tpu__xport tpu__xport_shm;
+extern const struct tpu__xport tpu__xport_rdma;
+
+/*
+ * What the rdma channel (chan_rdma.c) uses of a connection of
+ * tpu__xport_rdma, once it is established: its protection domain, for
+ * registering memory, and RDMA READs on its queue pair.  A READ of @len
+ * bytes at the peer's @raddr (key @rkey) into @laddr (key @lkey) calls
+ * cb(arg, 0) once the bytes are there, or an error as a read would; never
+ * inside the call.  Closing the connection with READs in flight stops its
+ * queue pair at once (the HCA writes no more), then fails them with
+ * TPU_E_CLOSED, after close returned.
+ */
+struct ibv_pd;
+struct ibv_pd *tpu__rdma_pd(struct tpu__conn *c);
+tpu_status tpu__rdma_read(struct tpu__conn *c, void *laddr, uint32_t lkey, uint64_t raddr,
+			  uint32_t rkey, uint32_t len, tpu__io_cb cb, void *arg);
+
+/*
+ * "HOST:PORT" or "[V6]:PORT" (xport_addr.c) into NUL-terminated host and
+ * port strings: -EINVAL if malformed or too long, TPU_E_URL_PORT if the
+ * port is missing.
+ */
+tpu_status tpu__xport_split_addr(const char *addr, char *host, size_t hsize, char *port,
+				 size_t psize);
 
 #endif /* TPU_XPORT_H */

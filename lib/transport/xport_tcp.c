@@ -196,45 +196,6 @@ static const struct tpu__xlistener_ops tcp_listener_ops;
 
 /* ---- addresses ---------------------------------------------------------- */
 
-/* "HOST:PORT" or "[V6]:PORT" into host and port strings. */
-static tpu_status split_addr(const char *addr, char *host, size_t hsize, char *port, size_t psize)
-{
-	const char *colon, *h = addr;
-	size_t hlen;
-
-	if (!addr)
-		return -EINVAL;
-	if (addr[0] == '[') {
-		const char *end = strchr(addr, ']');
-
-		if (!end || end[1] != ':')
-			return -EINVAL;
-		h = addr + 1;
-		hlen = (size_t)(end - h);
-		colon = end + 1;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon)
-			return *addr ? TPU_E_URL_PORT : -EINVAL;
-		if (memchr(addr, ':', (size_t)(colon - addr)))
-			return -EINVAL;
-		hlen = (size_t)(colon - addr);
-	}
-	if (hlen && !colon[1])
-		return TPU_E_URL_PORT;
-	if (!hlen || hlen >= hsize || strlen(colon + 1) >= psize)
-		return -EINVAL;
-	for (const char *c = colon + 1; *c; c++)
-		if (*c < '0' || *c > '9')
-			return -EINVAL;
-	if (strtoul(colon + 1, NULL, 10) > 65535)
-		return -EINVAL;
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	strcpy(port, colon + 1);
-	return 0;
-}
-
 /* Every address addr names (getaddrinfo's list, to free with freeaddrinfo). */
 static tpu_status resolve(const char *addr, bool passive, struct addrinfo **res)
 {
@@ -244,7 +205,7 @@ static tpu_status resolve(const char *addr, bool passive, struct addrinfo **res)
 		.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0),
 	};
 	char host[TPU__XPORT_ADDR_MAX], port[8];
-	tpu_status st = split_addr(addr, host, sizeof(host), port, sizeof(port));
+	tpu_status st = tpu__xport_split_addr(addr, host, sizeof(host), port, sizeof(port));
 	int err;
 
 	if (st)

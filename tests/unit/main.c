@@ -30,12 +30,16 @@ static const struct {
 	{ "shm_ring", test_shm_ring },
 	{ "xport_tcp", test_xport_tcp },
 	{ "xport_shm", test_xport_shm },
+	{ "xport_rdma", test_xport_rdma },
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
+	{ "pipe_rdma", test_pipe_rdma },
 	{ "failure", test_failure },
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
 	{ "world", test_world },
+	/* Last: it takes the RDMA device's port down (only where asked to). */
+	{ "rdma_port", test_rdma_port },
 };
 
 static int wanted(const char *only, const char *name)
@@ -53,6 +57,10 @@ static int wanted(const char *only, const char *name)
 int main(void)
 {
 	const char *only = getenv("UNIT_ONLY");
+
+	/* Started again by test_pipe_rdma.c as a peer process: no lists then. */
+	if (getenv("TPU_TEST_RDMA_WRITER"))
+		return pipe_rdma_writer(getenv("TPU_TEST_RDMA_WRITER"));
 
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		if (wanted(only, lists[i].name))

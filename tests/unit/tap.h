@@ -43,8 +43,13 @@ void test_pipe_wire(void);
 void test_shm_ring(void);
 void test_xport_tcp(void);
 void test_xport_shm(void);
+void test_xport_rdma(void);
+void test_rdma_port(void);
 void test_pipe_core(void);
 void test_pipe_mtcp(void);
+void test_pipe_rdma(void);
+/* The peer process of test_pipe_rdma.c (this binary run again); its exit status. */
+int pipe_rdma_writer(const char *url);
 void test_copy_stream(void);
 void test_cma(void);
 void test_probe(void);
