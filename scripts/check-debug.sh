@@ -41,6 +41,7 @@ else
 fi
 $make --no-print-directory -s -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$logs/rdv-build.log"
 $make --no-print-directory -s -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
+$make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
 
 results=("module build (debug)" "$logs/kmod.tap" "$build_status")
 if [ $build_status -eq 0 ]; then
@@ -66,6 +67,10 @@ if [ $build_status -eq 0 ]; then
 	tests/vm/pair.sh --name debug-pair --module "$mod" -- \
 		"tests/vm/pair-smoke.sh; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
 	results+=("two VMs, soft-RoCE (debug kernel)" "build/vm/debug-pair-b/guest.log" "$?")
+	echo "== a pipe over rdma:// and a world between two VMs (VM pair, debug kernel)"
+	tests/vm/pair.sh --name debug-xfer --module "$mod" -- \
+		"tests/vm/pair-xfer.sh; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
+	results+=("two VMs, rdma pipe and world (debug kernel)" "build/vm/debug-xfer-b/guest.log" "$?")
 fi
 
 echo "== results"

@@ -26,6 +26,8 @@ fi
 [ -n "$kvers" ] || { echo "check: no kernel to build for (run 'make deps')" >&2; exit 2; }
 $make --no-print-directory -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$logs/rdv-build.log"
 $make --no-print-directory -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
+# Before the VMs: the VM pair runs two of them between its hosts.
+$make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
 
 results=()
 for kver in $kvers; do
@@ -74,6 +76,11 @@ for kver in $kvers; do
 	KVER=$kver tests/vm/pair.sh --name "check-pair-$kver" --module "$mod" -- tests/vm/pair-smoke.sh
 	pair_status=$?
 	results+=("two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status")
+
+	echo "== a pipe over rdma:// and a world between two VMs (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
+	xfer_status=$?
+	results+=("two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status")
 done
 
 echo "== pipes between processes, cma channel (host)"
@@ -81,7 +88,6 @@ tests/pipe/pipe_vm_test 2>&1 | tee "$logs/pipe-host.log"
 pipe_host_status=${PIPESTATUS[0]}
 
 echo "== examples: a two-process rendezvous and a pipe echo server (host)"
-$make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
 $make --no-print-directory -s -C examples run 2>&1 | tee "$logs/examples.log"
 examples_status=${PIPESTATUS[0]}
 
