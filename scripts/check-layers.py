@@ -27,6 +27,7 @@ LAYERS = {
     "channel":   ("channel.h",       ["base", "dev", "ctx", "rdv", "transport"]),
     "pipe":      ("pipe_internal.h", ["base", "dev", "ctx", "rdv", "transport", "channel"]),
     "remote":    ("remote.h",        ["base", "dev", "ctx", "rdv"]),
+    "coll":      ("coll.h",          ["base", "dev", "ctx", "rdv", "remote"]),
 }
 # Headers from outside lib/ that any file may include.
 PUBLIC = {"tpu_user.h"}

@@ -33,6 +33,8 @@ static const struct {
 	{ "pipe_core", test_pipe_core },
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "failure", test_failure },
+	{ "coll_dtype", test_coll_dtype },
+	{ "coll", test_coll },
 };
 
 static int wanted(const char *only, const char *name)

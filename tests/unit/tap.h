@@ -52,5 +52,7 @@ void test_rendezvous(void);
 void test_cma_table(void);
 void test_cma_viability(void);
 void test_rdv_cma(void);
+void test_coll_dtype(void);
+void test_coll(void);
 
 #endif
