@@ -190,7 +190,9 @@ tpu_status tpu__coll_ring_allreduce(struct tpu__coll_run *run)
 			pthread_join(tids[d], NULL);
 		else if (d)
 			rings[d].err = -EAGAIN;
-		err = err ? err : rings[d].err;
+		/* The ring that saw the cause beats those the resulting abort stopped. */
+		if (!err || (err == -ECONNABORTED && rings[d].err))
+			err = rings[d].err;
 	}
 	return err;
 }
