@@ -48,9 +48,14 @@ static bool differs(const struct tpu__coll_record *a, const struct tpu__coll_rec
 	for (int i = 0; i < TPU_COLL_MAX_SUBDIVS; i++)
 		FIELD(subdiv_offsets[i], "subdivision offsets")
 #undef FIELD
-	if (strcmp(a->impl, b->impl) || strcmp(a->device_type, b->device_type)) {
-		snprintf(why, size, "implementation or device type: rank 0 has \"%s\" %s, rank %d "
-			 "has \"%s\" %s", a->impl, a->device_type, r, b->impl, b->device_type);
+	if (strcmp(a->impl, b->impl)) {
+		snprintf(why, size, "implementation: rank 0 has \"%.31s\", rank %d has \"%.31s\"",
+			 a->impl, r, b->impl);
+		return true;
+	}
+	if (strcmp(a->device_type, b->device_type)) {
+		snprintf(why, size, "device type: rank 0 has %.31s, rank %d has %.31s",
+			 a->device_type, r, b->device_type);
 		return true;
 	}
 	return false;
