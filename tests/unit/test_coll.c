@@ -577,6 +577,114 @@ static void timeout(struct worker *w)
 	}
 }
 
+/* ---- threads of one process over the inprocess rendezvous ---- */
+
+#define NTHR 4
+
+struct thr {
+	struct tpu_rendezvous *rdv;
+	int me;
+	bool ok;
+};
+
+static void *thread_member(void *arg)
+{
+	struct thr *t = arg;
+	char names[NTHR][64];
+	const char *devs[NTHR];
+	int64_t in[1001], out[1001 * NTHR];
+	struct tpu_coll_group g = { .group_key = 9, .group_size = NTHR, .device_type = "CPU",
+				    .devices = devs };
+	struct tpu_coll_member me;
+	struct tpu_coll *coll;
+	struct tpu_coll_exec *exec;
+	bool ok = true;
+
+	for (int i = 0; i < NTHR; i++) {
+		snprintf(names[i], sizeof(names[i]), "/job:localhost/replica:0/task:0/device:CPU:%d",
+			 i);
+		devs[i] = names[i];
+	}
+	me = (struct tpu_coll_member){ .device = names[t->me], .is_source = t->me == 2 };
+	if (tpu_coll_create(t->rdv, &coll) || tpu_coll_exec_create(coll, 5, &exec))
+		return NULL;
+	for (int k = 0; k < 3; k++) {
+		struct tpu_coll_instance inst = { .instance_key = k, .dtype = TPU_DT_INT64,
+						  .count = 1001, .type = TPU_COLL_REDUCTION,
+						  .op = TPU_OP_MAX, .impl = k == 1 ? "ring" : NULL };
+
+		if (k == 2)
+			inst.type = TPU_COLL_GATHER;
+		for (int i = 0; i < 1001; i++)
+			in[i] = (int64_t)(i * NTHR + t->me);
+		ok &= tpu_coll_exec_run(exec, &g, &inst, &me, in, out) == 0;
+		for (int i = 0; i < 1001 * (k == 2 ? NTHR : 1); i++)
+			ok &= out[i] == (k == 2 ? (int64_t)((i % 1001) * NTHR + i / 1001) :
+					 (int64_t)(i * NTHR + NTHR - 1));
+	}
+	tpu_coll_exec_destroy(exec);
+	tpu_coll_destroy(coll);
+	t->ok = ok;
+	return NULL;
+}
+
+static void threads_over_inprocess(void)
+{
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	struct thr thr[NTHR];
+	pthread_t tids[NTHR];
+	bool ok = true;
+
+	if (tpu_context_create(NULL, &ctx) || tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &rdv)) {
+		CHECK(false, "coll_threads_over_the_inprocess_rendezvous: set-up");
+		return;
+	}
+	for (int i = 0; i < NTHR; i++) {
+		thr[i] = (struct thr){ .rdv = rdv, .me = i };
+		pthread_create(&tids[i], NULL, thread_member, &thr[i]);
+	}
+	for (int i = 0; i < NTHR; i++) {
+		pthread_join(tids[i], NULL);
+		ok &= thr[i].ok;
+	}
+	CHECK(ok, "coll_threads_over_the_inprocess_rendezvous_reduce_and_gather");
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+}
+
+static void api_arguments(void)
+{
+	struct tpu_coll *coll = NULL;
+	struct tpu_coll_exec *exec = NULL;
+	struct tpu_coll_resolved res;
+	enum tpu_coll_type type;
+	char why[8] = "x";
+	int found = 0;
+
+	CHECK_STATUS(tpu_coll_create(NULL, &coll), -EINVAL, "coll_create_refuses_a_null_rendezvous");
+	CHECK_STATUS(tpu_coll_exec_create(NULL, 1, &exec), -EINVAL,
+		     "coll_exec_create_refuses_a_null_coll");
+	CHECK_STATUS(tpu_coll_resolved(NULL, 1, 1, &res), -EINVAL,
+		     "coll_resolved_refuses_a_null_coll");
+	CHECK_STATUS(tpu_coll_exec_abort(NULL, -ECANCELED), -EINVAL,
+		     "coll_exec_abort_refuses_a_null_executor");
+	CHECK_STATUS(tpu_coll_exec_start(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), -EINVAL,
+		     "coll_exec_start_refuses_nulls");
+	tpu_coll_last_reason(NULL, why, sizeof(why));
+	CHECK(why[0] == 0, "coll_last_reason_of_nothing_is_empty");
+	tpu_coll_destroy(NULL);
+	tpu_coll_exec_destroy(NULL);
+	for (size_t i = 0; tpu_coll_impl_name(i, &type); i++)
+		found += (!strcmp(tpu_coll_impl_name(i, NULL), "ring") && type == TPU_COLL_REDUCTION) +
+			 (!strcmp(tpu_coll_impl_name(i, NULL), "doubling")) +
+			 (!strcmp(tpu_coll_impl_name(i, NULL), "tree") && type == TPU_COLL_BROADCAST) +
+			 (!strcmp(tpu_coll_impl_name(i, NULL), "ring") && type == TPU_COLL_GATHER);
+	CHECK(found == 4, "coll_registry_lists_ring_doubling_tree_and_ring_gather");
+	CHECK(!strcmp(tpu_status_name(TPU_E_COLL_MISMATCH), "TPU_E_COLL_MISMATCH"),
+	      "coll_mismatch_status_has_a_name");
+}
+
 /* ---- running a case ---- */
 
 struct scenario {
@@ -710,4 +818,6 @@ void test_coll(void)
 			 codes[2]);
 	CHECK(others_ok && peer_gone && codes[2] == 1000 + SIGKILL,
 	      "coll_member_killed_mid_collective_fails_the_others_promptly_with_peer_gone");
+	threads_over_inprocess();
+	api_arguments();
 }
