@@ -1159,6 +1159,8 @@ enum tpu_coll_type {
 	TPU_COLL_REDUCTION = 0,	/* all-reduce: every member gets the reduction of all inputs */
 	TPU_COLL_BROADCAST,	/* the source's input lands in every member's output */
 	TPU_COLL_GATHER,	/* all-gather: member r's input at block r of every output */
+	TPU_COLL_REDUCE_SCATTER, /* member r gets chunk r of the reduction (tpu_coll_chunk()) */
+	TPU_COLL_ALL_TO_ALL,	/* block j of member r's input lands at block r of member j's output */
 };
 
 /** enum tpu_dtype - element types of collectives */
@@ -1213,13 +1215,15 @@ struct tpu_coll_group {
 /**
  * struct tpu_coll_instance - CollInstanceParams: data common to all members of an instance.
  * @instance_key: names the instance within the group.
- * @type:	TPU_COLL_REDUCTION, _BROADCAST or _GATHER.
+ * @type:	TPU_COLL_REDUCTION, _BROADCAST, _GATHER, _REDUCE_SCATTER, _ALL_TO_ALL.
  * @dtype:	element type.
  * @count:	elements of each member's input (a gather's output has
- *		group_size times as many); may be 0.
+ *		group_size times as many; a reduce-scatter's output is the
+ *		member's chunk of them; an all-to-all's input and output are
+ *		group_size blocks of @count each); may be 0.
  * @ndims, @dims: the shape, optional (@ndims 0); when given, the product
  *		of @dims must be @count, and members must agree on it.
- * @op, @final_op: reduction only.
+ * @op, @final_op: reduction and reduce-scatter only.
  * @impl:	implementation by name (tpu_coll_impl_name()), NULL to let
  *		rank 0 choose by size and group shape.
  * @num_subdivs: reduction: parallel rings (1 .. TPU_COLL_MAX_SUBDIVS), 0
@@ -1372,6 +1376,12 @@ TPU_API void tpu_coll_last_reason(struct tpu_coll *coll, char *buf, size_t size)
  * and its collective type; NULL past the last.
  */
 TPU_API const char *tpu_coll_impl_name(size_t i, enum tpu_coll_type *type);
+/**
+ * tpu_coll_chunk - where rank @rank's chunk of @count elements starts, and
+ * its length, when a reduce-scatter splits them among @n members: evenly,
+ * the first @count % @n chunks one element longer.
+ */
+TPU_API size_t tpu_coll_chunk(uint64_t count, int n, int rank, size_t *len);
 /** tpu_dtype_size - bytes per element of @dtype, 0 if unknown */
 TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
 

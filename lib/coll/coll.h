@@ -8,7 +8,8 @@
  * under execution keys; coll_registry.c: implementations by name;
  * coll_ring.c: ring all-reduce; coll_doubling.c: recursive doubling
  * all-reduce for small tensors; coll_tree.c: tree broadcast;
- * coll_gather.c: ring all-gather; coll_reduce_ops.c: the merge and final
+ * coll_gather.c: ring all-gather; coll_reduce_scatter.c: ring
+ * reduce-scatter; coll_all_to_all.c: pairwise all-to-all; coll_reduce_ops.c: the merge and final
  * ops; coll_dtype.c: element sizes, float16 and bfloat16).  Not installed.
  *
  * Objects: a tpu_coll holds the rendezvous and the cache of resolved
@@ -181,6 +182,8 @@ tpu_status tpu__coll_ring_allreduce(struct tpu__coll_run *run);
 tpu_status tpu__coll_doubling_allreduce(struct tpu__coll_run *run);
 tpu_status tpu__coll_tree_broadcast(struct tpu__coll_run *run);
 tpu_status tpu__coll_ring_gather(struct tpu__coll_run *run);
+tpu_status tpu__coll_ring_reduce_scatter(struct tpu__coll_run *run);
+tpu_status tpu__coll_pairwise_all_to_all(struct tpu__coll_run *run);
 
 /* coll_reduce_ops.c: @a = @a op @b, element-wise; the final op on @a. */
 void tpu__coll_reduce(enum tpu_dtype dtype, enum tpu_reduce_op op, void *a, const void *b,

@@ -79,6 +79,11 @@ tpu_status tpu__coll_doubling_allreduce(struct tpu__coll_run *run)
 		if (!err)
 			err = tpu__coll_wait_sends(run, 0, -1);
 	}
+	if (err) {
+		/* A receive may still be writing into tmp: end it first. */
+		tpu_rendezvous_abort(run->coll->rdv, -ECONNABORTED);
+		tpu__coll_drain(run, -1);
+	}
 	free(tmp);
 	return err;
 }

@@ -52,12 +52,11 @@ static tpu_status check_instance(const struct tpu_coll_instance *in)
 {
 	uint64_t product = 1;
 
-	if (in->type != TPU_COLL_REDUCTION && in->type != TPU_COLL_BROADCAST &&
-	    in->type != TPU_COLL_GATHER)
+	if ((unsigned int)in->type > TPU_COLL_ALL_TO_ALL)
 		return -EINVAL;
 	if (!tpu__dtype_valid(in->dtype) || in->count > SIZE_MAX / 8 / TPU_COLL_MAX_MEMBERS)
 		return -EINVAL;
-	if (in->type == TPU_COLL_REDUCTION &&
+	if ((in->type == TPU_COLL_REDUCTION || in->type == TPU_COLL_REDUCE_SCATTER) &&
 	    ((unsigned int)in->op > TPU_OP_MAX || (unsigned int)in->final_op > TPU_FINAL_DIV))
 		return -EINVAL;
 	if (in->ndims < 0 || in->ndims > TPU_COLL_MAX_DIMS || (in->ndims && !in->dims))
@@ -180,9 +179,11 @@ void tpu__coll_record_of(const struct tpu__coll_run *run, struct tpu__coll_recor
 	rec->instance_key = in->instance_key;
 	rec->type = (int32_t)in->type;
 	rec->dtype = (int32_t)in->dtype;
-	if (in->type == TPU_COLL_REDUCTION) {
+	if (in->type == TPU_COLL_REDUCTION || in->type == TPU_COLL_REDUCE_SCATTER) {
 		rec->op = (int32_t)in->op;
 		rec->final_op = (int32_t)in->final_op;
+	}
+	if (in->type == TPU_COLL_REDUCTION) {
 		rec->num_subdivs = in->num_subdivs;
 		rec->has_offsets = in->subdiv_offsets != NULL;
 		if (in->subdiv_offsets)
@@ -197,4 +198,16 @@ void tpu__coll_record_of(const struct tpu__coll_run *run, struct tpu__coll_recor
 	rec->devices_hash = hash_devices(run->devices, run->n);
 	strcpy(rec->impl, run->impl);
 	strcpy(rec->device_type, run->device_type);
+}
+
+TPU_API size_t tpu_coll_chunk(uint64_t count, int n, int rank, size_t *len)
+{
+	if (n < 1 || rank < 0 || rank >= n) {
+		if (len)
+			*len = 0;
+		return 0;
+	}
+	if (len)
+		*len = tpu__coll_chunk_len((size_t)count, n, rank);
+	return tpu__coll_chunk_start((size_t)count, n, rank);
 }

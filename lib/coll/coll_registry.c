@@ -14,6 +14,8 @@ static const struct tpu__coll_impl impls[] = {
 	{ "doubling", TPU_COLL_REDUCTION, tpu__coll_doubling_allreduce },
 	{ "tree", TPU_COLL_BROADCAST, tpu__coll_tree_broadcast },
 	{ "ring", TPU_COLL_GATHER, tpu__coll_ring_gather },
+	{ "ring", TPU_COLL_REDUCE_SCATTER, tpu__coll_ring_reduce_scatter },
+	{ "pairwise", TPU_COLL_ALL_TO_ALL, tpu__coll_pairwise_all_to_all },
 };
 
 /* Below this a reduction is latency-bound: log2(n) exchanges beat 2(n-1) ring steps. */
@@ -36,7 +38,10 @@ const char *tpu__coll_impl_choose(enum tpu_coll_type type, size_t bytes, int n, 
 	case TPU_COLL_BROADCAST:
 		return "tree";
 	case TPU_COLL_GATHER:
+	case TPU_COLL_REDUCE_SCATTER:
 		return "ring";
+	case TPU_COLL_ALL_TO_ALL:
+		return "pairwise";
 	}
 	return "";
 }

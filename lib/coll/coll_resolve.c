@@ -17,8 +17,10 @@
 
 static const char *type_name(int32_t t)
 {
-	return t == TPU_COLL_REDUCTION ? "reduction" : t == TPU_COLL_BROADCAST ? "broadcast" :
-	       "gather";
+	static const char *const names[] = { "reduction", "broadcast", "gather",
+					     "reduce-scatter", "all-to-all" };
+
+	return t >= 0 && t <= TPU_COLL_ALL_TO_ALL ? names[t] : "?";
 }
 
 /* Why @b (rank @r) disagrees with rank 0's @a, or NULL. */

@@ -272,6 +272,71 @@ static void gather_matrix(struct worker *w, struct tpu_coll_exec *exec, bool sma
 		}
 }
 
+/* Member r gets chunk r of the reduction; every type and op, lengths turning. */
+static void reduce_scatter_matrix(struct worker *w, struct tpu_coll_exec *exec, bool small)
+{
+	const size_t counts[] = { 0, 1, (size_t)w->n + 1, 1003 };
+	static uint8_t in[1003 * 8], out[1003 * 8], want[1003 * 8];
+	struct tpu_coll_member me = { .device = w->devs[w->me] };
+	unsigned int turn = 0;
+
+	for (size_t t = 0; t < NDTYPES; t++)
+		for (int op = TPU_OP_SUM; op <= TPU_OP_MAX; op++)
+			for (size_t j = 0; j < (small ? 1u : 4u); j++, turn++) {
+				size_t c = small ? turn % 4 : j, len;
+				enum tpu_dtype dt = dtypes[t];
+				enum tpu_final_op fin = op == TPU_OP_SUM && c % 2 ? TPU_FINAL_DIV :
+							TPU_FINAL_NONE;
+				struct tpu_coll_instance inst = {
+					.instance_key = next_key++, .type = TPU_COLL_REDUCE_SCATTER,
+					.dtype = dt, .count = counts[c], .op = (enum tpu_reduce_op)op,
+					.final_op = fin };
+				size_t es = tpu_dtype_size(dt);
+				size_t start = tpu_coll_chunk(counts[c], w->n, w->me, &len);
+				bool in_place = turn % 2;
+				tpu_status st;
+
+				fill(dt, inst.op, w->me, in, counts[c]);
+				reference(dt, inst.op, fin, w->n, want, counts[c]);
+				memset(out, 0xee, sizeof(out));
+				if (in_place)
+					memcpy(out, in, counts[c] * es);
+				st = tpu_coll_exec_run(exec, &w->group, &inst, &me, in_place ? out : in,
+						       out);
+				W_CHECK(st == 0 && !memcmp(out, want + start * es, len * es));
+			}
+}
+
+/* Block j of member r goes to member j as block r: in place and out of place. */
+static void all_to_all_matrix(struct worker *w, struct tpu_coll_exec *exec, bool small)
+{
+	const size_t counts[] = { 0, 1, 3, 301 };
+	static uint8_t in[MAX_W * 301 * 8], out[MAX_W * 301 * 8], want[MAX_W * 301 * 8];
+	struct tpu_coll_member me = { .device = w->devs[w->me] };
+
+	for (size_t t = 0; t < NDTYPES; t++)
+		for (size_t c = small ? t % 4 : 0; c < (small ? t % 4 + 1 : 4u); c++) {
+			enum tpu_dtype dt = dtypes[t];
+			struct tpu_coll_instance inst = { .instance_key = next_key++,
+							  .type = TPU_COLL_ALL_TO_ALL, .dtype = dt,
+							  .count = counts[c] };
+			size_t bytes = counts[c] * tpu_dtype_size(dt);
+			bool in_place = (t + c) % 2;
+			tpu_status st;
+
+			/* Member r's block j holds values seeded by r * MAX_W + j. */
+			for (int j = 0; j < w->n; j++) {
+				fill(dt, TPU_OP_SUM, w->me * MAX_W + j, in + (size_t)j * bytes, counts[c]);
+				fill(dt, TPU_OP_SUM, j * MAX_W + w->me, want + (size_t)j * bytes,
+				     counts[c]);
+			}
+			if (in_place)
+				memcpy(out, in, (size_t)w->n * bytes);
+			st = tpu_coll_exec_run(exec, &w->group, &inst, &me, in_place ? out : in, out);
+			W_CHECK(st == 0 && !memcmp(out, want, (size_t)w->n * bytes));
+		}
+}
+
 /* Large enough for several pieces per chunk, and for two rings chosen or given. */
 static void large_allreduce(struct worker *w, struct tpu_coll_exec *exec)
 {
@@ -315,6 +380,8 @@ static void matrix(struct worker *w)
 	allreduce_matrix(w, exec, small);
 	broadcast_matrix(w, exec, small);
 	gather_matrix(w, exec, small);
+	reduce_scatter_matrix(w, exec, small);
+	all_to_all_matrix(w, exec, small);
 	if (!under_valgrind() && w->n >= 2 && w->n <= 4)
 		large_allreduce(w, exec);
 	tpu_coll_exec_destroy(exec);
