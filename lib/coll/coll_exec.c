@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll.h"
 
@@ -148,9 +149,9 @@ static void run_free(struct tpu__coll_run *run)
 	free(run);
 }
 
-static void *run_thread(void *arg)
+/* One run from start to callback, on whichever thread calls it; frees @run. */
+static void run_body(struct tpu__coll_run *run)
 {
-	struct tpu__coll_run *run = arg;
 	struct tpu_coll_exec *exec = run->exec;
 	struct tpu_coll *coll = run->coll;
 	tpu_status err = run_impl(run);
@@ -180,18 +181,22 @@ static void *run_thread(void *arg)
 	exec->running--;
 	pthread_cond_broadcast(&exec->cond);
 	pthread_mutex_unlock(&exec->lock);
+}
+
+static void *run_thread(void *arg)
+{
+	run_body(arg);
 	return NULL;
 }
 
-TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
-				       const struct tpu_coll_group *group,
-				       const struct tpu_coll_instance *instance,
-				       const struct tpu_coll_member *member, const void *in,
-				       void *out, tpu_coll_cb done, void *arg)
+/* A checked run of @exec, counted as running; the caller starts it. */
+static tpu_status run_new(struct tpu_coll_exec *exec, const struct tpu_coll_group *group,
+			  const struct tpu_coll_instance *instance,
+			  const struct tpu_coll_member *member, const void *in, void *out,
+			  tpu_coll_cb done, void *arg, struct tpu__coll_run **out_run)
 {
 	struct tpu__coll_run *run;
-	pthread_attr_t attr;
-	pthread_t tid;
+	pthread_condattr_t cattr;
 	tpu_status err;
 
 	if (!exec || !done)
@@ -205,7 +210,11 @@ TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
 	if (!run)
 		return -ENOMEM;
 	pthread_mutex_init(&run->lock, NULL);
-	pthread_cond_init(&run->cond, NULL);
+	/* wait_op() times its waits on CLOCK_MONOTONIC, as the deadline is. */
+	pthread_condattr_init(&cattr);
+	pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+	pthread_cond_init(&run->cond, &cattr);
+	pthread_condattr_destroy(&cattr);
 	run->coll = exec->coll;
 	run->exec = exec;
 	err = tpu__coll_run_init(run, group, instance, member);
@@ -225,6 +234,24 @@ TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
 	pthread_mutex_lock(&exec->lock);
 	exec->running++;
 	pthread_mutex_unlock(&exec->lock);
+	*out_run = run;
+	return 0;
+}
+
+TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
+				       const struct tpu_coll_group *group,
+				       const struct tpu_coll_instance *instance,
+				       const struct tpu_coll_member *member, const void *in,
+				       void *out, tpu_coll_cb done, void *arg)
+{
+	struct tpu__coll_run *run;
+	pthread_attr_t attr;
+	pthread_t tid;
+	tpu_status err;
+
+	err = run_new(exec, group, instance, member, in, out, done, arg, &run);
+	if (err)
+		return err;
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	err = -pthread_create(&tid, &attr, run_thread, run);
@@ -239,41 +266,24 @@ TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
 	return err;
 }
 
-struct waiter {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-	tpu_status status;
-};
-
-static void wake(void *arg, tpu_status status)
+static void keep_status(void *arg, tpu_status status)
 {
-	struct waiter *w = arg;
-
-	pthread_mutex_lock(&w->lock);
-	w->status = status;
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
+	*(tpu_status *)arg = status;
 }
 
+/* On the caller's thread: every hand-off between threads costs latency on a busy host. */
 TPU_API tpu_status tpu_coll_exec_run(struct tpu_coll_exec *exec,
 				     const struct tpu_coll_group *group,
 				     const struct tpu_coll_instance *instance,
 				     const struct tpu_coll_member *member, const void *in,
 				     void *out)
 {
-	struct waiter w = { .done = false };
-	tpu_status err;
+	struct tpu__coll_run *run;
+	tpu_status status = 0, err;
 
-	pthread_mutex_init(&w.lock, NULL);
-	pthread_cond_init(&w.cond, NULL);
-	err = tpu_coll_exec_start(exec, group, instance, member, in, out, wake, &w);
-	pthread_mutex_lock(&w.lock);
-	while (!err && !w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	pthread_mutex_destroy(&w.lock);
-	pthread_cond_destroy(&w.cond);
-	return err ? err : w.status;
+	err = run_new(exec, group, instance, member, in, out, keep_status, &status, &run);
+	if (err)
+		return err;
+	run_body(run);
+	return status;
 }
