@@ -1344,8 +1344,11 @@ TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
 				       const struct tpu_coll_member *member, const void *in,
 				       void *out, tpu_coll_cb done, void *arg);
 /**
- * tpu_coll_exec_run - tpu_coll_exec_start() that blocks the caller and
- * returns the status its callback would get.
+ * tpu_coll_exec_run - tpu_coll_exec_start() that runs on the caller's
+ * thread (one hand-off fewer) and returns the status its callback would get.
+ *
+ * Not on the context's thread (a rendezvous callback): the run waits for
+ * callbacks that thread delivers.
  */
 TPU_API tpu_status tpu_coll_exec_run(struct tpu_coll_exec *exec,
 				     const struct tpu_coll_group *group,
