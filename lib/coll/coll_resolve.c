@@ -160,10 +160,12 @@ static tpu_status exchange(struct tpu__coll_run *run, const struct tpu__coll_rec
 	return err;
 }
 
-static struct tpu__coll_cached *find(struct tpu_coll *coll, int32_t gk, int32_t ik)
+/* Members of one worker may share a tpu_coll: each rank has its own entry (-1: any). */
+static struct tpu__coll_cached *find(struct tpu_coll *coll, int32_t gk, int32_t ik, int rank)
 {
 	for (struct tpu__coll_cached *c = coll->cache; c; c = c->next)
-		if (c->rec.group_key == gk && c->rec.instance_key == ik)
+		if (c->rec.group_key == gk && c->rec.instance_key == ik &&
+		    (rank < 0 || c->rec.rank == rank))
 			return c;
 	return NULL;
 }
@@ -188,7 +190,7 @@ tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 
 	tpu__coll_record_of(run, &mine);
 	pthread_mutex_lock(&coll->lock);
-	while ((c = find(coll, mine.group_key, mine.instance_key)) && c->resolving)
+	while ((c = find(coll, mine.group_key, mine.instance_key, mine.rank)) && c->resolving)
 		pthread_cond_wait(&coll->cond, &coll->lock);
 	if (c) {
 		/* Cached: this member must still describe the instance as it did. */
@@ -248,7 +250,7 @@ TPU_API tpu_status tpu_coll_resolved(struct tpu_coll *coll, int32_t group_key,
 	if (!coll || coll->magic != TPU__MAGIC_COLL || !out)
 		return -EINVAL;
 	pthread_mutex_lock(&coll->lock);
-	c = find(coll, group_key, instance_key);
+	c = find(coll, group_key, instance_key, -1);
 	if (c && !c->resolving) {
 		*out = c->res;
 		err = 0;

@@ -454,6 +454,82 @@ static void out_of_order(struct worker *w)
 	}
 }
 
+/* ---- two members per worker ---- */
+
+struct local_member {
+	struct worker *w;
+	int dev;		/* device id within the task */
+	const char **devs;
+	bool ok;
+};
+
+/* One member thread: its worker's tpu_coll, shared with the other member of the task. */
+static void *local_member_run(void *arg)
+{
+	struct local_member *lm = arg;
+	struct worker *w = lm->w;
+	int rank = w->me * 2 + lm->dev;		/* names sort task first, then device */
+	struct tpu_coll_group g = { .group_key = 2, .group_size = 4, .device_type = "CPU",
+				    .devices = lm->devs };
+	char self[64];
+	struct tpu_coll_member me = { .device = self, .is_source = rank == 3 };
+	struct tpu_coll_exec *exec;
+	int64_t in[257], out[257 * 4];
+	bool ok = true;
+
+	snprintf(self, sizeof(self), TASK_FMT "/device:CPU:%d", w->me, lm->dev);
+	if (tpu_coll_exec_create(w->coll, 1, &exec))
+		return NULL;
+	for (int k = 0; k < 5; k++) {
+		static const char *const impls[] = { "ring", "doubling", NULL };
+		struct tpu_coll_instance inst = { .instance_key = k, .dtype = TPU_DT_INT64,
+						  .count = 257, .op = TPU_OP_SUM,
+						  .type = k < 3 ? TPU_COLL_REDUCTION :
+							  k == 3 ? TPU_COLL_BROADCAST : TPU_COLL_GATHER,
+						  .impl = k < 3 ? impls[k] : NULL };
+
+		for (int i = 0; i < 257; i++)
+			in[i] = i * 10 + rank;
+		tpu_status st = tpu_coll_exec_run(exec, &g, &inst, &me, in, out);
+		bool same = true;
+
+		for (int i = 0; i < 257 * (k == 4 ? 4 : 1) && !st; i++)
+			same &= out[i] == (k < 3 ? 4 * i * 10 + 6 : k == 3 ? i * 10 + 3 :
+					   (i % 257) * 10 + i / 257);
+		if (st || !same)
+			fprintf(stderr, "# coll rank %d: instance %d: %s%s\n", rank, k,
+				tpu_status_name(st), same ? "" : ", wrong result");
+		ok &= !st && same;
+	}
+	tpu_coll_exec_destroy(exec);
+	lm->ok = ok;
+	return NULL;
+}
+
+/* Two workers, two devices each: same-task keys meet inside a worker, the rest across. */
+static void two_per_task(struct worker *w)
+{
+	char names[4][64];
+	const char *devs[4];
+	struct local_member lm[2];
+	pthread_t tids[2];
+	struct tpu_coll_resolved res;
+
+	for (int i = 0; i < 4; i++) {
+		snprintf(names[i], sizeof(names[i]), TASK_FMT "/device:CPU:%d", i / 2, i % 2);
+		devs[3 - i] = names[i];
+	}
+	for (int d = 0; d < 2; d++) {
+		lm[d] = (struct local_member){ .w = w, .dev = d, .devs = devs };
+		W_CHECK(pthread_create(&tids[d], NULL, local_member_run, &lm[d]) == 0);
+	}
+	for (int d = 0; d < 2; d++) {
+		pthread_join(tids[d], NULL);
+		W_CHECK(lm[d].ok);
+	}
+	W_CHECK(tpu_coll_resolved(w->coll, 2, 0, &res) == 0 && res.num_tasks == 2);
+}
+
 /* ---- failures ---- */
 
 static tpu_status run_one(struct worker *w, int64_t step, struct tpu_coll_instance *inst,
@@ -848,6 +924,7 @@ void test_coll(void)
 		{ "timeout_fails_a_collective_whose_peers_never_come", timeout, -1 },
 	};
 	static const struct scenario kill_case = { "killed", killed, 2 };
+	static const struct scenario pair_case = { "two_members_per_worker", two_per_task, -1 };
 	int codes[MAX_W], serial = 0, peer_gone = 0, others_ok = 1;
 	bool small = under_valgrind();
 
@@ -873,6 +950,8 @@ void test_coll(void)
 		snprintf(what, sizeof(what), "coll_%s", cases[i].name);
 		expect_all_pass(what, 3, codes);
 	}
+	run_case(&pair_case, 2, serial++, codes);
+	expect_all_pass("coll_two_members_per_worker_share_its_coll_and_meet_inside_it", 2, codes);
 	run_case(&kill_case, 3, serial++, codes);
 	for (int i = 0; i < 2; i++) {
 		peer_gone += codes[i] == SAW_PEER_GONE;
