@@ -39,8 +39,8 @@ tpu_status tpu__coll_pairwise_all_to_all(struct tpu__coll_run *run)
 		err = tpu__coll_post_recv(run, j, "a2a", 0, 0, out + (size_t)j * bytes, bytes,
 					  &ops[j]);
 		if (!err)
-			err = tpu__coll_post_send(run, j, "a2a", 0, 0, in + (size_t)j * bytes, bytes,
-						  -1);
+			err = tpu__coll_post_send(run, j, "a2a", 0, 0, in + (size_t)j * bytes,
+						  bytes, -1);
 	}
 	for (int i = 1; i < n; i++) {
 		int j = (r + i) % n;

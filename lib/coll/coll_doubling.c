@@ -52,7 +52,8 @@ tpu_status tpu__coll_doubling_allreduce(struct tpu__coll_run *run)
 		if (!err)
 			err = tpu__coll_wait_sends(run, 0, -1);
 		if (!err)
-			err = tpu__coll_post_recv(run, r - p2, "unfold", 0, 0, run->out, bytes, &op);
+			err = tpu__coll_post_recv(run, r - p2, "unfold", 0, 0, run->out, bytes,
+						  &op);
 		if (!err)
 			err = tpu__coll_wait_recv(run, op, bytes);
 		free(tmp);

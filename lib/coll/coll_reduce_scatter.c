@@ -43,16 +43,16 @@ static tpu_status scatter(struct tpu__coll_run *run, char *work, char *tmp,
 						  tmp + k * TPU__COLL_PIECE, piece_len(bytes, k),
 						  &ops[k]);
 		for (size_t k = 0; k < pieces && !err; k++) {
-			char *piece = work + off + k * TPU__COLL_PIECE;
+			size_t at = k * TPU__COLL_PIECE, len = piece_len(bytes, k);
+			char *piece = work + off + at;
 
 			if (s >= 0) {
 				/* Step s: chunk r-s-2 arrives, is merged, and goes on. */
-				err = tpu__coll_wait_recv(run, ops[k], piece_len(bytes, k));
+				err = tpu__coll_wait_recv(run, ops[k], len);
 				ops[k] = NULL;
 				if (err)
 					break;
-				tpu__coll_reduce(in->dtype, in->op, piece, tmp + k * TPU__COLL_PIECE,
-						 piece_len(bytes, k) / es);
+				tpu__coll_reduce(in->dtype, in->op, piece, tmp + at, len / es);
 			}
 			if (s < n - 2)
 				err = tpu__coll_post_send(run, next, "rsc", 0, index_of(s + 1, k),

@@ -86,7 +86,8 @@ static void judge(const struct tpu__coll_run *run, const struct tpu__coll_record
 		}
 	}
 	if (me->type == TPU_COLL_BROADCAST && sources != 1) {
-		snprintf(v->reason, sizeof(v->reason), "broadcast with %d sources, want 1", sources);
+		snprintf(v->reason, sizeof(v->reason), "broadcast with %d sources, want 1",
+			 sources);
 		v->status = TPU_E_COLL_MISMATCH;
 		return;
 	}

@@ -54,7 +54,8 @@ static tpu_status send_chunk(struct ring *g, const char *tag, int step, int c)
 
 	for (size_t k = 0; k < pieces_of(bytes) && !err; k++)
 		err = tpu__coll_post_send(run, g->next, tag, g->subdiv, index_of(step, k),
-					  g->buf + off + k * TPU__COLL_PIECE, piece_len(bytes, k), c);
+					  g->buf + off + k * TPU__COLL_PIECE, piece_len(bytes, k),
+					  c);
 	return err;
 }
 
@@ -110,7 +111,7 @@ static tpu_status ring_part(struct ring *g, char *tmp, struct tpu__coll_op **ops
 		size_t off = tpu__coll_chunk_start(g->count, n, c) * es;
 		size_t bytes = tpu__coll_chunk_len(g->count, n, c) * es;
 
-		/* The reduce-scatter sent this chunk at step s: it must be read before it is replaced. */
+		/* The reduce-scatter sent this chunk at step s: read it before replacing it. */
 		err = tpu__coll_wait_sends(run, g->subdiv, c);
 		if (!err)
 			err = post_recvs(g, "ag", s, g->buf + off, bytes, ops);

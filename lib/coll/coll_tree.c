@@ -31,7 +31,7 @@ tpu_status tpu__coll_tree_broadcast(struct tpu__coll_run *run)
 	if (!v && run->out && run->out != run->in)
 		memcpy(run->out, run->in, bytes);
 	if (v) {
-		/* Every piece's receive is posted at once: they stream in while earlier ones go on. */
+		/* Every piece's receive is posted at once: they stream in as earlier ones go on. */
 		ops = calloc(pieces + 1, sizeof(*ops));
 		if (!ops)
 			return -ENOMEM;
