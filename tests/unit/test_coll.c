@@ -72,9 +72,29 @@ static void barrier(struct worker *w)
 	W_CHECK(read(w->sock, &c, 1) == 1);
 }
 
+/* "shm": URLs known in advance; "tcp": port 0, the URLs relayed through the test process. */
+static const char *transport = "shm";
+#define URL_LEN		256
+
+/* Tell the test process this worker's URL and learn everyone's. */
+static void swap_urls(struct worker *w)
+{
+	char url[URL_LEN] = { 0 }, task[64];
+	struct tpu_rendezvous *rdv = tpu_coll_rendezvous(w->coll);
+
+	W_CHECK(tpu_rendezvous_url(rdv, NULL, url, sizeof(url)) == 0);
+	W_CHECK(write(w->sock, url, sizeof(url)) == sizeof(url));
+	for (int i = 0; i < w->n; i++) {
+		W_CHECK(read(w->sock, url, sizeof(url)) == sizeof(url));
+		snprintf(task, sizeof(task), TASK_FMT, i);
+		W_CHECK(tpu_rendezvous_add_peer(rdv, task, url) == 0);
+	}
+}
+
 static void worker_start(struct worker *w, int serial)
 {
-	struct tpu_context_options co = { .transports = "shm" };
+	bool tcp = !strcmp(transport, "tcp");
+	struct tpu_context_options co = { .transports = transport };
 	char urls[MAX_W][96], tasks[MAX_W][64], self[64];
 	struct tpu_remote_task peers[MAX_W];
 	const char *lu;
@@ -93,9 +113,13 @@ static void worker_start(struct worker *w, int serial)
 	w->group = (struct tpu_coll_group){ .group_key = 1, .group_size = w->n,
 					    .device_type = "CPU", .devices = w->dev_ptrs };
 	snprintf(self, sizeof(self), TASK_FMT, w->me);
-	lu = urls[w->me];
+	lu = tcp ? "tcp://127.0.0.1:0" : urls[w->me];
+	if (tcp)
+		ro.npeers = 0;
 	W_CHECK(tpu_context_create(&co, &w->ctx) == 0);
 	W_CHECK(tpu_coll_create_cluster(w->ctx, &ro, &w->coll) == 0);
+	if (tcp)
+		swap_urls(w);
 }
 
 static void worker_end(struct worker *w)
@@ -678,7 +702,7 @@ static void killed(struct worker *w)
 	warm_up(w);
 	barrier(w);
 	if (w->me == w->n - 1) {
-		/* It starts its part, and is gone a moment later, its peers mid-way. */
+		/* It starts its part, and is gone once the data starts to move. */
 		const size_t count = 4u << 20;
 		float *buf = calloc(count, sizeof(float));
 		struct tpu_coll_instance inst = { .instance_key = 2, .type = TPU_COLL_REDUCTION,
@@ -688,9 +712,13 @@ static void killed(struct worker *w)
 		struct tpu_coll_exec *exec;
 
 		W_CHECK(buf && tpu_coll_exec_create(w->coll, 2, &exec) == 0);
+		struct tpu_coll_resolved res;
+
 		W_CHECK(tpu_coll_exec_start(exec, &w->group, &inst, &me, buf, buf, ignore,
 					    NULL) == 0);
-		usleep(20000);
+		/* Resolved: the data has just started moving, and needs this member to go on. */
+		while (tpu_coll_resolved(w->coll, 1, 2, &res))
+			usleep(100);
 		raise(SIGKILL);
 	}
 	st = big_run(w, 2, 2, 0, &elapsed);
@@ -837,8 +865,17 @@ struct scenario {
 /* Relay barriers until every worker closed its socket. */
 static void relay(int *socks, int n)
 {
+	char urls[MAX_W][URL_LEN];
 	int open = n;
 	char c;
+
+	for (int i = 0; i < n && !strcmp(transport, "tcp"); i++)
+		if (read(socks[i], urls[i], URL_LEN) != URL_LEN)
+			return;
+	for (int i = 0; i < n && !strcmp(transport, "tcp"); i++)
+		for (int j = 0; j < n; j++)
+			if (write(socks[i], urls[j], URL_LEN) != URL_LEN)
+				return;
 
 	while (open > 0) {
 		int arrived = 0;
@@ -962,6 +999,19 @@ void test_coll(void)
 			 codes[2]);
 	CHECK(others_ok && peer_gone && codes[2] == 1000 + SIGKILL,
 	      "coll_member_killed_mid_collective_fails_the_others_promptly_with_peer_gone");
+	/* The same over tcp on loopback, for a few group sizes and the death of a member. */
+	transport = "tcp";
+	for (int n = 2; n <= 4 && !getenv("COLL_N"); n++) {
+		run_case(&matrix_case, n, serial++, codes);
+		expect_all_pass("coll_every_collective_dtype_op_and_length_matches_the_reference_"
+				"over_tcp", n, codes);
+	}
+	run_case(&kill_case, 3, serial++, codes);
+	CHECK((codes[0] == SAW_PEER_GONE || codes[1] == SAW_PEER_GONE) &&
+	      codes[2] == 1000 + SIGKILL,
+	      "coll_member_killed_mid_collective_fails_the_others_with_peer_gone_over_tcp "
+	      "(%d, %d)", codes[0], codes[1]);
+	transport = "shm";
 	threads_over_inprocess();
 	api_arguments();
 }
