@@ -547,13 +547,17 @@ void tpu__pipe_reads_fail(struct tpu_pipe *p)
 
 void tpu__pipe_reads_free(struct tpu_pipe *p)
 {
+	/*
+	 * A delivered descriptor is on the list as well: decide before the
+	 * list is freed, since p->held may be one of its reads.
+	 */
+	if (p->held && !p->held->delivered)
+		rd_free(p->held);
+	p->held = NULL;
 	while (p->reads) {
 		struct pipe_read *rd = p->reads;
 
 		p->reads = rd->next;
 		rd_free(rd);
 	}
-	if (p->held && !p->held->delivered)
-		rd_free(p->held);
-	p->held = NULL;
 }
