@@ -86,6 +86,8 @@ enum {
 	TPU_E_URL_SCHEME	= -10011,
 	/** a tcp:// URL without its port (tcp://HOST:PORT, [V6]:PORT) */
 	TPU_E_URL_PORT		= -10012,
+	/** the members of a collective disagree on its parameters (type, data type, count...) */
+	TPU_E_COLL_MISMATCH	= -10013,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -1287,6 +1289,263 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *world, int rank, struct tpu_
  * Errors: -ETIMEDOUT after the world's timeout, -EDEADLK, the store's.
  */
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
+
+/* ------------------------------------------------------------------ */
+/* Collectives                                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Collectives as TensorFlow defines them (collective.h): a group of
+ * devices, instances of a collective over it, an executor per step.  Every
+ * byte moves through a rendezvous (PostToPeer is tpu_rendezvous_send,
+ * RecvFromPeer is tpu_rendezvous_recv), under TF keys whose devices are the
+ * two members and whose edge names the group, instance and part, with the
+ * step id as frame; so any rendezvous serves: inprocess between threads,
+ * remote between workers, over whichever channel their pipes chose.
+ *
+ * The first run of an instance resolves its parameters among the members:
+ * each sends what it knows to rank 0, which checks them, picks the
+ * implementation and sends the verdict back; disagreement fails every
+ * member with TPU_E_COLL_MISMATCH.  The result is cached in the tpu_coll.
+ * A failure during a run aborts the rendezvous (tpu_rendezvous_abort with
+ * -ECONNABORTED) so the other members fail promptly instead of waiting:
+ * as in TensorFlow, a failed step ends the rendezvous.  See
+ * Documentation/collectives.rst.
+ */
+
+/** enum tpu_coll_type - what a collective instance computes */
+enum tpu_coll_type {
+	TPU_COLL_REDUCTION = 0,	/* all-reduce: every member gets the reduction of all inputs */
+	TPU_COLL_BROADCAST,	/* the source's input lands in every member's output */
+	TPU_COLL_GATHER,	/* all-gather: member r's input at block r of every output */
+	TPU_COLL_REDUCE_SCATTER, /* member r gets chunk r of the reduction (tpu_coll_chunk()) */
+	TPU_COLL_ALL_TO_ALL,	/* block j of member r's input lands at block r of member j's output */
+};
+
+/** enum tpu_dtype - element types of collectives */
+enum tpu_dtype {
+	TPU_DT_FLOAT32 = 1,
+	TPU_DT_FLOAT64,
+	TPU_DT_FLOAT16,		/* IEEE binary16, reduced through float32 */
+	TPU_DT_BFLOAT16,	/* reduced through float32, rounded to nearest even */
+	TPU_DT_INT32,
+	TPU_DT_INT64,
+	TPU_DT_UINT8,
+};
+
+/** enum tpu_reduce_op - the merge op of a reduction */
+enum tpu_reduce_op {
+	TPU_OP_SUM = 0,
+	TPU_OP_PROD,
+	TPU_OP_MIN,
+	TPU_OP_MAX,
+};
+
+/** enum tpu_final_op - applied once to the reduced result */
+enum tpu_final_op {
+	TPU_FINAL_NONE = 0,
+	TPU_FINAL_DIV,		/* divide by the group size (sum then this: the mean) */
+};
+
+/** TPU_COLL_MAX_MEMBERS - most members of a group */
+#define TPU_COLL_MAX_MEMBERS	64
+/** TPU_COLL_MAX_SUBDIVS - most subdivisions (parallel rings) of a reduction */
+#define TPU_COLL_MAX_SUBDIVS	8
+/** TPU_COLL_MAX_DIMS - most dimensions of an instance's shape */
+#define TPU_COLL_MAX_DIMS	8
+
+/**
+ * struct tpu_coll_group - CollGroupParams: data common to all members of a group.
+ * @group_key:	names the group among the members.
+ * @group_size:	members, 1 .. TPU_COLL_MAX_MEMBERS.
+ * @device_type: "CPU" (the type of every member's device name).
+ * @num_tasks:	distinct tasks among the members; 0 to have it counted.
+ * @devices:	@group_size full device names, in any order: ranks follow
+ *		their natural sort (task:2 before task:10), as TF's default rank.
+ */
+struct tpu_coll_group {
+	int32_t group_key;
+	int32_t group_size;
+	const char *device_type;
+	int32_t num_tasks;
+	const char *const *devices;
+};
+
+/**
+ * struct tpu_coll_instance - CollInstanceParams: data common to all members of an instance.
+ * @instance_key: names the instance within the group.
+ * @type:	TPU_COLL_REDUCTION, _BROADCAST, _GATHER, _REDUCE_SCATTER, _ALL_TO_ALL.
+ * @dtype:	element type.
+ * @count:	elements of each member's input (a gather's output has
+ *		group_size times as many; a reduce-scatter's output is the
+ *		member's chunk of them; an all-to-all's input and output are
+ *		group_size blocks of @count each); may be 0.
+ * @ndims, @dims: the shape, optional (@ndims 0); when given, the product
+ *		of @dims must be @count, and members must agree on it.
+ * @op, @final_op: reduction and reduce-scatter only.
+ * @impl:	implementation by name (tpu_coll_impl_name()), NULL to let
+ *		rank 0 choose by size and group shape.
+ * @num_subdivs: reduction: parallel rings (1 .. TPU_COLL_MAX_SUBDIVS), 0
+ *		to choose; @subdiv_offsets: where each ring starts (CollImplDetails'
+ *		subdiv_offsets), NULL for evenly spread starts.
+ * @timeout_ns:	the whole run, resolution included; 0 for 60 s.
+ */
+struct tpu_coll_instance {
+	int32_t instance_key;
+	enum tpu_coll_type type;
+	enum tpu_dtype dtype;
+	uint64_t count;
+	int32_t ndims;
+	const int64_t *dims;
+	enum tpu_reduce_op op;
+	enum tpu_final_op final_op;
+	const char *impl;
+	int32_t num_subdivs;
+	const int32_t *subdiv_offsets;
+	uint64_t timeout_ns;
+};
+
+/**
+ * struct tpu_coll_member - what is particular to one member (CollectiveParams).
+ * @device:	this member's device name, one of the group's.
+ * @is_source:	broadcast: this member sends; exactly one member must.
+ */
+struct tpu_coll_member {
+	const char *device;
+	bool is_source;
+};
+
+/**
+ * struct tpu_coll_resolved - an instance as resolution completed it.
+ * @default_rank: this member's rank.
+ * @source_rank: broadcast: the source's rank, else -1.
+ * @num_tasks:	distinct tasks of the group.
+ * @impl:	the implementation chosen.
+ * @num_subdivs, @subdiv_offsets: the rings of a reduction.
+ */
+struct tpu_coll_resolved {
+	int32_t default_rank;
+	int32_t source_rank;
+	int32_t num_tasks;
+	char impl[32];
+	int32_t num_subdivs;
+	int32_t subdiv_offsets[TPU_COLL_MAX_SUBDIVS];
+};
+
+/** struct tpu_coll - this worker's collectives over one rendezvous (opaque) */
+struct tpu_coll;
+/** struct tpu_coll_exec - the collective executor of one step (opaque) */
+struct tpu_coll_exec;
+
+/**
+ * tpu_coll_create - collectives over @rdv, which stays the caller's and
+ * must outlive the tpu_coll.
+ * Errors: -EINVAL, -ENOMEM.
+ */
+TPU_API tpu_status tpu_coll_create(struct tpu_rendezvous *rdv, struct tpu_coll **out);
+/**
+ * tpu_coll_create_cluster - a remote rendezvous for the cluster map in
+ * @opts (task names and URLs), and collectives over it, which own it.
+ *
+ * This is the one call a launcher's bootstrap needs once it knows the map.
+ * Errors: those of tpu_rendezvous_create_remote(), -ENOMEM.
+ */
+TPU_API tpu_status tpu_coll_create_cluster(struct tpu_context *ctx,
+					   const struct tpu_remote_options *opts,
+					   struct tpu_coll **out);
+/** tpu_coll_rendezvous - the rendezvous the collectives move data through */
+TPU_API struct tpu_rendezvous *tpu_coll_rendezvous(struct tpu_coll *coll);
+/**
+ * tpu_coll_destroy - free @coll (NULL is ignored); its executors must be
+ * destroyed first.  A rendezvous it created is destroyed too.
+ */
+TPU_API void tpu_coll_destroy(struct tpu_coll *coll);
+
+/**
+ * tpu_coll_exec_create - the executor of step @step_id.
+ *
+ * Members run an instance in the same step: the step id is part of every
+ * key, so a step id is used for at most one run of each instance.
+ * Errors: -EINVAL, -ENOMEM.
+ */
+TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
+					struct tpu_coll_exec **out);
+/**
+ * tpu_coll_exec_destroy - wait for the step's runs to finish (their
+ * callbacks ran), then free it (NULL is ignored).  Not from a callback.
+ */
+TPU_API void tpu_coll_exec_destroy(struct tpu_coll_exec *exec);
+
+/** typedef tpu_coll_cb - a run finished with @status */
+typedef void (*tpu_coll_cb)(void *arg, tpu_status status);
+
+/**
+ * tpu_coll_exec_start - run one member's part of an instance, on a thread
+ * of the executor; @done runs there when it finished.
+ * @in:		this member's input, @instance->count elements (a broadcast's
+ *		non-source members: NULL).
+ * @out:	the result: @count elements, @group_size times that for a
+ *		gather; may equal @in (in place).  A broadcast source may pass NULL.
+ *
+ * Both buffers stay the caller's and untouched until @done.  Errors to
+ * @done: TPU_E_COLL_MISMATCH (the members disagree: type, data type,
+ * count, shape, op, group size or devices, implementation, sources; every
+ * member gets it), -ENOENT (no implementation of that name, every member),
+ * -ETIMEDOUT, TPU_E_PEER_GONE (a member died), the abort status (this step
+ * aborted here or on another member; -ECONNABORTED when another member's
+ * run failed), -EINVAL (@in or @out missing).  Errors returned here mean
+ * @done will not run: -EINVAL (bad parameters, this member not in the
+ * group), -ENOMEM, the abort status.
+ */
+TPU_API tpu_status tpu_coll_exec_start(struct tpu_coll_exec *exec,
+				       const struct tpu_coll_group *group,
+				       const struct tpu_coll_instance *instance,
+				       const struct tpu_coll_member *member, const void *in,
+				       void *out, tpu_coll_cb done, void *arg);
+/**
+ * tpu_coll_exec_run - tpu_coll_exec_start() that runs on the caller's
+ * thread (one hand-off fewer) and returns the status its callback would get.
+ *
+ * Not on the context's thread (a rendezvous callback): the run waits for
+ * callbacks that thread delivers.
+ */
+TPU_API tpu_status tpu_coll_exec_run(struct tpu_coll_exec *exec,
+				     const struct tpu_coll_group *group,
+				     const struct tpu_coll_instance *instance,
+				     const struct tpu_coll_member *member, const void *in,
+				     void *out);
+/**
+ * tpu_coll_exec_abort - StartAbort: fail every pending and later run of
+ * this step, here and on every member, with @status (an errno value,
+ * -EHWPOISON .. -1), through tpu_rendezvous_abort() of the coll's
+ * rendezvous, which ends it for every step.
+ * Errors: -EINVAL, -EALREADY.
+ */
+TPU_API tpu_status tpu_coll_exec_abort(struct tpu_coll_exec *exec, tpu_status status);
+/**
+ * tpu_coll_resolved - the resolution cached for @group_key/@instance_key.
+ * Errors: -EINVAL, -ENOENT (not resolved yet, or resolution failed).
+ */
+TPU_API tpu_status tpu_coll_resolved(struct tpu_coll *coll, int32_t group_key,
+				     int32_t instance_key, struct tpu_coll_resolved *out);
+/**
+ * tpu_coll_last_reason - why the last run of @coll that failed failed,
+ * in words (a mismatch names the field and the two members); "" if none.
+ */
+TPU_API void tpu_coll_last_reason(struct tpu_coll *coll, char *buf, size_t size);
+/**
+ * tpu_coll_impl_name - the @i-th registered implementation ("ring", "tree"...)
+ * and its collective type; NULL past the last.
+ */
+TPU_API const char *tpu_coll_impl_name(size_t i, enum tpu_coll_type *type);
+/**
+ * tpu_coll_chunk - where rank @rank's chunk of @count elements starts, and
+ * its length, when a reduce-scatter splits them among @n members: evenly,
+ * the first @count % @n chunks one element longer.
+ */
+TPU_API size_t tpu_coll_chunk(uint64_t count, int n, int rank, size_t *len);
+/** tpu_dtype_size - bytes per element of @dtype, 0 if unknown */
+TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "bench_coll.h"
 #include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "bench_uring.h"
@@ -903,6 +904,8 @@ int main(int argc, char **argv)
 		return bench_rdv_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "pipe"))
 		return bench_pipe_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "coll"))
+		return bench_coll_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))

@@ -41,6 +41,8 @@ static const struct status_text status_texts[] = {
 	  "unknown URL scheme: a pipe URL starts with tcp:// or shm://" },
 	{ TPU_E_URL_PORT, "TPU_E_URL_PORT",
 	  "the tcp URL has no port: write tcp://HOST:PORT (PORT 0 lets a listener pick one)" },
+	{ TPU_E_COLL_MISMATCH, "TPU_E_COLL_MISMATCH",
+	  "the members of a collective disagree on its parameters (tpu_coll_last_reason says which)" },
 	{ TPU_E_FORKED, "TPU_E_FORKED",
 	  "context used in a forked child: create a new context in the child" },
 

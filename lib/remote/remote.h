@@ -86,6 +86,7 @@ struct remote_task {
 	bool retry_on;
 	uint64_t first_try_ns;		/* 0: no connect tried since the last success */
 	uint64_t backoff_ns;
+	bool answered;			/* a pipe to it carried something once: not late but gone */
 };
 
 #define REMOTE_CONNECT_NS	(30ull * 1000000000ull)

@@ -47,8 +47,10 @@ static tpu_status pipe_error(const struct remote *st)
 static void peer_established(struct remote_peer *p)
 {
 	p->established = true;
-	if (p->task && p->task->peer == p)
+	if (p->task && p->task->peer == p) {
 		p->task->first_try_ns = 0;
+		p->task->answered = true;
+	}
 }
 
 static void retry_fire(void *arg, tpu_status status)
@@ -68,7 +70,7 @@ static void retry_fire(void *arg, tpu_status status)
 /*
  * A connect to @t that never carried anything failed: the worker may not
  * have started yet.  Try again later, within REMOTE_CONNECT_NS of the first
- * try, unless the rendezvous is going away.
+ * try, unless the rendezvous is going away or @t answered before.
  */
 static bool retry_later(struct remote *st, struct remote_task *t)
 {
@@ -78,7 +80,12 @@ static bool retry_later(struct remote *st, struct remote_task *t)
 	pthread_mutex_lock(&st->lock);
 	aborted = st->aborted || st->closing;
 	pthread_mutex_unlock(&st->lock);
-	if (aborted || st->destroyed || !t->first_try_ns || now - t->first_try_ns > REMOTE_CONNECT_NS)
+	/*
+	 * A worker that answered once and now refuses died: a receive asked
+	 * of it after its death fails at once, like one that was waiting.
+	 */
+	if (aborted || st->destroyed || t->answered || !t->first_try_ns ||
+	    now - t->first_try_ns > REMOTE_CONNECT_NS)
 		return false;
 	if (t->retry_on)
 		return true;

@@ -38,6 +38,8 @@ static const struct {
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
 	{ "world", test_world },
+	{ "coll_dtype", test_coll_dtype },
+	{ "coll", test_coll },
 	/* Last: it takes the RDMA device's port down (only where asked to). */
 	{ "rdma_port", test_rdma_port },
 };

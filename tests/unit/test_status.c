@@ -11,6 +11,7 @@ static const int library_codes[] = {
 	TPU_E_NO_DEVICE, TPU_E_NOT_TENSORPIPE, TPU_E_ABI_MISMATCH,
 	TPU_E_BAD_KEY, TPU_E_BAD_DEVICE_NAME, TPU_E_NO_TRANSPORT, TPU_E_CLOSED,
 	TPU_E_PEER_GONE, TPU_E_DESTROYED, TPU_E_FORKED, TPU_E_URL_SCHEME, TPU_E_URL_PORT,
+	TPU_E_COLL_MISMATCH,
 };
 
 /* Every errno the module's header lists for some command. */

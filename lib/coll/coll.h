@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * lib/coll: collectives as TensorFlow defines them, on the public
+ * rendezvous calls only (coll_group.c: a group and an instance checked and
+ * ranked; coll_resolve.c: parameters agreed among the members on first
+ * run, then cached; coll_exec.c: the executor of a step, its runs and
+ * abort; coll_xfer.c: PostToPeer/RecvFromPeer, a run's sends and receives
+ * under execution keys; coll_registry.c: implementations by name;
+ * coll_ring.c: ring all-reduce; coll_doubling.c: recursive doubling
+ * all-reduce for small tensors; coll_tree.c: tree broadcast;
+ * coll_gather.c: ring all-gather; coll_reduce_scatter.c: ring
+ * reduce-scatter; coll_all_to_all.c: pairwise all-to-all; coll_reduce_ops.c: the merge and final
+ * ops; coll_dtype.c: element sizes, float16 and bfloat16).  Not installed.
+ *
+ * Objects: a tpu_coll holds the rendezvous and the cache of resolved
+ * instances; an executor (one step) counts its runs; a run is one
+ * member's part of one instance, on its own thread, and owns every
+ * operation it posted until they all completed.  Lock order: run->lock
+ * alone (callbacks of the rendezvous take it); coll->lock and exec->lock
+ * are never held across a rendezvous call.
+ */
+#ifndef TPU_COLL_H
+#define TPU_COLL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define TPU__MAGIC_COLL		0xc011c011U
+#define TPU__COLL_VERSION	1
+#define TPU__COLL_DEVICE_MAX	256
+#define TPU__COLL_KEY_MAX	(2 * TPU__COLL_DEVICE_MAX + 128)
+/* Bytes per transfer: chunks are cut into pieces so reducing one overlaps moving the next. */
+#define TPU__COLL_PIECE		(256u << 10)
+
+/* What one member knows of an instance, as sent to rank 0 (same ABI on every member). */
+struct tpu__coll_record {
+	uint32_t version;
+	int32_t group_key;
+	int32_t group_size;
+	int32_t num_tasks;
+	int32_t instance_key;
+	int32_t type;
+	int32_t dtype;
+	int32_t op;
+	int32_t final_op;
+	int32_t num_subdivs;
+	int32_t subdiv_offsets[TPU_COLL_MAX_SUBDIVS];
+	int32_t ndims;
+	int32_t is_source;
+	int32_t rank;
+	int32_t has_offsets;
+	uint64_t count;
+	int64_t dims[TPU_COLL_MAX_DIMS];
+	uint64_t devices_hash;
+	char impl[32];
+	char device_type[32];
+};
+
+/* Rank 0's answer: the status every member returns, or the completed parameters. */
+struct tpu__coll_verdict {
+	int32_t status;
+	int32_t pad;
+	struct tpu_coll_resolved res;
+	char reason[192];
+};
+
+struct tpu__coll_cached {
+	struct tpu__coll_cached *next;
+	struct tpu__coll_record rec;
+	struct tpu_coll_resolved res;
+	bool resolving;
+};
+
+struct tpu_coll {
+	uint32_t magic;
+	struct tpu_rendezvous *rdv;
+	bool owns_rdv;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* a resolution finished */
+	struct tpu__coll_cached *cache;
+	char last_reason[320];
+};
+
+struct tpu_coll_exec {
+	struct tpu_coll *coll;
+	int64_t step_id;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* a run finished */
+	unsigned int running;
+	tpu_status aborted;
+};
+
+struct tpu__coll_run;
+
+/* One send or receive of a run; listed on the run until it completed and was reaped. */
+struct tpu__coll_op {
+	struct tpu__coll_op *next;
+	struct tpu__coll_run *run;
+	bool is_send;
+	bool done;
+	int subdiv;
+	int chunk;			/* sends: the chunk of the buffer it reads, or -1 */
+	tpu_status status;
+	size_t len;
+	size_t key_len;
+	char key[TPU__COLL_KEY_MAX];
+};
+
+struct tpu__coll_run {
+	struct tpu_coll *coll;
+	struct tpu_coll_exec *exec;
+	/* The group, ranked: devices[r] is rank r's (owned, sorted). */
+	int32_t group_key;
+	int n;
+	int rank;
+	char **devices;
+	int num_tasks;
+	char device_type[32];
+	/* The instance, copied. */
+	struct tpu_coll_instance inst;
+	int64_t dims[TPU_COLL_MAX_DIMS];
+	int32_t offsets[TPU_COLL_MAX_SUBDIVS];
+	char impl[32];
+	bool is_source;
+	struct tpu_coll_resolved res;
+	size_t esize;
+	const void *in;
+	void *out;
+	tpu_coll_cb done;
+	void *arg;
+	uint64_t deadline_ns;
+	char reason[256];
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* an operation completed */
+	struct tpu__coll_op *ops;
+};
+
+/* coll_group.c */
+tpu_status tpu__coll_run_init(struct tpu__coll_run *run, const struct tpu_coll_group *group,
+			      const struct tpu_coll_instance *instance,
+			      const struct tpu_coll_member *member);
+void tpu__coll_run_fini(struct tpu__coll_run *run);
+void tpu__coll_record_of(const struct tpu__coll_run *run, struct tpu__coll_record *rec);
+uint64_t tpu__coll_now_ns(void);
+
+/* coll_resolve.c */
+tpu_status tpu__coll_resolve(struct tpu__coll_run *run);
+void tpu__coll_forget_all(struct tpu_coll *coll);
+
+/* coll_xfer.c: the execution key is "coll/G/I/TAG/SUBDIV/INDEX", frame = step. */
+tpu_status tpu__coll_post_send(struct tpu__coll_run *run, int peer, const char *tag, int subdiv,
+			       uint64_t index, const void *buf, size_t len, int chunk);
+tpu_status tpu__coll_post_recv(struct tpu__coll_run *run, int peer, const char *tag, int subdiv,
+			       uint64_t index, void *buf, size_t len, struct tpu__coll_op **op);
+/* Wait for a receive of exactly @len bytes and forget it. */
+tpu_status tpu__coll_wait_recv(struct tpu__coll_run *run, struct tpu__coll_op *op, size_t len);
+/* Wait for the sends of @subdiv (-1: any) reading @chunk (-1: any). */
+tpu_status tpu__coll_wait_sends(struct tpu__coll_run *run, int subdiv, int chunk);
+/*
+ * Wait, without a deadline, for every operation of @subdiv (-1: any) still
+ * posted, and free them: after a failure, the abort makes them complete.
+ */
+void tpu__coll_drain(struct tpu__coll_run *run, int subdiv);
+
+/* coll_registry.c */
+typedef tpu_status (*tpu__coll_fn)(struct tpu__coll_run *run);
+struct tpu__coll_impl {
+	const char *name;
+	enum tpu_coll_type type;
+	tpu__coll_fn run;
+};
+const struct tpu__coll_impl *tpu__coll_impl_find(enum tpu_coll_type type, const char *name);
+/* Rank 0's choice when the instance names none. */
+const char *tpu__coll_impl_choose(enum tpu_coll_type type, size_t bytes, int n, int num_tasks);
+
+/* The implementations. */
+tpu_status tpu__coll_ring_allreduce(struct tpu__coll_run *run);
+tpu_status tpu__coll_doubling_allreduce(struct tpu__coll_run *run);
+tpu_status tpu__coll_tree_broadcast(struct tpu__coll_run *run);
+tpu_status tpu__coll_ring_gather(struct tpu__coll_run *run);
+tpu_status tpu__coll_ring_reduce_scatter(struct tpu__coll_run *run);
+tpu_status tpu__coll_pairwise_all_to_all(struct tpu__coll_run *run);
+
+/* coll_reduce_ops.c: @a = @a op @b, element-wise; the final op on @a. */
+void tpu__coll_reduce(enum tpu_dtype dtype, enum tpu_reduce_op op, void *a, const void *b,
+		      size_t count);
+void tpu__coll_final(enum tpu_dtype dtype, enum tpu_final_op op, void *a, size_t count, int n);
+
+/* coll_dtype.c: IEEE binary16 and bfloat16 through float32, rounding to nearest even. */
+float tpu__f16_to_f32(uint16_t h);
+uint16_t tpu__f32_to_f16(float f);
+float tpu__bf16_to_f32(uint16_t h);
+uint16_t tpu__f32_to_bf16(float f);
+bool tpu__dtype_valid(enum tpu_dtype dtype);
+
+/* Chunk @c of @n over @count elements: balanced, the first count % n one longer. */
+static inline size_t tpu__coll_chunk_start(size_t count, int n, int c)
+{
+	size_t q = count / (size_t)n, r = count % (size_t)n;
+
+	return (size_t)c * q + ((size_t)c < r ? (size_t)c : r);
+}
+
+static inline size_t tpu__coll_chunk_len(size_t count, int n, int c)
+{
+	return tpu__coll_chunk_start(count, n, c + 1) - tpu__coll_chunk_start(count, n, c);
+}
+
+#endif /* TPU_COLL_H */
