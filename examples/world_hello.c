@@ -4,7 +4,10 @@
  * ring: rank 0 starts it, every rank adds its rank + 1 to each element and
  * hands it to the next through the world's rendezvous, and rank 0 checks
  * the sum when it comes back.  Then every rank writes one message on the
- * world pipe to the next rank and reads one from the previous.
+ * world pipe to the next rank and reads one from the previous, and last the
+ * ranks form a collective group over the world's rendezvous and all-reduce
+ * a tensor (the mean of the ranks' inputs), each checking the result: the
+ * launcher's variables are all the set-up a group needs.
  *
  *   mpirun -np 3 ./world_hello                     Open MPI, one host
  *   torchrun --nproc-per-node 3 --no-python ./world_hello
@@ -141,6 +144,49 @@ static tpu_status pipe_hello(struct tpu_world *w, int me, int n)
 	return st;
 }
 
+/* All-reduce over the world: rank r gives r + i at element i; every rank gets the mean. */
+static tpu_status all_reduce(struct tpu_world *w, int me, int n)
+{
+	static float in[N], out[N];
+	char names[8][64];
+	const char *devices[8];
+	struct tpu_coll *coll = NULL;
+	struct tpu_coll_exec *exec = NULL;
+	struct tpu_coll_group g = { .group_key = 1, .group_size = n, .device_type = "CPU",
+				    .devices = devices };
+	struct tpu_coll_instance inst = { .instance_key = 1, .type = TPU_COLL_REDUCTION,
+					  .dtype = TPU_DT_FLOAT32, .count = N, .op = TPU_OP_SUM,
+					  .final_op = TPU_FINAL_DIV };
+	struct tpu_coll_member m;
+	tpu_status st;
+
+	if (n > 8)
+		return 0;	/* this example names at most 8 members */
+	for (int r = 0; r < n; r++) {
+		snprintf(names[r], sizeof(names[r]), "/job:worker/replica:0/task:%d/device:CPU:0", r);
+		devices[r] = names[r];
+	}
+	g.num_tasks = n;
+	m = (struct tpu_coll_member){ .device = names[me] };
+	for (int i = 0; i < N; i++)
+		in[i] = (float)(me + i);
+	st = tpu_coll_create(tpu_world_rendezvous(w), &coll);
+	if (!st)
+		st = tpu_coll_exec_create(coll, 1, &exec);
+	if (!st)
+		st = tpu_coll_exec_run(exec, &g, &inst, &m, in, out);
+	tpu_coll_exec_destroy(exec);
+	tpu_coll_destroy(coll);
+	if (st)
+		return st;
+	for (int i = 0; i < N; i++)
+		if (out[i] != (float)i + (float)(n - 1) / 2.0f)
+			return -EBADMSG;
+	printf("rank %d: all-reduce of %d floats: the mean of the %d ranks' inputs, as expected\n",
+	       me, N, n);
+	return 0;
+}
+
 static int run_rank(void)
 {
 	struct tpu_context *ctx = NULL;
@@ -162,6 +208,8 @@ static int run_rank(void)
 	st = info->size > 1 ? pass_token(w, info->rank, info->size) : 0;
 	if (!st && info->size > 1)
 		st = pipe_hello(w, info->rank, info->size);
+	if (!st)
+		st = all_reduce(w, info->rank, info->size);
 	if (st)
 		fprintf(stderr, "rank %d: %s\n", info->rank, tpu_strerror(st));
 	tpu_world_destroy(w);

@@ -81,6 +81,11 @@ for kver in $kvers; do
 	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
 	xfer_status=$?
 	results+=("two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status")
+
+	echo "== failures between two VMs over rdma:// (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-fail-$kver" -- tests/vm/pair-fail.sh
+	fail_status=$?
+	results+=("two VMs, rdma failures ($kver)" "build/vm/check-fail-$kver-b/guest.log" "$fail_status")
 done
 
 echo "== pipes between processes, cma channel (host)"
