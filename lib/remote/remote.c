@@ -236,9 +236,15 @@ static void abort_run(struct tpu__task *t)
 	struct remote *st = tpu__container_of(t, struct remote, abort_task);
 
 	if (!st->destroyed) {
+		/*
+		 * ABORT first: on each pipe it then reaches the peer before the
+		 * answers that carry the status, so the peer aborts with this
+		 * status, not with what a failure of its own would choose
+		 * (collectives abort with -ECONNABORTED when a run fails).
+		 */
+		tpu__remote_peers_abort(st, st->abort_status);
 		tpu__remote_serve_answer_all(st, st->abort_status);
 		tpu__remote_fetch_fail_all(st, st->abort_status);
-		tpu__remote_peers_abort(st, st->abort_status);
 	}
 	tpu__remote_put(st);
 }

@@ -296,6 +296,9 @@ void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struc
 	if (status) {
 		/* The read failed; the pipe is ending (or what ended the fetch says why). */
 		res = f->ended ? f->ended : p->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+	} else if (res == TPU_E_CLOSED) {
+		/* The producer's rendezvous closed before it could answer: to us it is gone. */
+		res = TPU_E_PEER_GONE;
 	} else if (!res && (!msg || msg->ntensors != 1)) {
 		res = -EPROTO;
 	}

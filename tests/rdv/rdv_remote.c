@@ -383,6 +383,8 @@ static void destroy_while_read(struct world *w)
 		usleep(100000);	/* the REQ is at 1 before it sends */
 		barrier(w);
 		sem_wait(&wd.sem);
+		if (wd.status && wd.status != TPU_E_PEER_GONE)
+			fprintf(stderr, "# worker 0: the receive ended %s\n", tpu_status_name(wd.status));
 		W_CHECK(wd.status == 0 || wd.status == TPU_E_PEER_GONE);
 		if (!wd.status) {
 			W_CHECK(wd.len == LEN);
