@@ -65,27 +65,6 @@ static tpu_status cm_errno(void)
 	return errno == ENODEV || errno == ENOENT ? TPU_E_NO_DEVICE : tpu__errno();
 }
 
-/* The first address addr names (getaddrinfo's list, to free with freeaddrinfo). */
-static tpu_status resolve(const char *addr, bool passive, struct addrinfo **res)
-{
-	struct addrinfo hints = {
-		.ai_socktype = SOCK_STREAM,
-		.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0),
-	};
-	char host[TPU__XPORT_ADDR_MAX], port[8];
-	tpu_status st = tpu__xport_split_addr(addr, host, sizeof(host), port, sizeof(port));
-	int err;
-
-	if (st)
-		return st;
-	err = getaddrinfo(host, port, &hints, res);
-	if (err == EAI_SYSTEM)
-		return tpu__errno();
-	if (err == EAI_MEMORY)
-		return -ENOMEM;
-	return err ? -EINVAL : 0;
-}
-
 tpu_status tpu__rdma_viable(char *why, size_t size)
 {
 	struct rdma_event_channel *ch;
@@ -324,7 +303,7 @@ tpu_status tpu__rdma_connect(struct tpu_context *ctx, const char *addr, struct t
 	tpu_status st;
 
 	*out = NULL;
-	st = resolve(addr, false, &ai);
+	st = tpu__xport_resolve(addr, false, &ai);
 	if (st)
 		return st;
 	c = tpu__rdma_conn_new(ctx);
@@ -501,15 +480,12 @@ static const struct tpu__xlistener_ops rdma_listener_ops = {
 tpu_status tpu__rdma_listen(struct tpu_context *ctx, const char *addr, tpu__accept_fn fn,
 			    void *arg, struct tpu__xlistener **out)
 {
-	char host[TPU__XPORT_ADDR_MAX], port[8];
 	struct rdma_listener *l;
 	struct addrinfo *ai;
 	tpu_status st;
 
 	*out = NULL;
-	st = tpu__xport_split_addr(addr, host, sizeof(host), port, sizeof(port));
-	if (!st)
-		st = resolve(addr, true, &ai);
+	st = tpu__xport_resolve(addr, true, &ai);
 	if (st)
 		return st;
 	l = calloc(1, sizeof(*l));
@@ -531,8 +507,9 @@ tpu_status tpu__rdma_listen(struct tpu_context *ctx, const char *addr, tpu__acce
 		return st;
 	}
 	freeaddrinfo(ai);
-	snprintf(l->addr, sizeof(l->addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
-		 (unsigned int)ntohs(rdma_get_src_port(l->id)));
+	/* The bound address, its port resolved: the listener's rdma_cm id holds it in full. */
+	tpu__xport_format_addr(rdma_get_local_addr(l->id), sizeof(struct sockaddr_storage),
+			       l->addr, sizeof(l->addr));
 	st = listener_watch(l);
 	if (st) {
 		listener_free(l);

@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "ctx/ctx.h"
@@ -47,6 +48,7 @@
 typedef void (*tpu__io_cb)(void *arg, tpu_status status);
 
 struct tpu__conn;
+struct addrinfo;
 
 struct tpu__conn_ops {
 	/*
@@ -162,5 +164,9 @@ tpu_status tpu__rdma_read(struct tpu__conn *c, void *laddr, uint32_t lkey, uint6
  */
 tpu_status tpu__xport_split_addr(const char *addr, char *host, size_t hsize, char *port,
 				 size_t psize);
+/* Every address @addr names (getaddrinfo's list, to free with freeaddrinfo). */
+tpu_status tpu__xport_resolve(const char *addr, bool passive, struct addrinfo **res);
+/* @sa as "HOST:PORT" or "[V6]:PORT", numeric. */
+void tpu__xport_format_addr(const struct sockaddr *sa, socklen_t salen, char *buf, size_t size);
 
 #endif /* TPU_XPORT_H */

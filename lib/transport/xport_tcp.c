@@ -196,38 +196,6 @@ static const struct tpu__xlistener_ops tcp_listener_ops;
 
 /* ---- addresses ---------------------------------------------------------- */
 
-/* Every address addr names (getaddrinfo's list, to free with freeaddrinfo). */
-static tpu_status resolve(const char *addr, bool passive, struct addrinfo **res)
-{
-	struct addrinfo hints = {
-		.ai_socktype = SOCK_STREAM,
-		.ai_protocol = IPPROTO_TCP,
-		.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0),
-	};
-	char host[TPU__XPORT_ADDR_MAX], port[8];
-	tpu_status st = tpu__xport_split_addr(addr, host, sizeof(host), port, sizeof(port));
-	int err;
-
-	if (st)
-		return st;
-	err = getaddrinfo(host, port, &hints, res);
-	if (err == EAI_SYSTEM)
-		return tpu__errno();
-	if (err == EAI_MEMORY)
-		return -ENOMEM;
-	return err ? -EINVAL : 0;
-}
-
-static void format_addr(const struct sockaddr_storage *sa, socklen_t salen, char *buf,
-			size_t size)
-{
-	char host[INET6_ADDRSTRLEN] = "?", port[8] = "0";
-
-	getnameinfo((const void *)sa, salen, host, sizeof(host), port, sizeof(port),
-		    NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(buf, size, sa->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
-}
-
 static tpu_status tcp_compat_descriptor(char *buf, size_t size)
 {
 	return snprintf(buf, size, "tcp") < (int)size ? 0 : -ENOSPC;
@@ -822,7 +790,7 @@ static tpu_status tcp_connect(struct tpu_context *ctx, const char *addr, struct 
 	c = conn_new(ctx, -1);
 	if (!c)
 		return -ENOMEM;
-	st = resolve(addr, false, &c->ai);
+	st = tpu__xport_resolve(addr, false, &c->ai);
 	if (!st) {
 		c->ai_cur = c->ai;
 		st = connect_next(c);
@@ -972,7 +940,7 @@ static tpu_status tcp_listen(struct tpu_context *ctx, const char *addr, tpu__acc
 
 	if (!fn)
 		return -EINVAL;
-	st = resolve(addr, true, &ai);
+	st = tpu__xport_resolve(addr, true, &ai);
 	if (st)
 		return st;
 	l = calloc(1, sizeof(*l));
@@ -998,7 +966,7 @@ static tpu_status tcp_listen(struct tpu_context *ctx, const char *addr, tpu__acc
 		st = tpu__errno();
 		goto fail;
 	}
-	format_addr(&sa, salen, l->addr, sizeof(l->addr));
+	tpu__xport_format_addr((struct sockaddr *)&sa, salen, l->addr, sizeof(l->addr));
 	/* Armed here, so that a lack of memory is this call's error, not fn's. */
 	sqe = tpu__ctx_sqe(ctx, accept_done, l);
 	if (!sqe) {
