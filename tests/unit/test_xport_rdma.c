@@ -65,9 +65,9 @@ static void test_names(void)
 
 static void test_bad_addresses(void)
 {
-	static const char *const no_port[] = { "10.0.0.1", "10.0.0.1:" };
+	static const char *const no_port[] = { "127.0.0.1", "127.0.0.1:" };
 	static const char *const bad[] = {
-		"10.0.0.1:65536", "10.0.0.1:8x", "[::1", "[::1]80", ":80", "a:b:80", "",
+		"127.0.0.1:65536", "127.0.0.1:8x", "[::1", "[::1]80", ":80", "a:b:80", "",
 		"no-such-host.invalid:80",
 	};
 
