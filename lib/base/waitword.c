@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * The wait word of waitword.h: states IDLE -> POSTED, or IDLE -> SLEEPING
- * -> POSTED when the waiter went to sleep first.  The poster's exchange
- * tells it whether a FUTEX_WAKE is needed.
+ * -> POSTED when the waiter went to sleep first, or IDLE -> AWAY -> IDLE
+ * ... -> POSTED when it sleeps elsewhere (an agent's sleep) and wakes now
+ * and then to work.  The poster's exchange tells it whether a FUTEX_WAKE
+ * (SLEEPING) or a kick (AWAY) is needed.
  *
  * Spin budget: twice the longest recent hand-off that ended while
  * spinning, capped at SPIN_MAX_NS; a hand-off that had to sleep halves it,
@@ -21,7 +23,7 @@
 #include "base.h"
 #include "waitword.h"
 
-enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING };
+enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING, TPU__WW_AWAY };
 
 #define SPIN_MAX_NS	50000u	/* never spin longer than this */
 #define SPIN_START_NS	20000u
@@ -73,10 +75,18 @@ static void cpu_relax(void)
 
 void tpu__waitword_post(struct tpu__waitword *w)
 {
-	if (atomic_load_explicit(word(w), memory_order_relaxed) == TPU__WW_SLEEPING)
+	void (*kick)(void *arg) = w->kick;
+	void *kick_arg = w->kick_arg;
+	uint32_t was = atomic_load_explicit(word(w), memory_order_relaxed);
+
+	if (was == TPU__WW_SLEEPING || was == TPU__WW_AWAY)
 		w->posted_ns = tpu__mono_ns();
-	if (atomic_exchange(word(w), TPU__WW_POSTED) == TPU__WW_SLEEPING)
+	/* After the exchange the waiter may return and @w be gone. */
+	was = atomic_exchange(word(w), TPU__WW_POSTED);
+	if (was == TPU__WW_SLEEPING)
 		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	else if (was == TPU__WW_AWAY)
+		kick(kick_arg);
 }
 
 /* Learn from one hand-off: @spun_ns until posted, @slept when it was not. */
@@ -97,8 +107,7 @@ static void budget_update(uint64_t spun_ns, bool slept)
 	atomic_store_explicit(&spin_budget_ns, b, memory_order_relaxed);
 }
 
-static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
-		 void (*poll)(void *, enum tpu__ww_phase), void *arg)
+static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu__ww_agent *agent)
 {
 	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
 	uint64_t start, now, last;
@@ -122,8 +131,8 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns,
 			}
 			cpu_relax();
 		}
-		if (poll)
-			poll(arg, TPU__WW_SPIN_POLL);
+		if (agent)
+			agent->poll(agent->arg, TPU__WW_SPIN_POLL);
 		now = tpu__mono_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
 			tpu__spin_preempted(now);
@@ -147,25 +156,30 @@ void tpu__spin_preempted(uint64_t now_ns)
 
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
 {
-	return tpu__waitword_wait_poll(w, deadline_ns, NULL, NULL);
+	return tpu__waitword_wait_with(w, deadline_ns, NULL);
 }
 
-bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
-			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg)
+/*
+ * A post that came soon after the waiter went to sleep says spinning a
+ * little longer would have paid; a long sleep says it would not.  The
+ * poster's clock says when it posted; without it our wake-up latency
+ * (tens of microseconds for an idle virtual CPU) counts too, and the
+ * budget would never recover from one slow hand-off.
+ */
+static void learn_from_sleep(const struct tpu__waitword *w, uint64_t began, uint64_t slept)
+{
+	uint64_t took = w->posted_ns > began ? w->posted_ns - began : tpu__mono_ns() - slept;
+
+	budget_update(took, took > SPIN_MAX_NS);
+}
+
+/* Sleep on the word itself until posted or @deadline_ns: true when posted. */
+static bool sleep_on_word(struct tpu__waitword *w, uint64_t deadline_ns, uint64_t began)
 {
 	uint32_t expected = TPU__WW_IDLE;
-	uint64_t began = tpu__mono_ns();
-	struct timespec ts;
 	uint64_t start, now;
-	bool posted;
+	struct timespec ts;
 
-	if (poll)
-		poll(arg, TPU__WW_SPIN_BEGIN);
-	posted = spin(w, deadline_ns, poll, arg);
-	if (poll)
-		poll(arg, TPU__WW_SPIN_END);
-	if (posted)
-		return true;
 	/* Announce the sleep; a post that came first wins the exchange. */
 	if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_SLEEPING) &&
 	    expected == TPU__WW_POSTED)
@@ -184,14 +198,55 @@ bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
 		syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TPU__WW_SLEEPING,
 			deadline_ns ? &ts : NULL, NULL, 0);
 	}
-	/*
-	 * A post that came soon after we went to sleep says spinning a little
-	 * longer would have paid; a long sleep says it would not.  The
-	 * poster's clock says when it posted; without it our wake-up latency
-	 * (tens of microseconds for an idle virtual CPU) counts too, and the
-	 * budget would never recover from one slow hand-off.
-	 */
-	now = w->posted_ns > began ? w->posted_ns - began : tpu__mono_ns() - start;
-	budget_update(now, now > SPIN_MAX_NS);
+	learn_from_sleep(w, began, start);
 	return true;
+}
+
+/*
+ * Sleep in the agent's place until posted or @deadline_ns, working after
+ * every wake-up.  The word is AWAY only while asleep, so that the waiter's
+ * own work, which may post it, needs no kick.  The token is read before
+ * the word says AWAY: a kick after that changes what the sleep waits on.
+ */
+static bool sleep_away(struct tpu__waitword *w, uint64_t deadline_ns, uint64_t began,
+		       const struct tpu__ww_agent *agent)
+{
+	uint64_t start = tpu__mono_ns();
+
+	for (;;) {
+		uint32_t token = agent->token(agent->arg);
+		uint32_t expected = TPU__WW_IDLE;
+
+		/* What changed before the token was read is not slept through. */
+		agent->poll(agent->arg, TPU__WW_SPIN_POLL);
+		if (deadline_ns && tpu__mono_ns() >= deadline_ns &&
+		    atomic_load_explicit(word(w), memory_order_acquire) != TPU__WW_POSTED)
+			return false;
+		if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_AWAY))
+			break;		/* posted */
+		agent->sleep(agent->arg, token, deadline_ns);
+		expected = TPU__WW_AWAY;
+		if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_IDLE))
+			break;		/* posted while asleep */
+	}
+	learn_from_sleep(w, began, start);
+	return true;
+}
+
+bool tpu__waitword_wait_with(struct tpu__waitword *w, uint64_t deadline_ns,
+			     const struct tpu__ww_agent *agent)
+{
+	uint64_t began = tpu__mono_ns();
+	bool posted;
+
+	if (agent)
+		agent->poll(agent->arg, TPU__WW_SPIN_BEGIN);
+	posted = spin(w, deadline_ns, agent);
+	if (!posted && agent && agent->sleep)
+		posted = sleep_away(w, deadline_ns, began, agent);
+	if (agent)
+		agent->poll(agent->arg, TPU__WW_SPIN_END);
+	if (posted || (agent && agent->sleep))
+		return posted;
+	return sleep_on_word(w, deadline_ns, began);
 }

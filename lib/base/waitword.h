@@ -18,6 +18,14 @@
 struct tpu__waitword {
 	uint32_t state;		/* atomic access only: TPU__WW_* */
 	/*
+	 * Set before the word can be posted, when the waiter may sleep
+	 * somewhere else (struct tpu__ww_agent.sleep): how a poster wakes it
+	 * there.  Called only while the waiter is asleep, so what it touches
+	 * lives at least until the waiter returns.
+	 */
+	void (*kick)(void *arg);
+	void *kick_arg;
+	/*
 	 * When a poster found the waiter asleep: the hand-off's own length,
 	 * which the waiter's wake-up latency would otherwise hide from the
 	 * spin budget.  Written before state; 0 when not known.
@@ -25,7 +33,7 @@ struct tpu__waitword {
 	uint64_t posted_ns;
 };
 
-#define TPU__WAITWORD_INIT	{ 0, 0 }
+#define TPU__WAITWORD_INIT	{ 0, NULL, NULL, 0 }
 
 /* Mark @w posted and wake its waiter if it sleeps.  Once per word. */
 void tpu__waitword_post(struct tpu__waitword *w);
@@ -36,21 +44,37 @@ void tpu__waitword_post(struct tpu__waitword *w);
  */
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns);
 
-/* What tpu__waitword_wait_poll() tells its @poll. */
+/* What tpu__waitword_wait_with() tells its agent's @poll. */
 enum tpu__ww_phase {
 	TPU__WW_SPIN_BEGIN,	/* about to spin */
-	TPU__WW_SPIN_POLL,	/* spinning: do some work if there is any */
-	TPU__WW_SPIN_END,	/* done spinning (posted, or going to sleep) */
+	TPU__WW_SPIN_POLL,	/* spinning, or woken: do some work if there is any */
+	TPU__WW_SPIN_END,	/* done waiting (posted, or given up) */
 };
 
 /*
- * tpu__waitword_wait() that, while it spins, calls @poll(@arg,
- * TPU__WW_SPIN_POLL) now and then, between one call with SPIN_BEGIN and one
- * with SPIN_END: the waiter may do the work it waits for itself (see the
- * cma rendezvous).  @poll must not block.
+ * What a waiter may do besides waiting (see the cma rendezvous, whose
+ * waiters do its helper thread's work).  @poll is called with SPIN_BEGIN
+ * once, then now and then with SPIN_POLL while spinning and after every
+ * wake-up, and with SPIN_END once at the end.  With @sleep, a waiter that
+ * stops spinning sleeps there instead of on its word: @token reads what
+ * @sleep then waits to change (a wake sequence), and the word's @kick
+ * must change it.  The waiter then wakes once for the event it waits on
+ * and does the work itself, instead of a helper waking first to do it and
+ * then waking the waiter.  None of them may block, @sleep apart.
  */
-bool tpu__waitword_wait_poll(struct tpu__waitword *w, uint64_t deadline_ns,
-			     void (*poll)(void *arg, enum tpu__ww_phase phase), void *arg);
+struct tpu__ww_agent {
+	void (*poll)(void *arg, enum tpu__ww_phase phase);
+	uint32_t (*token)(void *arg);
+	void (*sleep)(void *arg, uint32_t token, uint64_t deadline_ns);
+	void *arg;
+};
+
+/*
+ * tpu__waitword_wait() with an agent (@agent NULL: none).  @w->kick must
+ * be set when @agent->sleep is.
+ */
+bool tpu__waitword_wait_with(struct tpu__waitword *w, uint64_t deadline_ns,
+			     const struct tpu__ww_agent *agent);
 
 /*
  * The process's spinners share one view of the machine's load: a spinner

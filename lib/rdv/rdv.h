@@ -119,9 +119,15 @@ struct tpu__rdv_ops {
 	int (*cancel)(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
 	tpu_status (*abort)(struct tpu_rendezvous *rdv, tpu_status status);
 	/* Optional: move this member's ops along on the calling thread, which
-	 * holds no lock and spins in recv_wait or send_wait (@phase: see
-	 * tpu__waitword_wait_poll); never blocks. */
+	 * holds no lock and waits in recv_wait or send_wait (@phase: see
+	 * struct tpu__ww_agent); never blocks. */
 	void (*progress)(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase);
+	/* Optional, with progress: where such a waiter sleeps once it stops
+	 * spinning, and how a poster of its word wakes it there (struct
+	 * tpu__ww_agent's token and sleep, struct tpu__waitword's kick). */
+	uint32_t (*wait_token)(struct tpu_rendezvous *rdv);
+	void (*wait_sleep)(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns);
+	void (*wait_kick)(struct tpu_rendezvous *rdv);
 	/* The implementation owns pipes: the context closes it before them. */
 	bool owns_pipes;
 };

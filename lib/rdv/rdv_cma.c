@@ -23,11 +23,14 @@
  *
  * The fast path: a thread blocked in recv_wait or send_wait spins for a
  * while and, as it spins, does the helper's work itself (cma_progress,
- * whenever the table's wake word moved).  While it does and every pending
- * op is such a wait, the helper parks on a word of its own (helper_park),
- * so it is not among the table's sleepers; a wake of the table makes a
- * system call only for sleepers, and a round trip between two spinning
- * members makes none.
+ * whenever the table's wake word moved); when it stops spinning it sleeps
+ * on the table's wake word in the helper's place (cma_wait_sleep) and goes
+ * on doing that work after each wake-up, so a hand-off to a sleeping
+ * waiter costs one wake-up, not the helper's and then the waiter's.  While
+ * it does and every pending op is such a wait, the helper parks on a word
+ * of its own (helper_park), so it is not among the table's sleepers; a
+ * wake of the table makes a system call only for sleepers, and a round
+ * trip between two spinning members makes none.
  *
  * Peer death, shown by the table's liveness mutexes (robust: the kernel
  * marks a dead owner's mutex) and noticed at once by a second thread per
@@ -371,6 +374,15 @@ static void helper_park(struct cma_member *m)
 		syscall(SYS_futex, &m->parked, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* New members: the watcher must watch their processes too.  m->lock held. */
+static void note_joins(struct cma_member *m, uint32_t joins)
+{
+	if (joins != m->joins_seen) {
+		m->joins_seen = joins;
+		watcher_poke(m);
+	}
+}
+
 static void helper_loop(struct cma_member *m)
 {
 	pthread_mutex_lock(&m->lock);
@@ -381,10 +393,7 @@ static void helper_loop(struct cma_member *m)
 		int64_t timeout;
 		bool park;
 
-		if (joins != m->joins_seen) {
-			m->joins_seen = joins;
-			watcher_poke(m);
-		}
+		note_joins(m, joins);
 		scan(m, &done, &pulls);
 		if (pulls || done) {
 			pthread_mutex_unlock(&m->lock);
@@ -877,6 +886,8 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 	if (pthread_mutex_trylock(&m->lock))
 		return;		/* the helper is at it */
 	__atomic_store_n(&m->progress_seen, seq, __ATOMIC_RELAXED);
+	/* The helper may stay parked for the whole wait: do its every duty. */
+	note_joins(m, tpu__cma_joins(&m->table));
 	if (!m->closing)
 		scan(m, &done, &pulls);
 	pthread_mutex_unlock(&m->lock);
@@ -886,6 +897,48 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 	if (pulls)
 		tpu__cma_wake(&m->table);
 	complete_all(done, true);
+}
+
+/*
+ * A waiter done spinning sleeps where the parked helper would have: on the
+ * table's wake word, with the helper's timeout, and then scans itself
+ * (cma_progress).  One wake-up per hand-off instead of two (the helper's,
+ * then the waiter's own word).  It stays counted in m->spinners, so the
+ * helper stays parked while every pending op has such a waiter.
+ */
+static uint32_t cma_wait_token(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+
+	return tpu__cma_wake_seq(&m->table);
+}
+
+static void cma_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns)
+{
+	struct cma_member *m = rdv->impl_state;
+	int64_t timeout = DEATH_POLL_NS;
+	uint64_t now;
+
+	if (!pthread_mutex_trylock(&m->lock)) {
+		timeout = sleep_ns(m);
+		pthread_mutex_unlock(&m->lock);
+	}
+	if (deadline_ns) {
+		now = now_ns();
+		if (now >= deadline_ns)
+			return;
+		if (timeout < 0 || deadline_ns - now < (uint64_t)timeout)
+			timeout = (int64_t)(deadline_ns - now);
+	}
+	tpu__cma_wait(&m->table, token, timeout);
+}
+
+/* A waiter's word posted by anyone but the waiter itself (cancel, the context). */
+static void cma_wait_kick(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+
+	tpu__cma_wake(&m->table);
 }
 
 const struct tpu__rdv_ops tpu__rdv_cma = {
@@ -899,4 +952,7 @@ const struct tpu__rdv_ops tpu__rdv_cma = {
 	.cancel = cma_cancel,
 	.abort = cma_abort,
 	.progress = cma_progress,
+	.wait_token = cma_wait_token,
+	.wait_sleep = cma_wait_sleep,
+	.wait_kick = cma_wait_kick,
 };

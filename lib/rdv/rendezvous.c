@@ -432,17 +432,55 @@ static void send_woken(void *arg, tpu_status status)
  * the result that beat the cancel) and wait for that.  Returns true when
  * the time ran out and the op was cancelled.
  */
-static void progress(void *arg, enum tpu__ww_phase phase)
+static void agent_poll(void *arg, enum tpu__ww_phase phase)
 {
 	struct tpu_rendezvous *rdv = arg;
 
 	rdv->ops->progress(rdv, phase);
 }
 
+static uint32_t agent_token(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	return rdv->ops->wait_token(rdv);
+}
+
+static void agent_sleep(void *arg, uint32_t token, uint64_t deadline_ns)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	rdv->ops->wait_sleep(rdv, token, deadline_ns);
+}
+
+static void agent_kick(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	rdv->ops->wait_kick(rdv);
+}
+
+/* A waiter's word, before its op is issued: the kick must be there first. */
+static void waiter_init(struct tpu_rendezvous *rdv, struct waiter *w)
+{
+	*w = (struct waiter){ .word = TPU__WAITWORD_INIT };
+	if (rdv->ops->wait_sleep) {
+		w->word.kick = agent_kick;
+		w->word.kick_arg = rdv;
+	}
+}
+
 static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
 			   struct waiter *w, uint64_t deadline_ns)
 {
-	if (tpu__waitword_wait_poll(&w->word, deadline_ns, rdv->ops->progress ? progress : NULL, rdv))
+	const struct tpu__ww_agent agent = {
+		.poll = agent_poll,
+		.token = rdv->ops->wait_sleep ? agent_token : NULL,
+		.sleep = rdv->ops->wait_sleep ? agent_sleep : NULL,
+		.arg = rdv,
+	};
+
+	if (tpu__waitword_wait_with(&w->word, deadline_ns, rdv->ops->progress ? &agent : NULL))
 		return false;
 	tpu_rendezvous_cancel(rdv, key, key_len);
 	tpu__waitword_wait(&w->word, 0);
@@ -453,11 +491,12 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 					    size_t key_len, const struct tpu_tensor *dst,
 					    uint64_t timeout_ns, size_t *len)
 {
-	struct waiter w = { .word = TPU__WAITWORD_INIT };
 	uint64_t deadline = tpu__deadline_ns(timeout_ns);
+	struct waiter w;
 	tpu_status st;
 
 	RDV_CHECK(rdv);
+	waiter_init(rdv, &w);
 	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
@@ -481,11 +520,12 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 					    size_t key_len, const struct tpu_tensor *tensor,
 					    unsigned int flags, uint64_t timeout_ns)
 {
-	struct waiter w = { .word = TPU__WAITWORD_INIT };
 	uint64_t deadline = tpu__deadline_ns(timeout_ns);
+	struct waiter w;
 	tpu_status st;
 
 	RDV_CHECK(rdv);
+	waiter_init(rdv, &w);
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
 	st = send_issue(rdv, key, key_len, tensor, flags, send_woken, &w, true);

@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -520,6 +522,141 @@ static void idle(struct tpu_context *ctx)
 	CHECK(r.calls == 1 && r.status == TPU_E_CLOSED, "rdv_cma_idle_recv_closed_by_destroy");
 }
 
+/*
+ * A thread blocked in recv_wait or send_wait, long past its spin: it
+ * sleeps on the table in the helper's place, so whatever ends its wait
+ * from elsewhere (a cancel, a send by another member, its deadline) must
+ * still wake it.
+ */
+struct blocked {
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	bool send;
+	uint64_t timeout_ns;
+	char buf[64];
+	size_t len;
+	tpu_status st;
+	atomic_bool done;
+	pthread_t thread;
+};
+
+static void *blocked_main(void *arg)
+{
+	struct blocked *b = arg;
+	struct tpu_tensor t = { .data = b->buf, .len = sizeof(b->buf) };
+
+	if (b->send)
+		b->st = tpu_rendezvous_send_wait(b->rdv, b->key, strlen(b->key), &t, 0,
+						 b->timeout_ns);
+	else
+		b->st = tpu_rendezvous_recv_wait(b->rdv, b->key, strlen(b->key), &t,
+						 b->timeout_ns, &b->len);
+	atomic_store(&b->done, true);
+	return NULL;
+}
+
+static void blocked_start(struct blocked *b, struct tpu_rendezvous *rdv, const char *key,
+			  bool send, uint64_t timeout_ns)
+{
+	memset(b, 0, sizeof(*b));
+	b->rdv = rdv;
+	b->key = key;
+	b->send = send;
+	b->timeout_ns = timeout_ns;
+	b->st = 1;
+	atomic_init(&b->done, false);
+	if (send)
+		fill((uint8_t *)b->buf, sizeof(b->buf), 7);
+	pthread_create(&b->thread, NULL, blocked_main, b);
+}
+
+/* Whether it returned within @ms; if not, abort @rdv so that it does. */
+static bool blocked_end(struct blocked *b, int ms)
+{
+	bool in_time;
+	int i;
+
+	for (i = 0; i < ms && !atomic_load(&b->done); i++)
+		usleep(1000);
+	in_time = atomic_load(&b->done);
+	if (!in_time)
+		tpu_rendezvous_abort(b->rdv, -ETIME);
+	pthread_join(b->thread, NULL);
+	return in_time;
+}
+
+static void blocked_waiters(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *rdv = NULL, *peer = NULL;
+	struct timespec ts, te;
+	struct blocked b;
+	struct rec r;
+	int64_t c0;
+	bool ok;
+	long ms;
+	int fd = -1;
+	char src[48];
+	char got[sizeof(b.buf)];
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv) || tpu_rendezvous_share(rdv, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &peer)) {
+		CHECK(false, "rdv_cma_blocked_waiters_set_up");
+		goto out;
+	}
+	blocked_start(&b, rdv, "bw/recv", false, 0);
+	usleep(100000);
+	c0 = cpu_ns();
+	usleep(200000);
+	c0 = cpu_ns() - c0;
+	CHECK(c0 < 20000000, "rdv_cma_blocked_recv_wait_costs_no_cpu (%lld ns in 200 ms)",
+	      (long long)c0);
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("bw/recv")), 0,
+		     "rdv_cma_cancel_of_a_blocked_recv_wait_succeeds");
+	CHECK(blocked_end(&b, 2000) && b.st == -ECANCELED,
+	      "rdv_cma_cancel_wakes_a_recv_wait_asleep_on_the_table (%d)", b.st);
+
+	blocked_start(&b, rdv, "bw/send", true, 0);
+	usleep(100000);
+	CHECK_STATUS(tpu_rendezvous_cancel(rdv, KEY("bw/send")), 0,
+		     "rdv_cma_cancel_of_a_blocked_send_wait_succeeds");
+	CHECK(blocked_end(&b, 2000) && b.st == -ECANCELED,
+	      "rdv_cma_cancel_wakes_a_send_wait_asleep_on_the_table (%d)", b.st);
+
+	/* Another member's send: one wake-up, and the waiter pulls itself. */
+	rec_init(&r);
+	fill((uint8_t *)src, sizeof(src), 3);
+	blocked_start(&b, rdv, "bw/late", false, 0);
+	usleep(100000);
+	CHECK_STATUS(send_bytes(peer, "bw/late", src, sizeof(src), &r), 0,
+		     "rdv_cma_late_send_to_a_blocked_recv_wait_starts");
+	CHECK(blocked_end(&b, 2000) && b.st == 0 && b.len == sizeof(src) &&
+	      intact((uint8_t *)b.buf, sizeof(src), 3),
+	      "rdv_cma_blocked_recv_wait_gets_a_late_send_from_another_member");
+	CHECK(rec_wait(&r, 1) && r.status == 0, "rdv_cma_late_send_completes");
+
+	/* And the other way round: a blocked send_wait taken by another member. */
+	blocked_start(&b, rdv, "bw/taken", true, 0);
+	usleep(100000);
+	CHECK(recv_bytes(peer, "bw/taken", got, sizeof(got), 2000000000ull, NULL) == 0 &&
+	      intact((uint8_t *)got, sizeof(got), 7),
+	      "rdv_cma_blocked_send_wait_is_pulled_by_another_member");
+	CHECK(blocked_end(&b, 2000) && b.st == 0,
+	      "rdv_cma_blocked_send_wait_returns_once_pulled (%d)", b.st);
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	blocked_start(&b, rdv, "bw/never", false, 50000000ull);
+	ok = blocked_end(&b, 2000);
+	clock_gettime(CLOCK_MONOTONIC, &te);
+	ms = (te.tv_sec - ts.tv_sec) * 1000 + (te.tv_nsec - ts.tv_nsec) / 1000000;
+	CHECK(ok && b.st == -ETIMEDOUT && ms >= 50,
+	      "rdv_cma_blocked_recv_wait_times_out_at_its_deadline (%d after %ld ms)", b.st, ms);
+out:
+	if (fd >= 0)
+		close(fd);
+	tpu_rendezvous_destroy(peer);
+	tpu_rendezvous_destroy(rdv);
+}
+
 void test_rdv_cma(void)
 {
 	struct tpu_context *ctx = new_context();
@@ -540,6 +677,7 @@ void test_rdv_cma(void)
 		return;
 	one_member(ctx);
 	cancel_abort_destroy(ctx);
+	blocked_waiters(ctx);
 	buffers(ctx);
 	two_members(ctx);
 	other_processes(ctx);
