@@ -105,7 +105,9 @@ static bool op_is_done(void *arg)
 
 static bool queue_nonempty(void *arg)
 {
-	return ((struct tpupy_queue *)arg)->head != NULL;
+	struct tpupy_queue *q = arg;
+
+	return q->head != NULL || q->closed;
 }
 
 tpupy_op *tpupy_op_new(struct tpupy_context *ctx, int kind, PyObject *owner)
@@ -279,10 +281,11 @@ PyObject *tpupy_queue_drain(struct tpupy_queue *q, PyObject *tobj)
 	return list;
 }
 
-/* Wakes every waiter of the queue (the context closes). */
+/* The context closed: wake every waiter, and let drains return at once from now on. */
 void tpupy_queue_kick(struct tpupy_queue *q)
 {
 	pthread_mutex_lock(&q->lock);
+	q->closed = true;
 	pthread_cond_broadcast(&q->cond);
 	pthread_mutex_unlock(&q->lock);
 }

@@ -214,6 +214,42 @@ static int view_from_dlpack(PyObject *obj, struct tpupy_view *v)
 	return 0;
 }
 
+/*
+ * PyTorch 1.13 will not export bool through DLPack 0.6: take its bytes as
+ * uint8 (a view, no copy) and call them bool again.
+ */
+static int view_from_torch_bool(PyObject *obj, struct tpupy_view *v)
+{
+	PyObject *dtype = PyObject_GetAttrString(obj, "dtype"), *s = NULL, *torch = NULL,
+		 *u8 = NULL, *u = NULL;
+	int rc = 1;
+
+	if (!dtype)
+		goto out;
+	s = PyObject_Str(dtype);
+	if (!s || PyUnicode_CompareWithASCIIString(s, "torch.bool"))
+		goto out;
+	torch = PyImport_ImportModule("torch");
+	u8 = torch ? PyObject_GetAttrString(torch, "uint8") : NULL;
+	u = u8 ? PyObject_CallMethod(obj, "view", "O", u8) : NULL;
+	if (!u) {
+		rc = -1;
+		goto out;
+	}
+	rc = view_from_dlpack(u, v);
+	if (!rc)
+		v->meta.dtype.code = TPUPY_DL_BOOL;
+out:
+	if (rc > 0)
+		PyErr_Clear();
+	Py_XDECREF(dtype);
+	Py_XDECREF(s);
+	Py_XDECREF(torch);
+	Py_XDECREF(u8);
+	Py_XDECREF(u);
+	return rc;
+}
+
 int tpupy_view_get(PyObject *obj, bool writable, struct tpupy_view *v)
 {
 	memset(v, 0, sizeof(*v));
@@ -231,7 +267,27 @@ int tpupy_view_get(PyObject *obj, bool writable, struct tpupy_view *v)
 		return 0;
 	}
 	if (PyObject_HasAttrString(obj, "__dlpack__")) {
-		if (view_from_dlpack(obj, v) < 0)
+		int rc;
+
+		if (!view_from_dlpack(obj, v))
+			return 0;
+		if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+			goto fail;
+		tpupy_view_release(v);
+		{
+			PyObject *et, *ev, *tb;
+
+			PyErr_Fetch(&et, &ev, &tb);
+			rc = view_from_torch_bool(obj, v);
+			if (rc > 0) {
+				PyErr_Restore(et, ev, tb);	/* not a bool: the first error stands */
+				goto fail;
+			}
+			Py_XDECREF(et);
+			Py_XDECREF(ev);
+			Py_XDECREF(tb);
+		}
+		if (rc < 0)
 			goto fail;
 		return 0;
 	}

@@ -153,6 +153,7 @@ struct tpupy_queue {
 	pthread_cond_t cond;
 	struct tpupy_cop *head, *tail;
 	int efd;
+	bool closed;	/* the context closed: drains stop waiting */
 };
 
 int tpupy_queue_init(struct tpupy_queue *q);
