@@ -9,6 +9,7 @@
  * `except TimeoutError` and `except ConnectionError` catch them.
  */
 #include <errno.h>
+#include <string.h>
 #include "tpupy.h"
 
 PyObject *tpupy_Error, *tpupy_TimeoutError, *tpupy_ConnectionError, *tpupy_PeerGoneError,
@@ -87,14 +88,21 @@ static PyObject *class_of(tpu_status st)
 	}
 }
 
+/*
+ * @what: the operation ("send"), prefixed to the library's sentence; or a
+ * whole sentence of our own, ending with '.', that replaces it.
+ */
 PyObject *tpupy_exception(tpu_status st, const char *what)
 {
 	PyObject *cls = class_of(st), *exc, *msg, *val;
 	int is_errno = st < 0 && st >= -TPU_ERRNO_MAX;
 
-	msg = PyUnicode_FromFormat("%s%s%s (%s)", what && *what ? what : "",
-				   what && *what ? ": " : "", tpu_strerror(st),
-				   tpu_status_name(st));
+	if (what && *what && what[strlen(what) - 1] == '.')	/* says it all */
+		msg = PyUnicode_FromFormat("%s (%s)", what, tpu_status_name(st));
+	else
+		msg = PyUnicode_FromFormat("%s%s%s (%s)", what && *what ? what : "",
+					   what && *what ? ": " : "", tpu_strerror(st),
+					   tpu_status_name(st));
 	if (!msg)
 		return NULL;
 	if (is_errno)

@@ -380,7 +380,7 @@ static void descriptor_in(void *arg, tpu_status st, struct tpu_message *d)
 	memcpy(c->rmetadata, d->metadata, d->metadata_len);
 	c->rmetadata_len = d->metadata_len;
 	if (c->into && c->ninto != n) {
-		snprintf(c->why, sizeof(c->why), "the message has %zu tensors, read_into gave %zu",
+		snprintf(c->why, sizeof(c->why), "the message has %zu tensors, read_into gave %zu; the message was dropped.",
 			 n, c->ninto);
 		c->status = -EMSGSIZE;
 	}
@@ -407,7 +407,8 @@ static void descriptor_in(void *arg, tpu_status st, struct tpu_message *d)
 				continue;
 			}
 			snprintf(c->why, sizeof(c->why),
-				 "tensor %zu is %s of %llu bytes, read_into gave %s of %llu bytes",
+				 "tensor %zu is %s of %llu bytes, read_into gave %s of %llu bytes; "
+				 "the message was dropped.",
 				 i, tpupy_dtype_name(m->dtype), (unsigned long long)m->nbytes,
 				 tpupy_dtype_name(w->dtype), (unsigned long long)w->nbytes);
 			c->status = -EMSGSIZE;

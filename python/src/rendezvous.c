@@ -302,7 +302,8 @@ static int check_into(const struct tpupy_meta *got, const struct tpupy_meta *int
 	if (got->dtype.code == into->dtype.code && got->dtype.bits == into->dtype.bits &&
 	    got->nbytes == into->nbytes)
 		return 0;
-	snprintf(why, size, "the tensor is %s of %llu bytes, the destination %s of %llu bytes",
+	snprintf(why, size, "the tensor is %s of %llu bytes, the destination %s of %llu bytes; "
+		 "it was dropped.",
 		 tpupy_dtype_name(got->dtype), (unsigned long long)got->nbytes,
 		 tpupy_dtype_name(into->dtype), (unsigned long long)into->nbytes);
 	return -EMSGSIZE;
@@ -329,7 +330,7 @@ static tpu_status recv_blocking(struct tpu_rendezvous *rdv, const char *key, siz
 	if (st)
 		return st;
 	if (tpupy_hdr_decode(hdr, len, m, &hlen, &inl)) {
-		snprintf(why, why_size, "key %.*s carries no tpu_user tensor header", (int)mlen, mkey);
+		snprintf(why, why_size, "key %.*s carries no tpu_user tensor header.", (int)mlen, mkey);
 		return -EBADMSG;
 	}
 	bad = into ? check_into(m, &into->meta, why, why_size) : 0;
@@ -429,7 +430,7 @@ static void header_received(void *arg, tpu_status st, size_t len)
 		return;
 	}
 	if (tpupy_hdr_decode(c->hdr, len, &c->meta, &hlen, &inl)) {
-		snprintf(c->why, sizeof(c->why), "the key carries no tpu_user tensor header");
+		snprintf(c->why, sizeof(c->why), "the key carries no tpu_user tensor header.");
 		tpupy_cop_complete(c, -EBADMSG);
 		return;
 	}

@@ -66,17 +66,29 @@ class Future(concurrent.futures.Future):
         return asyncio.wrap_future(self).__await__()
 
 
-def _settle(ops) -> None:
-    """Resolve the futures of finished ops (on a Python thread)."""
-    for op in ops:
-        ok, value = op._outcome()
-        fut = op.future
-        if fut is None or fut.done():
-            continue
+_settle_lock = threading.RLock()	# futures' callbacks may start more operations
+
+
+def _resolve(op) -> None:
+    """Resolve op's future, if it has one and it is not resolved yet."""
+    fut = op.future
+    if fut is None:
+        return
+    ok, value = op._outcome()
+    with _settle_lock:
+        if fut.done():
+            return
         if ok:
             fut.set_result(value)
         else:
             fut.set_exception(value)
+
+
+def _settle(ops) -> None:
+    """Resolve the futures of finished ops (on a Python thread)."""
+    for op in ops:
+        op._outcome()
+        _resolve(op)
 
 
 def _timeout_error(what: str) -> Error:
@@ -122,6 +134,9 @@ class Context:
         fut = Future()
         fut.set_running_or_notify_cancel()
         op.future = fut
+        if op.done():
+            # It may have finished, and been drained without a future, already.
+            _resolve(op)
         with self._lock:
             if self._dispatcher is None or not self._dispatcher.is_alive():
                 self._dispatcher = threading.Thread(target=self._dispatch, daemon=True,
@@ -305,8 +320,13 @@ class Pipe:
         if op is None:
             op = self._c._read_op(out)
         self._pending_read = op
-        # A read that timed out stays pending: the next read() gets its message.
-        value = self._ctx._wait(op, timeout, "read")
+        try:
+            value = self._ctx._wait(op, timeout, "read")
+        except TimeoutError:
+            raise	# the read stays pending: the next read() gets its message
+        except BaseException:
+            self._pending_read = None
+            raise
         self._pending_read = None
         return _message(value)
 
