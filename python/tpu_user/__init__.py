@@ -66,7 +66,7 @@ class Future(concurrent.futures.Future):
         return asyncio.wrap_future(self).__await__()
 
 
-_settle_lock = threading.RLock()	# futures' callbacks may start more operations
+_settle_lock = threading.RLock()  # futures' callbacks may start more operations
 
 
 def _resolve(op) -> None:
