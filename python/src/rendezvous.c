@@ -309,6 +309,127 @@ static int check_into(const struct tpupy_meta *got, const struct tpupy_meta *int
 	return -EMSGSIZE;
 }
 
+/* Two receives in flight at once, waited for on the caller's thread. */
+struct pair_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done[2];
+	tpu_status st[2];
+	size_t len[2];
+};
+
+static void pair_done(struct pair_wait *w, int i, tpu_status st, size_t len)
+{
+	pthread_mutex_lock(&w->lock);
+	w->st[i] = st;
+	w->len[i] = len;
+	w->done[i] = true;
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void pair_header(void *arg, tpu_status st, size_t len)
+{
+	pair_done(arg, 0, st, len);
+}
+
+static void pair_data(void *arg, tpu_status st, size_t len)
+{
+	pair_done(arg, 1, st, len);
+}
+
+/*
+ * Withdraws receive @i unless it finished: a cancel withdraws all of this
+ * member's operations on the key, and in one process the sender is this
+ * member too.
+ */
+static void pair_cancel(struct pair_wait *w, int i, struct tpu_rendezvous *rdv, const char *key,
+			size_t klen)
+{
+	bool done;
+
+	pthread_mutex_lock(&w->lock);
+	done = w->done[i];
+	pthread_mutex_unlock(&w->lock);
+	if (!done)
+		tpu_rendezvous_cancel(rdv, key, klen);
+}
+
+static void pair_wait_for(struct pair_wait *w, int i)
+{
+	pthread_mutex_lock(&w->lock);
+	while (!w->done[i])
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * recv_into of a tensor too large to ride in its header's key: the bytes'
+ * receive is posted beside the header's, so that they move without waiting
+ * a round trip for the header.  When the header then disagrees (another
+ * dtype or length, or the bytes came inline), the bytes' receive is
+ * withdrawn and whatever the sender posted is taken into scratch memory and
+ * dropped, as recv_blocking() does.  Runs without the GIL.
+ */
+static tpu_status recv_into_overlapped(struct tpu_rendezvous *rdv, const char *key, size_t klen,
+				       const char *mkey, size_t mlen, uint64_t timeout,
+				       const struct tpupy_view *into, struct tpupy_meta *m,
+				       char *why, size_t why_size)
+{
+	unsigned char hdr[TPUPY_HDR_MAX + TPUPY_INLINE_MAX];
+	struct tpu_tensor th = { .data = hdr, .len = sizeof(hdr) };
+	struct tpu_tensor td = { .data = into->data, .len = into->meta.nbytes };
+	struct pair_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
+			       .cond = PTHREAD_COND_INITIALIZER };
+	size_t hlen;
+	bool inl;
+	tpu_status st, bad;
+	void *scratch;
+
+	st = tpu_rendezvous_recv(rdv, mkey, mlen, &th, timeout, pair_header, &w);
+	if (st)
+		return st;
+	st = tpu_rendezvous_recv(rdv, key, klen, &td, timeout, pair_data, &w);
+	if (st) {
+		pair_cancel(&w, 0, rdv, mkey, mlen);
+		pair_wait_for(&w, 0);
+		return st;
+	}
+	pair_wait_for(&w, 0);
+	if (w.st[0]) {
+		pair_cancel(&w, 1, rdv, key, klen);
+		pair_wait_for(&w, 1);
+		return w.st[0];
+	}
+	if (tpupy_hdr_decode(hdr, w.len[0], m, &hlen, &inl)) {
+		snprintf(why, why_size, "key %.*s carries no tpu_user tensor header.", (int)mlen, mkey);
+		bad = -EBADMSG;
+	} else {
+		bad = check_into(m, &into->meta, why, why_size);
+		if (!bad && inl) {
+			/* an inline tensor of this size is not sent by tpu_user */
+			snprintf(why, why_size, "the tensor came inline, not as its own key.");
+			bad = -EBADMSG;
+		}
+	}
+	if (!bad) {
+		pair_wait_for(&w, 1);
+		return w.st[1];
+	}
+	pair_cancel(&w, 1, rdv, key, klen);
+	pair_wait_for(&w, 1);
+	if (!inl && (w.st[1] == -ECANCELED || w.st[1] == -EMSGSIZE)) {
+		/* the sender's bytes are still posted: take them and drop them */
+		scratch = tpupy_alloc(m->nbytes);
+		if (scratch) {
+			td = (struct tpu_tensor){ .data = scratch, .len = m->nbytes };
+			tpu_rendezvous_recv_wait(rdv, key, klen, &td, timeout, NULL);
+			free(scratch);
+		}
+	}
+	return bad;
+}
+
 /*
  * Blocking receive: header then bytes.  @into NULL: into a new Tensor.
  * Runs without the GIL; *@data gets our allocation.
@@ -375,8 +496,12 @@ static PyObject *rdv_recv_common(tpupy_rdv *r, PyObject *kobj, PyObject *out, Py
 	if (out && tpupy_view_get(out, true, &v) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	st = recv_blocking(r->rdv, key, (size_t)klen, mkey, mlen, timeout, out ? &v : NULL, &data,
-			   &m, why, sizeof(why));
+	if (out && v.meta.nbytes > TPUPY_INLINE_MAX)
+		st = recv_into_overlapped(r->rdv, key, (size_t)klen, mkey, mlen, timeout, &v, &m,
+					  why, sizeof(why));
+	else
+		st = recv_blocking(r->rdv, key, (size_t)klen, mkey, mlen, timeout,
+				   out ? &v : NULL, &data, &m, why, sizeof(why));
 	Py_END_ALLOW_THREADS
 	tpupy_view_release(&v);
 	if (st)

@@ -164,3 +164,24 @@ def test_recv_into_mismatch(rdv):
 
 def test_dtypes_list():
     assert set(tpu_user.dtypes()) == set(NUMPY_DTYPES) | {"bfloat16"}
+
+
+@pytest.mark.parametrize("sent", [np.arange(10, dtype=np.float32),		# came inline
+                                  np.arange(20000, dtype=np.float32),		# larger
+                                  np.arange(5000, dtype=np.float32),		# smaller
+                                  np.arange(5000, dtype=np.float64)],		# another dtype
+                         ids=["inline", "larger", "smaller", "dtype"])
+@pytest.mark.parametrize("mode", ["blocking", "future"])
+def test_recv_into_size_mismatch(rdv, sent, mode):
+    out = np.zeros(10000, dtype=np.float32)
+    fut = rdv.send_async("k", sent)
+    with pytest.raises(tpu_user.Error) as e:
+        if mode == "blocking":
+            rdv.recv_into("k", out, timeout=5)
+        else:
+            rdv.recv_async("k", out, timeout=5).result(10)
+    assert e.value.status_name == "EMSGSIZE"
+    fut.result(5)		# the sender is done: its tensor was taken and dropped
+    fut = rdv.send_async("k", np.ones(3))
+    assert np.asarray(rdv.recv("k", timeout=5)).tolist() == [1, 1, 1]
+    fut.result(5)
