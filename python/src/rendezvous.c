@@ -309,125 +309,125 @@ static int check_into(const struct tpupy_meta *got, const struct tpupy_meta *int
 	return -EMSGSIZE;
 }
 
-/* Two receives in flight at once, waited for on the caller's thread. */
-struct pair_wait {
+/*
+ * recv_into of a tensor too large to ride in its header's key: the
+ * header's receive is posted first, asynchronously, and the caller's
+ * thread then waits for the bytes itself (tpu_rendezvous_recv_wait, which
+ * pulls them on this thread), so that they move without waiting a round
+ * trip for the header, nor a hand-off from the context's thread.
+ *
+ * The header's callback checks it against the destination; when no key
+ * of bytes will come (they came inline, or the header is not ours) and
+ * the caller still waits, it withdraws the bytes' receive.  It does so under the lock the caller takes when its
+ * wait returned: a cancel withdraws every operation of this member on the
+ * key, and in one process the sender is this member too, so it must not
+ * run once the receive is over.  Whatever the sender posted is then taken
+ * into scratch memory and dropped, as recv_blocking() does.
+ */
+struct overlap {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	bool done[2];
-	tpu_status st[2];
-	size_t len[2];
+	bool header_done, data_returned;
+	tpu_status header_st, bad;
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	size_t klen;
+	const struct tpupy_meta *into;
+	struct tpupy_meta m;
+	size_t hlen;
+	bool inl;
+	char why[160];
+	unsigned char hdr[TPUPY_HDR_MAX + TPUPY_INLINE_MAX];
 };
 
-static void pair_done(struct pair_wait *w, int i, tpu_status st, size_t len)
+static void overlap_header(void *arg, tpu_status st, size_t len)
 {
-	pthread_mutex_lock(&w->lock);
-	w->st[i] = st;
-	w->len[i] = len;
-	w->done[i] = true;
-	pthread_cond_broadcast(&w->cond);
-	pthread_mutex_unlock(&w->lock);
+	struct overlap *o = arg;
+
+	if (!st) {
+		if (tpupy_hdr_decode(o->hdr, len, &o->m, &o->hlen, &o->inl)) {
+			snprintf(o->why, sizeof(o->why), "the key carries no tpu_user tensor header.");
+			o->bad = -EBADMSG;
+		} else if (check_into(&o->m, o->into, o->why, sizeof(o->why))) {
+			o->bad = -EMSGSIZE;
+		} else if (o->inl) {
+			snprintf(o->why, sizeof(o->why), "the tensor came inline, not as its own key.");
+			o->bad = -EBADMSG;
+		}
+	}
+	pthread_mutex_lock(&o->lock);
+	/*
+	 * Only when no key of bytes will come: a tensor of another dtype or
+	 * length still arrives (or fails -EMSGSIZE) by itself, and withdrawing
+	 * it could withdraw this process's own send of it.
+	 */
+	if ((st || o->inl || o->bad == -EBADMSG) && !o->data_returned)
+		tpu_rendezvous_cancel(o->rdv, o->key, o->klen);
+	o->header_st = st;
+	o->header_done = true;
+	pthread_cond_broadcast(&o->cond);
+	pthread_mutex_unlock(&o->lock);
 }
 
-static void pair_header(void *arg, tpu_status st, size_t len)
-{
-	pair_done(arg, 0, st, len);
-}
-
-static void pair_data(void *arg, tpu_status st, size_t len)
-{
-	pair_done(arg, 1, st, len);
-}
-
-/*
- * Withdraws receive @i unless it finished: a cancel withdraws all of this
- * member's operations on the key, and in one process the sender is this
- * member too.
- */
-static void pair_cancel(struct pair_wait *w, int i, struct tpu_rendezvous *rdv, const char *key,
-			size_t klen)
-{
-	bool done;
-
-	pthread_mutex_lock(&w->lock);
-	done = w->done[i];
-	pthread_mutex_unlock(&w->lock);
-	if (!done)
-		tpu_rendezvous_cancel(rdv, key, klen);
-}
-
-static void pair_wait_for(struct pair_wait *w, int i)
-{
-	pthread_mutex_lock(&w->lock);
-	while (!w->done[i])
-		pthread_cond_wait(&w->cond, &w->lock);
-	pthread_mutex_unlock(&w->lock);
-}
-
-/*
- * recv_into of a tensor too large to ride in its header's key: the bytes'
- * receive is posted beside the header's, so that they move without waiting
- * a round trip for the header.  When the header then disagrees (another
- * dtype or length, or the bytes came inline), the bytes' receive is
- * withdrawn and whatever the sender posted is taken into scratch memory and
- * dropped, as recv_blocking() does.  Runs without the GIL.
- */
 static tpu_status recv_into_overlapped(struct tpu_rendezvous *rdv, const char *key, size_t klen,
 				       const char *mkey, size_t mlen, uint64_t timeout,
 				       const struct tpupy_view *into, struct tpupy_meta *m,
 				       char *why, size_t why_size)
 {
-	unsigned char hdr[TPUPY_HDR_MAX + TPUPY_INLINE_MAX];
-	struct tpu_tensor th = { .data = hdr, .len = sizeof(hdr) };
-	struct tpu_tensor td = { .data = into->data, .len = into->meta.nbytes };
-	struct pair_wait w = { .lock = PTHREAD_MUTEX_INITIALIZER,
-			       .cond = PTHREAD_COND_INITIALIZER };
-	size_t hlen;
-	bool inl;
-	tpu_status st, bad;
+	struct overlap *o = calloc(1, sizeof(*o));
+	struct tpu_tensor t;
+	tpu_status st, ret;
 	void *scratch;
 
-	st = tpu_rendezvous_recv(rdv, mkey, mlen, &th, timeout, pair_header, &w);
+	if (!o)
+		return -ENOMEM;
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_cond_init(&o->cond, NULL);
+	o->rdv = rdv;
+	o->key = key;
+	o->klen = klen;
+	o->into = &into->meta;
+	t = (struct tpu_tensor){ .data = o->hdr, .len = sizeof(o->hdr) };
+	st = tpu_rendezvous_recv(rdv, mkey, mlen, &t, timeout, overlap_header, o);
 	if (st)
-		return st;
-	st = tpu_rendezvous_recv(rdv, key, klen, &td, timeout, pair_data, &w);
-	if (st) {
-		pair_cancel(&w, 0, rdv, mkey, mlen);
-		pair_wait_for(&w, 0);
-		return st;
+		goto out;
+	t = (struct tpu_tensor){ .data = into->data, .len = into->meta.nbytes };
+	st = tpu_rendezvous_recv_wait(rdv, key, klen, &t, timeout, NULL);
+	pthread_mutex_lock(&o->lock);
+	o->data_returned = true;
+	if (st && !o->header_done) {
+		/* no bytes: the header's receive goes too */
+		pthread_mutex_unlock(&o->lock);
+		tpu_rendezvous_cancel(rdv, mkey, mlen);
+		pthread_mutex_lock(&o->lock);
 	}
-	pair_wait_for(&w, 0);
-	if (w.st[0]) {
-		pair_cancel(&w, 1, rdv, key, klen);
-		pair_wait_for(&w, 1);
-		return w.st[0];
-	}
-	if (tpupy_hdr_decode(hdr, w.len[0], m, &hlen, &inl)) {
-		snprintf(why, why_size, "key %.*s carries no tpu_user tensor header.", (int)mlen, mkey);
-		bad = -EBADMSG;
+	while (!o->header_done)
+		pthread_cond_wait(&o->cond, &o->lock);
+	pthread_mutex_unlock(&o->lock);
+	*m = o->m;
+	snprintf(why, why_size, "%s", o->why);
+	if (o->header_st) {
+		ret = o->header_st;
+	} else if (o->bad) {
+		ret = o->bad;
+		if (!o->inl && (st == -ECANCELED || st == -EMSGSIZE)) {
+			/* the sender's bytes are still posted: take them and drop them */
+			scratch = tpupy_alloc(o->m.nbytes);
+			if (scratch) {
+				t = (struct tpu_tensor){ .data = scratch, .len = o->m.nbytes };
+				tpu_rendezvous_recv_wait(rdv, key, klen, &t, timeout, NULL);
+				free(scratch);
+			}
+		}
 	} else {
-		bad = check_into(m, &into->meta, why, why_size);
-		if (!bad && inl) {
-			/* an inline tensor of this size is not sent by tpu_user */
-			snprintf(why, why_size, "the tensor came inline, not as its own key.");
-			bad = -EBADMSG;
-		}
+		ret = st;
 	}
-	if (!bad) {
-		pair_wait_for(&w, 1);
-		return w.st[1];
-	}
-	pair_cancel(&w, 1, rdv, key, klen);
-	pair_wait_for(&w, 1);
-	if (!inl && (w.st[1] == -ECANCELED || w.st[1] == -EMSGSIZE)) {
-		/* the sender's bytes are still posted: take them and drop them */
-		scratch = tpupy_alloc(m->nbytes);
-		if (scratch) {
-			td = (struct tpu_tensor){ .data = scratch, .len = m->nbytes };
-			tpu_rendezvous_recv_wait(rdv, key, klen, &td, timeout, NULL);
-			free(scratch);
-		}
-	}
-	return bad;
+	st = ret;
+out:
+	pthread_mutex_destroy(&o->lock);
+	pthread_cond_destroy(&o->cond);
+	free(o);
+	return st;
 }
 
 /*
