@@ -263,3 +263,22 @@ def test_remote_rendezvous_and_peer_death(ctx):
     assert e.value.status_name == "TPU_E_PEER_GONE"
     r.close()
 
+
+
+def test_no_leak_of_ops_and_futures(rdv):
+    import gc
+    import weakref
+
+    def one():
+        a = np.zeros(1000)
+        ref = weakref.ref(a)
+        fut = rdv.send_async("k", a)
+        got = rdv.recv_async("k", timeout=5)
+        got.result(5)
+        fut.result(5)
+        return ref, weakref.ref(fut), weakref.ref(got)
+
+    refs = [one() for _ in range(20)]
+    time.sleep(0.1)
+    gc.collect()
+    assert all(r() is None for trio in refs for r in trio), "ops, futures or sources leaked"
