@@ -249,6 +249,56 @@ static PyObject *mod_dtypes(PyObject *self, PyObject *unused)
 	return t;
 }
 
+/* empty(shape, dtype="float32") -> Tensor: the fast path's destinations and sources */
+static PyObject *mod_empty(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "shape", "dtype", NULL };
+	const char *dtype = "float32";
+	struct tpupy_meta m = { .device = { kDLCPU, 0 } };
+	PyObject *shape, *seq;
+	uint64_t count = 1, elem;
+	void *data;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s:empty", kwlist, &shape, &dtype))
+		return NULL;
+	if (tpupy_dtype_parse(dtype, &m.dtype)) {
+		PyErr_Format(PyExc_ValueError, "unknown dtype %s", dtype);
+		return NULL;
+	}
+	seq = PyLong_Check(shape) ? Py_BuildValue("(O)", shape) : PySequence_Tuple(shape);
+	if (!seq)
+		return NULL;
+	m.ndim = (int)PyTuple_Size(seq);
+	if (m.ndim > TPUPY_MAX_DIMS) {
+		Py_DECREF(seq);
+		PyErr_Format(PyExc_ValueError, "more than %d dimensions", TPUPY_MAX_DIMS);
+		return NULL;
+	}
+	for (int i = 0; i < m.ndim; i++) {
+		long long d = PyLong_AsLongLong(PyTuple_GetItem(seq, i));
+
+		if (d == -1 && PyErr_Occurred()) {
+			Py_DECREF(seq);
+			return NULL;
+		}
+		if (d < 0 || (d && count > (UINT64_C(1) << 40) / (uint64_t)d)) {
+			Py_DECREF(seq);
+			PyErr_SetString(PyExc_ValueError, "dimensions must be >= 0, at most 2^40 elements");
+			return NULL;
+		}
+		m.shape[i] = d;
+		count *= (uint64_t)d;
+	}
+	Py_DECREF(seq);
+	elem = m.dtype.bits / 8;
+	m.nbytes = count * elem;
+	data = tpupy_alloc(m.nbytes);
+	if (!data)
+		return PyErr_NoMemory();
+	return tpupy_tensor_new(data, &m);
+}
+
 static PyMethodDef mod_methods[] = {
 	{ "make_key", (PyCFunction)(void (*)(void))mod_make_key, METH_VARARGS | METH_KEYWORDS,
 	  "make_key(src_device, src_incarnation, dst_device, edge_name, frame_id=0, iter_id=0)"
@@ -263,6 +313,10 @@ static PyMethodDef mod_methods[] = {
 	{ "probe", mod_probe, METH_NOARGS,
 	  "probe() -> dict: which path moves tensors between processes here, and why" },
 	{ "status_name", mod_status_name, METH_O, "status_name(status) -> its symbol" },
+	{ "empty", (PyCFunction)(void (*)(void))mod_empty, METH_VARARGS | METH_KEYWORDS,
+	  "empty(shape, dtype='float32') -> Tensor: uninitialised memory (from 2 MiB on,\n"
+	  "advised to huge pages), to receive into or send from; torch.from_dlpack()\n"
+	  "or numpy.asarray() use it in place" },
 	{ "dtypes", mod_dtypes, METH_NOARGS, "dtypes() -> the element types a tensor may have" },
 	{ NULL, NULL, 0, NULL },
 };

@@ -544,9 +544,12 @@ void tpupy_pipe_op_free(struct tpupy_cop *c)
 	if (c->kind == TPUPY_OP_WRITE)
 		free(c->msg);
 	c->msg = NULL;
-	if (c->rdata)
-		for (size_t i = 0; i < c->nr + c->len; i++)
-			free(c->rdata[i]);
+	for (size_t i = 0; c->rdata && i < c->nr + c->len; i++) {
+		if (i < c->nr)
+			tpupy_free(c->rdata[i], c->rmeta[i].nbytes);
+		else
+			free(c->rdata[i]);	/* payloads */
+	}
 	free(c->rdata);
 	free(c->rmeta);
 	free(c->rmetadata);

@@ -416,7 +416,7 @@ static tpu_status recv_into_overlapped(struct tpu_rendezvous *rdv, const char *k
 			if (scratch) {
 				t = (struct tpu_tensor){ .data = scratch, .len = o->m.nbytes };
 				tpu_rendezvous_recv_wait(rdv, key, klen, &t, timeout, NULL);
-				free(scratch);
+				tpupy_free(scratch, o->m.nbytes);
 			}
 		}
 	} else {
@@ -467,7 +467,7 @@ static tpu_status recv_blocking(struct tpu_rendezvous *rdv, const char *key, siz
 	}
 	if (ours) {
 		if (st || bad) {
-			free(dst);
+			tpupy_free(dst, m->nbytes);
 			dst = NULL;
 		}
 		*data = dst;
@@ -656,8 +656,10 @@ PyObject *tpupy_rdv_op_result(tpupy_op *op)
 
 void tpupy_rdv_op_free(struct tpupy_cop *c)
 {
-	if (c->own_dst)
-		free(c->dst);
+	if (c->own_dst && c->kind == TPUPY_OP_RECV)
+		tpupy_free(c->dst, c->meta.nbytes);
+	else if (c->own_dst)
+		free(c->dst);	/* a send's header and inline bytes */
 	c->dst = NULL;
 	free(c->key);
 	c->key = NULL;

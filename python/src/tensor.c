@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "tpupy.h"
 
 PyTypeObject *tpupy_TensorType;
@@ -34,10 +35,26 @@ void *tpupy_alloc(size_t len)
 {
 	void *p = NULL;
 
+	if (len >= TPUPY_THP_MIN) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		madvise(p, len, MADV_HUGEPAGE);
+		return p;
+	}
+
 	/* 64 bytes: a cache line, and what NumPy and PyTorch like to see. */
 	if (posix_memalign(&p, 64, len ? len : 1))
 		return NULL;
 	return p;
+}
+
+void tpupy_free(void *p, size_t len)
+{
+	if (p && len >= TPUPY_THP_MIN)
+		munmap(p, len);
+	else
+		free(p);
 }
 
 /* ---------- in ---------- */
@@ -314,7 +331,7 @@ PyObject *tpupy_tensor_new(void *data, const struct tpupy_meta *meta)
 
 	t = (tpupy_tensor *)PyType_GenericAlloc(tpupy_TensorType, 0);
 	if (!t) {
-		free(data);
+		tpupy_free(data, meta->nbytes);
 		return NULL;
 	}
 	t->data = data;
@@ -333,7 +350,7 @@ static void tensor_dealloc(PyObject *self)
 	tpupy_tensor *t = (tpupy_tensor *)self;
 	PyTypeObject *tp = Py_TYPE(self);
 
-	free(t->data);
+	tpupy_free(t->data, t->meta.nbytes);
 	((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
 	Py_DECREF(tp);
 }

@@ -93,8 +93,14 @@ extern PyTypeObject *tpupy_TensorType;
 int tpupy_tensor_init(PyObject *m);
 /* A tensor owning @data (free()d with it), typed by @meta; steals @data even on failure. */
 PyObject *tpupy_tensor_new(void *data, const struct tpupy_meta *meta);
-/* aligned allocation for tensors (at least 1 byte) */
+/*
+ * Memory for tensors: 64-byte aligned, at least 1 byte; from 2 MiB on,
+ * anonymous memory advised to transparent huge pages (process_vm_readv and
+ * the module pin it by the huge page).  Freed by tpupy_free() with its length.
+ */
+#define TPUPY_THP_MIN	(2u << 20)
 void *tpupy_alloc(size_t len);
+void tpupy_free(void *p, size_t len);
 
 /* ---- completion.c ---- */
 struct tpupy_context;

@@ -371,7 +371,7 @@ static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 	r = run_coll(w, TPU_COLL_GATHER, &v, out, 0, 0, -1);
 	tpupy_view_release(&v);
 	if (!r) {
-		free(out);
+		tpupy_free(out, m.nbytes);
 		return NULL;
 	}
 	Py_DECREF(r);

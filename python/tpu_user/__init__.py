@@ -36,6 +36,7 @@ from ._tpu_user import (  # noqa: F401  (re-exported)
     Tensor,
     TimeoutError,
     dtypes,
+    empty,
     library_version,
     make_key,
     parse_key,
@@ -47,7 +48,7 @@ __all__ = [
     "Context", "Rendezvous", "Listener", "Pipe", "Message", "World", "Future", "Tensor",
     "Error", "TimeoutError", "ConnectionError", "PeerGoneError", "ClosedError",
     "CancelledError", "ForkedError", "make_key", "parse_key", "library_version", "probe",
-    "status_name", "dtypes", "INLINE_MAX", "MAX_DIMS",
+    "status_name", "dtypes", "empty", "INLINE_MAX", "MAX_DIMS",
 ]
 
 __version__ = "0.1.0"

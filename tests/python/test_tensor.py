@@ -185,3 +185,29 @@ def test_recv_into_size_mismatch(rdv, sent, mode):
     fut = rdv.send_async("k", np.ones(3))
     assert np.asarray(rdv.recv("k", timeout=5)).tolist() == [1, 1, 1]
     fut.result(5)
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 4), "float32"), (0, "int8"), ((1 << 20,), "float64"),
+                                          ((), "complex64"), ((2, 1 << 19), "bfloat16")])
+def test_empty(rdv, shape, dtype):
+    t = tpu_user.empty(shape, dtype)
+    want = (shape,) if isinstance(shape, int) else tuple(shape)
+    assert t.shape == want and t.dtype == dtype
+    a = np.asarray(t)
+    if dtype != "bfloat16":
+        assert a.dtype == np.dtype(dtype) and a.shape == want
+    a.reshape(-1).view(np.uint8)[...] = 7	# writable, in place
+    fut = rdv.send_async("k", t)
+    out = tpu_user.empty(shape, dtype)
+    rdv.recv_into("k", out, timeout=5)
+    fut.result(5)
+    assert bytes(memoryview(out).cast("B")) == bytes(memoryview(t).cast("B"))
+
+
+def test_empty_bad_input():
+    with pytest.raises(ValueError):
+        tpu_user.empty((2, -1))
+    with pytest.raises(ValueError):
+        tpu_user.empty((2,), "float128")
+    with pytest.raises(TypeError):
+        tpu_user.empty("abc")
