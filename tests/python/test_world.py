@@ -58,14 +58,22 @@ print("rank", r, "ok", flush=True)
 '''
 
 
+IN_USE = "address already in use"
+
+
 def start_ranks(code, n, *args):
     from examples_helper import free_port
-    port = free_port()
-    procs = [spawn(code, *args, env=child_env(RANK=r, WORLD_SIZE=n, LOCAL_RANK=r,
-                                                LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1",
-                                                MASTER_PORT=port))
-             for r in range(n)]
-    results = [p.communicate(timeout=180) for p in procs]
+    # The port was free when picked; another program may take it before rank 0
+    # binds it (the machine is shared): try again with another then.
+    for _ in range(3):
+        port = free_port()
+        procs = [spawn(code, *args, env=child_env(RANK=r, WORLD_SIZE=n, LOCAL_RANK=r,
+                                                    LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1",
+                                                    MASTER_PORT=port))
+                 for r in range(n)]
+        results = [p.communicate(timeout=180) for p in procs]
+        if not any(IN_USE in err for _, err in results):
+            break
     return procs, results
 
 
@@ -79,8 +87,12 @@ def test_collectives(n):
 
 def test_example_all_reduce():
     # The example launches its ranks itself, with torchrun's variables.
-    p = subprocess.run([sys.executable, os.path.join(TOP, "examples", "python", "all_reduce.py"),
-                        "3"], env=child_env(), capture_output=True, text=True, timeout=180)
+    for _ in range(3):	# see start_ranks()
+        p = subprocess.run([sys.executable, os.path.join(TOP, "examples", "python",
+                                                         "all_reduce.py"), "3"],
+                           env=child_env(), capture_output=True, text=True, timeout=180)
+        if IN_USE not in p.stderr:
+            break
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("as expected") == 3
 
