@@ -185,7 +185,7 @@ clean:
 	@for dir in kmod lib tools tests/unit tests/selftests tests/rdv tests/pipe tests/fuzz; do \
 		if [ -f $$dir/Makefile ]; then $(MAKE) -C $$dir KDIR=$(KDIR) clean || exit 1; fi; \
 	done
-	rm -rf build
+	rm -rf build python/build python/*.egg-info
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile

@@ -282,3 +282,25 @@ def test_no_leak_of_ops_and_futures(rdv):
     time.sleep(0.1)
     gc.collect()
     assert all(r() is None for trio in refs for r in trio), "ops, futures or sources leaked"
+
+
+def test_fork_child_exits_cleanly_with_inherited_objects(ctx):
+    import multiprocessing
+    r = ctx.rendezvous("inprocess")
+    fut = r.recv_async("pending")		# something in flight in the parent
+
+    def child():
+        try:
+            r.send("x", np.zeros(1), timeout=1)
+        except tpu_user.ForkedError:
+            pass
+        # falls off the end: the interpreter tears the inherited objects down
+
+    p = multiprocessing.get_context("fork").Process(target=child)
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    r.cancel("pending")
+    with pytest.raises(tpu_user.CancelledError):
+        fut.result(5)
+    r.close()
