@@ -317,6 +317,9 @@ static PyMethodDef mod_methods[] = {
 	  "empty(shape, dtype='float32') -> Tensor: uninitialised memory (from 2 MiB on,\n"
 	  "advised to huge pages), to receive into or send from; torch.from_dlpack()\n"
 	  "or numpy.asarray() use it in place" },
+	{ "_log_capture", tpupy_log_capture, METH_VARARGS,
+	  "_log_capture(enable=True, debug=True): keep the library's log lines for _log_take()" },
+	{ "_log_take", tpupy_log_take, METH_NOARGS, "_log_take() -> the lines kept so far" },
 	{ "dtypes", mod_dtypes, METH_NOARGS, "dtypes() -> the element types a tensor may have" },
 	{ NULL, NULL, 0, NULL },
 };

@@ -11,6 +11,7 @@
  *   rendezvous.c  Rendezvous (send, recv, recv_into, cancel, abort)
  *   pipe.c        Listener and Pipe
  *   world.c       World (launcher bootstrap) and collectives
+ *   log.c         the library's log lines, on their way to Python's logging
  *
  * No Python code ever runs on the library's context thread: its callbacks
  * only fill in C structures, queue them on the context's completion queue
@@ -35,6 +36,10 @@
 #define TPUPY_INLINE_MAX	4096
 /* Our bool code; DLPack 0.8 calls it kDLBool. */
 #define TPUPY_DL_BOOL		6
+
+/* ---- log.c ---- */
+PyObject *tpupy_log_capture(PyObject *self, PyObject *args);
+PyObject *tpupy_log_take(PyObject *self, PyObject *unused);
 
 /* ---- errors.c ---- */
 extern PyObject *tpupy_Error, *tpupy_TimeoutError, *tpupy_ConnectionError,

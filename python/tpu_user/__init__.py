@@ -48,7 +48,7 @@ __all__ = [
     "Context", "Rendezvous", "Listener", "Pipe", "Message", "World", "Future", "Tensor",
     "Error", "TimeoutError", "ConnectionError", "PeerGoneError", "ClosedError",
     "CancelledError", "ForkedError", "make_key", "parse_key", "library_version", "probe",
-    "status_name", "dtypes", "empty", "INLINE_MAX", "MAX_DIMS",
+    "status_name", "dtypes", "empty", "log_library", "INLINE_MAX", "MAX_DIMS",
 ]
 
 __version__ = "0.1.0"
@@ -113,6 +113,27 @@ def _settle(ops) -> None:
     for op in ops:
         op._outcome()
         _resolve(op)
+    _flush_library_log()
+
+
+def _flush_library_log() -> None:
+    for line in _c._log_take():
+        log.debug("library: %s", line)
+
+
+def log_library(enable: bool = True, debug: bool = True) -> None:
+    """Route libtpu_user's own log lines (TPU_LOG) into logging.getLogger("tpu_user").
+
+    With debug, its debug lines (which rendezvous implementation and why,
+    which transport and channel a pipe took, the keys pending at a timeout)
+    are logged even without TPU_LOG=debug.  A Context made while the
+    "tpu_user" logger is enabled for DEBUG turns this on by itself.  Lines
+    are handed to logging by Python threads (the next call that waits, or
+    the completion dispatcher), never by the library's threads.
+    """
+    _c._log_capture(enable, debug)
+    if not enable:
+        _flush_library_log()
 
 
 def _timeout_error(what: str) -> Error:
@@ -137,10 +158,13 @@ class Context:
 
     def __init__(self, *, no_kmod: bool = False, transports: Optional[str] = None,
                  channels: Optional[str] = None, dev_path: Optional[str] = None):
+        if log.isEnabledFor(logging.DEBUG):
+            log_library(True)
         self._c = _c._Context(no_kmod=no_kmod, transports=transports, channels=channels,
                               dev_path=dev_path)
         self._lock = threading.Lock()
         self._dispatcher: Optional[threading.Thread] = None
+        _flush_library_log()
         log.debug("context created (pid %d, no_kmod=%s)", self._c.pid, no_kmod)
 
     # -- completions ---------------------------------------------------
@@ -192,6 +216,7 @@ class Context:
     def rendezvous(self, impl: str = "auto") -> "Rendezvous":
         """A new rendezvous: impl "auto" (kmod, else cma), "inprocess", "kmod" or "cma"."""
         r = Rendezvous(self, _c._rendezvous(self._c, impl))
+        _flush_library_log()
         log.debug("rendezvous created: %s", r.impl)
         return r
 

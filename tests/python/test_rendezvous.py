@@ -304,3 +304,19 @@ def test_fork_child_exits_cleanly_with_inherited_objects(ctx):
     with pytest.raises(tpu_user.CancelledError):
         fut.result(5)
     r.close()
+
+
+def test_library_log_goes_to_python_logging(caplog):
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="tpu_user"):
+        with tpu_user.Context() as c:
+            r = c.rendezvous("inprocess")
+            r.close()
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "tpu_user"]
+    assert any(m.startswith("library: ") and "inprocess" in m for m in lines), lines
+    tpu_user.log_library(False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tpu_user"):
+        with tpu_user.Context() as c:
+            c.rendezvous("inprocess").close()
+    assert not [r for r in caplog.records if r.getMessage().startswith("library: ")]
