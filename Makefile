@@ -3,6 +3,9 @@
 # tensorpipe: top-level build and test entry points.
 #
 #   make              module (kmod/tensorpipe.ko), library, tools, selftests
+#   make python       the Python bindings (python/, import tpu_user) into build/python:
+#                     PYTHONPATH=build/python $(PYTHON) -c 'import tpu_user'
+#   make check-python the Python tests (pytest; NumPy, PyTorch when installed)
 #   make check        host unit tests, then the selftests in a QEMU VM;
 #                     ends with one line "N passed, N failed[, N skipped]"
 #   make check-debug  the VM suites on a debug kernel (KASAN, lockdep,
@@ -38,6 +41,8 @@
 #   BENCH_ARGS    arguments for tools/tpbench in the VM
 #   BENCH_HOST_ARGS  arguments for tools/tpbench on the host
 #   TP_VM_MEM, TP_VM_SMP, TP_VM_TIMEOUT, TP_VM_APPEND: see tests/vm/run.sh
+#   PYTHON        the interpreter the bindings are built for and tested with,
+#                 default /usr/bin/python3 (Debian's, whose numpy and torch the tests use)
 #   PREFIX, DESTDIR  where make install puts things (also LIBDIR, INCDIR,
 #                 BINDIR, MANDIR: see lib/Makefile, tools/Makefile)
 
@@ -72,6 +77,7 @@ BENCH_VM_MEM ?= 4G
 # Generated kbuild files are not ours to lint.
 CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
 
+.PHONY: python check-python
 .PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers \
 	checkpatch vm-shell clean help
 
@@ -86,6 +92,17 @@ lib:
 
 tools: lib
 	$(MAKE) -C tools
+
+PYTHON ?= /usr/bin/python3
+export PYTHON
+
+# Built from the static library, in place under build/python (no install).
+python: lib
+	cd python && $(PYTHON) setup.py -q build --build-base ../build/python/tmp \
+		--build-lib ../build/python
+
+check-python: python
+	@tests/python/run.sh
 
 selftests: ksft-cache
 	$(MAKE) -C tests/selftests KSFT_DIR=$(KSFT_DIR)
@@ -168,7 +185,7 @@ clean:
 	@for dir in kmod lib tools tests/unit tests/selftests tests/rdv tests/pipe tests/fuzz; do \
 		if [ -f $$dir/Makefile ]; then $(MAKE) -C $$dir KDIR=$(KDIR) clean || exit 1; fi; \
 	done
-	rm -rf build
+	rm -rf build python/build python/*.egg-info
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile

@@ -96,6 +96,33 @@ TPU_API const char *tpu_strerror(tpu_status status);
 TPU_API const char *tpu_status_name(tpu_status status);
 
 /* ------------------------------------------------------------------ */
+/* Log                                                                 */
+/* ------------------------------------------------------------------ */
+
+/**
+ * typedef tpu_log_fn - receives one line the library logs.
+ * @line:	the line, NUL-terminated, without "tpu: " and newline; valid
+ *		only during the call.
+ *
+ * It runs on whichever thread logs, a context's completion thread
+ * included: it must not block, nor call the library.
+ */
+typedef void (*tpu_log_fn)(void *arg, const char *line);
+
+/**
+ * tpu_log_set_handler - send the library's log lines to @fn instead of stderr.
+ * @fn:		the handler; NULL puts stderr back.
+ * @debug:	log the debug lines even without TPU_LOG=debug (with it they
+ *		are logged anyway).
+ *
+ * For bindings that route the log into their language's own (Python's
+ * logging).  Safe from any thread; a line being logged as the handler
+ * changes goes to the old handler or the new one, never lost, and @fn is
+ * not called once this returned with another handler.
+ */
+TPU_API void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug);
+
+/* ------------------------------------------------------------------ */
 /* Versions                                                            */
 /* ------------------------------------------------------------------ */
 

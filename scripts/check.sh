@@ -96,6 +96,10 @@ echo "== examples: a two-process rendezvous and a pipe echo server (host)"
 $make --no-print-directory -s -C examples run 2>&1 | tee "$logs/examples.log"
 examples_status=${PIPESTATUS[0]}
 
+echo "== python: the tpu_user bindings with NumPy and PyTorch (host)"
+tests/python/run.sh 2>&1 | tee "$logs/python.log"
+python_status=${PIPESTATUS[0]}
+
 echo "== checkpatch --strict and kernel-doc on the module and the uapi header"
 # With the newest installed kernel source's rules, whatever make exported.
 lint_tarball=$(ls /usr/src/linux-source-*.tar.xz 2>/dev/null | sort -V | tail -n 1)
@@ -120,6 +124,7 @@ exec tests/summary.sh \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
 	"examples (host)" "$logs/examples.log" "$examples_status" \
+	"python (host)" "$logs/python.log" "$python_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
 	"layers (host)" "$logs/layers.log" "$layers_status" \
 	"packaging (host)" "$logs/packaging.log" "$packaging_status" \

@@ -30,6 +30,10 @@ packages=(
 	valgrind			# leak checks of the host unit tests
 	openmpi-bin			# mpirun, to start a world the way MPI jobs start
 	clang libclang-rt-14-dev	# libFuzzer, for the pipe wire decoder's fuzz test
+	python3-dev python3-setuptools	# the Python bindings (python/, make python)
+	libdlpack-dev			# DLPack's header, for tensors in and out of them
+	python3-pytest python3-numpy	# their tests (make check-python)
+	python3-torch			# and PyTorch, for the torch tests, examples and benchmark
 	dkms dh-dkms debhelper		# DKMS and the Debian packages (make deb,
 	dpkg-dev fakeroot lintian man-db	# make check-packaging), their lint, man pages
 )

@@ -3,6 +3,8 @@
  * The library's only log: TPU_LOG=debug in the environment turns on one
  * line per decision worth explaining (which rendezvous implementation was
  * chosen and why).  Read once, so a program cannot pay for getenv per call.
+ * tpu_log_set_handler() sends the lines elsewhere (a binding's own log) and
+ * can turn them on without the variable.
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -14,6 +16,11 @@
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static bool log_debug;
+/* tpu_log_set_handler(): the handler, under the lock (lines are rare). */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static tpu_log_fn log_fn;
+static void *log_arg;
+static bool log_forced;
 
 static void log_init(void)
 {
@@ -25,7 +32,16 @@ static void log_init(void)
 bool tpu__log_debug_enabled(void)
 {
 	pthread_once(&log_once, log_init);
-	return log_debug;
+	return log_debug || __atomic_load_n(&log_forced, __ATOMIC_RELAXED);
+}
+
+void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug)
+{
+	pthread_mutex_lock(&log_lock);
+	log_fn = fn;
+	log_arg = arg;
+	__atomic_store_n(&log_forced, fn && debug, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&log_lock);
 }
 
 void tpu__log_debug(const char *fmt, ...)
@@ -38,6 +54,10 @@ void tpu__log_debug(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	/* One fprintf per line, so lines of several threads do not interleave. */
-	fprintf(stderr, "tpu: %s\n", line);
+	pthread_mutex_lock(&log_lock);
+	if (log_fn)
+		log_fn(log_arg, line);
+	else	/* one fprintf per line, so lines of several threads do not interleave */
+		fprintf(stderr, "tpu: %s\n", line);
+	pthread_mutex_unlock(&log_lock);
 }

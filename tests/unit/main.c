@@ -14,6 +14,7 @@ static const struct {
 	void (*fn)(void);
 } lists[] = {
 	{ "status", test_status },
+	{ "log", test_log },
 	{ "version", test_version },
 	{ "device_name", test_device_name },
 	{ "key", test_key },

@@ -33,6 +33,7 @@ int tap_finish(void);
 
 /* The test lists, one per library concept. */
 void test_status(void);
+void test_log(void);
 void test_failure(void);
 void test_version(void);
 void test_device_name(void);

@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * World: ranks formed from the launcher's variables (torchrun's RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's), and collectives over
+ * the world's rendezvous: all_reduce, broadcast, all_gather.
+ *
+ * Every rank calls the collectives in the same order.  Each call is one
+ * step (its id counts up); an instance key names each distinct
+ * (type, dtype, count, op) the first time it is used, in call order, so
+ * that every rank picks the same keys without talking.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "tpupy.h"
+
+PyTypeObject *tpupy_WorldType;
+
+struct inst_key {
+	int type, dtype, op, final;
+	uint64_t count;
+};
+
+typedef struct {
+	PyObject_HEAD
+	tpupy_context *ctx;
+	struct tpu_world *w;
+	struct tpu_coll *coll;
+	char job[64];
+	int64_t step;
+	struct inst_key *keys;
+	size_t nkeys;
+	char (*names)[160];
+	const char **devices;
+} tpupy_world;
+
+int tpupy_world_alive(PyObject *obj)
+{
+	return Py_IS_TYPE(obj, tpupy_WorldType) && ((tpupy_world *)obj)->w != NULL;
+}
+
+static int world_check(tpupy_world *w)
+{
+	if (tpupy_context_check(w->ctx) < 0)
+		return -1;
+	if (!w->w) {
+		tpupy_raise(TPU_E_DESTROYED, "the world is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static void world_close_now(tpupy_world *w)
+{
+	struct tpu_world *x = w->w;
+	struct tpu_coll *coll = w->coll;
+
+	w->w = NULL;
+	w->coll = NULL;
+	if (!x || w->ctx->pid != getpid() || !w->ctx->ctx)
+		return;
+	Py_BEGIN_ALLOW_THREADS
+	tpu_coll_destroy(coll);
+	tpu_world_destroy(x);
+	Py_END_ALLOW_THREADS
+}
+
+static void world_dealloc(PyObject *self)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	PyTypeObject *tp = Py_TYPE(self);
+
+	world_close_now(w);
+	free(w->keys);
+	free(w->names);
+	free(w->devices);
+	Py_CLEAR(w->ctx);
+	((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+	Py_DECREF(tp);
+}
+
+/* _World(ctx, job=None, timeout=None) */
+static int world_init(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "context", "job", "timeout", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	struct tpu_world_options o = { 0 };
+	PyObject *ctx, *tmo = Py_None;
+	const char *job = NULL;
+	uint64_t tns;
+	tpu_status st;
+	int n;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|zO:World", kwlist, tpupy_ContextType, &ctx,
+					 &job, &tmo) ||
+	    tpupy_timeout_arg(tmo, &tns) < 0)
+		return -1;
+	if (w->w) {
+		PyErr_SetString(PyExc_RuntimeError, "World already initialised");
+		return -1;
+	}
+	Py_XDECREF((PyObject *)w->ctx);
+	w->ctx = (tpupy_context *)Py_NewRef(ctx);
+	if (tpupy_context_check(w->ctx) < 0)
+		return -1;
+	snprintf(w->job, sizeof(w->job), "%s", job ? job : "worker");
+	o.job = w->job;
+	o.timeout_ms = (uint32_t)(tns / 1000000u);
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_create(w->ctx->ctx, &o, &w->w);
+	Py_END_ALLOW_THREADS
+	if (st) {
+		w->w = NULL;
+		tpupy_raise(st, "world (see the launcher's variables: RANK, WORLD_SIZE, "
+				"MASTER_ADDR, MASTER_PORT)");
+		return -1;
+	}
+	n = tpu_world_get_info(w->w)->size;
+	w->names = calloc((size_t)n, sizeof(*w->names));
+	w->devices = calloc((size_t)n, sizeof(*w->devices));
+	if (!w->names || !w->devices) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (int r = 0; r < n; r++) {
+		snprintf(w->names[r], sizeof(w->names[r]), "/job:%s/replica:0/task:%d/device:CPU:0",
+			 w->job, r);
+		w->devices[r] = w->names[r];
+	}
+	return 0;
+}
+
+static PyObject *world_info(PyObject *self, PyObject *unused)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	const struct tpu_world_info *i;
+
+	(void)unused;
+	if (world_check(w) < 0)
+		return NULL;
+	i = tpu_world_get_info(w->w);
+	return Py_BuildValue("{s:i,s:i,s:i,s:i,s:s,s:s,s:i,s:s}", "rank", i->rank, "size", i->size,
+			     "local_rank", i->local_rank, "local_size", i->local_size,
+			     "convention", i->convention, "store_host", i->store_host,
+			     "store_port", (int)i->store_port, "store_from", i->store_from);
+}
+
+static PyObject *world_rendezvous(PyObject *self, PyObject *unused)
+{
+	tpupy_world *w = (tpupy_world *)self;
+
+	(void)unused;
+	if (world_check(w) < 0)
+		return NULL;
+	return tpupy_rdv_wrap(w->ctx, tpu_world_rendezvous(w->w), self);
+}
+
+static PyObject *world_pipe(PyObject *self, PyObject *args)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	struct tpu_pipe *pipe = NULL;
+	tpu_status st;
+	int rank;
+
+	if (!PyArg_ParseTuple(args, "i:pipe", &rank) || world_check(w) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_pipe(w->w, rank, &pipe);
+	Py_END_ALLOW_THREADS
+	if (st)
+		return tpupy_raise(st, "pipe");
+	return tpupy_pipe_wrap(w->ctx, pipe, self);
+}
+
+static PyObject *world_barrier(PyObject *self, PyObject *unused)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	tpu_status st;
+
+	(void)unused;
+	if (world_check(w) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_barrier(w->w);
+	Py_END_ALLOW_THREADS
+	if (st)
+		return tpupy_raise(st, "barrier");
+	Py_RETURN_NONE;
+}
+
+static int coll_dtype(DLDataType dt)
+{
+	switch (dt.code) {
+	case kDLFloat:
+		return dt.bits == 32 ? TPU_DT_FLOAT32 : dt.bits == 64 ? TPU_DT_FLOAT64 :
+		       dt.bits == 16 ? TPU_DT_FLOAT16 : -1;
+	case kDLBfloat:
+		return dt.bits == 16 ? TPU_DT_BFLOAT16 : -1;
+	case kDLInt:
+		return dt.bits == 32 ? TPU_DT_INT32 : dt.bits == 64 ? TPU_DT_INT64 : -1;
+	case kDLUInt:
+		return dt.bits == 8 ? TPU_DT_UINT8 : -1;
+	default:
+		return -1;
+	}
+}
+
+static int instance_key(tpupy_world *w, const struct inst_key *k)
+{
+	struct inst_key *keys;
+
+	for (size_t i = 0; i < w->nkeys; i++)
+		if (!memcmp(&w->keys[i], k, sizeof(*k)))
+			return (int)i + 1;
+	keys = realloc(w->keys, (w->nkeys + 1) * sizeof(*keys));
+	if (!keys)
+		return -1;
+	w->keys = keys;
+	w->keys[w->nkeys] = *k;
+	return (int)++w->nkeys;
+}
+
+/* One collective on the caller's thread, GIL released. */
+static PyObject *run_coll(tpupy_world *w, enum tpu_coll_type type, const struct tpupy_view *in,
+			  void *out, int op, int final, int src)
+{
+	const struct tpu_world_info *info = tpu_world_get_info(w->w);
+	struct tpu_coll_group g = { .group_key = 1, .group_size = info->size,
+				    .device_type = "CPU", .devices = w->devices };
+	struct tpu_coll_instance inst = { 0 };
+	struct tpu_coll_member m = { .device = w->names[info->rank],
+				     .is_source = info->rank == src };
+	struct inst_key k = { 0 };
+	struct tpu_coll_exec *exec = NULL;
+	const void *src_data = in->data;
+	char why[256] = "";
+	tpu_status st;
+	int dt = coll_dtype(in->meta.dtype);
+
+	if (dt < 0) {
+		PyErr_Format(PyExc_TypeError, "collectives take float32, float64, float16, bfloat16, "
+			     "int32, int64 or uint8, not %s", tpupy_dtype_name(in->meta.dtype));
+		return NULL;
+	}
+	k = (struct inst_key){ .type = type, .dtype = dt, .op = op, .final = final,
+			       .count = tpupy_meta_count(&in->meta) };
+	inst.instance_key = instance_key(w, &k);
+	if (inst.instance_key < 0)
+		return PyErr_NoMemory();
+	inst.type = type;
+	inst.dtype = (enum tpu_dtype)dt;
+	inst.count = k.count;
+	inst.op = (enum tpu_reduce_op)op;
+	inst.final_op = (enum tpu_final_op)final;
+	if (type == TPU_COLL_BROADCAST && info->rank != src)
+		src_data = NULL;
+	if (!w->coll) {
+		st = tpu_coll_create(tpu_world_rendezvous(w->w), &w->coll);
+		if (st)
+			return tpupy_raise(st, "collectives");
+	}
+	st = tpu_coll_exec_create(w->coll, ++w->step, &exec);
+	if (st)
+		return tpupy_raise(st, "collectives");
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_coll_exec_run(exec, &g, &inst, &m, src_data, out);
+	tpu_coll_exec_destroy(exec);
+	if (st)
+		tpu_coll_last_reason(w->coll, why, sizeof(why));
+	Py_END_ALLOW_THREADS
+	if (st)
+		return tpupy_raise(st, why);
+	Py_RETURN_NONE;
+}
+
+static int reduce_op(const char *name, int *op, int *final)
+{
+	static const char *const names[] = { "sum", "prod", "min", "max" };
+
+	*final = TPU_FINAL_NONE;
+	if (!strcmp(name, "mean")) {
+		*op = TPU_OP_SUM;
+		*final = TPU_FINAL_DIV;
+		return 0;
+	}
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(name, names[i])) {
+			*op = i;
+			return 0;
+		}
+	PyErr_Format(PyExc_ValueError, "op is sum, prod, min, max or mean, not %s", name);
+	return -1;
+}
+
+static PyObject *world_all_reduce(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", "op", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	const char *opname = "sum";
+	struct tpupy_view v;
+	PyObject *t, *r;
+	int op, final;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s:all_reduce", kwlist, &t, &opname) ||
+	    world_check(w) < 0 || reduce_op(opname, &op, &final) < 0 ||
+	    tpupy_view_get(t, true, &v) < 0)
+		return NULL;
+	r = run_coll(w, TPU_COLL_REDUCTION, &v, v.data, op, final, -1);
+	tpupy_view_release(&v);
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
+	return Py_NewRef(t);
+}
+
+static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", "src", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	struct tpupy_view v;
+	PyObject *t, *r;
+	int src = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:broadcast", kwlist, &t, &src) ||
+	    world_check(w) < 0)
+		return NULL;
+	if (src < 0 || src >= tpu_world_get_info(w->w)->size) {
+		PyErr_Format(PyExc_ValueError, "src %d is not a rank of this world", src);
+		return NULL;
+	}
+	if (tpupy_view_get(t, true, &v) < 0)
+		return NULL;
+	r = run_coll(w, TPU_COLL_BROADCAST, &v, v.data, 0, 0, src);
+	tpupy_view_release(&v);
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
+	return Py_NewRef(t);
+}
+
+static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	struct tpupy_view v;
+	struct tpupy_meta m;
+	PyObject *t, *r;
+	int n;
+	void *out;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:all_gather", kwlist, &t) ||
+	    world_check(w) < 0 || tpupy_view_get(t, false, &v) < 0)
+		return NULL;
+	n = tpu_world_get_info(w->w)->size;
+	if (v.meta.ndim >= TPUPY_MAX_DIMS) {
+		tpupy_view_release(&v);
+		PyErr_SetString(PyExc_ValueError, "too many dimensions");
+		return NULL;
+	}
+	m = v.meta;
+	m.ndim = v.meta.ndim + 1;
+	m.shape[0] = n;
+	memcpy(m.shape + 1, v.meta.shape, sizeof(int64_t) * (size_t)v.meta.ndim);
+	m.nbytes = v.meta.nbytes * (uint64_t)n;
+	out = tpupy_alloc(m.nbytes);
+	if (!out) {
+		tpupy_view_release(&v);
+		return PyErr_NoMemory();
+	}
+	r = run_coll(w, TPU_COLL_GATHER, &v, out, 0, 0, -1);
+	tpupy_view_release(&v);
+	if (!r) {
+		tpupy_free(out, m.nbytes);
+		return NULL;
+	}
+	Py_DECREF(r);
+	return tpupy_tensor_new(out, &m);
+}
+
+static PyObject *world_close(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	world_close_now((tpupy_world *)self);
+	Py_RETURN_NONE;
+}
+
+static PyMethodDef world_methods[] = {
+	{ "info", world_info, METH_NOARGS, "info() -> dict: rank, size, local_rank, ..." },
+	{ "rendezvous", world_rendezvous, METH_NOARGS,
+	  "rendezvous() -> the world's remote rendezvous (owned by the world)" },
+	{ "pipe", world_pipe, METH_VARARGS, "pipe(rank) -> the pipe to rank (owned by the world)" },
+	{ "barrier", world_barrier, METH_NOARGS, "barrier(): wait for every rank" },
+	{ "all_reduce", (PyCFunction)(void (*)(void))world_all_reduce,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "all_reduce(tensor, op='sum') -> tensor, reduced in place (sum, prod, min, max, mean)" },
+	{ "broadcast", (PyCFunction)(void (*)(void))world_broadcast, METH_VARARGS | METH_KEYWORDS,
+	  "broadcast(tensor, src=0) -> tensor, src's values in place" },
+	{ "all_gather", (PyCFunction)(void (*)(void))world_all_gather,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "all_gather(tensor) -> Tensor of shape (size, *tensor.shape)" },
+	{ "close", world_close, METH_NOARGS, "close(): leave (waits for every rank to leave)" },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyType_Slot world_slots[] = {
+	{ Py_tp_init, world_init },
+	{ Py_tp_new, PyType_GenericNew },
+	{ Py_tp_dealloc, world_dealloc },
+	{ Py_tp_methods, world_methods },
+	{ Py_tp_doc, "_World(context, job=None, timeout=None): ranks from the launcher's variables." },
+	{ 0, NULL },
+};
+
+static PyType_Spec world_spec = {
+	.name = "tpu_user._World",
+	.basicsize = sizeof(tpupy_world),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = world_slots,
+};
+
+int tpupy_world_init(PyObject *m)
+{
+	tpupy_WorldType = (PyTypeObject *)PyType_FromSpec(&world_spec);
+	if (!tpupy_WorldType)
+		return -1;
+	return PyModule_AddObjectRef(m, "_World", (PyObject *)tpupy_WorldType);
+}

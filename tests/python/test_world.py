@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+"""World and collectives, ranks started with torchrun's variables."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tpu_user
+from conftest import TOP, child_env, spawn
+
+WORKER = r'''
+import sys, numpy as np, tpu_user
+with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
+    r, n = w.rank, w.size
+    for dt in ("float32", "float64", "int32", "int64", "uint8", "float16"):
+        x = np.full(1000, r + 1, dtype=dt)
+        w.all_reduce(x)
+        assert (x == n * (n + 1) // 2).all(), (dt, x[:4])
+    x = np.arange(10, dtype=np.float64) * (r + 1)
+    w.all_reduce(x, op="max")
+    assert (x == np.arange(10) * n).all()
+    x = np.full(3, float(r))
+    w.all_reduce(x, op="min")
+    assert (x == 0).all()
+    big = np.full(4 << 20, 1.0, dtype=np.float32)
+    w.all_reduce(big)
+    assert big[123456] == n
+    b = np.full(7, r, dtype=np.int64)
+    w.broadcast(b, src=1)
+    assert (b == 1).all()
+    g = np.asarray(w.all_gather(np.array([r, 2 * r], dtype=np.int32)))
+    assert g.shape == (n, 2) and g[:, 1].tolist() == [2 * i for i in range(n)]
+    try:
+        w.all_reduce(np.zeros(3, dtype=np.complex64))
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("complex all_reduce accepted")
+    try:
+        w.all_reduce(np.zeros(3), op="median")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("unknown op accepted")
+    # A rendezvous and a pipe of the world.
+    rdv = w.rendezvous()
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    key = lambda a, b: tpu_user.make_key(f"/job:worker/replica:0/task:{a}/device:CPU:0", 1,
+                                         f"/job:worker/replica:0/task:{b}/device:CPU:0", "ring")
+    f = rdv.send_async(key(r, nxt), np.full(5, r))
+    got = np.asarray(rdv.recv(key(prv, r), timeout=30))
+    assert (got == prv).all()
+    f.result(30)
+    w.barrier()
+print("rank", r, "ok", flush=True)
+'''
+
+
+IN_USE = "address already in use"
+
+
+def start_ranks(code, n, *args):
+    from examples_helper import free_port
+    # The port was free when picked; another program may take it before rank 0
+    # binds it (the machine is shared): try again with another then.
+    for _ in range(3):
+        port = free_port()
+        procs = [spawn(code, *args, env=child_env(RANK=r, WORLD_SIZE=n, LOCAL_RANK=r,
+                                                    LOCAL_WORLD_SIZE=n, MASTER_ADDR="127.0.0.1",
+                                                    MASTER_PORT=port))
+                 for r in range(n)]
+        results = [p.communicate(timeout=180) for p in procs]
+        if not any(IN_USE in err for _, err in results):
+            break
+    return procs, results
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives(n):
+    procs, results = start_ranks(WORKER, n)
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out
+
+
+def test_example_all_reduce():
+    # The example launches its ranks itself, with torchrun's variables.
+    for _ in range(3):	# see start_ranks()
+        p = subprocess.run([sys.executable, os.path.join(TOP, "examples", "python",
+                                                         "all_reduce.py"), "3"],
+                           env=child_env(), capture_output=True, text=True, timeout=180)
+        if IN_USE not in p.stderr:
+            break
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("as expected") == 3
+
+
+def test_world_without_launcher(ctx, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE", "TPU_STORE_ADDR"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(tpu_user.Error) as e:
+        ctx.world(timeout=1)
+    assert e.value.status_name == "ENOENT"
+
+
+def test_world_bad_rank(ctx, monkeypatch):
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(tpu_user.Error) as e:
+        ctx.world(timeout=1)
+    assert e.value.errno is not None
