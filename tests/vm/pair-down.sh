@@ -10,8 +10,8 @@
 #      down), for DOWN seconds: a's stream fails with an error, not a hang,
 #      within the bound below.
 #   2. once b's link is back up, a new pipe from a to b echoes intact.
-#      b re-creates its rxe device first: rxe leaves its QP1 in the error
-#      state after the connection's DREQ was sent while the port was down,
+#      b re-creates its rxe device first: rxe (6.12) leaves its QP1 in the
+#      error state after the connection's DREQ was sent while the port was down,
 #      so that device answers no connect request any more (a limitation of
 #      soft-RoCE, see pipes.rst; b prints QP1's state).
 #   3. b powers itself off (sysrq o) 2 s after a's second stream to that
@@ -60,10 +60,11 @@ if [ "$TP_VM_ROLE" = b ]; then
 	sleep $down
 	ip link set "$nic" up
 	echo "pair-down (b): $nic up again"
-	# rxe moves its QP1 (the GSI queue pair, rdma_cm's MADs) to the error
-	# state when a MAD is sent while its port is down (the DREQ of the
-	# connection that failed), and nothing brings it back: no connection
-	# can be made on that device any more.  Re-creating the device does.
+	# rxe (6.12; not 6.1) moves its QP1 (the GSI queue pair, rdma_cm's
+	# MADs) to the error state when a MAD is sent while its port is down
+	# (the DREQ of the connection that failed), and nothing brings it
+	# back: no connection can be made on that device any more.
+	# Re-creating the device does.
 	echo "pair-down (b): QP1 now: $(rdma res show qp | grep 'type GSI')"
 	# The device goes away only once nobody holds it.
 	kill "$server"
