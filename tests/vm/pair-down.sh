@@ -60,7 +60,7 @@ if [ "$TP_VM_ROLE" = b ]; then
 	sleep $down
 	ip link set "$nic" up
 	echo "pair-down (b): $nic up again"
-	# rxe (6.12; not 6.1) moves its QP1 (the GSI queue pair, rdma_cm's
+	# rxe (6.12; not seen on 6.1) moves its QP1 (the GSI queue pair, rdma_cm's
 	# MADs) to the error state when a MAD is sent while its port is down
 	# (the DREQ of the connection that failed), and nothing brings it
 	# back: no connection can be made on that device any more.
