@@ -13,6 +13,9 @@
 #   make demo         tools/tpdemo in the VM, module loaded
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
 #   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe
+#   make bench-rdma   tpbench pipe over rdma:// and tcp:// between two VMs,
+#                     beside ib_write_lat/ib_write_bw and ucx_perftest
+#                     (rc_verbs) on the same soft-RoCE devices
 #   make checkpatch   checkpatch.pl --strict on the module and the uapi header
 #   make deps         install missing Debian packages (or print the command)
 #   make vm-shell     interactive shell in the VM, module loaded
@@ -78,7 +81,7 @@ BENCH_VM_MEM ?= 4G
 CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
 
 .PHONY: python check-python
-.PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers \
+.PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers bench-rdma \
 	checkpatch vm-shell clean help
 
 all: kmod lib tools selftests
@@ -150,6 +153,14 @@ bench-peers: prepare
 	@echo "== tpbench pipe and the peers in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench-peers --module $(MODULE) -- \
 		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install'
+	@$(MAKE) --no-print-directory bench-rdma
+
+# The pipe between two VMs over soft-RoCE against perftest and UCX in one
+# run (tests/vm/pair-bench.sh); ratios, the VMs being emulated.  Two vCPUs
+# per VM so that the busy-polling peers do not starve rxe's kernel work.
+bench-rdma: prepare
+	@echo "== tpbench pipe, perftest and ucx_perftest between two VMs (soft-RoCE)"
+	@TP_VM_SMP=$${TP_VM_SMP:-2} tests/vm/pair.sh --name bench-rdma -- tests/vm/pair-bench.sh
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)

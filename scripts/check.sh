@@ -86,6 +86,12 @@ for kver in $kvers; do
 	KVER=$kver tests/vm/pair.sh --name "check-fail-$kver" -- tests/vm/pair-fail.sh
 	fail_status=$?
 	results+=("two VMs, rdma failures ($kver)" "build/vm/check-fail-$kver-b/guest.log" "$fail_status")
+
+	echo "== a peer that vanishes: its link down, then its power off (VM pair, $kver)"
+	# VM a reports; VM b powers itself off on purpose.
+	KVER=$kver tests/vm/pair.sh --name "check-down-$kver" --may-power-off b -- tests/vm/pair-down.sh
+	down_status=$?
+	results+=("two VMs, a vanishing rdma peer ($kver)" "build/vm/check-down-$kver-a/guest.log" "$down_status")
 done
 
 echo "== pipes between processes, cma channel (host)"

@@ -7,6 +7,9 @@
  * The parent connects, a forked child listens and answers.  Both restrict
  * their contexts to one transport and one channel, so the pair measured is
  * the pair named (the line says what the pipe actually negotiated).
+ * Between two hosts the two sides are two commands: `--listen URL` answers
+ * one pipe (then exits), `--connect URL` measures it (tests/vm/pair-bench.sh
+ * runs them in the two VMs of tests/vm/pair.sh, over rdma:// and tcp://).
  *
  *   latency    the parent writes a message with one 64-byte payload, the
  *              child reads it and writes one back: a round trip, measured
@@ -52,6 +55,7 @@ static const struct pair pairs[] = {
 
 struct pipe_opts {
 	const char *xport, *chan;	/* NULL: all */
+	const char *listen, *connect;	/* two hosts: one side each */
 	unsigned int iters;
 	unsigned int bw_iters;
 	bool json;
@@ -138,9 +142,13 @@ static void server_accepted(void *arg, tpu_status st, struct tpu_pipe *pipe)
 	server_next(s);
 }
 
-static int server_main(struct peer *peer, void *arg)
+/*
+ * Listen on @url (NULL: a name or port of the transport's own on this host),
+ * answer one pipe until its peer closes it.  The listener's URL goes to
+ * @peer (the forked child) or to stdout (--listen) once it is listening.
+ */
+static tpu_status serve_one(const struct pair *pr, const char *url_in, struct peer *peer)
 {
-	const struct pair *pr = arg;
 	struct tpu_context_options o = { .transports = pr->xport, .channels = pr->chan };
 	struct tpu_context *ctx = NULL;
 	struct tpu_listener *l = NULL;
@@ -154,10 +162,10 @@ static int server_main(struct peer *peer, void *arg)
 	if (!st) {
 		/* shm listens on a name of its own; tcp on any port of loopback. */
 		char shm[64];
-		const char *u = shm;
+		const char *u = url_in ? url_in : shm;
 
 		snprintf(shm, sizeof(shm), "shm://tpbench-%d", (int)getpid());
-		if (!strcmp(pr->xport, "tcp"))
+		if (!url_in && !strcmp(pr->xport, "tcp"))
 			u = "tcp://127.0.0.1:0";
 		st = tpu_listener_create(ctx, &u, 1, &l);
 	}
@@ -165,15 +173,28 @@ static int server_main(struct peer *peer, void *arg)
 		st = tpu_listener_url(l, NULL, url, sizeof(url));
 	if (!st)
 		st = tpu_listener_accept(l, server_accepted, &s);
-	peer_send(peer, &st, sizeof(st));
-	peer_send(peer, url, sizeof(url));
-	if (!st)
+	if (peer) {
+		peer_send(peer, &st, sizeof(st));
+		peer_send(peer, url, sizeof(url));
+	} else if (!st) {
+		printf("tpbench pipe: listening on %s\n", url);
+		fflush(stdout);
+	}
+	if (!st) {
 		sem_wait(&s.done);
+		st = s.error;
+	}
 	tpu_pipe_close(s.pipe);
 	tpu_listener_close(l);
 	tpu_context_destroy(ctx);
 	free(s.sink);
-	return s.error ? 1 : 0;
+	sem_destroy(&s.done);
+	return st;
+}
+
+static int server_main(struct peer *peer, void *arg)
+{
+	return serve_one(arg, NULL, peer) ? 1 : 0;
 }
 
 /* ---- the measuring side (parent) --------------------------------------- */
@@ -285,15 +306,14 @@ static tpu_status client_run(struct client *c, size_t size, unsigned int n, unsi
 }
 
 
-static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
-			     struct pair_result *r)
+/* Connect to @url and measure: round trip, then bandwidth per size. */
+static tpu_status bench_url(const struct pair *pr, const struct pipe_opts *o, const char *url,
+			    struct pair_result *r)
 {
 	struct tpu_context_options co = { .transports = pr->xport, .channels = pr->chan };
 	struct tpu_context *ctx = NULL;
 	struct client c = { 0 };
-	struct peer peer;
-	char url[300];
-	tpu_status st, child_st = 0;
+	tpu_status st;
 	unsigned int cap = o->iters > o->bw_iters ? o->iters : o->bw_iters;
 
 	/* Warm-up transfers are not kept: the samples hold the timed ones only. */
@@ -302,24 +322,11 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 	sem_init(&c.done, 0, 0);
 	c.samples = calloc(cap, sizeof(double));
 	c.src = malloc(bw_sizes[NSIZES - 1]);
-	if (!c.samples || !c.src) {
-		free(c.samples);
-		free(c.src);
-		return -ENOMEM;
-	}
-	memset(c.src, 0x5a, bw_sizes[NSIZES - 1]);
-	if (peer_fork(&peer, server_main, (void *)pr)) {
-		free(c.samples);
-		free(c.src);
-		return -ECHILD;
-	}
-	st = peer_recv(&peer, &child_st, sizeof(child_st));
-	if (!st)
-		st = peer_recv(&peer, url, sizeof(url));
-	if (!st)
-		st = child_st;
-	if (!st)
+	st = c.samples && c.src ? 0 : -ENOMEM;
+	if (!st) {
+		memset(c.src, 0x5a, bw_sizes[NSIZES - 1]);
 		st = tpu_context_create(&co, &ctx);
+	}
 	if (!st)
 		st = tpu_pipe_connect(ctx, url, &c.pipe);
 	if (!st)
@@ -349,11 +356,31 @@ static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
 	}
 	tpu_pipe_close(c.pipe);
 	tpu_context_destroy(ctx);
-	if (peer_wait(&peer) && !st)
-		st = -ECHILD;
 	free(c.samples);
 	free(c.src);
 	sem_destroy(&c.done);
+	return st;
+}
+
+static tpu_status bench_pair(const struct pair *pr, const struct pipe_opts *o,
+			     struct pair_result *r)
+{
+	struct peer peer;
+	char url[300];
+	tpu_status st, child_st = 0;
+
+	memset(r, 0, sizeof(*r));
+	if (peer_fork(&peer, server_main, (void *)pr))
+		return -ECHILD;
+	st = peer_recv(&peer, &child_st, sizeof(child_st));
+	if (!st)
+		st = peer_recv(&peer, url, sizeof(url));
+	if (!st)
+		st = child_st;
+	if (!st)
+		st = bench_url(pr, o, url, r);
+	if (peer_wait(&peer) && !st)
+		st = -ECHILD;
 	return st;
 }
 
@@ -384,20 +411,119 @@ tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iter
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic]\n"
+		   "                    [--iters N] [--bw-iters N] [--json]\n"
+		   "       tpbench pipe --listen URL [--transport T] [--channel C]\n"
+		   "       tpbench pipe --connect URL [--transport T] [--channel C]\n"
 		   "                    [--iters N] [--bw-iters N] [--json]\n");
+}
+
+static void print_header(const struct pipe_opts *o)
+{
+	char sz[16];
+
+	if (o->json)
+		return;
+	printf("%-10s %-12s %9s %9s %9s", "transport", "channel", "rtt avg", "p50", "p90");
+	for (int i = 0; i < NSIZES; i++)
+		printf(" %9s", format_size(bw_sizes[i], sz, sizeof(sz)));
+	printf("\n%-10s %-12s %9s %9s %9s %9s  (GB/s)\n", "", "(negotiated)", "us", "us", "us",
+	       "");
+}
+
+static void print_result(const struct pipe_opts *o, const struct pair_result *r)
+{
+	if (o->json) {
+		struct json j;
+		char name[32];
+
+		/* One object per line, as each pair finishes. */
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_string(&j, "bench", "pipe");
+		json_string(&j, "transport", r->xport);
+		json_string(&j, "channel", r->chan);
+		json_double(&j, "rtt_avg_us", r->avg_us, 2);
+		json_double(&j, "rtt_p50_us", r->p50_us, 2);
+		json_double(&j, "rtt_p90_us", r->p90_us, 2);
+		for (int i = 0; i < NSIZES; i++) {
+			snprintf(name, sizeof(name), "gbps_%zu", bw_sizes[i]);
+			json_double(&j, name, r->gbps[i], 3);
+		}
+		json_object_end(&j);
+		json_finish(&j);
+	} else {
+		printf("%-10s %-12s %9.2f %9.2f %9.2f", r->xport, r->chan, r->avg_us, r->p50_us,
+		       r->p90_us);
+		for (int i = 0; i < NSIZES; i++)
+			printf(" %9.3f", r->gbps[i]);
+		printf("\n");
+	}
+	fflush(stdout);
+}
+
+/* The transport of @url: its scheme, as the context option names it. */
+static const char *url_transport(const char *url, char *buf, size_t len)
+{
+	const char *sep = strstr(url, "://");
+
+	if (!sep || sep == url || (size_t)(sep - url) >= len)
+		return NULL;
+	memcpy(buf, url, (size_t)(sep - url));
+	buf[sep - url] = '\0';
+	return buf;
+}
+
+/* --listen and --connect: one side of a pipe between two hosts. */
+static int two_hosts(const struct pipe_opts *o)
+{
+	const char *url = o->listen ? o->listen : o->connect;
+	char scheme[16];
+	struct pair pr = { o->xport, o->chan };
+	struct pair_result r;
+	tpu_status st;
+
+	if (!pr.xport)
+		pr.xport = url_transport(url, scheme, sizeof(scheme));
+	if (!pr.xport) {
+		fprintf(stderr, "tpbench pipe: not a URL (TRANSPORT://ADDRESS): %s\n", url);
+		return 2;
+	}
+	if (o->listen) {
+		st = serve_one(&pr, o->listen, NULL);
+		if (st)
+			fprintf(stderr, "tpbench pipe: serving %s: %s\n", o->listen,
+				tpu_strerror(st));
+		return st ? 1 : 0;
+	}
+	st = bench_url(&pr, o, o->connect, &r);
+	if (st) {
+		fprintf(stderr, "tpbench pipe: %s: %s\n", o->connect, tpu_strerror(st));
+		return 1;
+	}
+	if (strcmp(r.xport, pr.xport) || (pr.chan && strcmp(r.chan, pr.chan))) {
+		fprintf(stderr, "tpbench pipe: %s: the pipe negotiated %s/%s, not %s/%s\n",
+			o->connect, r.xport, r.chan, pr.xport, pr.chan ? pr.chan : "any");
+		return 1;
+	}
+	print_header(o);
+	print_result(o, &r);
+	return 0;
 }
 
 int bench_pipe_main(int argc, char **argv)
 {
 	struct pipe_opts o = { .iters = 2000, .bw_iters = 20 };
 	bool any = false;
-	char sz[16];
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
 			o.xport = argv[++i];
 		} else if (!strcmp(argv[i], "--channel") && i + 1 < argc) {
 			o.chan = argv[++i];
+		} else if (!strcmp(argv[i], "--listen") && i + 1 < argc) {
+			o.listen = argv[++i];
+		} else if (!strcmp(argv[i], "--connect") && i + 1 < argc) {
+			o.connect = argv[++i];
 		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
 			o.iters = (unsigned int)strtoul(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--bw-iters") && i + 1 < argc) {
@@ -412,18 +538,13 @@ int bench_pipe_main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!o.iters || !o.bw_iters) {
+	if (!o.iters || !o.bw_iters || (o.listen && o.connect)) {
 		usage(stderr);
 		return 2;
 	}
-	if (!o.json) {
-		printf("%-10s %-12s %9s %9s %9s", "transport", "channel", "rtt avg", "p50",
-		       "p90");
-		for (int i = 0; i < NSIZES; i++)
-			printf(" %9s", format_size(bw_sizes[i], sz, sizeof(sz)));
-		printf("\n%-10s %-12s %9s %9s %9s %9s  (GB/s)\n", "", "(negotiated)", "us", "us",
-		       "us", "");
-	}
+	if (o.listen || o.connect)
+		return two_hosts(&o);
+	print_header(&o);
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
 		const struct pair *pr = &pairs[k];
 		struct pair_result r;
@@ -455,36 +576,7 @@ int bench_pipe_main(int argc, char **argv)
 				       pr->xport, pr->chan, r.xport, r.chan);
 			continue;
 		}
-		if (o.json) {
-			struct json j;
-			char name[32];
-
-			/* One object per line, as each pair finishes. */
-			json_init(&j, stdout);
-			json_object_begin(&j, NULL);
-			json_string(&j, "bench", "pipe");
-			json_string(&j, "transport", r.xport);
-			json_string(&j, "channel", r.chan);
-			json_double(&j, "rtt_avg_us", r.avg_us, 2);
-			json_double(&j, "rtt_p50_us", r.p50_us, 2);
-			json_double(&j, "rtt_p90_us", r.p90_us, 2);
-			for (int i = 0; i < NSIZES; i++) {
-				snprintf(name, sizeof(name), "gbps_%zu", bw_sizes[i]);
-				json_double(&j, name, r.gbps[i], 3);
-			}
-			json_object_end(&j);
-			json_finish(&j);
-		} else {
-			char label[24];
-
-			snprintf(label, sizeof(label), "%s", r.chan);
-			printf("%-10s %-12s %9.2f %9.2f %9.2f", r.xport, label, r.avg_us, r.p50_us,
-			       r.p90_us);
-			for (int i = 0; i < NSIZES; i++)
-				printf(" %9.3f", r.gbps[i]);
-			printf("\n");
-		}
-		fflush(stdout);
+		print_result(&o, &r);
 	}
 	if (!any) {
 		usage(stderr);

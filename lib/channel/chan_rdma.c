@@ -9,17 +9,24 @@
  * its memory, and its registration, until that ACK.  No bounce copy on
  * either side.
  *
- * Registration policy: every tensor is registered for its one transfer
- * and deregistered when it ends (the writer's at the ACK or when the pipe
- * closes, the reader's when its READs are done), whether it is a
- * tpu_buffer or any user pointer.  No cache keyed on addresses is kept,
- * so memory the program frees and reuses at the same address is never
- * matched to a stale registration; the price is an ibv_reg_mr per tensor
- * and end.
+ * Registration policy: a writer's tensor that names its tpu_buffer
+ * (t->buffer, the tensor inside it) is registered once per pipe, the whole
+ * buffer, and kept in the pipe's cache keyed on the buffer's id, which the
+ * process never reuses: a buffer freed and another allocated at the same
+ * address have different ids, so a stale registration is never matched.
+ * The cache holds CACHE_ENTRIES registrations and CACHE_BYTES at most,
+ * evicts the least recently used one no transfer holds, and goes with the
+ * pipe (a freed buffer's pages stay pinned until then, within those
+ * bounds).  Every other tensor, any raw user pointer, and every reader's
+ * destination is registered for its one transfer and deregistered when it
+ * ends (the writer's at the ACK or when the pipe closes, the reader's when
+ * its READs are done): the library cannot know when the program frees or
+ * reuses such memory, so it never guesses by address.
  *
  * Compatibility descriptor: "rdma" where an RDMA device and rdma_cm exist;
  * the transport it goes beside proves the two ends reach each other.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +37,20 @@
 #define RDMA_DESC_LEN		12	/* address (8 bytes), rkey (4), little-endian */
 #define CHUNK			(1u << 20)
 #define CHUNKS_IN_FLIGHT	2
+#define CACHE_ENTRIES		16
+#define CACHE_BYTES		(256ull << 20)
+
+/* A tpu_buffer's registration, kept by the pipe (see the policy above). */
+struct creg {
+	uint64_t id;			/* the buffer's; 0: a free slot */
+	struct ibv_pd *pd;
+	struct ibv_mr *mr;
+	unsigned int users;		/* writer transfers holding it */
+	uint64_t used;			/* the cache's clock at its last use */
+};
+
+/* Registrations made and taken from the cache, for the tests (any thread). */
+atomic_ulong tpu__chan_rdma_regs, tpu__chan_rdma_cache_hits;
 
 /* A writer's registration, until the reader's ACK. */
 struct wreg {
@@ -37,12 +58,16 @@ struct wreg {
 	uint64_t seq;
 	uint32_t idx;
 	struct ibv_mr *mr;		/* NULL: registering failed (err), or an empty tensor */
+	struct creg *cached;		/* mr is this cache entry's, not ours */
 	tpu_status err;
 };
 
 /* The channel's state on one pipe (link->state). */
 struct rdma_chan {
 	struct wreg *regs;
+	struct creg cache[CACHE_ENTRIES];
+	uint64_t clock;
+	uint64_t cache_bytes;
 	unsigned int reads;		/* reader transfers not finished */
 	bool closed;
 };
@@ -70,6 +95,76 @@ static void chan_free_if_done(struct rdma_chan *ch)
 {
 	if (ch->closed && !ch->reads)
 		free(ch);
+}
+
+static void cache_drop(struct rdma_chan *ch, struct creg *e)
+{
+	ch->cache_bytes -= e->mr->length;
+	ibv_dereg_mr(e->mr);
+	*e = (struct creg){ 0 };
+}
+
+/* Make room for @len bytes: evict the least recently used entries no transfer holds. */
+static struct creg *cache_slot(struct rdma_chan *ch, uint64_t len)
+{
+	for (;;) {
+		struct creg *free_slot = NULL, *lru = NULL;
+
+		for (int i = 0; i < CACHE_ENTRIES; i++) {
+			struct creg *e = &ch->cache[i];
+
+			if (!e->id)
+				free_slot = free_slot ? free_slot : e;
+			else if (!e->users && (!lru || e->used < lru->used))
+				lru = e;
+		}
+		if (free_slot && ch->cache_bytes + len <= CACHE_BYTES)
+			return free_slot;
+		if (!lru)
+			return NULL;
+		cache_drop(ch, lru);
+	}
+}
+
+/*
+ * The registration of tensor @t's whole buffer on @pd, from the cache or
+ * made now; NULL when the tensor names no buffer, lies outside it, or the
+ * cache has no room (the caller registers the tensor alone then).
+ */
+static struct creg *cache_get(struct rdma_chan *ch, struct ibv_pd *pd,
+			      const struct tpu_message_tensor *t)
+{
+	const struct tpu_buffer *b = t->buffer;
+	uintptr_t lo, hi;
+	struct creg *e;
+
+	if (!b || !pd || b->len > CACHE_BYTES)
+		return NULL;
+	lo = (uintptr_t)b->data;
+	hi = lo + b->len;
+	if ((uintptr_t)t->data < lo || (uintptr_t)t->data > hi || t->len > hi - (uintptr_t)t->data)
+		return NULL;
+	for (int i = 0; i < CACHE_ENTRIES; i++) {
+		e = &ch->cache[i];
+		if (e->id == b->id && e->pd == pd) {
+			e->used = ++ch->clock;
+			atomic_fetch_add_explicit(&tpu__chan_rdma_cache_hits, 1,
+						  memory_order_relaxed);
+			return e;
+		}
+	}
+	e = cache_slot(ch, b->len);
+	if (!e)
+		return NULL;
+	e->mr = ibv_reg_mr(pd, b->data, b->len, IBV_ACCESS_REMOTE_READ);
+	if (!e->mr)
+		return NULL;
+	atomic_fetch_add_explicit(&tpu__chan_rdma_regs, 1, memory_order_relaxed);
+	e->id = b->id;
+	e->pd = pd;
+	e->used = ++ch->clock;
+	ch->cache_bytes += b->len;
+	return e;
 }
 
 static void put_le(uint8_t *d, uint64_t v, int n)
@@ -103,7 +198,17 @@ static void rdma_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 	}
 	*r = (struct wreg){ .seq = x->seq, .idx = x->idx };
 	if (x->t->len) {
-		r->mr = pd ? ibv_reg_mr(pd, x->t->data, x->t->len, IBV_ACCESS_REMOTE_READ) : NULL;
+		r->cached = cache_get(ch, pd, x->t);
+		if (r->cached) {
+			r->cached->users++;
+			r->mr = r->cached->mr;
+		} else {
+			r->mr = pd ? ibv_reg_mr(pd, x->t->data, x->t->len, IBV_ACCESS_REMOTE_READ) :
+				     NULL;
+			if (r->mr)
+				atomic_fetch_add_explicit(&tpu__chan_rdma_regs, 1,
+							  memory_order_relaxed);
+		}
 		if (!r->mr)
 			r->err = pd ? tpu__errno() : -EPIPE;	/* the connection is down */
 	}
@@ -131,7 +236,9 @@ static struct wreg *find_reg(struct rdma_chan *ch, uint64_t seq, uint32_t idx, b
 
 static void reg_free(struct wreg *r)
 {
-	if (r->mr)
+	if (r->cached)
+		r->cached->users--;
+	else if (r->mr)
 		ibv_dereg_mr(r->mr);
 	free(r);
 }
@@ -278,6 +385,9 @@ static void rdma_close(struct tpu__chan_link *l)
 		ch->regs = r->next;
 		reg_free(r);
 	}
+	for (int i = 0; i < CACHE_ENTRIES; i++)
+		if (ch->cache[i].id)
+			cache_drop(ch, &ch->cache[i]);
 	ch->closed = true;
 	l->state = NULL;
 	chan_free_if_done(ch);

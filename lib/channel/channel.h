@@ -19,6 +19,7 @@
 #ifndef TPU_CHANNEL_H
 #define TPU_CHANNEL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -136,6 +137,11 @@ extern const struct tpu__chan tpu__chan_basic;
 /* The channels, worst first (an offer lists them best first); [0] is basic. */
 extern const struct tpu__chan *const tpu__chans[];
 extern const unsigned int tpu__nchans;
+/*
+ * chan_rdma.c's writer: registrations made (ibv_reg_mr) and taken from its
+ * tpu_buffer cache, since the process started; for the tests.
+ */
+extern atomic_ulong tpu__chan_rdma_regs, tpu__chan_rdma_cache_hits;
 /* NULL if unknown. */
 const struct tpu__chan *tpu__chan_by_name(const char *name, size_t len);
 /* Position in tpu__chans, -1 if not there. */

@@ -44,6 +44,13 @@
 #define RDMA_ACK_TIMEOUT	16
 #define RDMA_RETRY		5
 #define RDMA_RNR_RETRY		5
+/*
+ * An open connection with no work request outstanding probes its peer this
+ * often (a zero-length RDMA WRITE, acknowledged by the peer's device alone):
+ * a peer that vanished is then found within this plus the retry budget
+ * above, even by an end that only waits.
+ */
+#define RDMA_KEEPALIVE_MS	1000
 /* Address resolution, then route resolution, each gives up after this. */
 #define RDMA_RESOLVE_MS		2000
 #define RDMA_BACKLOG		64
@@ -102,6 +109,9 @@ struct rdma_conn {
 	struct rdma_rdop *rdp, **rdp_tail;
 	unsigned int reads_out, rd_depth;
 	uint32_t rd_seq;
+	/* keepalive: the timer (counted in inflight while armed), the probe in flight */
+	struct tpu__timer ka;
+	bool ka_armed, probe_out;
 	struct tpu__poller poller;
 	struct tpu__task task;
 	bool task_queued;

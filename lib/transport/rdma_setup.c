@@ -98,7 +98,7 @@ tpu_status tpu__rdma_setup_qp(struct rdma_conn *c)
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
 		.cap = {
-			.max_send_wr = RDMA_SENDS + RDMA_READS,
+			.max_send_wr = RDMA_SENDS + RDMA_READS + 1,	/* + the keepalive probe */
 			.max_recv_wr = RDMA_RECVS,
 			.max_send_sge = 1,
 			.max_recv_sge = 1,

@@ -53,6 +53,7 @@
 /* A work request's wr_id: its kind in the high bits, a slot below. */
 #define WR_RECV			(1ull << 32)
 #define WR_SEND			(2ull << 32)
+#define WR_PROBE		(4ull << 32)
 #define WR_KIND(id)		((id) & ~0xffffffffull)
 #define WR_SLOT(id)		((unsigned int)((id) & 0xffffffffull))
 
@@ -252,6 +253,15 @@ static void on_wc(struct rdma_conn *c, const struct ibv_wc *wc)
 		tpu__rdma_read_wc(c, wc);
 		return;
 	}
+	if (WR_KIND(wc->wr_id) == WR_PROBE) {
+		c->probe_out = false;
+		if (wc->status != IBV_WC_SUCCESS && c->state != C_DOWN && !c->closed) {
+			tpu__log_debug("rdma conn %p: keepalive: %s", (void *)c,
+				       ibv_wc_status_str(wc->status));
+			tpu__rdma_conn_down(c, -ECONNRESET, -EPIPE);
+		}
+		return;
+	}
 	if (!recv) {
 		c->sends_out--;
 		if (slot == RDMA_CREDIT_SLOT)
@@ -368,6 +378,64 @@ static void on_async_event(void *arg, const struct io_uring_cqe *cqe)
 	conn_poll(&c->poller);
 }
 
+/* ---- keepalive -------------------------------------------------------------- */
+
+static void keepalive_arm(struct rdma_conn *c);
+
+/*
+ * A zero-length RDMA WRITE needs no memory and no rkey at the peer (a
+ * zero-byte RDMA operation carries none), consumes none of its receive
+ * buffers and wakes none of its software: its device acknowledges it, or
+ * the retry budget runs out and the completion fails the connection.
+ */
+static void keepalive_probe(struct rdma_conn *c)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = WR_PROBE,
+		.opcode = IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED,
+	};
+	struct ibv_send_wr *bad;
+	int err = ibv_post_send(c->id->qp, &wr, &bad);
+
+	if (err)
+		tpu__rdma_conn_fail(c, -err, "posting a keepalive probe");
+	else
+		c->probe_out = true;
+}
+
+static void keepalive_fired(void *arg, tpu_status status)
+{
+	struct rdma_conn *c = arg;
+
+	c->ka_armed = false;
+	c->inflight--;
+	if (status || c->closed || c->releasing || c->state != C_OPEN) {
+		tpu__rdma_conn_check_release(c);
+		return;
+	}
+	/* Anything outstanding finds a dead peer by itself. */
+	if (!c->probe_out && !c->sends_out && !c->reads_out)
+		keepalive_probe(c);
+	keepalive_arm(c);
+	tpu__rdma_schedule(c);
+}
+
+static void keepalive_arm(struct rdma_conn *c)
+{
+	if (c->state != C_OPEN || c->closed)
+		return;
+	c->ka.fn = keepalive_fired;
+	c->ka.arg = c;
+	c->inflight++;
+	if (tpu__ctx_timer_start(c->ctx, &c->ka, (uint64_t)RDMA_KEEPALIVE_MS * 1000000)) {
+		c->inflight--;
+		tpu__rdma_conn_fail(c, -ENOMEM, "starting the keepalive timer");
+		return;
+	}
+	c->ka_armed = true;
+}
+
 void tpu__rdma_conn_established(struct rdma_conn *c)
 {
 	c->state = C_OPEN;
@@ -378,6 +446,7 @@ void tpu__rdma_conn_established(struct rdma_conn *c)
 	tpu__rdma_async_add(c);
 	if (tpu__rdma_watch(c, c->id->verbs->async_fd, on_async_event, &c->async_watch))
 		tpu__rdma_conn_fail(c, -ENOMEM, "watching the device's events");
+	keepalive_arm(c);
 }
 
 /* ---- progress -------------------------------------------------------------- */
@@ -543,6 +612,8 @@ void tpu__rdma_conn_check_release(struct rdma_conn *c)
 		cancel_watch(c, c->ech_watch);
 		cancel_watch(c, c->cch_watch);
 		cancel_watch(c, c->async_watch);
+		if (c->ka_armed)
+			tpu__ctx_timer_cancel(c->ctx, &c->ka);
 	}
 	if (!c->inflight)
 		tpu__rdma_conn_destroy(c);

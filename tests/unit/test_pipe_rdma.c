@@ -21,6 +21,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "channel/channel.h"
 #include "pipe_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
@@ -192,6 +193,74 @@ static void reuse_after_free(const char *url)
 	}
 	CHECK(ok, "pipe_rdma_channel_tensor_freed_and_reallocated_arrives_with_its_own_bytes "
 		  "(%d of %d at the same address)", same_addr, ROUNDS - 1);
+	pair_close(&pp);
+	free(dst);
+}
+
+/*
+ * A tensor that names its tpu_buffer is registered once per pipe (the
+ * whole buffer) and taken from the pipe's cache afterwards, wherever in
+ * the buffer it lies; a buffer freed and another allocated (at the same
+ * address or not) is registered anew, and its tensors arrive with their
+ * own bytes.  The counters are the writer's (the reader registers each
+ * destination, uncounted).
+ */
+static void buffer_cache(const char *url)
+{
+	enum { ROUNDS = 3, SENDS = 3, LEN = 2 * MiB };
+	struct pair pp;
+	struct rec w, rd, rr;
+	struct tag tw = { &w, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	uint8_t *dst = malloc(LEN), *prev = NULL;
+	bool ok = pair_open(&pp, url, "rdma") && dst, counted = true;
+	int same_addr = 0, n = 0;
+
+	rec_init(&w);
+	rec_init(&rd);
+	rec_init(&rr);
+	for (int i = 0; ok && i < ROUNDS; i++) {
+		struct tpu_buffer *b = NULL;
+		unsigned long regs = atomic_load(&tpu__chan_rdma_regs);
+		unsigned long hits = atomic_load(&tpu__chan_rdma_cache_hits);
+		uint8_t *data;
+
+		if (tpu_buffer_alloc(pp.a, LEN, &b)) {
+			ok = false;
+			break;
+		}
+		data = tpu_buffer_data(b);
+		same_addr += data == prev;
+		prev = data;
+		pattern(data, LEN, 200u + (unsigned int)i);
+		for (int k = 0; ok && k < SENDS; k++, n++) {
+			size_t off = (size_t)k * 4096;
+			struct tpu_message_tensor t = { .data = data + off, .len = LEN - off,
+							.buffer = b };
+			struct tpu_message m = { .tensors = &t, .ntensors = 1 }, *d;
+
+			ok = !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+			     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) &&
+			     rec_wait(&rd, n + 1) && !rd.st[n];
+			d = ok ? rd.msg[n] : NULL;
+			if (ok)
+				d->tensors[0].data = dst;
+			ok = ok && !tpu_pipe_read(pp.server, d, on_write, &tr) &&
+			     rec_wait(&rr, n + 1) && rec_wait(&w, n + 1) && !rr.st[n] && !w.st[n] &&
+			     !memcmp(dst, data + off, LEN - off);
+		}
+		if (atomic_load(&tpu__chan_rdma_regs) - regs != 1 ||
+		    atomic_load(&tpu__chan_rdma_cache_hits) - hits != SENDS - 1) {
+			tap_diag("round %d: %lu registrations, %lu cache hits", i,
+				 atomic_load(&tpu__chan_rdma_regs) - regs,
+				 atomic_load(&tpu__chan_rdma_cache_hits) - hits);
+			counted = false;
+		}
+		tpu_buffer_free(b);
+	}
+	CHECK(ok, "pipe_rdma_channel_tensors_in_tpu_buffers_arrive_byte_exact_across_free_and_"
+		  "reallocation (%d of %d buffers at the same address)", same_addr, ROUNDS - 1);
+	CHECK(ok && counted, "pipe_rdma_channel_registers_each_tpu_buffer_once_per_pipe "
+		  "(%d sends of each of %d buffers)", SENDS, ROUNDS);
 	pair_close(&pp);
 	free(dst);
 }
@@ -436,6 +505,7 @@ void test_pipe_rdma(void)
 	messages(url, "rdma", "rdma");
 	negotiated_from_tcp(host);
 	reuse_after_free(url);
+	buffer_cache(url);
 	close_mid_pull(url);
 	close_pending(url);
 	peer_killed(url);

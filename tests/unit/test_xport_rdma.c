@@ -24,6 +24,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "rdma.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "xport.h"
@@ -247,6 +248,30 @@ static void test_idle(struct pair *p)
 	      ic.a_ms, ic.b_ms, ic.wall_ms);
 }
 
+/*
+ * Idle for three keepalive periods, a read pending at each end: both probe
+ * their peer (zero-length RDMA WRITEs), which must neither fail the
+ * connection nor deliver anything; then bytes still flow both ways.
+ */
+static void test_keepalive(struct pair *p)
+{
+	struct done r = { 0 }, w = { 0 }, r2 = { 0 }, w2 = { 0 };
+	char in[8] = { 0 }, back[8] = { 0 };
+
+	x_read(ctx_b, p->server, in, 4, &r);
+	x_read(ctx_a, p->client, back, 4, &r2);
+	sleep_ms(3 * RDMA_KEEPALIVE_MS + 500);
+	CHECK(!atomic_load(&r.calls) && !atomic_load(&r2.calls),
+	      "rdma: %d ms idle with reads pending: the keepalive probes deliver nothing, fail nothing",
+	      3 * RDMA_KEEPALIVE_MS + 500);
+	x_write(ctx_a, p->client, "ping", 4, &w);
+	x_write(ctx_b, p->server, "pong", 4, &w2);
+	CHECK(wait_done(&r, 1) && wait_done(&w, 1) && wait_done(&r2, 1) && wait_done(&w2, 1) &&
+	      !r.status && !w.status && !r2.status && !w2.status && !strcmp(in, "ping") &&
+	      !strcmp(back, "pong"), "rdma: then the connection carries bytes both ways (%s, %s)",
+	      in, back);
+}
+
 /* Close with reads and writes queued: TPU_E_CLOSED, once each; the peer sees EOF. */
 static void test_close_pending(void)
 {
@@ -393,6 +418,7 @@ static void test_with_device(const char *host)
 	test_many(&p);
 	test_read_sizes(&p);
 	test_idle(&p);
+	test_keepalive(&p);
 	close_pair(&p);
 	test_close_pending();
 	test_eof_after_data();
