@@ -88,6 +88,10 @@ enum {
 	TPU_E_URL_PORT		= -10012,
 	/** the members of a collective disagree on its parameters (type, data type, count...) */
 	TPU_E_COLL_MISMATCH	= -10013,
+	/** no usable CUDA driver: libcuda.so.1 (or TPU_CUDA_DRIVER) absent, no GPU, or CUDA support not built */
+	TPU_E_NO_CUDA		= -10014,
+	/** a CUDA driver call failed (TPU_LOG=debug names the call and the driver's error) */
+	TPU_E_CUDA		= -10015,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -939,7 +943,7 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 /** enum tpu_device_type - where memory lies */
 enum tpu_device_type {
 	TPU_DEVICE_CPU = 0,
-	TPU_DEVICE_CUDA = 1,	/* reserved: no channel moves CUDA memory yet */
+	TPU_DEVICE_CUDA = 1,	/* CUDA device memory (Documentation/cuda.rst) */
 };
 
 /**
@@ -980,6 +984,10 @@ struct tpu_payload {
  * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
  * @metadata_len: their length.
  * @flags:	write: TPU_TENSOR_GIVE or 0; read: TPU_TENSOR_WANT_BUFFER or 0.
+ * @stream:	CUDA tensors: a CUstream of the tensor's device, or NULL.  A
+ *		write reads the tensor after the work queued on it so far; a
+ *		read's bytes are in place before work queued on it after the
+ *		read's callback.  Waits are on events, never the whole device.
  */
 struct tpu_message_tensor {
 	void *data;
@@ -990,6 +998,7 @@ struct tpu_message_tensor {
 	struct tpu_device target;
 	const void *metadata;
 	size_t metadata_len;
+	void *stream;
 };
 
 /**
@@ -1128,8 +1137,8 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe);
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
 /**
  * tpu_pipe_channel - the channel for tensors from @src to @dst device
- * types ("kmod", "cma", "rdma", "mtcp", "basic"), or "" while negotiating or
- * if none.
+ * types ("kmod", "cma", "rdma", "mtcp", "basic"; with CUDA on either side
+ * "cuda_ipc" or "cuda_staged"), or "" while negotiating or if none.
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);
