@@ -910,6 +910,10 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
  *		kernel domain's descriptor)
  *   cma	process_vm_readv by the reader, same machine and permissions
  *   basic	inline through the transport (always available)
+ *   cuda_ipc	CUDA memory at the writer, same machine: the reader copies
+ *		through a CUDA IPC handle (Documentation/cuda.rst)
+ *   cuda_staged  CUDA memory on either side, any transport: inline,
+ *		through page-locked host memory
  * Tensors of at most TPU_PIPE_INLINE_MAX bytes always travel inline.
  *
  * Guarantees: messages arrive in the order they were written; the
