@@ -128,7 +128,8 @@ tpu_status tpu__cuda_check(tpu__cu_result r, const char *call);
 tpu_status tpu__cuda_enter(uint32_t index);
 /*
  * Whether @len bytes at @p lie in memory of CUDA device @index: 0, or
- * -EINVAL (not device memory, another device's, or past its allocation).
+ * -EINVAL (not device memory, another device's, or past its allocation),
+ * TPU_E_NO_CUDA, -ENODEV.  The calling thread's current context is kept.
  */
 tpu_status tpu__cuda_check_ptr(const void *p, size_t len, uint32_t index);
 

@@ -206,26 +206,36 @@ tpu_status tpu__cuda_enter(uint32_t index)
 	return st;
 }
 
+/*
+ * Called on the user's threads (tpu_pipe_write, tpu_pipe_read): their
+ * current context is theirs, so it is put back.
+ */
 tpu_status tpu__cuda_check_ptr(const void *p, size_t len, uint32_t index)
 {
 	tpu__cu_ptr dp = (tpu__cu_ptr)(uintptr_t)p, base = 0;
+	tpu__cu_ctx saved = NULL;
 	unsigned int type = 0;
 	int ordinal = -1;
 	size_t size = 0;
-	tpu_status st = tpu__cuda_enter(index);
+	tpu_status st = dev_check_index(index);
 
 	if (st)
 		return st;
-	if (cuda.pointer_attr(&type, TPU__CU_PTR_ATTR_MEMORY_TYPE, dp) != TPU__CU_SUCCESS ||
-	    type != TPU__CU_MEMORYTYPE_DEVICE ||
-	    cuda.pointer_attr(&ordinal, TPU__CU_PTR_ATTR_DEVICE_ORDINAL, dp) != TPU__CU_SUCCESS ||
-	    ordinal != (int)index ||
-	    cuda.mem_range(&base, &size, dp) != TPU__CU_SUCCESS ||
-	    len > size - (size_t)(dp - base)) {
+	if (cuda.ctx_get_current(&saved) != TPU__CU_SUCCESS)
+		saved = NULL;
+	st = tpu__cuda_enter(index);
+	if (!st &&
+	    (cuda.pointer_attr(&type, TPU__CU_PTR_ATTR_MEMORY_TYPE, dp) != TPU__CU_SUCCESS ||
+	     type != TPU__CU_MEMORYTYPE_DEVICE ||
+	     cuda.pointer_attr(&ordinal, TPU__CU_PTR_ATTR_DEVICE_ORDINAL, dp) != TPU__CU_SUCCESS ||
+	     ordinal != (int)index ||
+	     cuda.mem_range(&base, &size, dp) != TPU__CU_SUCCESS ||
+	     len > size - (size_t)(dp - base))) {
 		tpu__log_debug("cuda: %p (+%zu) is not memory of CUDA device %u", p, len, index);
-		return -EINVAL;
+		st = -EINVAL;
 	}
-	return 0;
+	cuda.ctx_set_current(saved);
+	return st;
 }
 
 static tpu__cu_result copy_chunk(void *dst, bool dcuda, const void *src, bool scuda, size_t n,

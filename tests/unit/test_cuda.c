@@ -291,6 +291,7 @@ static void bad_tensors(void)
 	struct tpu_message_tensor t = { .data = (void *)(uintptr_t)d, .len = 4096,
 					.device = { TPU_DEVICE_CUDA, 0 } };
 	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	tpu__cu_ctx cur = (tpu__cu_ctx)&r;
 	struct pair pp;
 
 	rec_init(&r);
@@ -300,6 +301,8 @@ static void bad_tensors(void)
 	}
 	tpu__cuda_enter(0);
 	cu->mem_free(gone);
+	/* The checks below run on this thread: its (lack of a) context stays. */
+	cu->ctx_set_current(NULL);
 	t.device.index = 4096;
 	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -ENODEV,
 		     "cuda: a device ordinal the driver lacks is -ENODEV");
@@ -321,6 +324,8 @@ static void bad_tensors(void)
 	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -EINVAL,
 		     "cuda: a stream on a CPU tensor is -EINVAL");
 	CHECK(r.n == 0, "cuda: refused writes never call back");
+	CHECK(!cu->ctx_get_current(&cur) && cur == NULL,
+	      "cuda: checking a tensor leaves the caller's current context alone");
 	pair_close(&pp);
 	tpu__cuda_enter(0);
 	cu->mem_free(d);
