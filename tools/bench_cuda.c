@@ -243,8 +243,11 @@ static struct result run_one(const struct run *r)
 	if (peer_recv(&peer, &rst, sizeof(rst)) || peer_recv(&peer, url, sizeof(url)))
 		rst = -EPIPE;
 	st = rst;
-	if (!st && r->pair->src == TPU_DEVICE_CUDA)
-		st = cuda_open() || cu.mem_alloc(&dev, r->size) ? -ENODEV : 0;
+	/* Opened whatever the pair, to say which driver the run had. */
+	if (!st && cuda_open() && r->pair->src == TPU_DEVICE_CUDA)
+		st = -ENODEV;
+	if (!st && r->pair->src == TPU_DEVICE_CUDA && cu.mem_alloc(&dev, r->size))
+		st = -ENOMEM;
 	if (!st)
 		st = tpu_context_create(&o, &ctx);
 	if (!st)
