@@ -469,11 +469,27 @@ API CUresult cuMemcpyDtoD_v2(tpu__cu_ptr d, tpu__cu_ptr s, size_t n)
 
 /* ---- streams and events -------------------------------------------- */
 
+/*
+ * lock held: free a destroyed event or stream later, so that a handle used
+ * after its destroy still reads as dead (CUDA_ERROR_INVALID_HANDLE) instead
+ * of reading freed memory: the last QUARANTINE of them are kept.
+ */
+#define QUARANTINE	1024
+static void *quarantine[QUARANTINE];
+static unsigned int quarantine_next;
+
+static void bury(void *obj)
+{
+	free(quarantine[quarantine_next]);
+	quarantine[quarantine_next] = obj;
+	quarantine_next = (quarantine_next + 1) % QUARANTINE;
+}
+
 static void event_put(struct CUevent_st *e)
 {
 	if (--e->refs == 0) {
 		e->magic = 0;
-		free(e);
+		bury(e);
 	}
 }
 
@@ -611,8 +627,9 @@ API CUresult cuStreamDestroy_v2(tpu__cu_stream s)
 	pthread_mutex_unlock(&lock);
 	if (!r) {
 		pthread_join(s->thread, NULL);
-		pthread_cond_destroy(&s->cond);
-		free(s);
+		pthread_mutex_lock(&lock);
+		bury(s);
+		pthread_mutex_unlock(&lock);
 	}
 	return r;
 }

@@ -351,6 +351,24 @@ static void standin_misuse(void)
 	      "cuda stand-in: a process opening its own IPC handle is refused");
 	CHECK(cu->ipc_close(d) == TPU__CU_ERROR_INVALID_VALUE,
 	      "cuda stand-in: closing memory never opened by IPC is CUDA_ERROR_INVALID_VALUE");
+	if (tpu__cuda_ndevices() > 1) {
+		tpu__cu_stream s1 = NULL;
+
+		/* A stream of device 1 used while device 0's context is current. */
+		CHECK(!tpu__cuda_enter(1) && !cu->stream_create(&s1, 0) && !tpu__cuda_enter(0) &&
+		      cu->memcpy_dtoh_async(buf, d, 16, s1) == TPU__CU_ERROR_INVALID_CONTEXT,
+		      "cuda stand-in: another context's stream is CUDA_ERROR_INVALID_CONTEXT");
+		if (s1 && !tpu__cuda_enter(1))
+			cu->stream_destroy(s1);
+		tpu__cuda_enter(0);
+	}
+	{
+		tpu__cu_event e = NULL;
+
+		CHECK(!cu->event_create(&e, 0) && !cu->event_destroy(e) &&
+		      cu->event_query(e) == TPU__CU_ERROR_INVALID_HANDLE,
+		      "cuda stand-in: a destroyed event is CUDA_ERROR_INVALID_HANDLE");
+	}
 	CHECK(cu->mem_free(d) == 0 && cu->mem_free(d) == TPU__CU_ERROR_INVALID_VALUE,
 	      "cuda stand-in: a double free is CUDA_ERROR_INVALID_VALUE");
 	CHECK(cu->memcpy_dtoh(buf, d, 16) == TPU__CU_ERROR_INVALID_VALUE,
