@@ -164,7 +164,6 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 		goto fail;
 	for (uint32_t i = 0; i < nt; i++) {
 		struct pipe_rd_tensor *ti = &rd->tinfo[i];
-
 		bool cpu = wt[i].src_type == TPU_DEVICE_CPU && wt[i].dst_type == TPU_DEVICE_CPU;
 
 		ti->chan = wt[i].channel;
@@ -522,7 +521,6 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 			st = -EINVAL;
 	for (size_t i = 0; !st && i < rd->msg.ntensors; i++) {
 		struct tpu_message_tensor *t = &rd->msg.tensors[i];
-
 		struct pipe_rd_tensor *ti = &rd->tinfo[i];
 
 		if (t->len != ti->len)

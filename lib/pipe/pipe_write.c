@@ -357,11 +357,19 @@ void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c)
 	struct pipe_write *w;
 
 	if (!c) {
-		/* The pipe just opened: send what was queued while connecting. */
-		for (w = p->writes; w; w = w->next)
-			if (!w->started && p->state == PIPE_OPEN)
-				write_send(p, w);
-		return;
+		/*
+		 * The pipe just opened: send what was queued while connecting,
+		 * in order.  A send may complete (and free) writes, this one
+		 * included, or fail the pipe: each round looks again from the
+		 * head for the first write not started.
+		 */
+		for (;;) {
+			for (w = p->writes; w && w->started; w = w->next)
+				;
+			if (!w || p->state != PIPE_OPEN)
+				return;
+			write_send(p, w);
+		}
 	}
 	w = calloc(1, sizeof(*w));
 	if (w && c->msg->ntensors)

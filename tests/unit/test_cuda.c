@@ -331,6 +331,57 @@ static void bad_tensors(void)
 	cu->mem_free(d);
 }
 
+/*
+ * Ends that share no CUDA channel (basic only): CUDA writes queued before
+ * the pipe opened fail alone, in order, and the CPU write between them
+ * goes through.
+ */
+static void no_channel(void)
+{
+	struct tpu_context_options o = { .channels = "basic" };
+	struct tpu_context *a = NULL, *b = NULL;
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *c = NULL;
+	const char *url = "tcp://127.0.0.1:0";
+	char got[300], cpu[64] = "cpu";
+	tpu__cu_ptr d = dev_filled(0, 4096, 9);
+	struct tpu_message_tensor t[3] = {
+		{ .data = (void *)(uintptr_t)d, .len = 4096, .device = { TPU_DEVICE_CUDA, 0 } },
+		{ .data = cpu, .len = sizeof(cpu) },
+		{ .data = (void *)(uintptr_t)d, .len = 4096, .device = { TPU_DEVICE_CUDA, 0 },
+		  .target = { TPU_DEVICE_CUDA, 0 } },
+	};
+	struct tpu_message m[3];
+	struct rec ra, rw;
+	struct tag ta = { &ra, 0 }, tw[3] = { { &rw, 0 }, { &rw, 1 }, { &rw, 2 } };
+	bool ok;
+
+	rec_init(&ra);
+	rec_init(&rw);
+	ok = d && !tpu_context_create(&o, &a) && !tpu_context_create(&o, &b) &&
+	     !tpu_listener_create(a, &url, 1, &l) && !tpu_listener_url(l, NULL, got, sizeof(got)) &&
+	     !tpu_listener_accept(l, on_accept, &ta) && !tpu_pipe_connect(b, got, &c);
+	for (int k = 0; ok && k < 3; k++) {
+		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
+		ok = !tpu_pipe_write(c, &m[k], on_write, &tw[k]);
+	}
+	ok = ok && rec_wait(&rw, 3);
+	CHECK(ok && rw.order[0] == 0 && rw.st[0] == -ENOPROTOOPT && rw.order[1] == 1 &&
+	      rw.st[1] == 0 && rw.order[2] == 2 && rw.st[2] == -ENOPROTOOPT,
+	      "cuda: without a common CUDA channel CUDA writes fail alone (-ENOPROTOOPT), in order");
+	CHECK(ok && !strcmp(tpu_pipe_channel(c, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), "") &&
+	      !strcmp(tpu_pipe_channel(c, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "basic"),
+	      "cuda: tpu_pipe_channel says \"\" for a pair without a channel");
+	tpu_pipe_close(c);
+	if (rec_wait(&ra, 1) && !ra.st[0])
+		tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(b);
+	tpu_context_destroy(a);
+	if (d && !tpu__cuda_enter(0))
+		cu->mem_free(d);
+}
+
 /* The stand-in catches misuse with the driver's error codes. */
 static void standin_misuse(void)
 {
@@ -610,6 +661,7 @@ void test_cuda(void)
 	stream_order(NULL, "cuda_ipc");
 	stream_order("cuda_staged", "cuda_staged");
 	bad_tensors();
+	no_channel();
 	if (standin_counts)
 		standin_misuse();
 	cross_process();
