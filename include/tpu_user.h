@@ -88,6 +88,10 @@ enum {
 	TPU_E_URL_PORT		= -10012,
 	/** the members of a collective disagree on its parameters (type, data type, count...) */
 	TPU_E_COLL_MISMATCH	= -10013,
+	/** no usable CUDA driver: libcuda.so.1 (or TPU_CUDA_DRIVER) absent, no GPU, or CUDA support not built */
+	TPU_E_NO_CUDA		= -10014,
+	/** a CUDA driver call failed (TPU_LOG=debug names the call and the driver's error) */
+	TPU_E_CUDA		= -10015,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -933,6 +937,10 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
  *		kernel domain's descriptor)
  *   cma	process_vm_readv by the reader, same machine and permissions
  *   basic	inline through the transport (always available)
+ *   cuda_ipc	CUDA memory at the writer, same machine: the reader copies
+ *		through a CUDA IPC handle (Documentation/cuda.rst)
+ *   cuda_staged  CUDA memory on either side, any transport: inline,
+ *		through page-locked host memory
  * Tensors of at most TPU_PIPE_INLINE_MAX bytes always travel inline.
  *
  * Guarantees: messages arrive in the order they were written; the
@@ -966,7 +974,7 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 /** enum tpu_device_type - where memory lies */
 enum tpu_device_type {
 	TPU_DEVICE_CPU = 0,
-	TPU_DEVICE_CUDA = 1,	/* reserved: no channel moves CUDA memory yet */
+	TPU_DEVICE_CUDA = 1,	/* CUDA device memory (Documentation/cuda.rst) */
 };
 
 /**
@@ -1007,6 +1015,10 @@ struct tpu_payload {
  * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
  * @metadata_len: their length.
  * @flags:	write: TPU_TENSOR_GIVE or 0; read: TPU_TENSOR_WANT_BUFFER or 0.
+ * @stream:	CUDA tensors: a CUstream of the tensor's device, or NULL.  A
+ *		write reads the tensor after the work queued on it so far; a
+ *		read's bytes are in place before work queued on it after the
+ *		read's callback.  Waits are on events, never the whole device.
  */
 struct tpu_message_tensor {
 	void *data;
@@ -1017,6 +1029,7 @@ struct tpu_message_tensor {
 	struct tpu_device target;
 	const void *metadata;
 	size_t metadata_len;
+	void *stream;
 };
 
 /**
@@ -1155,8 +1168,8 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe);
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
 /**
  * tpu_pipe_channel - the channel for tensors from @src to @dst device
- * types ("kmod", "cma", "rdma", "mtcp", "basic"), or "" while negotiating or
- * if none.
+ * types ("kmod", "cma", "rdma", "mtcp", "basic"; with CUDA on either side
+ * "cuda_ipc" or "cuda_staged"), or "" while negotiating or if none.
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);

@@ -20,12 +20,14 @@ import sys
 # Each layer, lowest first: its header, and the layers it may call.
 LAYERS = {
     "base":      ("base.h",          []),
+    "cuda":      ("cuda.h",          ["base"]),
     "dev":       ("dev.h",           ["base"]),
     "ctx":       ("ctx.h",           ["base", "dev"]),
     "rdv":       ("rdv.h",           ["base", "dev", "ctx"]),
     "transport": ("xport.h",         ["base", "dev", "ctx"]),
-    "channel":   ("channel.h",       ["base", "dev", "ctx", "rdv", "transport"]),
-    "pipe":      ("pipe_internal.h", ["base", "dev", "ctx", "rdv", "transport", "channel"]),
+    "channel":   ("channel.h",       ["base", "cuda", "dev", "ctx", "rdv", "transport"]),
+    "pipe":      ("pipe_internal.h", ["base", "cuda", "dev", "ctx", "rdv", "transport",
+                                      "channel"]),
     "remote":    ("remote.h",        ["base", "dev", "ctx", "rdv"]),
     "boot":      ("boot.h",          ["base", "dev", "ctx"]),
     "coll":      ("coll.h",          ["base", "dev", "ctx", "rdv", "remote"]),

@@ -98,6 +98,11 @@ echo "== pipes between processes, cma channel (host)"
 tests/pipe/pipe_vm_test 2>&1 | tee "$logs/pipe-host.log"
 pipe_host_status=${PIPESTATUS[0]}
 
+echo "== tpbench cuda against the stand-in CUDA driver, a correctness check (host)"
+$make --no-print-directory -s -C tools tpbench >"$logs/tools-build.log" 2>&1 || cat "$logs/tools-build.log"
+tests/cuda_standin/tpbench-check.sh 2>&1 | tee "$logs/tpbench-cuda.log"
+tpbench_cuda_status=${PIPESTATUS[0]}
+
 echo "== examples: a two-process rendezvous and a pipe echo server (host)"
 $make --no-print-directory -s -C examples run 2>&1 | tee "$logs/examples.log"
 examples_status=${PIPESTATUS[0]}
@@ -129,6 +134,7 @@ exec tests/summary.sh \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
+	"tpbench cuda, stand-in (host)" "$logs/tpbench-cuda.log" "$tpbench_cuda_status" \
 	"examples (host)" "$logs/examples.log" "$examples_status" \
 	"python (host)" "$logs/python.log" "$python_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench_coll.h"
+#include "bench_cuda.h"
 #include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "bench_uring.h"
@@ -764,6 +765,10 @@ static void usage(FILE *f)
 "             implementation, with same-run references\n"
 "tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]:\n"
 "             the remote rendezvous between two workers against its pipe\n"
+"tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] [--channel cuda_ipc|cuda_staged]\n"
+"             [--transport shm|tcp] [--size BYTES] [--iters N] [--json]: CUDA\n"
+"             tensors to a reader process, per device pair and channel, every\n"
+"             byte checked (TPU_CUDA_DRIVER names the driver)\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
 "--no-thp     do not madvise(MADV_HUGEPAGE) buffers of 2 MiB and more\n"
@@ -909,6 +914,8 @@ int main(int argc, char **argv)
 		return bench_pipe_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "coll"))
 		return bench_coll_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "cuda"))
+		return bench_cuda_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))

@@ -43,6 +43,10 @@ static const struct status_text status_texts[] = {
 	  "the tcp URL has no port: write tcp://HOST:PORT (PORT 0 lets a listener pick one)" },
 	{ TPU_E_COLL_MISMATCH, "TPU_E_COLL_MISMATCH",
 	  "the members of a collective disagree on its parameters (tpu_coll_last_reason says which)" },
+	{ TPU_E_NO_CUDA, "TPU_E_NO_CUDA",
+	  "no usable CUDA driver: libcuda.so.1 (or TPU_CUDA_DRIVER) not loadable, no GPU, or CUDA support not built" },
+	{ TPU_E_CUDA, "TPU_E_CUDA",
+	  "a CUDA driver call failed (TPU_LOG=debug names the call and the driver's error)" },
 	{ TPU_E_FORKED, "TPU_E_FORKED",
 	  "context used in a forked child: create a new context in the child" },
 

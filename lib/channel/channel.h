@@ -15,6 +15,10 @@
  *		descriptor passed over the transport at set-up)
  *   rdma	beside the rdma transport: the reader pulls with RDMA READs
  *		from the writer's registered memory and ACKs the tensor
+ *   cuda_staged  CUDA memory on either side: inline in the pipe's stream,
+ *		staged through page-locked host memory by the pipe
+ *   cuda_ipc	CUDA memory at the writer, one host: the reader copies from
+ *		it through a CUDA IPC handle and ACKs the tensor
  */
 #ifndef TPU_CHANNEL_H
 #define TPU_CHANNEL_H
@@ -24,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/cuda.h"
 #include "rdv/rdv.h"
 #include "transport/xport.h"
 
@@ -93,6 +98,12 @@ struct tpu__chan_xfer {
 #define TPU__CHAN_LANES		0x4	/* needs lanes (the listener asks for them) */
 #define TPU__CHAN_MODULE	0x8	/* uses /dev/tensorpipe (off with TPU_CTX_NO_KMOD) */
 #define TPU__CHAN_BUFFERS	0x10	/* its recv makes TPU_TENSOR_WANT_BUFFER buffers itself */
+/*
+ * Tensors go inline in the pipe's stream like basic's, but the side whose
+ * tensor is CUDA memory stages it through page-locked host memory
+ * (cuda_staged); no send or recv.
+ */
+#define TPU__CHAN_STAGED	0x20
 
 struct tpu__chan {
 	const char *name;		/* HELLO/WELCOME, TPU_CHANNELS, tpu_pipe_channel() */

@@ -12,6 +12,8 @@ extern const struct tpu__chan tpu__chan_mtcp;
 extern const struct tpu__chan tpu__chan_cma;
 extern const struct tpu__chan tpu__chan_kmod;
 extern const struct tpu__chan tpu__chan_rdma;
+extern const struct tpu__chan tpu__chan_cuda_staged;
+extern const struct tpu__chan tpu__chan_cuda_ipc;
 
 const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_basic,	/* first: always there */
@@ -20,6 +22,9 @@ const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_rdma,
 	&tpu__chan_cma,
 	&tpu__chan_kmod,
+	/* CUDA memory (no CPU-to-CPU pair): ipc beats staging on one host. */
+	&tpu__chan_cuda_staged,
+	&tpu__chan_cuda_ipc,
 };
 
 const unsigned int tpu__nchans = sizeof(tpu__chans) / sizeof(tpu__chans[0]);

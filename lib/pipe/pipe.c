@@ -147,8 +147,11 @@ void tpu__pipe_opened(struct tpu_pipe *p)
 	p->link.conn = p->conn;
 	if (p->conn->ops->watch)
 		p->conn->ops->watch(p->conn, pipe_peer_gone, p);
-	tpu__log_debug("pipe %p: open, transport %s, cpu->cpu channel %s", (void *)p,
-		       p->xport_name, p->chan_name);
+	tpu__log_debug("pipe %p: open, transport %s, cpu->cpu channel %s, cpu->cuda %s, "
+		       "cuda->cpu %s, cuda->cuda %s", (void *)p, p->xport_name, p->chan_name,
+		       p->dchan[0][1] ? p->dchan[0][1]->name : "none",
+		       p->dchan[1][0] ? p->dchan[1][0]->name : "none",
+		       p->dchan[1][1] ? p->dchan[1][1]->name : "none");
 	/* Writes queued while connecting go out now, then reads may begin. */
 	tpu__pipe_write_start(p, NULL);
 	tpu__pipe_in_pump(p);
@@ -267,8 +270,7 @@ static tpu_status check_message(const struct tpu_message *m)
 		if (t->len > TPU_PIPE_MAX_LEN || (t->len && !t->data) ||
 		    !meta_ok(t->metadata, t->metadata_len))
 			return -EINVAL;
-		/* Only CPU memory moves today; CUDA is reserved in the format. */
-		if (t->device.type != TPU_DEVICE_CPU || t->target.type > TPU_DEVICE_CUDA)
+		if (t->device.type > TPU_DEVICE_CUDA || t->target.type > TPU_DEVICE_CUDA)
 			return -EINVAL;
 		if (t->flags & ~TPU_TENSOR_GIVE)
 			return -EINVAL;
@@ -276,6 +278,15 @@ static tpu_status check_message(const struct tpu_message *m)
 		    (!t->buffer || t->data != tpu_buffer_data(t->buffer) ||
 		     t->len > tpu_buffer_size(t->buffer)))
 			return -EINVAL;
+		if (t->device.type == TPU_DEVICE_CPU && t->stream)
+			return -EINVAL;
+		if (t->device.type == TPU_DEVICE_CUDA) {
+			/* No driver, no such device, not its memory: said now. */
+			tpu_status st = tpu__cuda_check_ptr(t->data, t->len, t->device.index);
+
+			if (st || (t->flags & TPU_TENSOR_GIVE))
+				return st ? st : -EINVAL;
+		}
 	}
 	return 0;
 }
@@ -331,8 +342,14 @@ TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 		/* A tensor needs room, or asks for a buffer. */
 		if (t->flags & TPU_TENSOR_WANT_BUFFER ? t->data != NULL : t->len && !t->data)
 			return -EINVAL;
-		if (t->device.type != TPU_DEVICE_CPU)
+		if (t->device.type > TPU_DEVICE_CUDA || (t->device.type == TPU_DEVICE_CPU && t->stream))
 			return -EINVAL;
+		if (t->device.type == TPU_DEVICE_CUDA) {
+			tpu_status st2 = tpu__cuda_check_ptr(t->data, t->len, t->device.index);
+
+			if (st2 || (t->flags & TPU_TENSOR_WANT_BUFFER))
+				return st2 ? st2 : -EINVAL;
+		}
 	}
 	return pipe_call(pipe, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
 }
@@ -389,9 +406,23 @@ TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_devic
 {
 	if (pipe_check(pipe) || !atomic_load(&((struct tpu_pipe *)pipe)->ready))
 		return "";
-	if (src != TPU_DEVICE_CPU || dst != TPU_DEVICE_CPU)
+	if (src > TPU_DEVICE_CUDA || dst > TPU_DEVICE_CUDA)
 		return "";
-	return pipe->chan_name;
+	if (src == TPU_DEVICE_CPU && dst == TPU_DEVICE_CPU)
+		return pipe->chan_name;
+	/* Written before ready was set, never changed after. */
+	return pipe->dchan[src][dst] ? pipe->dchan[src][dst]->name : "";
+}
+
+const struct tpu__chan *tpu__pipe_chan_by_wire(const struct tpu_pipe *p, uint32_t id)
+{
+	if (p->chan && p->chan->wire_id == id)
+		return p->chan;
+	for (int s = 0; s < 2; s++)
+		for (int d = 0; d < 2; d++)
+			if (p->dchan[s][d] && p->dchan[s][d]->wire_id == id)
+				return p->dchan[s][d];
+	return NULL;
 }
 
 /* ---- connect ------------------------------------------------------------ */

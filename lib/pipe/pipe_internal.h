@@ -84,12 +84,16 @@ struct pipe_write {
 	bool started;			/* on the wire, or failed: done once waiting is 0 */
 	bool *given;			/* per tensor: the channel took its buffer */
 	bool *acked;			/* per tensor: the reader ACKed it (TPU__CHAN_ACKED) */
+	void **stage;			/* per tensor: its staging copy (TPU__CHAN_STAGED), or NULL */
 };
 
 struct pipe_rd_tensor {
-	uint32_t chan;			/* TPU__WIRE_INLINE or the pipe's channel's wire_id */
+	uint32_t chan;			/* TPU__WIRE_INLINE or the channel's wire_id */
+	uint32_t src_type;		/* where it lies at the writer */
+	const struct tpu__chan *c;	/* its channel (basic for inline ones) */
 	const uint8_t *desc;		/* the channel's descriptor of it (in the body) */
 	uint64_t len;
+	void *stage;			/* TPU__CHAN_STAGED into CUDA memory: staging memory */
 };
 
 /* One read in flight (a descriptor handed out, then read). */
@@ -163,6 +167,11 @@ struct tpu_pipe {
 	const struct tpu__xport *xport;
 	const struct tpu__chan *chan;	/* CPU -> CPU channel, both directions */
 	/*
+	 * Per (writer's device type, suggested target type) with CUDA on a
+	 * side: the channel, both directions; NULL if the ends have none.
+	 */
+	const struct tpu__chan *dchan[2][2];
+	/*
 	 * What the channel shares with the pipe; link.lanes[0..nlanes) are the
 	 * lanes (nlanes from WELCOME, 0 for a channel without TPU__CHAN_LANES).
 	 */
@@ -226,12 +235,27 @@ static inline void tpu__pipe_io_cancel(struct tpu_pipe *p)
 
 /* Queue a read of @len bytes on the pipe's connection, holding an io reference. */
 tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb);
-/* The channel of a tensor: the pipe's, or basic (inline) when it is small. */
+/*
+ * The channel of a writer's tensor: for CPU memory bound for CPU memory the
+ * pipe's, or basic (inline) when it is small; with CUDA on a side, the
+ * channel of that device pair (NULL: none).
+ */
 static inline const struct tpu__chan *tpu__pipe_tensor_chan(const struct tpu_pipe *p,
 							     const struct tpu_message_tensor *t)
 {
-	return t->len <= TPU_PIPE_INLINE_MAX ? &tpu__chan_basic : p->chan;
+	if (t->device.type == TPU_DEVICE_CPU && t->target.type == TPU_DEVICE_CPU)
+		return t->len <= TPU_PIPE_INLINE_MAX ? &tpu__chan_basic : p->chan;
+	return p->dchan[t->device.type & 1][t->target.type & 1];
 }
+
+/* Bytes that follow the descriptor in the pipe's stream (basic, cuda_staged). */
+static inline bool tpu__pipe_chan_inline(const struct tpu__chan *c)
+{
+	return c->flags & (TPU__CHAN_INLINE | TPU__CHAN_STAGED);
+}
+
+/* The channel whose wire_id is @id among the pipe's, or NULL. */
+const struct tpu__chan *tpu__pipe_chan_by_wire(const struct tpu_pipe *p, uint32_t id);
 
 /* pipe_write.c, pipe_read.c (context thread) */
 void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c);

@@ -27,6 +27,8 @@ _Static_assert(sizeof(struct tpu_payload) % 8 == 0 && sizeof(struct tpu_message_
 
 static void rd_free(struct pipe_read *rd)
 {
+	for (size_t i = 0; i < rd->msg.ntensors; i++)
+		tpu__cuda_host_free(rd->tinfo[i].stage);
 	/* The arrays live in rd's own allocation (take_msg). */
 	free(rd->body);
 	free(rd);
@@ -162,17 +164,24 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 		goto fail;
 	for (uint32_t i = 0; i < nt; i++) {
 		struct pipe_rd_tensor *ti = &rd->tinfo[i];
+		bool cpu = wt[i].src_type == TPU_DEVICE_CPU && wt[i].dst_type == TPU_DEVICE_CPU;
 
 		ti->chan = wt[i].channel;
 		ti->len = wt[i].len;
-		/* Only what this pipe negotiated, and only tensors too big to go inline. */
-		if (ti->chan != TPU__WIRE_INLINE &&
-		    (p->chan->flags & TPU__CHAN_INLINE || ti->chan != p->chan->wire_id ||
-		     ti->len <= TPU_PIPE_INLINE_MAX))
+		ti->src_type = wt[i].src_type;
+		ti->c = ti->chan == TPU__WIRE_INLINE ? &tpu__chan_basic
+						     : tpu__pipe_chan_by_wire(p, ti->chan);
+		/*
+		 * Only what this pipe negotiated for the tensor's device pair:
+		 * inline for CPU memory only, the CPU channel only for tensors
+		 * too big to go inline.
+		 */
+		if (ti->chan == TPU__WIRE_INLINE ? !cpu
+		    : !ti->c || (cpu ? ti->c != p->chan || (ti->c->flags & TPU__CHAN_INLINE) ||
+				       ti->len <= TPU_PIPE_INLINE_MAX
+				 : ti->c != p->dchan[wt[i].src_type][wt[i].dst_type]))
 			goto fail;
-		if (wt[i].src_type != TPU_DEVICE_CPU)
-			goto fail;
-		if (wt[i].chan_desc.len != (ti->chan == TPU__WIRE_INLINE ? 0 : p->chan->desc_len))
+		if (wt[i].chan_desc.len != ti->c->desc_len)
 			goto fail;
 		ti->desc = wt[i].chan_desc.data;
 		rd->tensors[i] = (struct tpu_message_tensor){
@@ -306,6 +315,18 @@ static void inline_done(void *arg, tpu_status st)
 		tpu__pipe_io_put(p);
 		return;
 	}
+	if (p->inline_next >= rd->msg.npayloads) {
+		size_t i = p->inline_next - rd->msg.npayloads;
+		struct tpu_message_tensor *t = &rd->msg.tensors[i];
+
+		/* Staged bytes go on to the device; the stream stays in step either way. */
+		if (rd->tinfo[i].stage) {
+			st = tpu__cuda_copy(t->data, t->device, rd->tinfo[i].stage,
+					    (struct tpu_device){ TPU_DEVICE_CPU, 0 }, t->len, t->stream);
+			if (st && !rd->status)
+				rd->status = st;
+		}
+	}
 	p->inline_next++;
 	inline_next(p);
 	tpu__pipe_io_put(p);
@@ -326,12 +347,14 @@ static void inline_next(struct tpu_pipe *p)
 			dst = rd->msg.payloads[k].data;
 			len = rd->payload_len[k];
 		} else {
-			if (rd->tinfo[k - np].chan != TPU__WIRE_INLINE) {
+			struct pipe_rd_tensor *ti = &rd->tinfo[k - np];
+
+			if (!tpu__pipe_chan_inline(ti->c)) {
 				p->inline_next++;
 				continue;
 			}
-			dst = rd->msg.tensors[k - np].data;
-			len = rd->tinfo[k - np].len;
+			dst = ti->stage ? ti->stage : rd->msg.tensors[k - np].data;
+			len = ti->len;
 		}
 		if (!len) {
 			p->inline_next++;
@@ -465,7 +488,7 @@ static tpu_status read_chan(struct tpu_pipe *p, struct pipe_read *rd, size_t i)
 		.ack = xfer_ack,
 	};
 
-	return p->chan->recv(&p->link, &x);
+	return rd->tinfo[i].c->recv(&p->link, &x);
 }
 
 void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
@@ -498,12 +521,17 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 			st = -EINVAL;
 	for (size_t i = 0; !st && i < rd->msg.ntensors; i++) {
 		struct tpu_message_tensor *t = &rd->msg.tensors[i];
+		struct pipe_rd_tensor *ti = &rd->tinfo[i];
 
-		if (t->len != rd->tinfo[i].len)
+		if (t->len != ti->len)
 			st = -EINVAL;
+		else if (t->device.type != TPU_DEVICE_CPU &&
+			 !ti->c->supports(p->xport, ti->src_type, t->device.type))
+			st = -EINVAL;	/* CUDA memory, a CPU-only channel */
+		else if ((ti->c->flags & TPU__CHAN_STAGED) && t->device.type == TPU_DEVICE_CUDA)
+			st = tpu__cuda_host_alloc(t->len, &ti->stage);
 		else if ((t->flags & TPU_TENSOR_WANT_BUFFER) &&
-			 (rd->tinfo[i].chan == TPU__WIRE_INLINE ||
-			  !(p->chan->flags & TPU__CHAN_BUFFERS))) {
+			 (ti->chan == TPU__WIRE_INLINE || !(ti->c->flags & TPU__CHAN_BUFFERS))) {
 			t->buffer = NULL;
 			st = tpu_buffer_alloc(p->ctx, t->len ? t->len : 1, &t->buffer);
 			if (!st)
@@ -513,7 +541,7 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 	/* The inline stream is one part; each channel tensor another. */
 	rd->waiting++;
 	for (size_t i = 0; !st && i < rd->msg.ntensors; i++) {
-		if (rd->tinfo[i].chan != TPU__WIRE_INLINE)
+		if (!tpu__pipe_chan_inline(rd->tinfo[i].c))
 			st = read_chan(p, rd, i);
 	}
 	if (st) {

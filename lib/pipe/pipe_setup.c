@@ -158,12 +158,15 @@ static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_w
 		return -EPROTO;
 	for (uint32_t i = 0; i < w->nchans; i++) {
 		const struct tpu__wire_chan_entry *e = &w->chans[i];
+		const struct tpu__chan *c = tpu__chan_by_name((const char *)e->name.data, e->name.len);
 
-		if (e->src_type != TPU_DEVICE_CPU || e->dst_type != TPU_DEVICE_CPU)
-			continue;
-		chan = tpu__chan_by_name((const char *)e->name.data, e->name.len);
-		if (!chan || !p->policy.chan_ok[tpu__chan_index(chan)])
+		if (!c || !p->policy.chan_ok[tpu__chan_index(c)] ||
+		    !c->supports(x, e->src_type, e->dst_type))
 			return -EPROTO;
+		if (e->src_type == TPU_DEVICE_CPU && e->dst_type == TPU_DEVICE_CPU)
+			chan = c;
+		else
+			p->dchan[e->src_type][e->dst_type] = c;
 	}
 	if (!chan->supports(x, TPU_DEVICE_CPU, TPU_DEVICE_CPU))
 		return -EPROTO;
@@ -253,15 +256,25 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 			.compat = { (const uint8_t *)offer.xports[i].compat,
 				    (uint32_t)strlen(offer.xports[i].compat) },
 		};
+	/* An entry per channel and device pair it moves over some transport offered. */
 	for (unsigned int i = 0; i < offer.nchans; i++) {
-		const char *name = offer.chans[i].chan->name;
+		const struct tpu__chan *c = offer.chans[i].chan;
 
-		h.chans[h.nchans++] = (struct tpu__wire_chan_entry){
-			.name = { (const uint8_t *)name, (uint32_t)strlen(name) },
-			.src_type = TPU_DEVICE_CPU, .dst_type = TPU_DEVICE_CPU,
-			.compat = { (const uint8_t *)offer.chans[i].compat,
-				    (uint32_t)strlen(offer.chans[i].compat) },
-		};
+		for (uint32_t pair = 0; pair < 4; pair++) {
+			uint32_t src = pair >> 1, dst = pair & 1;
+			bool any = false;
+
+			for (unsigned int j = 0; j < offer.nxports; j++)
+				any |= c->supports(offer.xports[j].xport, src, dst);
+			if (!any || h.nchans == TPU__WIRE_ENTRIES_MAX)
+				continue;
+			h.chans[h.nchans++] = (struct tpu__wire_chan_entry){
+				.name = { (const uint8_t *)c->name, (uint32_t)strlen(c->name) },
+				.src_type = src, .dst_type = dst,
+				.compat = { (const uint8_t *)offer.chans[i].compat,
+					    (uint32_t)strlen(offer.chans[i].compat) },
+			};
+		}
 	}
 	len = tpu__wire_hello_encode(NULL, 0, &h);
 	if (len < 0)
@@ -290,6 +303,26 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 static bool same(struct tpu__wire_blob b, const char *s)
 {
 	return b.len == strlen(s) && !memcmp(b.data, s, b.len);
+}
+
+/* The best channel of @offer the two ends share for one device pair over @x, or NULL. */
+static const struct tpu__chan *choose_chan(const struct tpu__wire_hello *h,
+					   const struct tpu__pipe_offer *offer,
+					   const struct tpu__xport *x, uint32_t src, uint32_t dst)
+{
+	/* Offers list channels best first. */
+	for (unsigned int i = 0; i < offer->nchans; i++) {
+		const struct tpu__chan *c = offer->chans[i].chan;
+
+		if (!c->supports(x, src, dst))
+			continue;
+		for (uint32_t j = 0; j < h->nchans; j++)
+			if (h->chans[j].src_type == src && h->chans[j].dst_type == dst &&
+			    same(h->chans[j].name, c->name) &&
+			    same(h->chans[j].compat, offer->chans[i].compat))
+				return c;
+	}
+	return NULL;
 }
 
 /* The listener's choice for @h; fills @w (strings point into @offer or static data). */
@@ -328,19 +361,9 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 		return;
 	}
 	(void)best_compat;
-	/* Offers list channels best first. */
-	for (unsigned int i = 0; i < offer->nchans && chan == &tpu__chan_basic; i++) {
-		const struct tpu__chan *c = offer->chans[i].chan;
-
-		if (!c->supports(best, TPU_DEVICE_CPU, TPU_DEVICE_CPU))
-			continue;
-		for (uint32_t j = 0; j < h->nchans; j++)
-			if (h->chans[j].src_type == TPU_DEVICE_CPU &&
-			    h->chans[j].dst_type == TPU_DEVICE_CPU &&
-			    same(h->chans[j].name, c->name) &&
-			    same(h->chans[j].compat, offer->chans[i].compat))
-				chan = c;
-	}
+	chan = choose_chan(h, offer, best, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+	if (!chan)
+		chan = &tpu__chan_basic;
 	p->chan = chan;
 	if (chan->flags & TPU__CHAN_LANES)
 		p->link.nlanes = w->lanes = p->policy.mtcp_lanes;
@@ -357,6 +380,18 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 		.name = { (const uint8_t *)chan->name, (uint32_t)strlen(chan->name) },
 		.src_type = TPU_DEVICE_CPU, .dst_type = TPU_DEVICE_CPU,
 	};
+	/* CUDA on a side: a channel per pair, or none (such writes then fail). */
+	for (uint32_t pair = 1; pair < 4; pair++) {
+		uint32_t src = pair >> 1, dst = pair & 1;
+		const struct tpu__chan *c = choose_chan(h, offer, best, src, dst);
+
+		p->dchan[src][dst] = c;
+		if (c)
+			w->chans[w->nchans++] = (struct tpu__wire_chan_entry){
+				.name = { (const uint8_t *)c->name, (uint32_t)strlen(c->name) },
+				.src_type = src, .dst_type = dst,
+			};
+	}
 }
 
 static void welcome_written(void *arg, tpu_status st)

@@ -37,6 +37,10 @@ static void write_free(struct pipe_write *w)
 		if ((t->flags & TPU_TENSOR_GIVE) && !(w->given && w->given[i]))
 			tpu_buffer_free(t->buffer);
 	}
+	if (w->stage)
+		for (size_t i = 0; i < w->msg->ntensors; i++)
+			tpu__cuda_host_free(w->stage[i]);
+	free(w->stage);
 	free(w->given);
 	free(w->acked);
 	free(w->frame);
@@ -164,9 +168,10 @@ static tpu_status write_stream(struct tpu_pipe *p, struct pipe_write *w)
 		}
 		while (n < TPU__XPORT_IOV_MAX && np == m->npayloads && nt < m->ntensors) {
 			struct tpu_message_tensor *t = &m->tensors[nt++];
+			void *data = w->stage && w->stage[nt - 1] ? w->stage[nt - 1] : t->data;
 
-			if (t->len && (tensor_chan(p, t)->flags & TPU__CHAN_INLINE))
-				iov[n++] = (struct iovec){ t->data, t->len };
+			if (t->len && tpu__pipe_chan_inline(tensor_chan(p, t)))
+				iov[n++] = (struct iovec){ data, t->len };
 		}
 		if (!n)
 			break;
@@ -200,7 +205,7 @@ static tpu_status write_chan(struct tpu_pipe *p, struct pipe_write *w, size_t i)
 		.part_done = xfer_part_done,
 		.part_cancel = xfer_part_cancel,
 	};
-	tpu_status st = p->chan->send(&p->link, &x);
+	tpu_status st = tensor_chan(p, x.t)->send(&p->link, &x);
 
 	if (!st && x.given && w->given)
 		w->given[i] = true;
@@ -214,7 +219,7 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 	struct tpu__wire_payload pl[TPU_PIPE_MAX_PAYLOADS];
 	struct tpu__wire_tensor *wt = NULL;
 	uint8_t *descs = NULL;
-	uint32_t dlen = p->chan->desc_len;
+	uint32_t dlen = 0;
 	struct tpu__wire_msg wm = {
 		.seq = w->seq,
 		.meta = { m->metadata, (uint32_t)m->metadata_len },
@@ -225,6 +230,10 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 	tpu_status st = -ENOMEM;
 	long len;
 
+	/* Room for the longest descriptor of any tensor's channel. */
+	for (size_t i = 0; i < m->ntensors; i++)
+		if (tensor_chan(p, &m->tensors[i])->desc_len > dlen)
+			dlen = tensor_chan(p, &m->tensors[i])->desc_len;
 	if (m->ntensors) {
 		wt = calloc(m->ntensors, sizeof(*wt));
 		descs = dlen ? calloc(m->ntensors, dlen) : NULL;
@@ -248,14 +257,14 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 			.channel = c->flags & TPU__CHAN_INLINE ? TPU__WIRE_INLINE : c->wire_id,
 			.meta = { t->metadata, (uint32_t)t->metadata_len },
 		};
-		if (c == p->chan && dlen) {
+		if (c->desc_len) {
 			uint8_t *d = descs + i * dlen;
 
 			c->describe(&(struct tpu__chan_xfer){ .link = &p->link,
 							      .t = (struct tpu_message_tensor *)t,
 							      .seq = w->seq, .idx = (uint32_t)i },
 				    d);
-			wt[i].chan_desc = (struct tpu__wire_blob){ d, dlen };
+			wt[i].chan_desc = (struct tpu__wire_blob){ d, c->desc_len };
 		}
 	}
 	len = tpu__wire_msg_encode(NULL, 0, &wm);
@@ -274,6 +283,43 @@ out:
 	return st;
 }
 
+/*
+ * Before anything goes on the wire: every tensor has a channel, and CUDA
+ * tensors of a staged channel are copied into staging memory (after the
+ * work on their streams).
+ */
+static tpu_status write_prepare(struct tpu_pipe *p, struct pipe_write *w)
+{
+	struct tpu_message *m = w->msg;
+	tpu_status st;
+
+	for (size_t i = 0; i < m->ntensors; i++) {
+		struct tpu_message_tensor *t = &m->tensors[i];
+		const struct tpu__chan *c = tensor_chan(p, t);
+
+		if (!c) {
+			tpu__log_debug("pipe %p: no channel from %s to %s memory", (void *)p,
+				       t->device.type ? "CUDA" : "CPU",
+				       t->target.type ? "CUDA" : "CPU");
+			return tpu__cuda_api(NULL, NULL) ? TPU_E_NO_CUDA : -ENOPROTOOPT;
+		}
+		if (!(c->flags & TPU__CHAN_STAGED) || t->device.type != TPU_DEVICE_CUDA)
+			continue;
+		if (!w->stage) {
+			w->stage = calloc(m->ntensors, sizeof(*w->stage));
+			if (!w->stage)
+				return -ENOMEM;
+		}
+		st = tpu__cuda_host_alloc(t->len, &w->stage[i]);
+		if (!st)
+			st = tpu__cuda_copy(w->stage[i], (struct tpu_device){ TPU_DEVICE_CPU, 0 },
+					    t->data, t->device, t->len, t->stream);
+		if (st)
+			return st;
+	}
+	return 0;
+}
+
 /* Put one write on the wire (the pipe is open). */
 static void write_send(struct tpu_pipe *p, struct pipe_write *w)
 {
@@ -281,6 +327,13 @@ static void write_send(struct tpu_pipe *p, struct pipe_write *w)
 	tpu_status st;
 
 	w->started = true;
+	/* A write that cannot start fails alone: nothing of it is on the wire. */
+	st = write_prepare(p, w);
+	if (st) {
+		w->status = st;
+		writes_complete(p);
+		return;
+	}
 	w->seq = p->next_write_seq++;
 	/* The descriptor's own part: released below, once every part is queued. */
 	w->waiting++;
@@ -288,7 +341,7 @@ static void write_send(struct tpu_pipe *p, struct pipe_write *w)
 	if (!st)
 		st = write_stream(p, w);
 	for (size_t i = 0; !st && i < m->ntensors; i++)
-		if (!(tensor_chan(p, &m->tensors[i])->flags & TPU__CHAN_INLINE))
+		if (!tpu__pipe_chan_inline(tensor_chan(p, &m->tensors[i])))
 			st = write_chan(p, w, i);
 	if (st) {
 		w->status = st;
@@ -304,11 +357,19 @@ void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c)
 	struct pipe_write *w;
 
 	if (!c) {
-		/* The pipe just opened: send what was queued while connecting. */
-		for (w = p->writes; w; w = w->next)
-			if (!w->started && p->state == PIPE_OPEN)
-				write_send(p, w);
-		return;
+		/*
+		 * The pipe just opened: send what was queued while connecting,
+		 * in order.  A send may complete (and free) writes, this one
+		 * included, or fail the pipe: each round looks again from the
+		 * head for the first write not started.
+		 */
+		for (;;) {
+			for (w = p->writes; w && w->started; w = w->next)
+				;
+			if (!w || p->state != PIPE_OPEN)
+				return;
+			write_send(p, w);
+		}
 	}
 	w = calloc(1, sizeof(*w));
 	if (w && c->msg->ntensors)
@@ -344,7 +405,8 @@ void tpu__pipe_writes_fail(struct tpu_pipe *p)
 		/* Unsent writes have no part out; ACKs will never come. */
 		w->started = true;
 		for (size_t i = 0; i < w->msg->ntensors; i++)
-			if (w->frame && (tensor_chan(p, &w->msg->tensors[i])->flags & TPU__CHAN_ACKED) &&
+			if (w->frame && tensor_chan(p, &w->msg->tensors[i]) &&
+			    (tensor_chan(p, &w->msg->tensors[i])->flags & TPU__CHAN_ACKED) &&
 			    !(w->acked && w->acked[i]))
 				w->waiting--;
 		free(w->acked);
@@ -360,7 +422,7 @@ void tpu__pipe_ack(struct tpu_pipe *p, const struct tpu__wire_ack *ack)
 	for (w = p->writes; w; w = w->next)
 		if (w->frame && w->seq == ack->seq)
 			break;
-	if (!w || ack->tensor >= w->msg->ntensors ||
+	if (!w || ack->tensor >= w->msg->ntensors || !tensor_chan(p, &w->msg->tensors[ack->tensor]) ||
 	    !(tensor_chan(p, &w->msg->tensors[ack->tensor])->flags & TPU__CHAN_ACKED)) {
 		tpu__pipe_fail(p, -EPROTO);
 		return;
@@ -377,7 +439,7 @@ void tpu__pipe_ack(struct tpu_pipe *p, const struct tpu__wire_ack *ack)
 		return;
 	}
 	w->acked[ack->tensor] = true;
-	if (p->chan->acked)
-		p->chan->acked(&p->link, ack->seq, ack->tensor);
+	if (tensor_chan(p, &w->msg->tensors[ack->tensor])->acked)
+		tensor_chan(p, &w->msg->tensors[ack->tensor])->acked(&p->link, ack->seq, ack->tensor);
 	part_done(p, w, ack->status);
 }

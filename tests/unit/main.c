@@ -41,6 +41,7 @@ static const struct {
 	{ "world", test_world },
 	{ "coll_dtype", test_coll_dtype },
 	{ "coll", test_coll },
+	{ "cuda", test_cuda },
 	/* Last: it takes the RDMA device's port down (only where asked to). */
 	{ "rdma_port", test_rdma_port },
 };
@@ -64,6 +65,11 @@ int main(void)
 	/* Started again by test_pipe_rdma.c as a peer process: no lists then. */
 	if (getenv("TPU_TEST_RDMA_WRITER"))
 		return pipe_rdma_writer(getenv("TPU_TEST_RDMA_WRITER"));
+	/* Started again by test_cuda.c. */
+	if (getenv("TPU_TEST_CUDA_WRITER"))
+		return cuda_writer(getenv("TPU_TEST_CUDA_WRITER"));
+	if (getenv("TPU_TEST_CUDA_ABSENT"))
+		return cuda_absent();
 
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		if (wanted(only, lists[i].name))

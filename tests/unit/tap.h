@@ -52,6 +52,10 @@ void test_pipe_rdma(void);
 /* The peer process of test_pipe_rdma.c (this binary run again); its exit status. */
 int pipe_rdma_writer(const char *url);
 void test_copy_stream(void);
+void test_cuda(void);
+/* The peer processes of test_cuda.c (this binary run again); their exit status. */
+int cuda_writer(const char *url);
+int cuda_absent(void);
 void test_cma(void);
 void test_probe(void);
 void test_rendezvous(void);

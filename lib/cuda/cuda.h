@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * lib/cuda: CUDA device memory, through the CUDA driver loaded at run time.
+ *
+ * The driver is dlopen()ed on first use: libcuda.so.1, or the file that
+ * TPU_CUDA_DRIVER names (the tests' stand-in, tests/cuda_standin/).  Only
+ * the entry points listed in struct tpu__cuda_api are resolved.  Nothing is
+ * linked against CUDA, so one library binary runs with and without a GPU;
+ * without one every call here returns TPU_E_NO_CUDA and the reason is
+ * logged once (TPU_LOG=debug).  The few driver types and values used are
+ * declared below; cuda_abi_check.c compares them with <cuda.h> when the
+ * build finds it (CUDA_HOME, default /usr/local/cuda).
+ *
+ * Thread-safe.  Built only on lib/base.  Not installed.
+ */
+#ifndef TPU_CUDA_H
+#define TPU_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu_user.h"
+
+#ifdef TPU__CUDA_FROM_CUDA_H
+/* cuda_abi_check.c: the driver's own declarations, to compare with ours. */
+typedef CUresult tpu__cu_result;
+typedef CUdevice tpu__cu_dev;
+typedef CUdeviceptr tpu__cu_ptr;
+typedef CUcontext tpu__cu_ctx;
+typedef CUstream tpu__cu_stream;
+typedef CUevent tpu__cu_event;
+typedef CUipcMemHandle tpu__cu_ipc_handle;
+typedef CUpointer_attribute tpu__cu_ptr_attr;
+#else
+typedef unsigned int tpu__cu_result;
+typedef int tpu__cu_dev;
+typedef unsigned long long tpu__cu_ptr;
+typedef struct CUctx_st *tpu__cu_ctx;
+typedef struct CUstream_st *tpu__cu_stream;
+typedef struct CUevent_st *tpu__cu_event;
+typedef struct CUipcMemHandle_st {
+	char reserved[64];
+} tpu__cu_ipc_handle;
+typedef unsigned int tpu__cu_ptr_attr;
+#endif
+
+/* Driver values used (CUDA driver API, stable since CUDA 4). */
+#define TPU__CU_SUCCESS			0
+#define TPU__CU_ERROR_INVALID_VALUE	1
+#define TPU__CU_ERROR_OUT_OF_MEMORY	2
+#define TPU__CU_ERROR_NOT_INITIALIZED	3
+#define TPU__CU_ERROR_NO_DEVICE		100
+#define TPU__CU_ERROR_INVALID_DEVICE	101
+#define TPU__CU_ERROR_INVALID_CONTEXT	201
+#define TPU__CU_ERROR_INVALID_HANDLE	400
+#define TPU__CU_ERROR_NOT_READY		600
+#define TPU__CU_ERROR_ILLEGAL_ADDRESS	700
+#define TPU__CU_ERROR_NOT_SUPPORTED	801
+#define TPU__CU_IPC_HANDLE_SIZE		64
+#define TPU__CU_IPC_LAZY_PEER		0x1	/* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+#define TPU__CU_PTR_ATTR_CONTEXT	1	/* CU_POINTER_ATTRIBUTE_CONTEXT */
+#define TPU__CU_PTR_ATTR_MEMORY_TYPE	2	/* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
+#define TPU__CU_PTR_ATTR_DEVICE_ORDINAL	9	/* CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL */
+#define TPU__CU_MEMORYTYPE_HOST		1
+#define TPU__CU_MEMORYTYPE_DEVICE	2
+#define TPU__CU_STREAM_NON_BLOCKING	0x1
+#define TPU__CU_EVENT_DISABLE_TIMING	0x2
+#define TPU__CU_MEMHOSTALLOC_PORTABLE	0x1
+
+/*
+ * The entry points used; each comment is the symbol looked up (the _v2
+ * names are what <cuda.h> maps the plain names to).
+ */
+struct tpu__cuda_api {
+	tpu__cu_result (*init)(unsigned int flags);			/* cuInit */
+	tpu__cu_result (*device_get_count)(int *n);			/* cuDeviceGetCount */
+	tpu__cu_result (*device_get)(tpu__cu_dev *d, int ordinal);	/* cuDeviceGet */
+	tpu__cu_result (*primary_retain)(tpu__cu_ctx *c, tpu__cu_dev d);	/* cuDevicePrimaryCtxRetain */
+	tpu__cu_result (*primary_release)(tpu__cu_dev d);		/* cuDevicePrimaryCtxRelease_v2 */
+	tpu__cu_result (*ctx_set_current)(tpu__cu_ctx c);		/* cuCtxSetCurrent */
+	tpu__cu_result (*ctx_get_current)(tpu__cu_ctx *c);		/* cuCtxGetCurrent */
+	tpu__cu_result (*mem_alloc)(tpu__cu_ptr *p, size_t len);	/* cuMemAlloc_v2 */
+	tpu__cu_result (*mem_free)(tpu__cu_ptr p);			/* cuMemFree_v2 */
+	tpu__cu_result (*mem_range)(tpu__cu_ptr *base, size_t *len, tpu__cu_ptr p); /* cuMemGetAddressRange_v2 */
+	tpu__cu_result (*host_alloc)(void **p, size_t len, unsigned int flags);	/* cuMemHostAlloc */
+	tpu__cu_result (*host_free)(void *p);				/* cuMemFreeHost */
+	tpu__cu_result (*memcpy_htod)(tpu__cu_ptr d, const void *s, size_t n);	/* cuMemcpyHtoD_v2 */
+	tpu__cu_result (*memcpy_dtoh)(void *d, tpu__cu_ptr s, size_t n);	/* cuMemcpyDtoH_v2 */
+	tpu__cu_result (*memcpy_dtod)(tpu__cu_ptr d, tpu__cu_ptr s, size_t n);	/* cuMemcpyDtoD_v2 */
+	tpu__cu_result (*memcpy_htod_async)(tpu__cu_ptr d, const void *s, size_t n,
+					    tpu__cu_stream st);	/* cuMemcpyHtoDAsync_v2 */
+	tpu__cu_result (*memcpy_dtoh_async)(void *d, tpu__cu_ptr s, size_t n,
+					    tpu__cu_stream st);	/* cuMemcpyDtoHAsync_v2 */
+	tpu__cu_result (*memcpy_dtod_async)(tpu__cu_ptr d, tpu__cu_ptr s, size_t n,
+					    tpu__cu_stream st);	/* cuMemcpyDtoDAsync_v2 */
+	tpu__cu_result (*stream_create)(tpu__cu_stream *s, unsigned int flags);	/* cuStreamCreate */
+	tpu__cu_result (*stream_destroy)(tpu__cu_stream s);		/* cuStreamDestroy_v2 */
+	tpu__cu_result (*stream_sync)(tpu__cu_stream s);		/* cuStreamSynchronize */
+	tpu__cu_result (*stream_wait_event)(tpu__cu_stream s, tpu__cu_event e,
+					    unsigned int flags);	/* cuStreamWaitEvent */
+	tpu__cu_result (*event_create)(tpu__cu_event *e, unsigned int flags);	/* cuEventCreate */
+	tpu__cu_result (*event_destroy)(tpu__cu_event e);		/* cuEventDestroy_v2 */
+	tpu__cu_result (*event_record)(tpu__cu_event e, tpu__cu_stream s);	/* cuEventRecord */
+	tpu__cu_result (*event_query)(tpu__cu_event e);			/* cuEventQuery */
+	tpu__cu_result (*event_sync)(tpu__cu_event e);			/* cuEventSynchronize */
+	tpu__cu_result (*pointer_attr)(void *out, tpu__cu_ptr_attr attr,
+				       tpu__cu_ptr p);		/* cuPointerGetAttribute */
+	tpu__cu_result (*ipc_get)(tpu__cu_ipc_handle *h, tpu__cu_ptr p);	/* cuIpcGetMemHandle */
+	tpu__cu_result (*ipc_open)(tpu__cu_ptr *p, tpu__cu_ipc_handle h,
+				   unsigned int flags);		/* cuIpcOpenMemHandle_v2 */
+	tpu__cu_result (*ipc_close)(tpu__cu_ptr p);			/* cuIpcCloseMemHandle */
+	tpu__cu_result (*error_string)(tpu__cu_result r, const char **s);	/* cuGetErrorString */
+};
+
+/*
+ * The driver, loaded and initialised once (0), or TPU_E_NO_CUDA; *why (if
+ * not NULL) gets a sentence either way.  The first failure is logged.
+ */
+tpu_status tpu__cuda_api(const struct tpu__cuda_api **api, const char **why);
+/* Number of devices (0 without a driver). */
+unsigned int tpu__cuda_ndevices(void);
+/* A driver result as a status: 0, or TPU_E_CUDA logged with @call's name. */
+tpu_status tpu__cuda_check(tpu__cu_result r, const char *call);
+/*
+ * Make device @index's primary context current on this thread: 0,
+ * TPU_E_NO_CUDA, or -ENODEV for an ordinal the driver does not have.
+ */
+tpu_status tpu__cuda_enter(uint32_t index);
+/*
+ * Whether @len bytes at @p lie in memory of CUDA device @index: 0, or
+ * -EINVAL (not device memory, another device's, or past its allocation),
+ * TPU_E_NO_CUDA, -ENODEV.  The calling thread's current context is kept.
+ */
+tpu_status tpu__cuda_check_ptr(const void *p, size_t len, uint32_t index);
+
+/*
+ * Copy @len bytes from @src (on @sdev) to @dst (on @ddev); either may be
+ * CPU or CUDA memory.  The copy runs on the library's own stream of the
+ * CUDA device, after the work queued so far on @stream (a CUstream of
+ * that device, or NULL for none), in chunks; it returns once the bytes are
+ * in place (it waits for its own event only, never the whole device), and
+ * work queued on @stream afterwards is ordered after it.
+ */
+tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
+			  struct tpu_device sdev, size_t len, void *stream);
+/*
+ * Wait until the work queued so far on @stream (of device @index; NULL:
+ * nothing to wait for) is done, through an event recorded on it.
+ */
+tpu_status tpu__cuda_stream_done(uint32_t index, void *stream);
+/* Page-locked host memory for staging (cuMemHostAlloc), and its free. */
+tpu_status tpu__cuda_host_alloc(size_t len, void **out);
+void tpu__cuda_host_free(void *p);
+/*
+ * CUDA IPC: the handle of the allocation holding @p on device @index, and
+ * @p's offset in it; open another process's handle (its base address in
+ * *base); close it.
+ */
+tpu_status tpu__cuda_ipc_export(const void *p, uint32_t index, tpu__cu_ipc_handle *h,
+				uint64_t *offset);
+tpu_status tpu__cuda_ipc_open(const tpu__cu_ipc_handle *h, uint32_t index, void **base);
+tpu_status tpu__cuda_ipc_close(uint32_t index, void *base);
+
+#endif /* TPU_CUDA_H */

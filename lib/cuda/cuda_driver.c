@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The CUDA driver, loaded at run time (see cuda.h), and the few operations
+ * the channels need: copies between host and device memory ordered after a
+ * user's stream, page-locked staging memory, CUDA IPC handles.
+ *
+ * Each device gets the driver's primary context (retained once, never
+ * released: the process may keep using it) and one stream of the
+ * library's own, created on first use.  One lock serialises the copies of
+ * all devices: the channels call from their contexts' threads, and the
+ * copies of one stream must not interleave.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "base/base.h"
+
+/* Most devices used; a larger ordinal is -ENODEV. */
+#define CUDA_DEVICES_MAX	64
+/* A copy goes in chunks of this many bytes, each queued behind the last. */
+#define CUDA_CHUNK		(4u << 20)
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static struct tpu__cuda_api cuda;
+static tpu_status cuda_status;
+static char cuda_why[256];
+static int cuda_ndev;
+
+static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	bool ready;
+	tpu__cu_ctx ctx;
+	tpu__cu_stream stream;
+} cuda_dev[CUDA_DEVICES_MAX];
+
+#define SYM(field, name) { offsetof(struct tpu__cuda_api, field), name }
+static const struct {
+	size_t off;
+	const char *name;
+} cuda_syms[] = {
+	SYM(init, "cuInit"),
+	SYM(device_get_count, "cuDeviceGetCount"),
+	SYM(device_get, "cuDeviceGet"),
+	SYM(primary_retain, "cuDevicePrimaryCtxRetain"),
+	SYM(primary_release, "cuDevicePrimaryCtxRelease_v2"),
+	SYM(ctx_set_current, "cuCtxSetCurrent"),
+	SYM(ctx_get_current, "cuCtxGetCurrent"),
+	SYM(mem_alloc, "cuMemAlloc_v2"),
+	SYM(mem_free, "cuMemFree_v2"),
+	SYM(mem_range, "cuMemGetAddressRange_v2"),
+	SYM(host_alloc, "cuMemHostAlloc"),
+	SYM(host_free, "cuMemFreeHost"),
+	SYM(memcpy_htod, "cuMemcpyHtoD_v2"),
+	SYM(memcpy_dtoh, "cuMemcpyDtoH_v2"),
+	SYM(memcpy_dtod, "cuMemcpyDtoD_v2"),
+	SYM(memcpy_htod_async, "cuMemcpyHtoDAsync_v2"),
+	SYM(memcpy_dtoh_async, "cuMemcpyDtoHAsync_v2"),
+	SYM(memcpy_dtod_async, "cuMemcpyDtoDAsync_v2"),
+	SYM(stream_create, "cuStreamCreate"),
+	SYM(stream_destroy, "cuStreamDestroy_v2"),
+	SYM(stream_sync, "cuStreamSynchronize"),
+	SYM(stream_wait_event, "cuStreamWaitEvent"),
+	SYM(event_create, "cuEventCreate"),
+	SYM(event_destroy, "cuEventDestroy_v2"),
+	SYM(event_record, "cuEventRecord"),
+	SYM(event_query, "cuEventQuery"),
+	SYM(event_sync, "cuEventSynchronize"),
+	SYM(pointer_attr, "cuPointerGetAttribute"),
+	SYM(ipc_get, "cuIpcGetMemHandle"),
+	SYM(ipc_open, "cuIpcOpenMemHandle_v2"),
+	SYM(ipc_close, "cuIpcCloseMemHandle"),
+	SYM(error_string, "cuGetErrorString"),
+};
+#undef SYM
+
+_Static_assert(sizeof(cuda_syms) / sizeof(cuda_syms[0]) ==
+	       sizeof(struct tpu__cuda_api) / sizeof(void (*)(void)),
+	       "a symbol per entry point");
+
+static void cuda_load(void)
+{
+	const char *path = getenv("TPU_CUDA_DRIVER");
+	void *h;
+	int n = 0;
+	tpu__cu_result r;
+
+	cuda_status = TPU_E_NO_CUDA;
+	if (!path || !*path)
+		path = "libcuda.so.1";
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(cuda_why, sizeof(cuda_why), "no CUDA driver: %s", dlerror());
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(cuda_syms) / sizeof(cuda_syms[0]); i++) {
+		void *f = dlsym(h, cuda_syms[i].name);
+
+		if (!f) {
+			snprintf(cuda_why, sizeof(cuda_why), "CUDA driver %s lacks %s", path,
+				 cuda_syms[i].name);
+			dlclose(h);
+			goto out;
+		}
+		/* POSIX: a function's address survives the trip through void *. */
+		memcpy((char *)&cuda + cuda_syms[i].off, &f, sizeof(f));
+	}
+	r = cuda.init(0);
+	if (r == TPU__CU_SUCCESS)
+		r = cuda.device_get_count(&n);
+	if (r != TPU__CU_SUCCESS || n <= 0) {
+		const char *s = NULL;
+
+		if (r != TPU__CU_SUCCESS && cuda.error_string(r, &s) != TPU__CU_SUCCESS)
+			s = NULL;
+		snprintf(cuda_why, sizeof(cuda_why), "CUDA driver %s: %s", path,
+			 r != TPU__CU_SUCCESS ? (s ? s : "cuInit failed") : "no GPU");
+		/* The handle stays open: the driver may have started threads. */
+		goto out;
+	}
+	cuda_ndev = n < CUDA_DEVICES_MAX ? n : CUDA_DEVICES_MAX;
+	cuda_status = 0;
+	snprintf(cuda_why, sizeof(cuda_why), "CUDA driver %s: %d device%s", path, n,
+		 n == 1 ? "" : "s");
+out:
+	/* Said once: every later call answers from what was found here. */
+	tpu__log_debug("cuda: %s", cuda_why);
+}
+
+tpu_status tpu__cuda_api(const struct tpu__cuda_api **api, const char **why)
+{
+	pthread_once(&cuda_once, cuda_load);
+	if (why)
+		*why = cuda_why;
+	if (api)
+		*api = cuda_status ? NULL : &cuda;
+	return cuda_status;
+}
+
+unsigned int tpu__cuda_ndevices(void)
+{
+	return tpu__cuda_api(NULL, NULL) ? 0 : (unsigned int)cuda_ndev;
+}
+
+tpu_status tpu__cuda_check(tpu__cu_result r, const char *call)
+{
+	const char *s = NULL;
+
+	if (r == TPU__CU_SUCCESS)
+		return 0;
+	if (cuda.error_string(r, &s) != TPU__CU_SUCCESS || !s)
+		s = "unknown error";
+	tpu__log_debug("cuda: %s: %s (%u)", call, s, (unsigned int)r);
+	return TPU_E_CUDA;
+}
+
+/* The device's context current and its stream made; cuda_lock held. */
+static tpu_status dev_enter_locked(uint32_t index)
+{
+	tpu__cu_dev d;
+	tpu_status st;
+
+	if (!cuda_dev[index].ready) {
+		st = tpu__cuda_check(cuda.device_get(&d, (int)index), "cuDeviceGet");
+		if (!st)
+			st = tpu__cuda_check(cuda.primary_retain(&cuda_dev[index].ctx, d),
+					     "cuDevicePrimaryCtxRetain");
+		if (st)
+			return st;
+		cuda_dev[index].ready = true;
+	}
+	st = tpu__cuda_check(cuda.ctx_set_current(cuda_dev[index].ctx), "cuCtxSetCurrent");
+	if (!st && !cuda_dev[index].stream)
+		st = tpu__cuda_check(cuda.stream_create(&cuda_dev[index].stream,
+							TPU__CU_STREAM_NON_BLOCKING),
+				     "cuStreamCreate");
+	return st;
+}
+
+static tpu_status dev_check_index(uint32_t index)
+{
+	tpu_status st = tpu__cuda_api(NULL, NULL);
+
+	if (st)
+		return st;
+	if (index >= (uint32_t)cuda_ndev) {
+		tpu__log_debug("cuda: device %u: the driver has %d", index, cuda_ndev);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+tpu_status tpu__cuda_enter(uint32_t index)
+{
+	tpu_status st = dev_check_index(index);
+
+	if (st)
+		return st;
+	pthread_mutex_lock(&cuda_lock);
+	st = dev_enter_locked(index);
+	pthread_mutex_unlock(&cuda_lock);
+	return st;
+}
+
+/*
+ * Called on the user's threads (tpu_pipe_write, tpu_pipe_read): their
+ * current context is theirs, so it is put back.
+ */
+tpu_status tpu__cuda_check_ptr(const void *p, size_t len, uint32_t index)
+{
+	tpu__cu_ptr dp = (tpu__cu_ptr)(uintptr_t)p, base = 0;
+	tpu__cu_ctx saved = NULL;
+	unsigned int type = 0;
+	int ordinal = -1;
+	size_t size = 0;
+	tpu_status st = dev_check_index(index);
+
+	if (st)
+		return st;
+	if (cuda.ctx_get_current(&saved) != TPU__CU_SUCCESS)
+		saved = NULL;
+	st = tpu__cuda_enter(index);
+	if (!st &&
+	    (cuda.pointer_attr(&type, TPU__CU_PTR_ATTR_MEMORY_TYPE, dp) != TPU__CU_SUCCESS ||
+	     type != TPU__CU_MEMORYTYPE_DEVICE ||
+	     cuda.pointer_attr(&ordinal, TPU__CU_PTR_ATTR_DEVICE_ORDINAL, dp) != TPU__CU_SUCCESS ||
+	     ordinal != (int)index ||
+	     cuda.mem_range(&base, &size, dp) != TPU__CU_SUCCESS ||
+	     len > size - (size_t)(dp - base))) {
+		tpu__log_debug("cuda: %p (+%zu) is not memory of CUDA device %u", p, len, index);
+		st = -EINVAL;
+	}
+	cuda.ctx_set_current(saved);
+	return st;
+}
+
+static tpu__cu_result copy_chunk(void *dst, bool dcuda, const void *src, bool scuda, size_t n,
+				 tpu__cu_stream s)
+{
+	tpu__cu_ptr d = (tpu__cu_ptr)(uintptr_t)dst, sp = (tpu__cu_ptr)(uintptr_t)src;
+
+	if (dcuda && scuda)
+		return cuda.memcpy_dtod_async(d, sp, n, s);
+	if (dcuda)
+		return cuda.memcpy_htod_async(d, src, n, s);
+	return cuda.memcpy_dtoh_async(dst, sp, n, s);
+}
+
+tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
+			  struct tpu_device sdev, size_t len, void *stream)
+{
+	bool dcuda = ddev.type == TPU_DEVICE_CUDA, scuda = sdev.type == TPU_DEVICE_CUDA;
+	uint32_t index = dcuda ? ddev.index : sdev.index;
+	tpu__cu_stream user = stream, s;
+	tpu__cu_event before = NULL, after = NULL;
+	tpu_status st;
+
+	if (!dcuda && !scuda) {
+		if (len)
+			memcpy(dst, src, len);
+		return 0;
+	}
+	st = dev_check_index(index);
+	if (st)
+		return st;
+	if (dcuda && scuda && sdev.index != ddev.index) {
+		/* Peer copies need peer access, which this library does not set up. */
+		st = dev_check_index(sdev.index);
+		if (st)
+			return st;
+	}
+	pthread_mutex_lock(&cuda_lock);
+	st = dev_enter_locked(index);
+	if (st)
+		goto out;
+	s = cuda_dev[index].stream;
+	st = tpu__cuda_check(cuda.event_create(&after, TPU__CU_EVENT_DISABLE_TIMING),
+			     "cuEventCreate");
+	if (!st && user) {
+		/* Behind the user's work: its stream's event, waited on by ours. */
+		st = tpu__cuda_check(cuda.event_create(&before, TPU__CU_EVENT_DISABLE_TIMING),
+				     "cuEventCreate");
+		if (!st)
+			st = tpu__cuda_check(cuda.event_record(before, user), "cuEventRecord");
+		if (!st)
+			st = tpu__cuda_check(cuda.stream_wait_event(s, before, 0),
+					     "cuStreamWaitEvent");
+	}
+	for (size_t off = 0; !st && off < len; off += CUDA_CHUNK) {
+		size_t n = len - off < CUDA_CHUNK ? len - off : CUDA_CHUNK;
+
+		st = tpu__cuda_check(copy_chunk((char *)dst + off, dcuda,
+						(const char *)src + off, scuda, n, s),
+				     "cuMemcpyAsync");
+	}
+	/* Even after a failed queue: what was queued must end before we return. */
+	if (after) {
+		tpu_status st2 = tpu__cuda_check(cuda.event_record(after, s), "cuEventRecord");
+
+		if (!st2)
+			st2 = tpu__cuda_check(cuda.event_sync(after), "cuEventSynchronize");
+		if (!st2 && user)
+			st2 = tpu__cuda_check(cuda.stream_wait_event(user, after, 0),
+					      "cuStreamWaitEvent");
+		if (!st)
+			st = st2;
+	}
+out:
+	if (before)
+		cuda.event_destroy(before);
+	if (after)
+		cuda.event_destroy(after);
+	pthread_mutex_unlock(&cuda_lock);
+	return st;
+}
+
+tpu_status tpu__cuda_stream_done(uint32_t index, void *stream)
+{
+	tpu__cu_event ev = NULL;
+	tpu_status st;
+
+	if (!stream)
+		return tpu__cuda_enter(index);
+	st = dev_check_index(index);
+	if (st)
+		return st;
+	pthread_mutex_lock(&cuda_lock);
+	st = dev_enter_locked(index);
+	if (!st)
+		st = tpu__cuda_check(cuda.event_create(&ev, TPU__CU_EVENT_DISABLE_TIMING),
+				     "cuEventCreate");
+	if (!st)
+		st = tpu__cuda_check(cuda.event_record(ev, stream), "cuEventRecord");
+	if (!st)
+		st = tpu__cuda_check(cuda.event_sync(ev), "cuEventSynchronize");
+	if (ev)
+		cuda.event_destroy(ev);
+	pthread_mutex_unlock(&cuda_lock);
+	return st;
+}
+
+tpu_status tpu__cuda_host_alloc(size_t len, void **out)
+{
+	tpu_status st = tpu__cuda_enter(0);
+
+	*out = NULL;
+	if (st)
+		return st;
+	st = tpu__cuda_check(cuda.host_alloc(out, len ? len : 1, TPU__CU_MEMHOSTALLOC_PORTABLE),
+			     "cuMemHostAlloc");
+	return st == TPU_E_CUDA ? -ENOMEM : st;
+}
+
+void tpu__cuda_host_free(void *p)
+{
+	if (p)
+		tpu__cuda_check(cuda.host_free(p), "cuMemFreeHost");
+}
+
+tpu_status tpu__cuda_ipc_export(const void *p, uint32_t index, tpu__cu_ipc_handle *h,
+				uint64_t *offset)
+{
+	tpu__cu_ptr dp = (tpu__cu_ptr)(uintptr_t)p, base = 0;
+	size_t size = 0;
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (!st)
+		st = tpu__cuda_check(cuda.mem_range(&base, &size, dp), "cuMemGetAddressRange");
+	if (!st)
+		st = tpu__cuda_check(cuda.ipc_get(h, base), "cuIpcGetMemHandle");
+	if (!st)
+		*offset = dp - base;
+	return st;
+}
+
+tpu_status tpu__cuda_ipc_open(const tpu__cu_ipc_handle *h, uint32_t index, void **base)
+{
+	tpu__cu_ptr p = 0;
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (!st)
+		st = tpu__cuda_check(cuda.ipc_open(&p, *h, TPU__CU_IPC_LAZY_PEER),
+				     "cuIpcOpenMemHandle");
+	*base = st ? NULL : (void *)(uintptr_t)p;
+	return st;
+}
+
+tpu_status tpu__cuda_ipc_close(uint32_t index, void *base)
+{
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (!st)
+		st = tpu__cuda_check(cuda.ipc_close((tpu__cu_ptr)(uintptr_t)base),
+				     "cuIpcCloseMemHandle");
+	return st;
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#
+# tpbench cuda against the stand-in driver: every device pair and channel
+# between two processes over shm and tcp, every byte checked.  A
+# correctness check (the stand-in is no GPU), printed as TAP.
+#
+#   tests/cuda_standin/tpbench-check.sh [TPBENCH [STANDIN]]
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/../.." && pwd)
+tpbench=${1:-$top/tools/tpbench}
+standin=${2:-$top/tests/unit/build/libcuda_standin.so}
+n=0
+failed=0
+
+point() {	# point OK DESCRIPTION
+	n=$((n + 1))
+	if [ "$1" = 1 ]; then
+		echo "ok $n - $2"
+	else
+		echo "not ok $n - $2"
+		failed=$((failed + 1))
+	fi
+}
+
+if [ ! -x "$tpbench" ] || [ ! -f "$standin" ]; then
+	point 0 "tpbench cuda: $tpbench and $standin are built"
+	echo "1..$n"
+	exit 1
+fi
+for xport in shm tcp; do
+	out=$(TPU_CUDA_DRIVER=$standin timeout 300 "$tpbench" cuda --transport "$xport" \
+		--size 3M --iters 3 --json 2>&1)
+	rc=$?
+	lines=0
+	while IFS= read -r line; do
+		case $line in
+		'{"bench": "cuda"'*) ;;
+		*) echo "# $line"; continue ;;
+		esac
+		lines=$((lines + 1))
+		pair=$(sed -n 's/.*"pair": "\([^"]*\)".*/\1/p' <<<"$line")
+		chan=$(sed -n 's/.*"channel": "\([^"]*\)".*/\1/p' <<<"$line")
+		got=$(sed -n 's/.*"negotiated": "\([^"]*\)".*/\1/p' <<<"$line")
+		ok=0
+		case $line in
+		*'"status": "OK"'*'"bad_bytes": 0,'*'"standin": true'*) [ "$got" = "$chan" ] && ok=1 ;;
+		esac
+		point $ok "tpbench cuda over $xport: $pair through $chan (negotiated '$got'), every byte right"
+	done <<<"$out"
+	# cpu-cuda: staged; cuda-cpu and cuda-cuda: ipc and staged.
+	point $([ "$lines" = 5 ] && [ $rc = 0 ] && echo 1 || echo 0) \
+		"tpbench cuda over $xport: five runs, exit status 0 (got $lines, $rc)"
+done
+echo "1..$n"
+[ $failed = 0 ]

@@ -1,0 +1,671 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * CUDA memory through pipes: the cuda_staged and cuda_ipc channels, against
+ * the driver the library loads (TPU_CUDA_DRIVER, else libcuda.so.1).  make
+ * run points TPU_CUDA_DRIVER at tests/cuda_standin's stand-in, whose device
+ * memory the CPU cannot touch (a channel that dereferences it crashes the
+ * test) and whose streams run late (a channel that does not wait for a
+ * stream reads stale bytes).  Without any driver the list is skipped.
+ *
+ * Every byte is checked through the driver's own copies.  Also: the
+ * channel each device pair negotiates, a writer in another process
+ * (CUDA IPC for real), stream ordering, bad devices and pointers, and a
+ * process without a driver (or without a device) getting TPU_E_NO_CUDA.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cuda/cuda.h"
+#include "pipe_harness.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define BIG	((5u << 20) + 3)	/* over one 4 MiB chunk of tpu__cuda_copy */
+#define SMALL	100			/* under TPU_PIPE_INLINE_MAX: CUDA still uses a channel */
+
+static const struct tpu__cuda_api *cu;
+/* The stand-in's counters, when the driver is the stand-in. */
+static void (*standin_counts)(unsigned long *, unsigned long *, unsigned long *);
+
+static uint8_t pattern(size_t i, unsigned int seed)
+{
+	return (uint8_t)(i * 131 + seed + (i >> 9));
+}
+
+static void fill(uint8_t *b, size_t len, unsigned int seed)
+{
+	for (size_t i = 0; i < len; i++)
+		b[i] = pattern(i, seed);
+}
+
+static bool holds(const uint8_t *b, size_t len, unsigned int seed)
+{
+	for (size_t i = 0; i < len; i++)
+		if (b[i] != pattern(i, seed))
+			return false;
+	return true;
+}
+
+/* @len bytes of @seed's pattern on CUDA device @dev (0 on failure). */
+static tpu__cu_ptr dev_filled(uint32_t dev, size_t len, unsigned int seed)
+{
+	uint8_t *h = malloc(len);
+	tpu__cu_ptr d = 0;
+
+	if (h && !tpu__cuda_enter(dev) && !cu->mem_alloc(&d, len)) {
+		fill(h, len, seed);
+		if (cu->memcpy_htod(d, h, len)) {
+			cu->mem_free(d);
+			d = 0;
+		}
+	}
+	free(h);
+	return d;
+}
+
+/* Whether device memory @d holds @seed's pattern, read back by the driver. */
+static bool dev_holds(uint32_t dev, tpu__cu_ptr d, size_t len, unsigned int seed)
+{
+	uint8_t *h = malloc(len);
+	bool ok = h && !tpu__cuda_enter(dev) && !cu->memcpy_dtoh(h, d, len) && holds(h, len, seed);
+
+	free(h);
+	return ok;
+}
+
+struct end {
+	uint32_t type, dev;		/* where the tensor lies at this end */
+	void *stream;
+};
+
+/*
+ * One tensor of @len bytes from @w at the client to @r at the server of
+ * @pp; true when the read completed with @want_read and, if 0, every byte
+ * arrived.
+ */
+static bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int seed,
+		 tpu_status want_read)
+{
+	struct rec rw, rd, rr;
+	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	uint8_t *hw = malloc(len), *hr = calloc(1, len);
+	tpu__cu_ptr dw = 0, dr = 0;
+	struct tpu_message_tensor t = { .len = len, .device = { w.type, w.dev },
+					.target = { r.type, r.dev }, .stream = w.stream };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct tpu_message *d;
+	bool ok = hw && hr;
+
+	rec_init(&rw);
+	rec_init(&rd);
+	rec_init(&rr);
+	if (ok && w.type == TPU_DEVICE_CUDA) {
+		dw = dev_filled(w.dev, len, seed);
+		t.data = (void *)(uintptr_t)dw;
+		ok = dw;
+	} else if (ok) {
+		fill(hw, len, seed);
+		t.data = hw;
+	}
+	if (ok && r.type == TPU_DEVICE_CUDA)
+		ok = !tpu__cuda_enter(r.dev) && !cu->mem_alloc(&dr, len);
+	ok = ok && !tpu_pipe_write(pp->client, &m, on_write, &tw) &&
+	     !tpu_pipe_read_descriptor(pp->server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		d = rd.msg[0];
+		ok = d->ntensors == 1 && d->tensors[0].len == len &&
+		     d->tensors[0].target.type == r.type && d->tensors[0].target.index == r.dev;
+		d->tensors[0].device = (struct tpu_device){ r.type, r.dev };
+		d->tensors[0].data = r.type == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : hr;
+		d->tensors[0].stream = r.stream;
+		ok = ok && !tpu_pipe_read(pp->server, d, on_write, &tr) && rec_wait(&rr, 1) &&
+		     rr.st[0] == want_read;
+		if (rr.n && rr.st[0] != want_read)
+			tap_diag("cuda: read status %s, want %s", tpu_status_name(rr.st[0]),
+				 tpu_status_name(want_read));
+	}
+	ok = ok && rec_wait(&rw, 1) && (want_read || !rw.st[0]);
+	if (ok && !want_read)
+		ok = r.type == TPU_DEVICE_CUDA ? dev_holds(r.dev, dr, len, seed) : holds(hr, len, seed);
+	if (dw && !tpu__cuda_enter(w.dev))
+		cu->mem_free(dw);
+	if (dr && !tpu__cuda_enter(r.dev))
+		cu->mem_free(dr);
+	free(hw);
+	free(hr);
+	return ok;
+}
+
+static const char *type_name(uint32_t t)
+{
+	return t == TPU_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+/* Each device pair over @url, with the channel it must negotiate. */
+static void pairs(const char *url, const char *channels, const char *want_ipc, uint32_t dev1)
+{
+	static const struct {
+		uint32_t src, dst;
+	} p[] = {
+		{ TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
+		{ TPU_DEVICE_CUDA, TPU_DEVICE_CPU },
+		{ TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
+	};
+	struct pair pp;
+
+	if (!pair_open(&pp, url, channels)) {
+		CHECK(false, "cuda: a pipe over %s with channels %s", url, channels ? channels : "(all)");
+		pair_close(&pp);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
+		const char *want = p[i].src == TPU_DEVICE_CUDA ? want_ipc : "cuda_staged";
+		const char *got = tpu_pipe_channel(pp.server, p[i].src, p[i].dst);
+
+		CHECK(!strcmp(got, want), "cuda: %s %s->%s negotiates %s (got '%s')", url,
+		      type_name(p[i].src), type_name(p[i].dst), want, got);
+		for (int big = 0; big < 2; big++) {
+			size_t len = big ? BIG : SMALL;
+			struct end w = { p[i].src, 0, NULL }, r = { p[i].dst, dev1, NULL };
+
+			CHECK(xfer(&pp, w, r, len, (unsigned int)(i * 2 + big), 0),
+			      "cuda: %s %s->%s over %s, %zu bytes, every byte in place", url,
+			      type_name(p[i].src), type_name(p[i].dst), want, len);
+			/* The client's view, now that a message went through. */
+			if (!big)
+				CHECK(!strcmp(tpu_pipe_channel(pp.client, p[i].src, p[i].dst), want),
+				      "cuda: both ends agree on %s->%s", type_name(p[i].src),
+				      type_name(p[i].dst));
+		}
+	}
+	CHECK(strncmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "cuda", 4) != 0,
+	      "cuda: CPU->CPU tensors never take a cuda channel");
+	pair_close(&pp);
+}
+
+/* A forked child that reads one byte of device memory dies of SIGSEGV. */
+static void guard(void)
+{
+	tpu__cu_ptr d = dev_filled(0, 4096, 1);
+	int status = 0;
+	pid_t pid;
+
+	if (!d) {
+		CHECK(false, "cuda: device memory for the guard test");
+		return;
+	}
+	/* Under valgrind the child's invalid read is reported: that is the point. */
+	pid = fork();
+	if (pid == 0) {
+		volatile const uint8_t *p = (const uint8_t *)(uintptr_t)d;
+
+		/* The default action, not a sanitizer's handler. */
+		signal(SIGSEGV, SIG_DFL);
+		_exit(p[0] == pattern(0, 1) ? 10 : 11);
+	}
+	if (pid > 0 && waitpid(pid, &status, 0) != pid)
+		status = -1;
+	CHECK(pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+	      "cuda: the CPU touching device memory dies of SIGSEGV (status %#x)", status);
+	cu->mem_free(d);
+}
+
+/*
+ * The writer's bytes come from work still queued on its stream: eight
+ * late copies (the stand-in delays each).  A channel that does not wait
+ * for the stream sends the old bytes.
+ */
+static void stream_order(const char *channels, const char *want)
+{
+	struct rec rw, rd, rr;
+	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	size_t len = 1u << 20, part = len / 8;
+	uint8_t *fresh = malloc(len), *got = calloc(1, len);
+	tpu__cu_ptr d = dev_filled(0, len, 40), dr = 0;
+	tpu__cu_stream s = NULL, sr = NULL;
+	struct tpu_message_tensor t = { .data = (void *)(uintptr_t)d, .len = len,
+					.device = { TPU_DEVICE_CUDA, 0 },
+					.target = { TPU_DEVICE_CUDA, 0 } };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct pair pp;
+	bool ok = fresh && got && d && pair_open(&pp, "tcp://127.0.0.1:0", channels);
+
+	rec_init(&rw);
+	rec_init(&rd);
+	rec_init(&rr);
+	CHECK(ok && !strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), want),
+	      "cuda: stream order over %s: the pipe", want);
+	if (!ok)
+		goto out;
+	fill(fresh, len, 41);
+	ok = !tpu__cuda_enter(0) && !cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
+	     !cu->stream_create(&sr, TPU__CU_STREAM_NON_BLOCKING) && !cu->mem_alloc(&dr, len);
+	for (size_t i = 0; ok && i < 8; i++)
+		ok = !cu->memcpy_htod_async(d + i * part, fresh + i * part, part, s);
+	t.stream = s;
+	ok = ok && !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+	     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		struct tpu_message *dm = rd.msg[0];
+
+		dm->tensors[0].device = (struct tpu_device){ TPU_DEVICE_CUDA, 0 };
+		dm->tensors[0].data = (void *)(uintptr_t)dr;
+		dm->tensors[0].stream = sr;
+		ok = !tpu_pipe_read(pp.server, dm, on_write, &tr) && rec_wait(&rr, 1) && !rr.st[0];
+	}
+	ok = ok && rec_wait(&rw, 1) && !rw.st[0];
+	/* The reader's stream: work queued after the callback sees the bytes. */
+	ok = ok && !tpu__cuda_enter(0) && !cu->memcpy_dtoh_async(got, dr, len, sr) &&
+	     !cu->stream_sync(sr);
+	CHECK(ok && holds(got, len, 41),
+	      "cuda: over %s the writer's bytes are those its stream's work left", want);
+	pair_close(&pp);
+out:
+	if (!tpu__cuda_enter(0)) {
+		if (s)
+			cu->stream_destroy(s);
+		if (sr)
+			cu->stream_destroy(sr);
+		if (d)
+			cu->mem_free(d);
+		if (dr)
+			cu->mem_free(dr);
+	}
+	free(fresh);
+	free(got);
+}
+
+/* Writes that name devices or memory wrongly are refused at once. */
+static void bad_tensors(void)
+{
+	struct rec r;
+	struct tag tag = { &r, 0 };
+	tpu__cu_ptr d = dev_filled(0, 4096, 3), gone = dev_filled(0, 4096, 3);
+	struct tpu_message_tensor t = { .data = (void *)(uintptr_t)d, .len = 4096,
+					.device = { TPU_DEVICE_CUDA, 0 } };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	tpu__cu_ctx cur = (tpu__cu_ctx)&r;
+	struct pair pp;
+
+	rec_init(&r);
+	if (!d || !gone || !pair_open(&pp, "tcp://127.0.0.1:0", NULL)) {
+		CHECK(false, "cuda: bad tensors: set-up");
+		return;
+	}
+	tpu__cuda_enter(0);
+	cu->mem_free(gone);
+	/* The checks below run on this thread: its (lack of a) context stays. */
+	cu->ctx_set_current(NULL);
+	t.device.index = 4096;
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -ENODEV,
+		     "cuda: a device ordinal the driver lacks is -ENODEV");
+	t.device.index = 0;
+	t.len = 4097;
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -EINVAL,
+		     "cuda: a tensor running past its allocation is -EINVAL");
+	t.len = 4096;
+	t.data = (void *)(uintptr_t)gone;
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -EINVAL,
+		     "cuda: freed device memory is -EINVAL");
+	if (tpu__cuda_ndevices() > 1) {
+		t.data = (void *)(uintptr_t)d;
+		t.device.index = 1;
+		CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -EINVAL,
+			     "cuda: device 0's memory named device 1 is -EINVAL");
+	}
+	t = (struct tpu_message_tensor){ .data = &tag, .len = 8, .stream = &tag };
+	CHECK_STATUS(tpu_pipe_write(pp.client, &m, on_write, &tag), -EINVAL,
+		     "cuda: a stream on a CPU tensor is -EINVAL");
+	CHECK(r.n == 0, "cuda: refused writes never call back");
+	CHECK(!cu->ctx_get_current(&cur) && cur == NULL,
+	      "cuda: checking a tensor leaves the caller's current context alone");
+	pair_close(&pp);
+	tpu__cuda_enter(0);
+	cu->mem_free(d);
+}
+
+/*
+ * Ends that share no CUDA channel (basic only): CUDA writes queued before
+ * the pipe opened fail alone, in order, and the CPU write between them
+ * goes through.
+ */
+static void no_channel(void)
+{
+	struct tpu_context_options o = { .channels = "basic" };
+	struct tpu_context *a = NULL, *b = NULL;
+	struct tpu_listener *l = NULL;
+	struct tpu_pipe *c = NULL;
+	const char *url = "tcp://127.0.0.1:0";
+	char got[300], cpu[64] = "cpu";
+	tpu__cu_ptr d = dev_filled(0, 4096, 9);
+	struct tpu_message_tensor t[3] = {
+		{ .data = (void *)(uintptr_t)d, .len = 4096, .device = { TPU_DEVICE_CUDA, 0 } },
+		{ .data = cpu, .len = sizeof(cpu) },
+		{ .data = (void *)(uintptr_t)d, .len = 4096, .device = { TPU_DEVICE_CUDA, 0 },
+		  .target = { TPU_DEVICE_CUDA, 0 } },
+	};
+	struct tpu_message m[3];
+	struct rec ra, rw;
+	struct tag ta = { &ra, 0 }, tw[3] = { { &rw, 0 }, { &rw, 1 }, { &rw, 2 } };
+	bool ok;
+
+	rec_init(&ra);
+	rec_init(&rw);
+	ok = d && !tpu_context_create(&o, &a) && !tpu_context_create(&o, &b) &&
+	     !tpu_listener_create(a, &url, 1, &l) && !tpu_listener_url(l, NULL, got, sizeof(got)) &&
+	     !tpu_listener_accept(l, on_accept, &ta) && !tpu_pipe_connect(b, got, &c);
+	for (int k = 0; ok && k < 3; k++) {
+		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
+		ok = !tpu_pipe_write(c, &m[k], on_write, &tw[k]);
+	}
+	ok = ok && rec_wait(&rw, 3);
+	CHECK(ok && rw.order[0] == 0 && rw.st[0] == -ENOPROTOOPT && rw.order[1] == 1 &&
+	      rw.st[1] == 0 && rw.order[2] == 2 && rw.st[2] == -ENOPROTOOPT,
+	      "cuda: without a common CUDA channel CUDA writes fail alone (-ENOPROTOOPT), in order");
+	CHECK(ok && !strcmp(tpu_pipe_channel(c, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), "") &&
+	      !strcmp(tpu_pipe_channel(c, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "basic"),
+	      "cuda: tpu_pipe_channel says \"\" for a pair without a channel");
+	tpu_pipe_close(c);
+	if (rec_wait(&ra, 1) && !ra.st[0])
+		tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(b);
+	tpu_context_destroy(a);
+	if (d && !tpu__cuda_enter(0))
+		cu->mem_free(d);
+}
+
+/* The stand-in catches misuse with the driver's error codes. */
+static void standin_misuse(void)
+{
+	tpu__cu_ptr d = dev_filled(0, 8192, 5);
+	tpu__cu_ipc_handle h;
+	uint8_t buf[16];
+
+	if (!d) {
+		CHECK(false, "cuda stand-in: an allocation");
+		return;
+	}
+	CHECK(cu->memcpy_dtoh(buf, d + 8190, 16) == TPU__CU_ERROR_INVALID_VALUE,
+	      "cuda stand-in: a copy past an allocation is CUDA_ERROR_INVALID_VALUE");
+	CHECK(cu->memcpy_htod(d, (const void *)(uintptr_t)d, 16) == TPU__CU_ERROR_INVALID_VALUE,
+	      "cuda stand-in: device memory passed as host memory is CUDA_ERROR_INVALID_VALUE");
+	CHECK(cu->ipc_get(&h, d) == 0 &&
+	      cu->ipc_open(&(tpu__cu_ptr){ 0 }, h, 0) == TPU__CU_ERROR_INVALID_CONTEXT,
+	      "cuda stand-in: a process opening its own IPC handle is refused");
+	CHECK(cu->ipc_close(d) == TPU__CU_ERROR_INVALID_VALUE,
+	      "cuda stand-in: closing memory never opened by IPC is CUDA_ERROR_INVALID_VALUE");
+	if (tpu__cuda_ndevices() > 1) {
+		tpu__cu_stream s1 = NULL;
+
+		/* A stream of device 1 used while device 0's context is current. */
+		CHECK(!tpu__cuda_enter(1) && !cu->stream_create(&s1, 0) && !tpu__cuda_enter(0) &&
+		      cu->memcpy_dtoh_async(buf, d, 16, s1) == TPU__CU_ERROR_INVALID_CONTEXT,
+		      "cuda stand-in: another context's stream is CUDA_ERROR_INVALID_CONTEXT");
+		if (s1 && !tpu__cuda_enter(1))
+			cu->stream_destroy(s1);
+		tpu__cuda_enter(0);
+	}
+	{
+		tpu__cu_event e = NULL;
+
+		CHECK(!cu->event_create(&e, 0) && !cu->event_destroy(e) &&
+		      cu->event_query(e) == TPU__CU_ERROR_INVALID_HANDLE,
+		      "cuda stand-in: a destroyed event is CUDA_ERROR_INVALID_HANDLE");
+	}
+	CHECK(cu->mem_free(d) == 0 && cu->mem_free(d) == TPU__CU_ERROR_INVALID_VALUE,
+	      "cuda stand-in: a double free is CUDA_ERROR_INVALID_VALUE");
+	CHECK(cu->memcpy_dtoh(buf, d, 16) == TPU__CU_ERROR_INVALID_VALUE,
+	      "cuda stand-in: a copy from freed memory is CUDA_ERROR_INVALID_VALUE");
+}
+
+/*
+ * Run this binary again with @env added, as one of the peers below; its
+ * exit status (-1 if it did not run).
+ */
+static int spawn_self(const char *env1, const char *env2, pid_t *out)
+{
+	extern char **environ;
+	char self[4096], *argv[] = { "unit_tests", NULL }, *envp[256];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	size_t k = 0;
+	pid_t pid;
+	int status;
+
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	for (char **e = environ; *e && k < 250; e++)
+		if (strncmp(*e, "UNIT_ONLY=", 10) && strncmp(*e, "TPU_CUDA_DRIVER=", 16) &&
+		    strncmp(*e, "TPU_CUDA_STANDIN_DEVICES=", 25))
+			envp[k++] = *e;
+	/* The driver goes on unless env1 or env2 name another. */
+	if (getenv("TPU_CUDA_DRIVER") && strncmp(env1, "TPU_CUDA_DRIVER=", 16) &&
+	    (!env2 || strncmp(env2, "TPU_CUDA_DRIVER=", 16)))
+		envp[k++] = getenv("TPU_CUDA_DRIVER") - strlen("TPU_CUDA_DRIVER=");
+	envp[k++] = (char *)env1;
+	if (env2)
+		envp[k++] = (char *)env2;
+	envp[k] = NULL;
+	if (posix_spawn(&pid, self, NULL, NULL, argv, envp))
+		return -1;
+	if (out) {
+		*out = pid;
+		return 0;
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+/* A writer in another process: CUDA IPC from its memory, staging from its CPU memory. */
+static void cross_process(void)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	const char *url = "tcp://127.0.0.1:0";
+	char got[300], env[400];
+	struct rec ra, rd, rr;
+	struct tag ta = { &ra, 0 };
+	unsigned long allocs0 = 0, live0 = 0, opened0 = 0, allocs1, live1, opened1;
+	tpu__cu_ptr dr = 0;
+	pid_t child = -1;
+	int status = -1;
+	bool ok;
+	/* What the writer sends: message k from @src, suggested for @dst, seed 60 + k. */
+	static const uint32_t src[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CUDA, TPU_DEVICE_CPU };
+	static const uint32_t dst[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA };
+
+	rec_init(&ra);
+	if (standin_counts)
+		standin_counts(&allocs0, &live0, &opened0);
+	ok = !tpu_context_create(NULL, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
+	     !tpu_listener_url(l, NULL, got, sizeof(got)) && !tpu_listener_accept(l, on_accept, &ta);
+	snprintf(env, sizeof(env), "TPU_TEST_CUDA_WRITER=%s", got);
+	ok = ok && !spawn_self(env, NULL, &child) && rec_wait(&ra, 1) && !ra.st[0];
+	CHECK(ok, "cuda: a writer process connected");
+	for (int k = 0; ok && k < 3; k++) {
+		struct tag td = { &rd, 0 }, tr = { &rr, 0 };
+		struct tpu_message *d;
+		uint8_t *h = calloc(1, BIG);
+		const char *want = src[k] == TPU_DEVICE_CUDA ? "cuda_ipc" : "cuda_staged";
+
+		rec_init(&rd);
+		rec_init(&rr);
+		ok = h && !tpu_pipe_read_descriptor(ra.pipe, on_desc, &td) && rec_wait(&rd, 1) &&
+		     !rd.st[0];
+		if (ok && dst[k] == TPU_DEVICE_CUDA)
+			ok = !tpu__cuda_enter(0) && !cu->mem_alloc(&dr, BIG);
+		if (ok) {
+			d = rd.msg[0];
+			d->tensors[0].device = (struct tpu_device){ dst[k], 0 };
+			d->tensors[0].data = dst[k] == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : h;
+			ok = d->tensors[0].len == BIG && d->tensors[0].target.type == dst[k] &&
+			     !tpu_pipe_read(ra.pipe, d, on_write, &tr) && rec_wait(&rr, 1) &&
+			     !rr.st[0];
+		}
+		CHECK(ok && !strcmp(tpu_pipe_channel(ra.pipe, src[k], dst[k]), want) &&
+		      (dst[k] == TPU_DEVICE_CUDA ? dev_holds(0, dr, BIG, 60 + k)
+						 : holds(h, BIG, 60 + k)),
+		      "cuda: another process's %s->%s tensor over %s, every byte in place",
+		      type_name(src[k]), type_name(dst[k]), want);
+		if (dr && !tpu__cuda_enter(0))
+			cu->mem_free(dr);
+		dr = 0;
+		free(h);
+	}
+	if (child > 0) {
+		waitpid(child, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "cuda: the writer process saw its writes complete (status %#x)", status);
+	}
+	if (standin_counts) {
+		standin_counts(&allocs1, &live1, &opened1);
+		CHECK(opened1 - opened0 == 2 && live1 == live0 && allocs1 == allocs0,
+		      "cuda: the reader opened two IPC handles and closed them, leaking nothing "
+		      "(opened %lu, live %lu, allocations %lu -> %lu)", opened1 - opened0, live1,
+		      allocs0, allocs1);
+	}
+	tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+}
+
+/* The writer process of cross_process(); its exit status. */
+int cuda_writer(const char *url)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_pipe *p = NULL;
+	struct tpu_message_tensor t[3];
+	struct tpu_message m[3];
+	struct rec w;
+	struct tag tw = { &w, 0 };
+	uint8_t *h = malloc(BIG);
+	tpu__cu_ptr d[2] = { 0, 0 };
+	int rc = 0;
+
+	rec_init(&w);
+	if (tpu__cuda_api(&cu, NULL) || !h || tpu_context_create(NULL, &ctx) ||
+	    tpu_pipe_connect(ctx, url, &p))
+		return 2;
+	d[0] = dev_filled(0, BIG, 60);
+	d[1] = dev_filled(0, BIG, 61);
+	fill(h, BIG, 62);
+	if (!d[0] || !d[1])
+		return 3;
+	t[0] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[0], .len = BIG,
+					    .device = { TPU_DEVICE_CUDA, 0 },
+					    .target = { TPU_DEVICE_CUDA, 0 } };
+	t[1] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[1], .len = BIG,
+					    .device = { TPU_DEVICE_CUDA, 0 } };
+	t[2] = (struct tpu_message_tensor){ .data = h, .len = BIG,
+					    .target = { TPU_DEVICE_CUDA, 0 } };
+	for (int k = 0; k < 3; k++) {
+		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
+		if (tpu_pipe_write(p, &m[k], on_write, &tw))
+			rc = 4;
+	}
+	if (!rc && !rec_wait(&w, 3))
+		rc = 5;
+	for (int k = 0; !rc && k < 3; k++)
+		if (w.st[k])
+			rc = 6;
+	tpu_pipe_close(p);
+	tpu_context_destroy(ctx);
+	tpu__cuda_enter(0);
+	cu->mem_free(d[0]);
+	cu->mem_free(d[1]);
+	free(h);
+	return rc;
+}
+
+/*
+ * The peer of absent(): a process whose driver is missing (or has no
+ * device).  Its exit status: 0 when a CUDA tensor is TPU_E_NO_CUDA and
+ * the negotiation still offers staging to a peer with CUDA.
+ */
+int cuda_absent(void)
+{
+	uint8_t b[64];
+	struct tpu_message_tensor t = { .data = b, .len = sizeof(b),
+					.device = { TPU_DEVICE_CUDA, 0 } };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct rec r;
+	struct tag tag = { &r, 0 };
+	struct pair pp;
+	int rc = 0;
+
+	rec_init(&r);
+	if (tpu__cuda_api(NULL, NULL) != TPU_E_NO_CUDA)
+		return 2;
+	if (!pair_open(&pp, "tcp://127.0.0.1:0", NULL))
+		return 3;
+	if (tpu_pipe_write(pp.client, &m, on_write, &tag) != TPU_E_NO_CUDA)
+		rc = 4;
+	/* Staging needs no driver on a CPU side; IPC needs one on both. */
+	else if (strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CUDA), "cuda_staged") ||
+		 strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), "cuda_staged"))
+		rc = 5;
+	pair_close(&pp);
+	return rc;
+}
+
+static void absent(void)
+{
+	int rc = spawn_self("TPU_TEST_CUDA_ABSENT=1", "TPU_CUDA_DRIVER=/nonexistent/libcuda.so.1",
+			    NULL);
+
+	CHECK(rc == 0, "cuda: without a driver a CUDA tensor is TPU_E_NO_CUDA (peer exit %d)", rc);
+	if (standin_counts) {
+		rc = spawn_self("TPU_TEST_CUDA_ABSENT=1", "TPU_CUDA_STANDIN_DEVICES=0", NULL);
+		CHECK(rc == 0, "cuda: a driver without devices is TPU_E_NO_CUDA (peer exit %d)", rc);
+	}
+}
+
+void test_cuda(void)
+{
+	const char *why = NULL;
+	tpu_status st = tpu__cuda_api(&cu, &why);
+	char shm[64];
+	void *self;
+	uint32_t dev1;
+
+	if (st) {
+		/* Asked for a driver and it did not load: that is a failure. */
+		if (getenv("TPU_CUDA_DRIVER")) {
+			CHECK(false, "cuda: the driver TPU_CUDA_DRIVER names loads (%s)", why);
+			return;
+		}
+		CHECK(true, "cuda # SKIP %s (TPU_CUDA_DRIVER unset)", why);
+		return;
+	}
+	self = dlopen(getenv("TPU_CUDA_DRIVER") ? getenv("TPU_CUDA_DRIVER") : "libcuda.so.1",
+		      RTLD_NOW | RTLD_NOLOAD);
+	if (self)
+		*(void **)&standin_counts = dlsym(self, "tpu_cuda_standin_counts");
+	tap_diag("cuda: %s%s", why, standin_counts ? " (the stand-in)" : "");
+	CHECK(tpu__cuda_ndevices() >= 1, "cuda: the driver has a device");
+	dev1 = tpu__cuda_ndevices() > 1 ? 1 : 0;
+	guard();
+	pairs("tcp://127.0.0.1:0", NULL, "cuda_ipc", dev1);
+	snprintf(shm, sizeof(shm), "shm://tpu-unit-cuda-%d", (int)getpid());
+	pairs(shm, NULL, "cuda_ipc", dev1);
+	pairs("tcp://127.0.0.1:0", "cuda_staged,cma", "cuda_staged", dev1);
+	stream_order(NULL, "cuda_ipc");
+	stream_order("cuda_staged", "cuda_staged");
+	bad_tensors();
+	no_channel();
+	if (standin_counts)
+		standin_misuse();
+	cross_process();
+	absent();
+	if (self)
+		dlclose(self);
+}

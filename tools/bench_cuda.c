@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * tpbench cuda: tensors between CUDA device memory and host memory of two
+ * processes of one host, per device pair and channel (cuda_ipc,
+ * cuda_staged).  A forked reader process listens; this process connects
+ * and writes one tensor per round, and a round ends when the reader says
+ * (over the peers' socket) that it read the tensor.  The reader checks
+ * every byte of every round through the driver (the writer's pattern
+ * changes each round), so a run is a correctness check as well; with the
+ * tests' stand-in driver (TPU_CUDA_DRIVER=.../libcuda_standin.so) it is
+ * only that, and says so.
+ *
+ * Device memory is allocated here through the driver, dlopen()ed like the
+ * library does (TPU_CUDA_DRIVER, else libcuda.so.1), with the few calls
+ * needed; the reader forks before either side touches CUDA.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <semaphore.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_cuda.h"
+#include "json.h"
+#include "peer.h"
+#include "units.h"
+#include "tpu_user.h"
+
+typedef unsigned long long cu_ptr;
+
+/* The driver calls used here (their prototypes as in the driver API). */
+static struct {
+	int (*init)(unsigned int);
+	int (*device_get)(int *, int);
+	int (*primary_retain)(void **, int);
+	int (*ctx_set_current)(void *);
+	int (*mem_alloc)(cu_ptr *, size_t);
+	int (*mem_free)(cu_ptr);
+	int (*htod)(cu_ptr, const void *, size_t);
+	int (*dtoh)(void *, cu_ptr, size_t);
+	bool standin;
+} cu;
+
+static int cuda_open(void)
+{
+	const char *path = getenv("TPU_CUDA_DRIVER");
+	void *h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	void *ctx = NULL;
+	int dev = 0;
+
+	if (!h)
+		return -ENOENT;
+#define LOAD(field, name) do { \
+		*(void **)&cu.field = dlsym(h, name); \
+		if (!cu.field) \
+			return -ENOENT; \
+	} while (0)
+	LOAD(init, "cuInit");
+	LOAD(device_get, "cuDeviceGet");
+	LOAD(primary_retain, "cuDevicePrimaryCtxRetain");
+	LOAD(ctx_set_current, "cuCtxSetCurrent");
+	LOAD(mem_alloc, "cuMemAlloc_v2");
+	LOAD(mem_free, "cuMemFree_v2");
+	LOAD(htod, "cuMemcpyHtoD_v2");
+	LOAD(dtoh, "cuMemcpyDtoH_v2");
+#undef LOAD
+	cu.standin = dlsym(h, "tpu_cuda_standin_counts") != NULL;
+	if (cu.init(0) || cu.device_get(&dev, 0) || cu.primary_retain(&ctx, dev) ||
+	    cu.ctx_set_current(ctx))
+		return -ENODEV;
+	return 0;
+}
+
+static uint8_t pattern(size_t i, unsigned int round)
+{
+	return (uint8_t)(i * 251 + round * 17 + (i >> 12));
+}
+
+struct bpair {
+	const char *name;
+	uint32_t src, dst;
+};
+
+static const struct bpair bpairs[] = {
+	{ "cpu-cuda", TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
+	{ "cuda-cpu", TPU_DEVICE_CUDA, TPU_DEVICE_CPU },
+	{ "cuda-cuda", TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
+};
+
+struct run {
+	const struct bpair *pair;
+	const char *chan;
+	const char *xport;
+	size_t size;
+	unsigned int iters;
+};
+
+struct wait1 {
+	sem_t sem;
+	tpu_status st;
+	struct tpu_message *msg;
+	struct tpu_pipe *pipe;
+};
+
+static void done_msg(void *arg, tpu_status st, struct tpu_message *m)
+{
+	struct wait1 *w = arg;
+
+	w->st = st;
+	w->msg = m;
+	sem_post(&w->sem);
+}
+
+static void done_pipe(void *arg, tpu_status st, struct tpu_pipe *p)
+{
+	struct wait1 *w = arg;
+
+	w->st = st;
+	w->pipe = p;
+	sem_post(&w->sem);
+}
+
+/* ---- the reader (child) ------------------------------------------------ */
+
+static int reader_main(struct peer *peer, void *arg)
+{
+	const struct run *r = arg;
+	struct tpu_context_options o = { .transports = r->xport, .channels = r->chan };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct wait1 w;
+	char url[300] = "", shm[64];
+	const char *u = shm;
+	uint8_t *host = malloc(r->size), *check = malloc(r->size);
+	cu_ptr dev = 0;
+	int bad = 0;
+	tpu_status st;
+
+	sem_init(&w.sem, 0, 0);
+	st = host && check ? 0 : -ENOMEM;
+	if (!st && r->pair->dst == TPU_DEVICE_CUDA)
+		st = cuda_open() || cu.mem_alloc(&dev, r->size) ? -ENODEV : 0;
+	if (!st)
+		st = tpu_context_create(&o, &ctx);
+	snprintf(shm, sizeof(shm), "shm://tpbench-cuda-%d", (int)getpid());
+	if (!strcmp(r->xport, "tcp"))
+		u = "tcp://127.0.0.1:0";
+	if (!st)
+		st = tpu_listener_create(ctx, &u, 1, &l);
+	if (!st)
+		st = tpu_listener_url(l, NULL, url, sizeof(url));
+	if (!st)
+		st = tpu_listener_accept(l, done_pipe, &w);
+	peer_send(peer, &st, sizeof(st));
+	peer_send(peer, url, sizeof(url));
+	if (!st) {
+		sem_wait(&w.sem);
+		st = w.st;
+	}
+	for (unsigned int k = 0; !st && k < r->iters; k++) {
+		struct tpu_pipe *p = w.pipe;
+		struct tpu_message_tensor *t;
+
+		st = tpu_pipe_read_descriptor(p, done_msg, &w);
+		if (!st) {
+			sem_wait(&w.sem);
+			st = w.st;
+		}
+		if (!st && (w.msg->ntensors != 1 || w.msg->tensors[0].len != r->size))
+			st = -EPROTO;
+		if (!st) {
+			t = &w.msg->tensors[0];
+			t->device = (struct tpu_device){ r->pair->dst, 0 };
+			t->data = dev ? (void *)(uintptr_t)dev : host;
+			st = tpu_pipe_read(p, w.msg, done_msg, &w);
+		}
+		if (!st) {
+			sem_wait(&w.sem);
+			st = w.st;
+		}
+		/* The round ends here for the writer; the check is not timed. */
+		peer_send(peer, &st, sizeof(st));
+		if (!st && dev)
+			st = cu.dtoh(check, dev, r->size) ? -EIO : 0;
+		else if (!st)
+			memcpy(check, host, r->size);
+		for (size_t i = 0; !st && i < r->size; i++)
+			bad += check[i] != pattern(i, k);
+	}
+	peer_send(peer, &bad, sizeof(bad));
+	tpu_pipe_close(w.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	if (dev)
+		cu.mem_free(dev);
+	free(host);
+	free(check);
+	return st || bad ? 1 : 0;
+}
+
+/* ---- the writer (this process) ----------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct result {
+	tpu_status st;
+	char chan[32];
+	double gbps;		/* median round */
+	int bad;		/* bytes the reader found wrong */
+	bool standin;		/* the driver was the tests' stand-in */
+};
+
+static struct result run_one(const struct run *r)
+{
+	struct result res = { 0 };
+	struct tpu_context_options o = { .transports = r->xport, .channels = r->chan };
+	struct tpu_context *ctx = NULL;
+	struct tpu_pipe *p = NULL;
+	struct peer peer;
+	struct wait1 w;
+	char url[300];
+	uint8_t *host = malloc(r->size);
+	uint64_t *ns = calloc(r->iters, sizeof(*ns));
+	cu_ptr dev = 0;
+	tpu_status st, rst;
+
+	sem_init(&w.sem, 0, 0);
+	/* The reader forks before this process touches CUDA. */
+	st = host && ns ? peer_fork(&peer, reader_main, (void *)r) : -ENOMEM;
+	if (st) {
+		res.st = st;
+		goto out;
+	}
+	if (peer_recv(&peer, &rst, sizeof(rst)) || peer_recv(&peer, url, sizeof(url)))
+		rst = -EPIPE;
+	st = rst;
+	/* Opened whatever the pair, to say which driver the run had. */
+	if (!st && cuda_open() && r->pair->src == TPU_DEVICE_CUDA)
+		st = -ENODEV;
+	if (!st && r->pair->src == TPU_DEVICE_CUDA && cu.mem_alloc(&dev, r->size))
+		st = -ENOMEM;
+	if (!st)
+		st = tpu_context_create(&o, &ctx);
+	if (!st)
+		st = tpu_pipe_connect(ctx, url, &p);
+	for (unsigned int k = 0; !st && k < r->iters; k++) {
+		struct tpu_message_tensor t = {
+			.data = dev ? (void *)(uintptr_t)dev : host, .len = r->size,
+			.device = { r->pair->src, 0 }, .target = { r->pair->dst, 0 },
+		};
+		struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+		uint64_t t0;
+
+		for (size_t i = 0; i < r->size; i++)
+			host[i] = pattern(i, k);
+		if (dev && cu.htod(dev, host, r->size)) {
+			st = -EIO;
+			break;
+		}
+		t0 = now_ns();
+		st = tpu_pipe_write(p, &m, done_msg, &w);
+		if (!st) {
+			sem_wait(&w.sem);
+			st = w.st;
+		}
+		if (!st && (peer_recv(&peer, &rst, sizeof(rst)) || rst))
+			st = rst ? rst : -EPIPE;
+		ns[k] = now_ns() - t0;
+	}
+	if (p)
+		snprintf(res.chan, sizeof(res.chan), "%s",
+			 tpu_pipe_channel(p, r->pair->src, r->pair->dst));
+	if (!st && peer_recv(&peer, &res.bad, sizeof(res.bad)))
+		st = -EPIPE;
+	tpu_pipe_close(p);
+	tpu_context_destroy(ctx);
+	if (peer_wait(&peer) && !st && !res.bad)
+		st = -EIO;
+	if (!st) {
+		qsort(ns, r->iters, sizeof(*ns), cmp_u64);
+		res.gbps = (double)r->size / (double)ns[r->iters / 2];
+	}
+	res.st = st;
+	res.standin = cu.standin;
+out:
+	if (dev)
+		cu.mem_free(dev);
+	free(host);
+	free(ns);
+	return res;
+}
+
+/*
+ * Each run in a process of its own, which forks its reader before it opens
+ * the driver: neither CUDA nor the library's CUDA state survives a fork.
+ */
+static int runner_main(struct peer *peer, void *arg)
+{
+	struct result res = run_one(arg);
+
+	return peer_send(peer, &res, sizeof(res)) ? 1 : 0;
+}
+
+static struct result run_isolated(struct run *r)
+{
+	struct result res = { .st = -EPIPE };
+	struct peer peer;
+	int st = peer_fork(&peer, runner_main, r);
+
+	if (st) {
+		res.st = st;
+		return res;
+	}
+	if (peer_recv(&peer, &res, sizeof(res)))
+		res = (struct result){ .st = -EPIPE };
+	peer_wait(&peer);
+	return res;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] "
+		   "[--channel cuda_ipc|cuda_staged]\n"
+		   "                    [--transport shm|tcp] [--size BYTES] [--iters N] [--json]\n"
+		   "One tensor per round from this process to a forked reader on this host,\n"
+		   "per device pair and channel (default: every pair, every channel that\n"
+		   "moves it); every byte of every round is checked.  The driver is\n"
+		   "TPU_CUDA_DRIVER, else libcuda.so.1.\n");
+}
+
+int bench_cuda_main(int argc, char **argv)
+{
+	const char *pair = NULL, *chan = NULL, *xport = "shm";
+	static const char *const chans[] = { "cuda_ipc", "cuda_staged" };
+	uint64_t size = 64u << 20;
+	unsigned int iters = 10;
+	bool json = false, failed = false, standin = false;
+	struct json j;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end;
+
+		if (!strcmp(a, "--json")) {
+			json = true;
+		} else if (!strcmp(a, "--pair") && v) {
+			pair = v;
+			i++;
+		} else if (!strcmp(a, "--channel") && v &&
+			   (!strcmp(v, "cuda_ipc") || !strcmp(v, "cuda_staged"))) {
+			chan = v;
+			i++;
+		} else if (!strcmp(a, "--transport") && v && (!strcmp(v, "shm") || !strcmp(v, "tcp"))) {
+			xport = v;
+			i++;
+		} else if (!strcmp(a, "--size") && v && !parse_size(v, &size) && size &&
+			   size <= (1ull << 32)) {
+			i++;
+		} else if (!strcmp(a, "--iters") && v && (iters = (unsigned int)strtoul(v, &end, 0)) &&
+			   !*end && iters <= 100000) {
+			i++;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (pair && strcmp(pair, "cpu-cuda") && strcmp(pair, "cuda-cpu") && strcmp(pair, "cuda-cuda")) {
+		usage(stderr);
+		return 2;
+	}
+	if (!json) {
+		printf("# tpbench cuda: %llu bytes, %u rounds, over %s\n", (unsigned long long)size,
+		       iters, xport);
+		printf("%-10s %-12s %-12s %10s  %s\n", "pair", "channel", "negotiated", "GB/s",
+		       "bytes checked");
+	}
+	for (size_t pi = 0; pi < sizeof(bpairs) / sizeof(bpairs[0]); pi++) {
+		if (pair && strcmp(pair, bpairs[pi].name))
+			continue;
+		for (size_t ci = 0; ci < 2; ci++) {
+			struct run r = { &bpairs[pi], chans[ci], xport, (size_t)size, iters };
+			struct result res;
+
+			if (chan && strcmp(chan, chans[ci]))
+				continue;
+			/* IPC reads the writer's device memory: not from CPU memory. */
+			if (bpairs[pi].src == TPU_DEVICE_CPU && ci == 0)
+				continue;
+			res = run_isolated(&r);
+			failed |= res.st || res.bad;
+			standin |= res.standin;
+			if (json) {
+				/* One object per line, like tpbench pipe. */
+				json_init(&j, stdout);
+				json_object_begin(&j, NULL);
+				json_string(&j, "bench", "cuda");
+				json_string(&j, "pair", bpairs[pi].name);
+				json_string(&j, "channel", chans[ci]);
+				json_string(&j, "negotiated", res.chan);
+				json_string(&j, "status", tpu_status_name(res.st));
+				json_u64(&j, "size", size);
+				json_double(&j, "gbps", res.gbps, 3);
+				json_u64(&j, "bad_bytes", (uint64_t)res.bad);
+				json_bool(&j, "standin", res.standin);
+				json_object_end(&j);
+				json_finish(&j);
+			} else if (res.st) {
+				printf("%-10s %-12s %-12s %10s  %s\n", bpairs[pi].name, chans[ci],
+				       res.chan[0] ? res.chan : "-", "-", tpu_strerror(res.st));
+			} else {
+				printf("%-10s %-12s %-12s %10.2f  %s\n", bpairs[pi].name, chans[ci],
+				       res.chan, res.gbps, res.bad ? "WRONG BYTES" : "all correct");
+			}
+		}
+	}
+	if (!json && standin)
+		printf("# the stand-in driver: a correctness check, not GPU figures\n");
+	return failed ? 1 : 0;
+}
