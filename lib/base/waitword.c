@@ -28,6 +28,12 @@ enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING, TPU__WW_AWAY };
 #define SPIN_MAX_NS	50000u	/* never spin longer than this */
 #define SPIN_START_NS	20000u
 #define SPIN_MIN_NS	2000u	/* below this, sleep at once */
+/*
+ * Looks at the word between two calls of the agent's poll: a pause takes
+ * up to ~140 cycles, and the agent's poll is one load when nothing changed,
+ * so polling often keeps the hand-off short.
+ */
+#define SPIN_LOOKS	8
 
 static _Atomic uint32_t spin_budget_ns = SPIN_START_NS;
 
@@ -62,15 +68,6 @@ uint64_t tpu__deadline_ns(uint64_t ns)
 static _Atomic uint32_t *word(struct tpu__waitword *w)
 {
 	return (_Atomic uint32_t *)&w->state;
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
 }
 
 void tpu__waitword_post(struct tpu__waitword *w)
@@ -124,12 +121,12 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 		return false;
 	last = start;
 	for (;;) {
-		for (i = 0; i < 64; i++) {
+		for (i = 0; i < SPIN_LOOKS; i++) {
 			if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
 				budget_update(tpu__mono_ns() - start, false);
 				return true;
 			}
-			cpu_relax();
+			tpu__cpu_relax();
 		}
 		if (agent)
 			agent->poll(agent->arg, TPU__WW_SPIN_POLL);

@@ -87,6 +87,16 @@ void tpu__spin_preempted(uint64_t now_ns);
 /* A gap this long between two looks of a spinner: it was descheduled. */
 #define TPU__PREEMPT_GAP_NS	200000u
 
+/* What a spinning thread does between two looks: let a sibling thread run. */
+static inline void tpu__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 /* CLOCK_MONOTONIC now, in ns; and now + @ns (0 when @ns is 0). */
 uint64_t tpu__mono_ns(void);
 uint64_t tpu__deadline_ns(uint64_t ns);

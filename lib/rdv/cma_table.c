@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/waitword.h"
 #include "cma_table.h"
 #include "rdv.h"
 
@@ -300,9 +301,35 @@ static void repair(struct tpu__cma_table *t)
 	h->hwm = hwm;
 }
 
+/*
+ * The table lock is held for a few slot updates only, so a contended one
+ * is spun for briefly before sleeping: on an idle machine a futex sleep and
+ * wake-up cost tens of microseconds, more than the whole hand-off.  Not
+ * while the process's spinners saw the cores oversubscribed, where the
+ * holder may need this core to finish.
+ */
+#define LOCK_SPINS	256
+#define LOCK_RELAX	16
+
+static int lock_spin_then_sleep(pthread_mutex_t *lock)
+{
+	int rc, i, j;
+
+	if (!tpu__spin_contended(tpu__mono_ns())) {
+		for (i = 0; i < LOCK_SPINS; i++) {
+			rc = pthread_mutex_trylock(lock);
+			if (rc != EBUSY)
+				return rc;
+			for (j = 0; j < LOCK_RELAX; j++)
+				tpu__cpu_relax();
+		}
+	}
+	return pthread_mutex_lock(lock);
+}
+
 tpu_status tpu__cma_lock(struct tpu__cma_table *t)
 {
-	int rc = pthread_mutex_lock(&t->hdr->lock);
+	int rc = lock_spin_then_sleep(&t->hdr->lock);
 
 	if (rc == EOWNERDEAD) {
 		repair(t);
