@@ -409,6 +409,47 @@ static void matrix(struct worker *w)
 	tpu_coll_exec_destroy(exec);
 }
 
+/*
+ * Which way the members' tensors went: after an all-to-all every member
+ * has a pipe to every other, and on one host those pipes carry CPU tensors
+ * over the kmod channel when the module is there (the VM), else over cma.
+ */
+static const char *want_channel(void)
+{
+	return access(TPU_DEVICE_PATH, R_OK | W_OK) ? "cma" : "kmod";
+}
+
+static void paths(struct worker *w)
+{
+	struct tpu_rendezvous *rdv = tpu_coll_rendezvous(w->coll);
+	struct tpu_coll_member me = { .device = w->devs[w->me] };
+	struct tpu_coll_exec *exec;
+	int32_t in[MAX_W], out[MAX_W];
+	struct tpu_coll_instance inst = { .instance_key = next_key++, .type = TPU_COLL_ALL_TO_ALL,
+					  .dtype = TPU_DT_INT32, .count = 1 };
+
+	for (int j = 0; j < w->n; j++)
+		in[j] = w->me * 100 + j;
+	W_CHECK(tpu_coll_exec_create(w->coll, 1, &exec) == 0);
+	W_CHECK(tpu_coll_exec_run(exec, &w->group, &inst, &me, in, out) == 0);
+	tpu_coll_exec_destroy(exec);
+	for (int j = 0; j < w->n; j++)
+		W_CHECK(out[j] == j * 100 + w->me);
+	for (int j = 0; j < w->n; j++) {
+		const char *tr = NULL, *ch = NULL;
+		char task[64];
+
+		if (j == w->me)
+			continue;
+		snprintf(task, sizeof(task), TASK_FMT, j);
+		W_CHECK(tpu_rendezvous_peer_path(rdv, task, &tr, &ch) == 0);
+		fprintf(stderr, "# coll worker %d reaches worker %d over %s, channel %s\n", w->me,
+			j, tr, ch);
+		W_CHECK(!strcmp(tr, transport));
+		W_CHECK(strcmp(transport, "shm") || !strcmp(ch, want_channel()));
+	}
+}
+
 /* ---- concurrency and the cache ---- */
 
 struct pending {
@@ -965,6 +1006,7 @@ void test_coll(void)
 	};
 	static const struct scenario kill_case = { "killed", killed, 2 };
 	static const struct scenario pair_case = { "two_members_per_worker", two_per_task, -1 };
+	static const struct scenario path_case = { "paths", paths, -1 };
 	int codes[MAX_W], serial = 0, peer_gone = 0, others_ok = 1;
 	bool small = under_valgrind();
 
@@ -983,6 +1025,10 @@ void test_coll(void)
 			 "the_reference%s", small ? " (valgrind: one length per type and op)" : "");
 		expect_all_pass(what, n, codes);
 	}
+	run_case(&path_case, 3, serial++, codes);
+	expect_all_pass(!strcmp(want_channel(), "kmod") ?
+			"coll_members_pipes_use_the_kmod_channel_the_module_offers" :
+			"coll_members_pipes_use_the_cma_channel_without_the_module", 3, codes);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !getenv("COLL_N"); i++) {
 		char what[160];
 
