@@ -9,7 +9,8 @@
 #                     kmemleak, fault injection), built once per machine
 #   make demo         tools/tpdemo in the VM, module loaded
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
-#   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe
+#   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe, Gloo
+#                     and Open MPI collectives beside tpbench coll
 #   make checkpatch   checkpatch.pl --strict on the module and the uapi header
 #   make deps         install missing Debian packages (or print the command)
 #   make vm-shell     interactive shell in the VM, module loaded
@@ -125,14 +126,16 @@ bench: prepare
 		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring && echo && tools/tpbench rdv && echo && tools/tpbench pipe --iters 500'
 
 # TensorPipe (libtensorpipe-dev) and UCX (ucx_perftest) beside tpbench pipe,
-# on the host, then in the VM against the kmod channel.
+# Gloo (libgloo-dev) and Open MPI beside tpbench coll, on the host, then in
+# the VM against the kmod channel (the collectives at the --quick sizes there:
+# 4 ranks of 256 MiB tensors would not fit its memory).
 bench-peers: prepare
 	@echo "== tpbench pipe and the peers on the host"
 	tools/tpbench pipe
 	tools/bench-peers.sh
 	@echo "== tpbench pipe and the peers in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench-peers --module $(MODULE) -- \
-		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install'
+		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install --only tensorpipe,ucx,pvm && tools/bench-peers.sh --no-install --quick --only gloo,mpi'
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)
