@@ -16,6 +16,7 @@ static const struct tpu__coll_impl impls[] = {
 	{ "ring", TPU_COLL_GATHER, tpu__coll_ring_gather },
 	{ "ring", TPU_COLL_REDUCE_SCATTER, tpu__coll_ring_reduce_scatter },
 	{ "pairwise", TPU_COLL_ALL_TO_ALL, tpu__coll_pairwise_all_to_all },
+	{ "direct", TPU_COLL_PERMUTE, tpu__coll_direct_permute },
 };
 
 /*
@@ -51,6 +52,8 @@ const char *tpu__coll_impl_choose(enum tpu_coll_type type, size_t bytes, int n, 
 		return "ring";
 	case TPU_COLL_ALL_TO_ALL:
 		return "pairwise";
+	case TPU_COLL_PERMUTE:
+		return "direct";
 	}
 	return "";
 }
