@@ -8,11 +8,14 @@
 #                        [--timeout SEC] [--budget SEC]
 #
 #   --quick       fewer iterations (on an idle 2-core machine about 20 s
-#                 instead of 30 s; twice that and more under other load)
-#   --only LIST   comma-separated subset of: tensorpipe, ucx, pvm (default all)
+#                 instead of 30 s; twice that and more under other load), and
+#                 for gloo and mpi fewer sizes (about 40 s under load)
+#   --only LIST   comma-separated subset of: tensorpipe, ucx, pvm, gloo, mpi
+#                 (default all)
 #   --no-install  never call apt-get; say what is missing instead
-#   --timeout SEC limit of each single run (default 120)
-#   --budget SEC  limit of the whole benchmark (default 900); what is left
+#   --timeout SEC limit of each single run (default 120; a run of
+#                 collectives, every size of one peer, gets five times that)
+#   --budget SEC  limit of the whole benchmark (default 1800); what is left
 #                 when it runs out is reported unavailable
 #
 # Peers:
@@ -80,7 +83,7 @@ quick=0
 only="tensorpipe,ucx,pvm,gloo,mpi"
 allow_install=1
 step_timeout=120
-budget=900
+budget=1800
 
 usage() { # STATUS
 	sed -n '/^#   tools\/bench-peers.sh/,/reported unavailable$/s/^# \{0,1\}//p' "$0"
@@ -515,11 +518,14 @@ build_peer() {
 # coll_run TAG CMD...: one collective benchmark run; its peer= lines are
 # emitted, a failure is reported unavailable under TAG.
 coll_run() {
-	local tag=$1 rc=0 line; shift
+	local tag=$1 rc=0 line left; shift
 	if ! take_time; then
 		unavailable "$tag" "$why"
 		return 0
 	fi
+	# Every collective and size in one run: five single runs' worth.
+	left=$((deadline - $(date +%s)))
+	limit=$((step_timeout * 5 < left ? step_timeout * 5 : left))
 	timeout -k 5 "$limit" "$@" >"$work/coll.out" 2>"$work/coll.err" </dev/null || rc=$?
 	while IFS= read -r line; do
 		[[ $line == peer=* ]] && emit "$line"
