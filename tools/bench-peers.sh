@@ -532,7 +532,9 @@ coll_run() {
 	done <"$work/coll.out"
 	if [ $rc -ne 0 ]; then
 		[ $rc -eq 124 ] && echo "timed out after ${limit}s" >>"$work/coll.err"
-		unavailable "$tag" "exit status $rc: $(grep -v '^\s*$' "$work/coll.err" | tail -n 1)"
+		# The first line that says something (Open MPI frames its messages in dashes).
+		unavailable "$tag" "exit status $rc: $(grep -v -e '^[[:space:]]*$' -e '^-*$' \
+			"$work/coll.err" | head -n 1)"
 	fi
 }
 
@@ -566,6 +568,12 @@ run_coll() {
 			unavailable "peer=mpi" "mpirun not found (apt-get install openmpi-bin)"
 		else
 			mpi_ok=1
+		fi
+		# The test VM boots with no host name, which mpirun refuses.
+		if [ $mpi_ok -eq 1 ] && [ $in_vm -eq 1 ] && [ "$(uname -n)" = "(none)" ] &&
+		   [ "$(id -u)" -eq 0 ] && command -v hostname >/dev/null 2>&1 &&
+		   hostname tpvm 2>/dev/null; then
+			note "named the VM tpvm (Open MPI refuses the host name '(none)')"
 		fi
 	fi
 	local mpi_root=()
