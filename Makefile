@@ -12,7 +12,8 @@
 #                     kmemleak, fault injection), built once per machine
 #   make demo         tools/tpdemo in the VM, module loaded
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
-#   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe
+#   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe, Gloo
+#                     and Open MPI collectives beside tpbench coll
 #   make bench-rdma   tpbench pipe over rdma:// and tcp:// between two VMs,
 #                     beside ib_write_lat/ib_write_bw and ucx_perftest
 #                     (rc_verbs) on the same soft-RoCE devices
@@ -145,14 +146,16 @@ bench: prepare
 		'tools/tpbench $(BENCH_ARGS) && echo && tools/tpbench uring && echo && tools/tpbench rdv && echo && tools/tpbench pipe --iters 500'
 
 # TensorPipe (libtensorpipe-dev) and UCX (ucx_perftest) beside tpbench pipe,
-# on the host, then in the VM against the kmod channel.
+# Gloo (libgloo-dev) and Open MPI beside tpbench coll, on the host, then in
+# the VM against the kmod channel (the collectives at the --quick sizes there:
+# 4 ranks of 256 MiB tensors would not fit its memory).
 bench-peers: prepare
 	@echo "== tpbench pipe and the peers on the host"
 	tools/tpbench pipe
 	tools/bench-peers.sh
 	@echo "== tpbench pipe and the peers in the VM (module loaded)"
 	@TP_VM_MEM=$(BENCH_VM_MEM) tests/vm/run.sh --name bench-peers --module $(MODULE) -- \
-		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install'
+		'tools/tpbench pipe --iters 500 --bw-iters 5 && tools/bench-peers.sh --no-install --only tensorpipe,ucx,pvm && tools/bench-peers.sh --no-install --quick --only gloo,mpi'
 	@$(MAKE) --no-print-directory bench-rdma
 
 # The pipe between two VMs over soft-RoCE against perftest and UCX in one

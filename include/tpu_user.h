@@ -1360,6 +1360,7 @@ enum tpu_coll_type {
 	TPU_COLL_GATHER,	/* all-gather: member r's input at block r of every output */
 	TPU_COLL_REDUCE_SCATTER, /* member r gets chunk r of the reduction (tpu_coll_chunk()) */
 	TPU_COLL_ALL_TO_ALL,	/* block j of member r's input lands at block r of member j's output */
+	TPU_COLL_PERMUTE,	/* member r's input lands in member permutation[r]'s output */
 };
 
 /** enum tpu_dtype - element types of collectives */
@@ -1414,7 +1415,8 @@ struct tpu_coll_group {
 /**
  * struct tpu_coll_instance - CollInstanceParams: data common to all members of an instance.
  * @instance_key: names the instance within the group.
- * @type:	TPU_COLL_REDUCTION, _BROADCAST, _GATHER, _REDUCE_SCATTER, _ALL_TO_ALL.
+ * @type:	TPU_COLL_REDUCTION, _BROADCAST, _GATHER, _REDUCE_SCATTER, _ALL_TO_ALL,
+ *		_PERMUTE.
  * @dtype:	element type.
  * @count:	elements of each member's input (a gather's output has
  *		group_size times as many; a reduce-scatter's output is the
@@ -1429,6 +1431,10 @@ struct tpu_coll_group {
  *		to choose; @subdiv_offsets: where each ring starts (CollImplDetails'
  *		subdiv_offsets), NULL for evenly spread starts.
  * @timeout_ns:	the whole run, resolution included; 0 for 60 s.
+ * @permutation: permute only: group_size ranks, a permutation of 0 ..
+ *		group_size - 1 (every rank once): rank r's input goes to rank
+ *		permutation[r], so a member's output is the input of the rank
+ *		that names it; members must agree on it.  Ignored otherwise.
  */
 struct tpu_coll_instance {
 	int32_t instance_key;
@@ -1443,6 +1449,7 @@ struct tpu_coll_instance {
 	int32_t num_subdivs;
 	const int32_t *subdiv_offsets;
 	uint64_t timeout_ns;
+	const int32_t *permutation;
 };
 
 /**

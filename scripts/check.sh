@@ -66,6 +66,13 @@ for kver in $kvers; do
 	KVER=$kver tests/vm/run.sh --name "check-pipe-$kver" --module "$mod" -- tests/pipe/pipe_vm_test
 	results+=("pipes (VM, $kver)" "build/vm/check-pipe-$kver/guest.log" "$?")
 
+	echo "== collectives between processes, kmod channel (VM, $kver)"
+	# tests/unit's coll lists: forked workers over shm, their pipes on the kmod
+	# channel (a case asserts it), then over tcp on loopback (brought up first).
+	KVER=$kver tests/vm/run.sh --name "check-coll-$kver" --module "$mod" \
+		-e UNIT_ONLY=coll_dtype,coll -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
+	results+=("collectives (VM, $kver)" "build/vm/check-coll-$kver/guest.log" "$?")
+
 	echo "== rdma transport and pipes over soft-RoCE in one VM (VM, $kver)"
 	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
 	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port \

@@ -8,11 +8,14 @@
 #                        [--timeout SEC] [--budget SEC]
 #
 #   --quick       fewer iterations (on an idle 2-core machine about 20 s
-#                 instead of 30 s; twice that and more under other load)
-#   --only LIST   comma-separated subset of: tensorpipe, ucx, pvm (default all)
+#                 instead of 30 s; twice that and more under other load), and
+#                 for gloo and mpi fewer sizes (about 40 s under load)
+#   --only LIST   comma-separated subset of: tensorpipe, ucx, pvm, gloo, mpi
+#                 (default all)
 #   --no-install  never call apt-get; say what is missing instead
-#   --timeout SEC limit of each single run (default 120)
-#   --budget SEC  limit of the whole benchmark (default 900); what is left
+#   --timeout SEC limit of each single run (default 120; a run of
+#                 collectives, every size of one peer, gets five times that)
+#   --budget SEC  limit of the whole benchmark (default 1800); what is left
 #                 when it runs out is reported unavailable
 #
 # Peers:
@@ -30,16 +33,35 @@
 #   pvm         a single process_vm_readv call of a tensor, from the project's
 #               own tools/tpbench --mode cma: the raw kernel copy, a ceiling
 #               for every cma path above.
+#   gloo        Debian's libgloo through tools/peers/gloo_coll_bench, its TCP
+#               device on 127.0.0.1: all-reduce (float32 sum, Gloo's ring),
+#               broadcast from rank 0 and all-gather, 2 and 4 ranks, beside
+#               tools/tpbench coll (peer=tpu, our shm transport) in the same
+#               run.  Sizes 4 B to 256 MiB (--quick: 4 B, 64 KiB, 1 MiB,
+#               16 MiB, 64 MiB).  Both measure alike: each rank times each
+#               operation, an operation takes the slowest rank's time, the
+#               median of 20 operations (--quick: 10) is printed, and the
+#               bus bandwidth is counted as nccl-tests counts it (all-reduce
+#               size x 2(n-1)/n, broadcast size, all-gather n x size x
+#               (n-1)/n, size being one rank's input).
+#   mpi         Open MPI through tools/peers/mpi_coll_bench under mpirun,
+#               its shared-memory BTL (--mca btl self,vader): the same
+#               collectives, sizes and counting.
 #
 # Output lines (one per measurement), for example:
 #   peer=tensorpipe transport=shm channel=cma metric=rtt_us size=64 iters=2000 avg=.. p50=.. p90=..
 #   peer=ucx transport=posix tls=posix,self metric=bw mode=stream size=1048576 iters=.. us_avg=.. gbps=..
+#   peer=gloo transport=tcp coll=all-reduce ranks=2 size=1048576 iters=10 time_us=.. busbw=..
 #   peer=ucx unavailable: ucx_perftest not found (apt-get install ucx-utils)
-# then a compact table.  Round trips are in microseconds, bandwidth in GB/s
+# then compact tables; the collectives' one gives our speed relative to
+# each peer (their time / ours: above 1 we are faster) beside the issue's
+# goals: at least 1 against both at 1 MiB and above; for small tensors (64
+# KiB and below) at least 1 against Gloo and at least 0.5 against Open MPI.  Round trips are in microseconds, bandwidth in GB/s
 # (10^9 bytes per second).  The script exits 0 when a peer is unavailable
 # (the reason is printed); non-zero only for its own errors (bad arguments).
 #
-# Packages (libtensorpipe-dev, g++, make, ucx-utils) are installed when
+# Packages (libtensorpipe-dev, g++, make, ucx-utils, libgloo-dev,
+# libopenmpi-dev, openmpi-bin) are installed when
 # missing, as root, where apt-get works.  Inside the test VM (TP_VM=1; the
 # host's root is shared read-only, no apt) nothing is installed or built: the
 # binaries built on the host are used as they are, so run this (or
@@ -52,13 +74,16 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 peers_dir="$repo/tools/peers"
 tp_bin="$peers_dir/build/tp_ref_bench"
+gloo_bin="$peers_dir/build/gloo_coll_bench"
+mpi_bin="$peers_dir/build/mpi_coll_bench"
 sizes=(65536 1048576 16777216 67108864)
+coll_ranks=(2 4)
 
 quick=0
-only="tensorpipe,ucx,pvm"
+only="tensorpipe,ucx,pvm,gloo,mpi"
 allow_install=1
 step_timeout=120
-budget=900
+budget=1800
 
 usage() { # STATUS
 	sed -n '/^#   tools\/bench-peers.sh/,/reported unavailable$/s/^# \{0,1\}//p' "$0"
@@ -79,8 +104,8 @@ while [ $# -gt 0 ]; do
 done
 for p in ${only//,/ }; do
 	case "$p" in
-	tensorpipe|ucx|pvm) ;;
-	*) echo "bench-peers: unknown peer '$p' in --only (tensorpipe, ucx, pvm)" >&2; exit 2 ;;
+	tensorpipe|ucx|pvm|gloo|mpi) ;;
+	*) echo "bench-peers: unknown peer '$p' in --only (tensorpipe, ucx, pvm, gloo, mpi)" >&2; exit 2 ;;
 	esac
 done
 for n in "$step_timeout" "$budget"; do
@@ -96,11 +121,15 @@ if [ $quick -eq 1 ]; then
 	ucx_lat_iters=5000
 	ucx_budget=$((256 << 20))
 	ucx_max_iters=5000
+	coll_sizes=4,64K,1M,16M,64M
+	coll_iters=10
 else
 	tp_args=(--bw-bytes 2G)            # 2000 round trips, 2 GiB per size
 	ucx_lat_iters=20000
 	ucx_budget=$((1 << 30))
 	ucx_max_iters=20000
+	coll_sizes=4,1K,64K,1M,16M,64M,256M
+	coll_iters=20
 fi
 started=$(date +%s)
 deadline=$((started + budget))
@@ -457,9 +486,165 @@ run_pvm() {
 	[ $found -eq 1 ] || unavailable "peer=pvm" "no process_vm_readv results in tools/tpbench --json output"
 }
 
+# ---------------------------------------------------------- collectives --
+
+# build_peer TARGET BIN PKG...: make the peer program TARGET of tools/peers
+# when it is missing or older than its source (installing PKG... first);
+# 0 when BIN can run, 1 with the reason in $why otherwise.
+build_peer() {
+	local target=$1 bin=$2; shift 2
+	local need_build=0 f
+	[ -x "$bin" ] || need_build=1
+	for f in "$peers_dir/Makefile" "$peers_dir/$(basename "$bin")".c*; do
+		[ -e "$f" ] && [ "$f" -nt "$bin" ] && need_build=1
+	done
+	if [ $need_build -eq 1 ] && [ -w "$peers_dir" ] && [ $in_vm -eq 0 ]; then
+		ensure_packages "$@" || return 1
+		if ! make -s -C "$peers_dir" "$target" >"$work/build-$target.log" 2>&1; then
+			why="build failed: $(grep -m1 -i 'error' "$work/build-$target.log" ||
+				tail -n 1 "$work/build-$target.log")"
+			return 1
+		fi
+	elif [ $need_build -eq 1 ] && [ -x "$bin" ]; then
+		note "using $bin although it is older than its source (cannot rebuild here)"
+	fi
+	if [ ! -x "$bin" ]; then
+		why="$bin not built (run tools/bench-peers.sh on the host first)"
+		return 1
+	fi
+	return 0
+}
+
+# coll_run TAG CMD...: one collective benchmark run; its peer= lines are
+# emitted, a failure is reported unavailable under TAG.
+coll_run() {
+	local tag=$1 rc=0 line left; shift
+	if ! take_time; then
+		unavailable "$tag" "$why"
+		return 0
+	fi
+	# Every collective and size in one run: five single runs' worth.
+	left=$((deadline - $(date +%s)))
+	limit=$((step_timeout * 5 < left ? step_timeout * 5 : left))
+	timeout -k 5 "$limit" "$@" >"$work/coll.out" 2>"$work/coll.err" </dev/null || rc=$?
+	while IFS= read -r line; do
+		[[ $line == peer=* ]] && emit "$line"
+	done <"$work/coll.out"
+	if [ $rc -ne 0 ]; then
+		[ $rc -eq 124 ] && echo "timed out after ${limit}s" >>"$work/coll.err"
+		# The first line that says something (Open MPI frames its messages in dashes).
+		unavailable "$tag" "exit status $rc: $(grep -v -e '^[[:space:]]*$' -e '^-*$' \
+			"$work/coll.err" | head -n 1)"
+	fi
+}
+
+run_coll() {
+	local tpbench="$repo/tools/tpbench" gloo_ok=0 mpi_ok=0 tpu_ok=1 n
+	if [ ! -x "$tpbench" ] && [ -w "$repo/tools" ] && [ $in_vm -eq 0 ]; then
+		note "building tools/tpbench"
+		if make -s -C "$repo/lib" >"$work/tpbench-build.log" 2>&1; then
+			make -s -C "$repo/tools" tpbench >>"$work/tpbench-build.log" 2>&1 || true
+		fi
+	fi
+	if [ ! -x "$tpbench" ]; then
+		unavailable "peer=tpu" "tools/tpbench not built (make -C lib && make -C tools)"
+		tpu_ok=0
+	fi
+	if want gloo; then
+		if build_peer gloo "$gloo_bin" libgloo-dev g++ make; then
+			if loopback_ok; then
+				gloo_ok=1
+			else
+				unavailable "peer=gloo" "the loopback interface is down"
+			fi
+		else
+			unavailable "peer=gloo" "$why"
+		fi
+	fi
+	if want mpi; then
+		if ! build_peer mpi "$mpi_bin" libopenmpi-dev openmpi-bin make; then
+			unavailable "peer=mpi" "$why"
+		elif ! command -v mpirun >/dev/null 2>&1; then
+			unavailable "peer=mpi" "mpirun not found (apt-get install openmpi-bin)"
+		else
+			mpi_ok=1
+		fi
+		# The test VM boots with no host name, which mpirun refuses.
+		if [ $mpi_ok -eq 1 ] && [ $in_vm -eq 1 ] && [ "$(uname -n)" = "(none)" ] &&
+		   [ "$(id -u)" -eq 0 ] && command -v hostname >/dev/null 2>&1 &&
+		   hostname tpvm 2>/dev/null; then
+			note "named the VM tpvm (Open MPI refuses the host name '(none)')"
+		fi
+	fi
+	local mpi_root=()
+	[ "$(id -u)" -eq 0 ] && mpi_root=(--allow-run-as-root)
+	# Ours, Gloo's and Open MPI's in turn for each group size, so that
+	# whatever else loads the machine weighs on all three alike.
+	for n in "${coll_ranks[@]}"; do
+		[ $tpu_ok -eq 1 ] && coll_run "peer=tpu ranks=$n" "$tpbench" coll --ranks "$n" \
+			--sizes "$coll_sizes" --iters "$coll_iters" --lines
+		[ $gloo_ok -eq 1 ] && coll_run "peer=gloo ranks=$n" "$gloo_bin" --ranks "$n" \
+			--sizes "$coll_sizes" --iters "$coll_iters"
+		[ $mpi_ok -eq 1 ] && coll_run "peer=mpi ranks=$n" mpirun "${mpi_root[@]}" \
+			--oversubscribe -np "$n" --mca btl self,vader "$mpi_bin" \
+			--sizes "$coll_sizes" --iters "$coll_iters"
+	done
+	return 0
+}
+
+print_coll_table() {
+	grep -q ' coll=' "$results" || return 0
+	echo
+	echo "== collectives: time per operation (us) and bus bandwidth (GB/s), float32; ours = tpbench coll"
+	echo "   x_gloo, x_mpi: their time / ours (above 1: we are faster); goal: >= 1 at 1 MiB and up,"
+	echo "   and for 64 KiB and below >= 1 against Gloo and >= 0.5 against Open MPI (* marks a miss)"
+	awk '
+	function kv(line, key,    re, m) {
+		re = "(^| )" key "=[^ ]*"
+		if (match(line, re)) {
+			m = substr(line, RSTART, RLENGTH)
+			sub(/^ /, "", m)
+			return substr(m, length(key) + 2)
+		}
+		return ""
+	}
+	/ unavailable: / { next }
+	/ coll=/ {
+		peer = kv($0, "peer"); row = kv($0, "coll") SUBSEP kv($0, "ranks") SUBSEP kv($0, "size")
+		t[peer, row] = kv($0, "time_us"); bw[peer, row] = kv($0, "busbw")
+		if (!(row in seen)) { seen[row] = 1; order[++n] = row }
+	}
+	function v(x) { return x == "" ? "-" : x }
+	function human(b) {
+		if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) "M"
+		if (b >= 1024 && b % 1024 == 0) return (b / 1024) "K"
+		return b
+	}
+	function ratio(peer, row, size, floor_small,    x, goal) {
+		if (t[peer, row] == "" || t["tpu", row] == "" || t["tpu", row] + 0 == 0) return "-"
+		x = t[peer, row] / t["tpu", row]
+		goal = size >= 1048576 ? 1 : size <= 65536 ? floor_small : 0
+		return sprintf("%.2f%s", x, x < goal ? "*" : "")
+	}
+	END {
+		printf "%-10s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
+			"coll", "ranks", "size", "tpu_us", "tpu_GB/s", "gloo_us", "gloo_GB/s",
+			"mpi_us", "mpi_GB/s", "x_gloo", "x_mpi"
+		for (i = 1; i <= n; i++) {
+			r = order[i]
+			split(r, k, SUBSEP)
+			printf "%-10s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
+				k[1], k[2], human(k[3]), v(t["tpu", r]), v(bw["tpu", r]),
+				v(t["gloo", r]), v(bw["gloo", r]), v(t["mpi", r]), v(bw["mpi", r]),
+				ratio("gloo", r, k[3], 1), ratio("mpi", r, k[3], 0.5)
+		}
+	}' "$results"
+}
+
 # ---------------------------------------------------------------- table --
 
 print_table() {
+	grep -q ' metric=' "$results" || return 0
 	echo
 	echo "== peers: round trip (us) of a 64-byte message; bandwidth (GB/s = 10^9 B/s) of one tensor"
 	echo "   pingpong: one message in flight, then a reply; stream: many in flight (UCX tag_bw);"
@@ -504,6 +689,9 @@ print_table() {
 				v(bw[r, 65536]), v(bw[r, 1048576]), v(bw[r, 16777216]), v(bw[r, 67108864])
 		}
 	}' "$results"
+}
+
+print_unavailable() {
 	if grep -q ' unavailable: ' "$results"; then
 		echo
 		echo "unavailable:"
@@ -515,7 +703,10 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
 want tensorpipe && run_tensorpipe
 want ucx && run_ucx
 want pvm && run_pvm
+{ want gloo || want mpi; } && run_coll
 print_table
+print_coll_table
+print_unavailable
 echo
 echo "bench-peers: done in $(( $(date +%s) - started ))s on $(nproc) CPUs ($(uname -r)$([ $in_vm -eq 1 ] && echo ', in the test VM'))"
 if [ $in_vm -eq 1 ]; then

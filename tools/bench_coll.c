@@ -12,6 +12,7 @@
  * Workers report their times to the parent over a pipe.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +26,16 @@
 
 #define MAX_RANKS	8
 #define MAX_ITERS	200
+#define MAX_SIZES	32
 
 struct coll_opts {
 	int ranks;
 	uint64_t min, max;
 	unsigned int iters;
 	const char *impl;
+	uint64_t sizes[MAX_SIZES];	/* from --sizes, or --min to --max by 4 */
+	int nsizes;
+	bool lines;			/* peer=tpu lines for tools/bench-peers.sh */
 };
 
 static const struct {
@@ -85,7 +90,8 @@ static int worker(const struct coll_opts *o, int me, int fd)
 	if (!st)
 		st = tpu_coll_create_cluster(ctx, &ro, &coll);
 	for (size_t k = 0; k < NKINDS && !st; k++)
-		for (uint64_t bytes = o->min; bytes <= o->max && !st; bytes *= 4) {
+		for (int si = 0; si < o->nsizes && !st; si++) {
+			uint64_t bytes = o->sizes[si];
 			struct tpu_coll_instance inst = { .instance_key = key++,
 							  .type = kinds[k].type,
 							  .dtype = TPU_DT_FLOAT32, .count = bytes / 4,
@@ -107,8 +113,6 @@ static int worker(const struct coll_opts *o, int me, int fd)
 				if (it && write(fd, &t0, sizeof(t0)) != sizeof(t0))
 					st = -EPIPE;
 			}
-			if (bytes > o->max / 4)
-				break;
 		}
 	if (st)
 		fprintf(stderr, "tpbench coll: worker %d: %s\n", me, tpu_strerror(st));
@@ -131,7 +135,7 @@ static double bus_factor(enum tpu_coll_type type, int n)
 static int usage(void)
 {
 	fprintf(stderr, "usage: tpbench coll [--ranks N] [--min SIZE] [--max SIZE] "
-			"[--iters N] [--impl ring|doubling]\n");
+			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--lines]\n");
 	return 1;
 }
 
@@ -142,9 +146,15 @@ int bench_coll_main(int argc, char **argv)
 	pid_t pids[MAX_RANKS];
 	char sz[32];
 
+	const char *list = NULL;
+
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (!strcmp(argv[i], "--lines")) {
+			o.lines = true;
+			continue;
+		}
 		if (!v)
 			return usage();
 		if (!strcmp(argv[i], "--ranks"))
@@ -153,6 +163,8 @@ int bench_coll_main(int argc, char **argv)
 			o.iters = (unsigned int)atoi(v);
 		else if (!strcmp(argv[i], "--impl"))
 			o.impl = v;
+		else if (!strcmp(argv[i], "--sizes"))
+			list = v;
 		else if (!strcmp(argv[i], "--min") ? parse_size(v, &o.min) :
 			 !strcmp(argv[i], "--max") ? parse_size(v, &o.max) : 1)
 			return usage();
@@ -161,6 +173,31 @@ int bench_coll_main(int argc, char **argv)
 	if (o.ranks < 1 || o.ranks > MAX_RANKS || o.iters < 1 || o.iters > MAX_ITERS ||
 	    o.min < 4 || o.min > o.max || o.max > (1ull << 30))
 		return usage();
+	if (list) {
+		/* "4,64K,1M": each at least 4 B (one float32), at most 1 GiB. */
+		char buf[512], *tok, *save = NULL;
+
+		if (strlen(list) >= sizeof(buf))
+			return usage();
+		strcpy(buf, list);
+		o.max = 0;
+		for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (o.nsizes == MAX_SIZES || parse_size(tok, &o.sizes[o.nsizes]) ||
+			    o.sizes[o.nsizes] < 4 || o.sizes[o.nsizes] > (1ull << 30))
+				return usage();
+			if (o.sizes[o.nsizes] > o.max)
+				o.max = o.sizes[o.nsizes];
+			o.nsizes++;
+		}
+		if (!o.nsizes)
+			return usage();
+	} else {
+		for (uint64_t b = o.min; b <= o.max && o.nsizes < MAX_SIZES; b *= 4) {
+			o.sizes[o.nsizes++] = b;
+			if (b > o.max / 4)
+				break;
+		}
+	}
 	for (int r = 0; r < o.ranks; r++) {
 		int p[2];
 
@@ -175,13 +212,15 @@ int bench_coll_main(int argc, char **argv)
 		close(p[1]);
 		fds[r] = p[0];
 	}
-	printf("# tpbench coll: %d ranks, float32, shm, median of %u steps of the slowest rank\n",
-	       o.ranks, o.iters);
-	printf("%-11s %10s %12s %12s\n", "collective", "size", "time_us", "busbw_GB/s");
+	if (!o.lines) {
+		printf("# tpbench coll: %d ranks, float32, shm, median of %u steps of the slowest rank\n",
+		       o.ranks, o.iters);
+		printf("%-11s %10s %12s %12s\n", "collective", "size", "time_us", "busbw_GB/s");
+	}
 	for (size_t k = 0; k < NKINDS && !rc; k++)
-		for (uint64_t bytes = o.min; bytes <= o.max && !rc; bytes *= 4) {
-			uint64_t slowest[MAX_ITERS] = { 0 };
-			double t;
+		for (int si = 0; si < o.nsizes && !rc; si++) {
+			uint64_t slowest[MAX_ITERS] = { 0 }, bytes = o.sizes[si] - o.sizes[si] % 4;
+			double t, bw;
 
 			for (unsigned int it = 0; it < o.iters && !rc; it++)
 				for (int r = 0; r < o.ranks; r++) {
@@ -198,13 +237,15 @@ int bench_coll_main(int argc, char **argv)
 				break;
 			qsort(slowest, o.iters, sizeof(slowest[0]), cmp_u64);
 			t = (double)slowest[o.iters / 2] / 1e9;
-			printf("%-11s %10s %12.1f %12.3f\n", kinds[k].name,
-			       format_size(bytes - bytes % 4, sz, sizeof(sz)), t * 1e6,
-			       (double)(bytes - bytes % 4) * bus_factor(kinds[k].type, o.ranks) / t /
-			       1e9);
+			bw = (double)bytes * bus_factor(kinds[k].type, o.ranks) / t / 1e9;
+			if (o.lines)
+				printf("peer=tpu transport=shm coll=%s ranks=%d size=%llu iters=%u "
+				       "time_us=%.1f busbw=%.3f\n", kinds[k].name, o.ranks,
+				       (unsigned long long)bytes, o.iters, t * 1e6, bw);
+			else
+				printf("%-11s %10s %12.1f %12.3f\n", kinds[k].name,
+				       format_size(bytes, sz, sizeof(sz)), t * 1e6, bw);
 			fflush(stdout);
-			if (bytes > o.max / 4)
-				break;
 		}
 	for (int r = 0; r < o.ranks; r++) {
 		int status;

@@ -9,7 +9,8 @@
  * coll_ring.c: ring all-reduce; coll_doubling.c: recursive doubling
  * all-reduce for small tensors; coll_tree.c: tree broadcast;
  * coll_gather.c: ring all-gather; coll_reduce_scatter.c: ring
- * reduce-scatter; coll_all_to_all.c: pairwise all-to-all; coll_reduce_ops.c: the merge and final
+ * reduce-scatter; coll_all_to_all.c: pairwise all-to-all; coll_permute.c:
+ * permute; coll_reduce_ops.c: the merge and final
  * ops; coll_dtype.c: element sizes, float16 and bfloat16).  Not installed.
  *
  * Objects: a tpu_coll holds the rendezvous and the cache of resolved
@@ -30,7 +31,7 @@
 #include "base/base.h"
 
 #define TPU__MAGIC_COLL		0xc011c011U
-#define TPU__COLL_VERSION	1
+#define TPU__COLL_VERSION	2	/* 2: the record carries a permutation */
 #define TPU__COLL_DEVICE_MAX	256
 #define TPU__COLL_KEY_MAX	(2 * TPU__COLL_DEVICE_MAX + 128)
 /* Bytes per transfer: chunks are cut into pieces so reducing one overlaps moving the next. */
@@ -58,6 +59,7 @@ struct tpu__coll_record {
 	uint64_t devices_hash;
 	char impl[32];
 	char device_type[32];
+	int32_t permutation[TPU_COLL_MAX_MEMBERS];	/* permute only */
 };
 
 /* Rank 0's answer: the status every member returns, or the completed parameters. */
@@ -124,6 +126,7 @@ struct tpu__coll_run {
 	struct tpu_coll_instance inst;
 	int64_t dims[TPU_COLL_MAX_DIMS];
 	int32_t offsets[TPU_COLL_MAX_SUBDIVS];
+	int32_t perm[TPU_COLL_MAX_MEMBERS];
 	char impl[32];
 	bool is_source;
 	struct tpu_coll_resolved res;
@@ -184,6 +187,7 @@ tpu_status tpu__coll_tree_broadcast(struct tpu__coll_run *run);
 tpu_status tpu__coll_ring_gather(struct tpu__coll_run *run);
 tpu_status tpu__coll_ring_reduce_scatter(struct tpu__coll_run *run);
 tpu_status tpu__coll_pairwise_all_to_all(struct tpu__coll_run *run);
+tpu_status tpu__coll_direct_permute(struct tpu__coll_run *run);
 
 /* coll_reduce_ops.c: @a = @a op @b, element-wise; the final op on @a. */
 void tpu__coll_reduce(enum tpu_dtype dtype, enum tpu_reduce_op op, void *a, const void *b,

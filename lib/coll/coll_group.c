@@ -52,7 +52,9 @@ static tpu_status check_instance(const struct tpu_coll_instance *in)
 {
 	uint64_t product = 1;
 
-	if ((unsigned int)in->type > TPU_COLL_ALL_TO_ALL)
+	if ((unsigned int)in->type > TPU_COLL_PERMUTE)
+		return -EINVAL;
+	if (in->type == TPU_COLL_PERMUTE && !in->permutation)
 		return -EINVAL;
 	if (!tpu__dtype_valid(in->dtype) || in->count > SIZE_MAX / 8 / TPU_COLL_MAX_MEMBERS)
 		return -EINVAL;
@@ -95,6 +97,19 @@ tpu_status tpu__coll_run_init(struct tpu__coll_run *run, const struct tpu_coll_g
 	for (int i = 0; i < instance->num_subdivs && instance->subdiv_offsets; i++)
 		if (instance->subdiv_offsets[i] < 0 || instance->subdiv_offsets[i] >= n)
 			return -EINVAL;
+	if (instance->type == TPU_COLL_PERMUTE) {
+		/* Every rank exactly once: each member sends one tensor and receives one. */
+		bool named[TPU_COLL_MAX_MEMBERS] = { false };
+
+		for (int i = 0; i < n; i++) {
+			int32_t to = instance->permutation[i];
+
+			if (to < 0 || to >= n || named[to])
+				return -EINVAL;
+			named[to] = true;
+			run->perm[i] = to;
+		}
+	}
 	run->devices = calloc((size_t)n, sizeof(*run->devices));
 	if (!run->devices)
 		return -ENOMEM;
@@ -136,6 +151,7 @@ tpu_status tpu__coll_run_init(struct tpu__coll_run *run, const struct tpu_coll_g
 		memcpy(run->offsets, instance->subdiv_offsets,
 		       sizeof(int32_t) * (size_t)instance->num_subdivs);
 	run->inst.subdiv_offsets = instance->subdiv_offsets ? run->offsets : NULL;
+	run->inst.permutation = instance->type == TPU_COLL_PERMUTE ? run->perm : NULL;
 	if (instance->impl)
 		strcpy(run->impl, instance->impl);
 	run->inst.impl = run->impl;
@@ -190,6 +206,8 @@ void tpu__coll_record_of(const struct tpu__coll_run *run, struct tpu__coll_recor
 			memcpy(rec->subdiv_offsets, in->subdiv_offsets,
 			       sizeof(int32_t) * (size_t)in->num_subdivs);
 	}
+	if (in->type == TPU_COLL_PERMUTE)
+		memcpy(rec->permutation, run->perm, sizeof(int32_t) * (size_t)run->n);
 	rec->ndims = in->ndims;
 	memcpy(rec->dims, run->dims, sizeof(rec->dims));
 	rec->is_source = run->is_source;

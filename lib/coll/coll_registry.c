@@ -16,10 +16,18 @@ static const struct tpu__coll_impl impls[] = {
 	{ "ring", TPU_COLL_GATHER, tpu__coll_ring_gather },
 	{ "ring", TPU_COLL_REDUCE_SCATTER, tpu__coll_ring_reduce_scatter },
 	{ "pairwise", TPU_COLL_ALL_TO_ALL, tpu__coll_pairwise_all_to_all },
+	{ "direct", TPU_COLL_PERMUTE, tpu__coll_direct_permute },
 };
 
-/* Below this a reduction is latency-bound: log2(n) exchanges beat 2(n-1) ring steps. */
-#define SMALL_REDUCTION	(32u << 10)
+/*
+ * Below this a reduction is latency-bound: log2(n) exchanges beat 2(n-1) ring
+ * steps.  Two members send as many bytes either way (the whole tensor once,
+ * or two halves one after the other), so doubling stays ahead for longer,
+ * until the ring's pieces overlap merging with moving (tpbench coll, 2 and
+ * 4 ranks on one host).
+ */
+#define SMALL_REDUCTION		(64u << 10)
+#define SMALL_REDUCTION_PAIR	(1u << 20)
 
 const struct tpu__coll_impl *tpu__coll_impl_find(enum tpu_coll_type type, const char *name)
 {
@@ -34,6 +42,8 @@ const char *tpu__coll_impl_choose(enum tpu_coll_type type, size_t bytes, int n, 
 	(void)num_tasks;
 	switch (type) {
 	case TPU_COLL_REDUCTION:
+		if (n == 2)
+			return bytes <= SMALL_REDUCTION_PAIR ? "doubling" : "ring";
 		return bytes <= SMALL_REDUCTION && n > 2 ? "doubling" : "ring";
 	case TPU_COLL_BROADCAST:
 		return "tree";
@@ -42,6 +52,8 @@ const char *tpu__coll_impl_choose(enum tpu_coll_type type, size_t bytes, int n, 
 		return "ring";
 	case TPU_COLL_ALL_TO_ALL:
 		return "pairwise";
+	case TPU_COLL_PERMUTE:
+		return "direct";
 	}
 	return "";
 }

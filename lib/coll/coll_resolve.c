@@ -18,9 +18,9 @@
 static const char *type_name(int32_t t)
 {
 	static const char *const names[] = { "reduction", "broadcast", "gather",
-					     "reduce-scatter", "all-to-all" };
+					     "reduce-scatter", "all-to-all", "permute" };
 
-	return t >= 0 && t <= TPU_COLL_ALL_TO_ALL ? names[t] : "?";
+	return t >= 0 && t <= TPU_COLL_PERMUTE ? names[t] : "?";
 }
 
 /* Why @b (rank @r) disagrees with rank 0's @a, or NULL. */
@@ -49,6 +49,8 @@ static bool differs(const struct tpu__coll_record *a, const struct tpu__coll_rec
 	FIELD(has_offsets, "subdivision offsets given")
 	for (int i = 0; i < TPU_COLL_MAX_SUBDIVS; i++)
 		FIELD(subdiv_offsets[i], "subdivision offsets")
+	for (int i = 0; i < a->group_size && i < TPU_COLL_MAX_MEMBERS; i++)
+		FIELD(permutation[i], "permutation")
 #undef FIELD
 	if (strcmp(a->impl, b->impl)) {
 		snprintf(why, size, "implementation: rank 0 has \"%.31s\", rank %d has \"%.31s\"",

@@ -393,6 +393,66 @@ static void large_allreduce(struct worker *w, struct tpu_coll_exec *exec)
 	free(want);
 }
 
+/*
+ * Permutations of the group: the identity, a shift by one, the reverse and
+ * swapped neighbours (the last member staying put when n is odd); every
+ * type, lengths turning, in and out of place.  Then what each member can
+ * see wrong alone: a rank twice, one out of range, none given.
+ */
+static void permute_matrix(struct worker *w, struct tpu_coll_exec *exec, bool small)
+{
+	const size_t counts[] = { 0, 1, 3, 1003 };
+	static uint8_t in[1003 * 8], out[1003 * 8], want[1003 * 8];
+	struct tpu_coll_member me = { .device = w->devs[w->me] };
+	int32_t perm[MAX_W];
+	int n = w->n;
+
+	for (int kind = 0; kind < 4; kind++) {
+		for (int r = 0; r < n; r++)
+			perm[r] = kind == 0 ? r : kind == 1 ? (r + 1) % n : kind == 2 ? n - 1 - r :
+				  (r ^ 1) < n ? r ^ 1 : r;
+		for (size_t t = 0; t < NDTYPES; t++)
+			for (size_t c = small ? (t + (size_t)kind) % 4 : 0;
+			     c < (small ? (t + (size_t)kind) % 4 + 1 : 4u); c++) {
+				enum tpu_dtype dt = dtypes[t];
+				struct tpu_coll_instance inst = { .instance_key = next_key++,
+								  .type = TPU_COLL_PERMUTE,
+								  .dtype = dt, .count = counts[c],
+								  .permutation = perm };
+				size_t bytes = counts[c] * tpu_dtype_size(dt);
+				bool in_place = (t + c) % 2;
+				int from = -1;
+				tpu_status st;
+
+				for (int r = 0; r < n; r++)
+					if (perm[r] == w->me)
+						from = r;
+				W_CHECK(from >= 0);
+				fill(dt, TPU_OP_SUM, from * 5 + kind, want, counts[c]);
+				memset(out, 0xee, sizeof(out));
+				fill(dt, TPU_OP_SUM, w->me * 5 + kind, in_place ? out : in, counts[c]);
+				st = tpu_coll_exec_run(exec, &w->group, &inst, &me,
+						       in_place ? out : in, out);
+				W_CHECK(st == 0 && !memcmp(out, want, bytes));
+				/* Nothing past the tensor was written. */
+				W_CHECK(bytes == sizeof(out) || out[bytes] == 0xee);
+			}
+	}
+	for (int bad = 0; bad < 3; bad++) {
+		struct tpu_coll_instance inst = { .instance_key = next_key++,
+						  .type = TPU_COLL_PERMUTE,
+						  .dtype = TPU_DT_INT32, .count = 1,
+						  .permutation = bad == 2 ? NULL : perm };
+
+		for (int r = 0; r < n; r++)
+			perm[r] = r;
+		perm[n - 1] = bad == 0 ? 0 : n;
+		if (bad == 0 && n == 1)
+			continue;	/* one member: rank 0 twice needs two entries */
+		W_CHECK(tpu_coll_exec_run(exec, &w->group, &inst, &me, in, out) == -EINVAL);
+	}
+}
+
 static void matrix(struct worker *w)
 {
 	struct tpu_coll_exec *exec;
@@ -404,9 +464,51 @@ static void matrix(struct worker *w)
 	gather_matrix(w, exec, small);
 	reduce_scatter_matrix(w, exec, small);
 	all_to_all_matrix(w, exec, small);
+	permute_matrix(w, exec, small);
 	if (!under_valgrind() && w->n >= 2)
 		large_allreduce(w, exec);
 	tpu_coll_exec_destroy(exec);
+}
+
+/*
+ * Which way the members' tensors went: after an all-to-all every member
+ * has a pipe to every other, and on one host those pipes carry CPU tensors
+ * over the kmod channel when the module is there (the VM), else over cma.
+ */
+static const char *want_channel(void)
+{
+	return access(TPU_DEVICE_PATH, R_OK | W_OK) ? "cma" : "kmod";
+}
+
+static void paths(struct worker *w)
+{
+	struct tpu_rendezvous *rdv = tpu_coll_rendezvous(w->coll);
+	struct tpu_coll_member me = { .device = w->devs[w->me] };
+	struct tpu_coll_exec *exec;
+	int32_t in[MAX_W], out[MAX_W];
+	struct tpu_coll_instance inst = { .instance_key = next_key++, .type = TPU_COLL_ALL_TO_ALL,
+					  .dtype = TPU_DT_INT32, .count = 1 };
+
+	for (int j = 0; j < w->n; j++)
+		in[j] = w->me * 100 + j;
+	W_CHECK(tpu_coll_exec_create(w->coll, 1, &exec) == 0);
+	W_CHECK(tpu_coll_exec_run(exec, &w->group, &inst, &me, in, out) == 0);
+	tpu_coll_exec_destroy(exec);
+	for (int j = 0; j < w->n; j++)
+		W_CHECK(out[j] == j * 100 + w->me);
+	for (int j = 0; j < w->n; j++) {
+		const char *tr = NULL, *ch = NULL;
+		char task[64];
+
+		if (j == w->me)
+			continue;
+		snprintf(task, sizeof(task), TASK_FMT, j);
+		W_CHECK(tpu_rendezvous_peer_path(rdv, task, &tr, &ch) == 0);
+		fprintf(stderr, "# coll worker %d reaches worker %d over %s, channel %s\n", w->me,
+			j, tr, ch);
+		W_CHECK(!strcmp(tr, transport));
+		W_CHECK(strcmp(transport, "shm") || !strcmp(ch, want_channel()));
+	}
 }
 
 /* ---- concurrency and the cache ---- */
@@ -608,6 +710,17 @@ static void mismatch(struct worker *w)
 	inst = (struct tpu_coll_instance){ .instance_key = 5, .type = TPU_COLL_REDUCTION,
 					   .dtype = TPU_DT_FLOAT32, .count = 16, .impl = "nope" };
 	W_CHECK(run_one(w, 1, &inst, false, in, out) == -ENOENT);
+	/* A permutation the last member has the other way round. */
+	int32_t perm[MAX_W];
+
+	for (int r = 0; r < w->n; r++)
+		perm[r] = w->me == w->n - 1 ? (r + 1) % w->n : (r + w->n - 1) % w->n;
+	inst = (struct tpu_coll_instance){ .instance_key = 7, .type = TPU_COLL_PERMUTE,
+					   .dtype = TPU_DT_FLOAT32, .count = 16,
+					   .permutation = perm };
+	W_CHECK(run_one(w, 1, &inst, false, in, out) == TPU_E_COLL_MISMATCH);
+	tpu_coll_last_reason(w->coll, why, sizeof(why));
+	W_CHECK(strstr(why, "permutation") != NULL);
 	W_CHECK(now_ns() - t0 < 20000000000ull);
 	/* Nothing was aborted: a correct instance still runs. */
 	inst = (struct tpu_coll_instance){ .instance_key = 6, .type = TPU_COLL_REDUCTION,
@@ -851,8 +964,9 @@ static void api_arguments(void)
 		found += (!strcmp(tpu_coll_impl_name(i, NULL), "ring") && type == TPU_COLL_REDUCTION) +
 			 (!strcmp(tpu_coll_impl_name(i, NULL), "doubling")) +
 			 (!strcmp(tpu_coll_impl_name(i, NULL), "tree") && type == TPU_COLL_BROADCAST) +
-			 (!strcmp(tpu_coll_impl_name(i, NULL), "ring") && type == TPU_COLL_GATHER);
-	CHECK(found == 4, "coll_registry_lists_ring_doubling_tree_and_ring_gather");
+			 (!strcmp(tpu_coll_impl_name(i, NULL), "ring") && type == TPU_COLL_GATHER) +
+			 (!strcmp(tpu_coll_impl_name(i, NULL), "direct") && type == TPU_COLL_PERMUTE);
+	CHECK(found == 5, "coll_registry_lists_ring_doubling_tree_ring_gather_and_direct_permute");
 	CHECK(!strcmp(tpu_status_name(TPU_E_COLL_MISMATCH), "TPU_E_COLL_MISMATCH"),
 	      "coll_mismatch_status_has_a_name");
 }
@@ -965,6 +1079,7 @@ void test_coll(void)
 	};
 	static const struct scenario kill_case = { "killed", killed, 2 };
 	static const struct scenario pair_case = { "two_members_per_worker", two_per_task, -1 };
+	static const struct scenario path_case = { "paths", paths, -1 };
 	int codes[MAX_W], serial = 0, peer_gone = 0, others_ok = 1;
 	bool small = under_valgrind();
 
@@ -983,6 +1098,10 @@ void test_coll(void)
 			 "the_reference%s", small ? " (valgrind: one length per type and op)" : "");
 		expect_all_pass(what, n, codes);
 	}
+	run_case(&path_case, 3, serial++, codes);
+	expect_all_pass(!strcmp(want_channel(), "kmod") ?
+			"coll_members_pipes_use_the_kmod_channel_the_module_offers" :
+			"coll_members_pipes_use_the_cma_channel_without_the_module", 3, codes);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !getenv("COLL_N"); i++) {
 		char what[160];
 
