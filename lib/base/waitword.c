@@ -13,9 +13,13 @@
  * waiters: they meet the same machine load.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,9 +145,72 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 	}
 }
 
+/*
+ * More threads runnable on the machine than this process may run on: a
+ * spinner then holds a core that a thread it waits for (or any other)
+ * needs.  The kernel's count of runnable tasks (the fourth field of
+ * /proc/loadavg, the reader included) is read at most every
+ * RUNNABLE_CHECK_NS by whichever spinner finds it stale; without /proc the
+ * answer is no.
+ */
+#define RUNNABLE_CHECK_NS	5000000ull
+static _Atomic uint64_t runnable_checked_ns;
+static _Atomic bool oversubscribed;
+
+static unsigned int usable_cpus(void)
+{
+	static _Atomic unsigned int cached;
+	unsigned int n = atomic_load_explicit(&cached, memory_order_relaxed);
+	cpu_set_t set;
+
+	if (!n) {
+		n = sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
+		atomic_store_explicit(&cached, n ? n : 1, memory_order_relaxed);
+	}
+	return n ? n : 1;
+}
+
+static bool read_oversubscribed(void)
+{
+	char buf[128];
+	unsigned long running = 0;
+	const char *p;
+	ssize_t len;
+	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return false;
+	buf[len] = '\0';
+	/* "0.10 0.20 0.30 R/T last_pid": R runnable of T. */
+	p = buf;
+	for (int field = 0; field < 3 && p; field++) {
+		p = strchr(p, ' ');
+		if (p)
+			p++;
+	}
+	if (!p || sscanf(p, "%lu/", &running) != 1)
+		return false;
+	return running > usable_cpus();
+}
+
+static bool cpus_oversubscribed(uint64_t now_ns)
+{
+	uint64_t last = atomic_load_explicit(&runnable_checked_ns, memory_order_relaxed);
+
+	if (now_ns - last >= RUNNABLE_CHECK_NS &&
+	    atomic_compare_exchange_strong(&runnable_checked_ns, &last, now_ns))
+		atomic_store_explicit(&oversubscribed, read_oversubscribed(), memory_order_relaxed);
+	return atomic_load_explicit(&oversubscribed, memory_order_relaxed);
+}
+
 bool tpu__spin_contended(uint64_t now_ns)
 {
-	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed);
+	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed) ||
+	       cpus_oversubscribed(now_ns);
 }
 
 void tpu__spin_preempted(uint64_t now_ns)
