@@ -20,7 +20,7 @@ struct status_text {
 static const struct status_text status_texts[] = {
 	{ TPU_OK, "OK", "success" },
 	{ TPU_E_NO_DEVICE, "TPU_E_NO_DEVICE",
-	  "device node absent: the tensorpipe module is not loaded" },
+	  "no such device: /dev/tensorpipe absent (module not loaded), or no RDMA device for rdma://" },
 	{ TPU_E_NOT_TENSORPIPE, "TPU_E_NOT_TENSORPIPE",
 	  "not a tensorpipe device: it does not answer TP_IOC_GET_INFO" },
 	{ TPU_E_ABI_MISMATCH, "TPU_E_ABI_MISMATCH",
