@@ -197,7 +197,7 @@ static bool read_oversubscribed(void)
 	return running > usable_cpus();
 }
 
-bool tpu__cpus_oversubscribed(uint64_t now_ns)
+static bool cpus_oversubscribed(uint64_t now_ns)
 {
 	uint64_t last = atomic_load_explicit(&runnable_checked_ns, memory_order_relaxed);
 
@@ -209,7 +209,8 @@ bool tpu__cpus_oversubscribed(uint64_t now_ns)
 
 bool tpu__spin_contended(uint64_t now_ns)
 {
-	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed);
+	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed) ||
+	       cpus_oversubscribed(now_ns);
 }
 
 void tpu__spin_preempted(uint64_t now_ns)

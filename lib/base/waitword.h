@@ -83,14 +83,6 @@ bool tpu__waitword_wait_with(struct tpu__waitword *w, uint64_t deadline_ns,
  * since spinning on oversubscribed cores only delays the peer.
  */
 bool tpu__spin_contended(uint64_t now_ns);
-/*
- * More threads runnable on the machine than this process has CPUs (read
- * at most every few milliseconds): a long spin (the context thread's, up
- * to milliseconds) would hold a core that the thread it waits for needs.
- * The waiters' short spins do not ask: their budget already shrinks when
- * hand-offs stop ending while they spin.
- */
-bool tpu__cpus_oversubscribed(uint64_t now_ns);
 void tpu__spin_preempted(uint64_t now_ns);
 /* A gap this long between two looks of a spinner: it was descheduled. */
 #define TPU__PREEMPT_GAP_NS	200000u

@@ -518,7 +518,7 @@ static bool ctx_spin(struct tpu_context *ctx)
 		return false;
 	now = ctx_now_ns();
 	/* On oversubscribed cores the peer needs our core more than we need to spin. */
-	if (tpu__spin_contended(now) || tpu__cpus_oversubscribed(now))
+	if (tpu__spin_contended(now))
 		return false;
 	until = now + ctx->spin_cur;
 	do {
@@ -560,7 +560,7 @@ static void ctx_round(struct tpu_context *ctx)
 		 * sleep every time stay that slow.  Spin longer next time, up to
 		 * CTX_MAX_ADAPT_NS; a long sleep means idleness: back to the base.
 		 */
-		if (tpu__spin_contended(t0 + slept) || tpu__cpus_oversubscribed(t0 + slept))
+		if (tpu__spin_contended(t0 + slept))
 			ctx->spin_cur = ctx->spin_ns;
 		else if (slept < CTX_MAX_ADAPT_NS)
 			ctx->spin_cur = ctx->spin_cur * 2 > CTX_MAX_ADAPT_NS ?

@@ -305,18 +305,17 @@ static void repair(struct tpu__cma_table *t)
  * The table lock is held for a few slot updates only, so a contended one
  * is spun for briefly before sleeping: on an idle machine a futex sleep and
  * wake-up cost tens of microseconds, more than the whole hand-off.  Not
- * while the cores are oversubscribed, where the holder may need this core
- * to finish.
+ * while the process's spinners saw the cores oversubscribed, where the
+ * holder may need this core to finish.
  */
 #define LOCK_SPINS	256
 #define LOCK_RELAX	16
 
 static int lock_spin_then_sleep(pthread_mutex_t *lock)
 {
-	uint64_t now = tpu__mono_ns();
 	int rc, i, j;
 
-	if (!tpu__spin_contended(now) && !tpu__cpus_oversubscribed(now)) {
+	if (!tpu__spin_contended(tpu__mono_ns())) {
 		for (i = 0; i < LOCK_SPINS; i++) {
 			rc = pthread_mutex_trylock(lock);
 			if (rc != EBUSY)
