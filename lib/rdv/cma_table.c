@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/waitword.h"
+#include "base/base.h"
 #include "cma_table.h"
 #include "rdv.h"
 
