@@ -26,21 +26,6 @@
 /* handle, offset (8 bytes), pid (4), device (4), address (8); little-endian */
 #define IPC_DESC_LEN	(TPU__CU_IPC_HANDLE_SIZE + 24)
 
-static void put_le(uint8_t *d, uint64_t v, int n)
-{
-	for (int b = 0; b < n; b++)
-		d[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint64_t get_le(const uint8_t *d, int n)
-{
-	uint64_t v = 0;
-
-	for (int b = 0; b < n; b++)
-		v |= (uint64_t)d[b] << (8 * b);
-	return v;
-}
-
 /*
  * Nothing to describe when the export fails: send reports it.  A tensor
  * this end cannot export gets an all-zero handle, which no driver opens.
@@ -51,13 +36,13 @@ static void ipc_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 	uint64_t off = 0;
 
 	memset(d, 0, IPC_DESC_LEN);
-	put_le(d + TPU__CU_IPC_HANDLE_SIZE + 8, (uint32_t)getpid(), 4);
-	put_le(d + TPU__CU_IPC_HANDLE_SIZE + 12, x->t->device.index, 4);
-	put_le(d + TPU__CU_IPC_HANDLE_SIZE + 16, (uint64_t)(uintptr_t)x->t->data, 8);
+	tpu__chan_put_le(d + TPU__CU_IPC_HANDLE_SIZE + 8, (uint32_t)getpid(), 4);
+	tpu__chan_put_le(d + TPU__CU_IPC_HANDLE_SIZE + 12, x->t->device.index, 4);
+	tpu__chan_put_le(d + TPU__CU_IPC_HANDLE_SIZE + 16, (uint64_t)(uintptr_t)x->t->data, 8);
 	if (tpu__cuda_ipc_export(x->t->data, x->t->device.index, &h, &off))
 		return;
 	memcpy(d, &h, TPU__CU_IPC_HANDLE_SIZE);
-	put_le(d + TPU__CU_IPC_HANDLE_SIZE, off, 8);
+	tpu__chan_put_le(d + TPU__CU_IPC_HANDLE_SIZE, off, 8);
 }
 
 /* The reader reads once the user's work on the tensor is done; then its ACK. */
@@ -78,10 +63,10 @@ static tpu_status ipc_copy(struct tpu__chan_xfer *x)
 	const uint8_t *d = x->desc;
 	struct tpu_message_tensor *t = x->t;
 	tpu__cu_ipc_handle h;
-	uint64_t off = get_le(d + TPU__CU_IPC_HANDLE_SIZE, 8);
-	uint32_t pid = (uint32_t)get_le(d + TPU__CU_IPC_HANDLE_SIZE + 8, 4);
+	uint64_t off = tpu__chan_get_le(d + TPU__CU_IPC_HANDLE_SIZE, 8);
+	uint32_t pid = (uint32_t)tpu__chan_get_le(d + TPU__CU_IPC_HANDLE_SIZE + 8, 4);
 	struct tpu_device src = { TPU_DEVICE_CUDA,
-				  (uint32_t)get_le(d + TPU__CU_IPC_HANDLE_SIZE + 12, 4) };
+				  (uint32_t)tpu__chan_get_le(d + TPU__CU_IPC_HANDLE_SIZE + 12, 4) };
 	uint32_t dev = t->device.type == TPU_DEVICE_CUDA ? t->device.index : 0;
 	void *base;
 	tpu_status st, st2;
@@ -89,7 +74,7 @@ static tpu_status ipc_copy(struct tpu__chan_xfer *x)
 	memcpy(&h, d, TPU__CU_IPC_HANDLE_SIZE);
 	if (pid == (uint32_t)getpid()) {
 		/* One process: the writer's address is ours (see above). */
-		uint64_t addr = get_le(d + TPU__CU_IPC_HANDLE_SIZE + 16, 8);
+		uint64_t addr = tpu__chan_get_le(d + TPU__CU_IPC_HANDLE_SIZE + 16, 8);
 
 		return tpu__cuda_copy(t->data, t->device, (const void *)(uintptr_t)addr, src,
 				      t->len, t->stream);

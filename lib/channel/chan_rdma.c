@@ -167,21 +167,6 @@ static struct creg *cache_get(struct rdma_chan *ch, struct ibv_pd *pd,
 	return e;
 }
 
-static void put_le(uint8_t *d, uint64_t v, int n)
-{
-	for (int b = 0; b < n; b++)
-		d[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint64_t get_le(const uint8_t *d, int n)
-{
-	uint64_t v = 0;
-
-	for (int b = 0; b < n; b++)
-		v |= (uint64_t)d[b] << (8 * b);
-	return v;
-}
-
 /* ---- writer ----------------------------------------------------------------- */
 
 /* Register the tensor now (describe cannot fail): send reports a failure. */
@@ -213,8 +198,8 @@ static void rdma_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 			r->err = pd ? tpu__errno() : -EPIPE;	/* the connection is down */
 	}
 	if (r->mr) {
-		put_le(d, (uint64_t)(uintptr_t)x->t->data, 8);
-		put_le(d + 8, r->mr->rkey, 4);
+		tpu__chan_put_le(d, (uint64_t)(uintptr_t)x->t->data, 8);
+		tpu__chan_put_le(d + 8, r->mr->rkey, 4);
 	}
 	r->next = ch->regs;
 	ch->regs = r;
@@ -338,8 +323,8 @@ static tpu_status rdma_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 	p = ch ? calloc(1, sizeof(*p)) : NULL;
 	if (!p)
 		return -ENOMEM;
-	*p = (struct pull){ .x = *x, .ch = ch, .raddr = get_le(x->desc, 8),
-			    .rkey = (uint32_t)get_le(x->desc + 8, 4) };
+	*p = (struct pull){ .x = *x, .ch = ch, .raddr = tpu__chan_get_le(x->desc, 8),
+			    .rkey = (uint32_t)tpu__chan_get_le(x->desc + 8, 4) };
 	p->mr = ibv_reg_mr(pd, x->t->data, x->t->len, IBV_ACCESS_LOCAL_WRITE);
 	if (!p->mr || !p->raddr) {
 		/* The writer could not register (a zero address), or this side cannot. */

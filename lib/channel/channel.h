@@ -32,6 +32,22 @@
 #include "rdv/rdv.h"
 #include "transport/xport.h"
 
+/* Descriptor fields: @n bytes of @v, little-endian, whatever the host's order. */
+static inline void tpu__chan_put_le(uint8_t *d, uint64_t v, int n)
+{
+	for (int b = 0; b < n; b++)
+		d[b] = (uint8_t)(v >> (8 * b));
+}
+
+static inline uint64_t tpu__chan_get_le(const uint8_t *d, int n)
+{
+	uint64_t v = 0;
+
+	for (int b = 0; b < n; b++)
+		v |= (uint64_t)d[b] << (8 * b);
+	return v;
+}
+
 /* Most channels in the table; most lanes a pipe may have. */
 #define TPU__CHAN_MAX		8
 #define TPU__CHAN_LANES_MAX	16

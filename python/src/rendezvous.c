@@ -104,7 +104,6 @@ PyObject *tpupy_rdv_wrap(tpupy_context *ctx, struct tpu_rendezvous *rdv, PyObjec
 	}
 	r->ctx = (tpupy_context *)Py_NewRef((PyObject *)ctx);
 	r->rdv = rdv;
-	r->borrowed = owner != NULL;
 	r->owner = owner ? Py_NewRef(owner) : NULL;
 	return (PyObject *)r;
 }
@@ -114,7 +113,7 @@ static void rdv_close_now(tpupy_rdv *r)
 	struct tpu_rendezvous *rdv = r->rdv;
 
 	r->rdv = NULL;
-	if (!rdv || r->borrowed || r->ctx->pid != getpid() || !r->ctx->ctx)
+	if (!rdv || r->owner || r->ctx->pid != getpid() || !r->ctx->ctx)
 		return;
 	Py_BEGIN_ALLOW_THREADS
 	tpu_rendezvous_destroy(rdv);

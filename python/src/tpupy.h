@@ -212,7 +212,6 @@ typedef struct {
 	PyObject_HEAD
 	tpupy_context *ctx;
 	struct tpu_rendezvous *rdv;
-	bool borrowed;		/* owned by a World */
 	PyObject *owner;	/* the World when borrowed */
 } tpupy_rdv;
 
