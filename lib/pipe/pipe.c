@@ -126,14 +126,16 @@ void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
 
 /*
  * The peer went away.  A read in flight will drain what it left and fail
- * by itself; a pipe holding a descriptor reads nothing, and its writes
- * waiting for the peer (kmod, cma ACKs) would wait forever: fail it now.
+ * by itself.  A pipe holding a descriptor reads nothing until the user
+ * asks for it: with writes in flight, which may wait for the peer (kmod,
+ * cma ACKs) for ever, it fails now; with none, the held message is still
+ * the user's, and the reads after it drain the rest and then fail.
  */
 static void pipe_peer_gone(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
 
-	if (p->state == PIPE_OPEN && p->in == PIPE_IN_IDLE)
+	if (p->state == PIPE_OPEN && p->in == PIPE_IN_IDLE && !(p->held && !p->writes))
 		tpu__pipe_fail(p, st);
 }
 

@@ -265,6 +265,50 @@ static void close_fails_pending(const char *url, const char *name)
 
 
 /* A reader that stops: the writer's callbacks stop, then all come. */
+/*
+ * A message the pipe read ahead (its descriptor held, not yet asked for)
+ * before the peer closed is still the reader's: the end surfaces after it.
+ */
+static void read_ahead_survives_the_close(const char *url, const char *name)
+{
+	struct pair pp;
+	struct rec r, rw;
+	uint8_t a[8] = "first..", b[8] = "second.";
+	struct tpu_payload pa = { .data = a, .len = sizeof(a) }, pb = { .data = b, .len = sizeof(b) };
+	struct tpu_message ma = { .payloads = &pa, .npayloads = 1 };
+	struct tpu_message mb = { .payloads = &pb, .npayloads = 1 };
+	struct tag tw[2] = { { &rw, 0 }, { &rw, 1 } };
+	struct reader peer = { 0 };
+	bool ok = pair_open(&pp, url, NULL);
+
+	rec_init(&r);
+	rec_init(&rw);
+	ok = ok && !tpu_pipe_write(pp.client, &ma, on_write, &tw[0]) &&
+	     !tpu_pipe_write(pp.client, &mb, on_write, &tw[1]) && rec_wait(&rw, 2) &&
+	     !rw.st[0] && !rw.st[1];
+	peer = (struct reader){ .pipe = pp.server, .r = &r, .tag = { &r, 0 }, .stop_after = 1 };
+	if (ok)
+		reader_next(&peer);
+	ok = ok && rec_wait(&r, 1) && !r.st[0] && r.order[0] == 'f';
+	/* The second is read ahead now; then its writer goes. */
+	usleep(100 * 1000);
+	tpu_pipe_close(pp.client);
+	pp.client = NULL;
+	usleep(200 * 1000);
+	peer.stop_after = 2;
+	if (ok)
+		reader_next(&peer);
+	ok = ok && rec_wait(&r, 2);
+	CHECK(ok && !r.st[1] && r.order[1] == 's',
+	      "pipe_%s_message_read_ahead_before_the_peer_closed_is_delivered (%s)", name,
+	      tpu_status_name(r.n > 1 ? r.st[1] : 0));
+	if (ok)
+		reader_next(&peer);
+	ok = ok && rec_wait(&r, 3) && r.st[2] != 0;
+	CHECK(ok, "pipe_%s_then_the_reader_sees_the_end", name);
+	pair_close(&pp);
+}
+
 static void backpressure(const char *url, const char *name)
 {
 	enum { N = 48, LEN = 1u << 20 };
@@ -625,6 +669,8 @@ void test_pipe_core(void)
 	write_callback_frees_the_message(shm, "shm");
 	close_fails_pending("tcp://127.0.0.1:0", "tcp");
 	close_fails_pending(shm, "shm");
+	read_ahead_survives_the_close("tcp://127.0.0.1:0", "tcp");
+	read_ahead_survives_the_close(shm, "shm");
 	backpressure("tcp://127.0.0.1:0", "tcp");
 	backpressure(shm, "shm");
 	idle_costs_nothing("tcp://127.0.0.1:0", "tcp");
