@@ -25,7 +25,9 @@ def library():
         lib = os.path.join(lib, "libtpu_user.a")
     if os.path.exists(lib):
         include = os.path.join(os.path.dirname(os.path.dirname(lib)), "include")
+        # depends: a rebuilt archive or header relinks the extension.
         return dict(include_dirs=[include], extra_objects=[lib],
+                    depends=[lib, os.path.join(include, "tpu_user.h")],
                     libraries=["rdmacm", "ibverbs", "pthread"])
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "tpu_user"], check=True,
                            capture_output=True, text=True).stdout
