@@ -245,6 +245,34 @@ TPU_API tpu_status tpu_region_alloc_mapped(struct tpu_endpoint *ep, size_t len, 
 					   uint32_t *handle, void **addr);
 
 /**
+ * tpu_region_export - an allocated region as a dma-buf (TP_IOC_REGION_EXPORT).
+ * @handle:	a region from tpu_region_alloc() or a DONATE receive.
+ * @fd:		out: a new close-on-exec dma-buf descriptor; the caller closes it.
+ * @size:	out, may be NULL: the dma-buf's size (whole pages).
+ *
+ * Needs TPU_FEAT_DMABUF (else -ENOTTY from an older module).
+ */
+TPU_API tpu_status tpu_region_export(struct tpu_endpoint *ep, uint32_t handle, int *fd,
+				     uint64_t *size);
+/**
+ * tpu_region_import - a dma-buf as a region (TP_IOC_REGION_IMPORT).
+ * @fd:		a dma-buf (udmabuf, a dma-buf heap, a GPU driver's export, or
+ *		tpu_region_export()); the region holds its own reference, so
+ *		the caller may close @fd at once.
+ * @access:	TPU_ACCESS_READ and/or TPU_ACCESS_WRITE.
+ * @handle:	out: the region, released with tpu_region_release().
+ * @len:	out, may be NULL: the region's length.
+ *
+ * -EOPNOTSUPP when the exporter offers the CPU no mapping of the buffer
+ * (the module copies with the CPU); -EBADF/-EINVAL for a descriptor that
+ * is not a dma-buf.
+ */
+TPU_API tpu_status tpu_region_import(struct tpu_endpoint *ep, int fd, unsigned int access,
+				     uint32_t *handle, uint64_t *len);
+/** tpu_region_revoke - tell the importers of a region's dma-bufs that it moved (TP_IOC_REGION_REVOKE) */
+TPU_API tpu_status tpu_region_revoke(struct tpu_endpoint *ep, uint32_t handle);
+
+/**
  * tpu_domain_create - create a domain (TP_IOC_DOMAIN_CREATE).
  * @domain_fd:	out: O_CLOEXEC descriptor, the capability to attach to it.
  * @id:		out, may be NULL: the domain id shown in debugfs.

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
-/* Regions: pinned user memory, and kernel buffers mapped into the process. */
+/*
+ * Regions: pinned user memory, kernel buffers mapped into the process, and
+ * dma-bufs in and out.
+ */
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -97,4 +100,54 @@ TPU_API tpu_status tpu_region_alloc_mapped(struct tpu_endpoint *ep, size_t len, 
 	}
 	*handle = h;
 	return 0;
+}
+
+TPU_API tpu_status tpu_region_export(struct tpu_endpoint *ep, uint32_t handle, int *fd,
+				     uint64_t *size)
+{
+	struct tp_region_export re;
+	tpu_status st;
+
+	if (!ep || !fd)
+		return -EINVAL;
+	memset(&re, 0, sizeof(re));
+	re.handle = handle;
+	st = tpu__ioctl(ep, TP_IOC_REGION_EXPORT, &re);
+	if (st)
+		return st;
+	*fd = re.fd;
+	if (size)
+		*size = re.size;
+	return 0;
+}
+
+TPU_API tpu_status tpu_region_import(struct tpu_endpoint *ep, int fd, unsigned int access,
+				     uint32_t *handle, uint64_t *len)
+{
+	struct tp_region_import ri;
+	tpu_status st;
+
+	if (!ep || !handle || fd < 0)
+		return -EINVAL;
+	memset(&ri, 0, sizeof(ri));
+	ri.fd = fd;
+	ri.access = access;
+	st = tpu__ioctl(ep, TP_IOC_REGION_IMPORT, &ri);
+	if (st)
+		return st;
+	*handle = ri.handle;
+	if (len)
+		*len = ri.len;
+	return 0;
+}
+
+TPU_API tpu_status tpu_region_revoke(struct tpu_endpoint *ep, uint32_t handle)
+{
+	struct tp_region_revoke rr;
+
+	if (!ep)
+		return -EINVAL;
+	memset(&rr, 0, sizeof(rr));
+	rr.handle = handle;
+	return tpu__ioctl(ep, TP_IOC_REGION_REVOKE, &rr);
 }

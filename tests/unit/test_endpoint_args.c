@@ -69,6 +69,11 @@ static void null_endpoint(void)
 	CHECK_STATUS(tpu_region_release(NULL, 1), -EINVAL, "region_release_on_null_endpoint_is_einval");
 	CHECK_STATUS(tpu_region_mmap(NULL, 0, 4096, 0, &p), -EINVAL,
 		     "region_mmap_on_null_endpoint_is_einval");
+	CHECK_STATUS(tpu_region_export(NULL, 1, &fd, NULL), -EINVAL,
+		     "region_export_on_null_endpoint_is_einval");
+	CHECK_STATUS(tpu_region_import(NULL, 0, TPU_ACCESS_READ, &h, NULL), -EINVAL,
+		     "region_import_on_null_endpoint_is_einval");
+	CHECK_STATUS(tpu_region_revoke(NULL, 1), -EINVAL, "region_revoke_on_null_endpoint_is_einval");
 	CHECK_STATUS(tpu_domain_create(NULL, &fd, NULL), -EINVAL,
 		     "domain_create_on_null_endpoint_is_einval");
 	CHECK_STATUS(tpu_domain_attach(NULL, 0, NULL), -EINVAL,
@@ -109,6 +114,12 @@ static void null_arguments(struct tpu_endpoint *ep)
 		     "region_mmap_offset_beyond_off_t_is_einval");
 	CHECK_STATUS(tpu_region_munmap(NULL, 4096), -EINVAL, "region_munmap_of_null_is_einval");
 	CHECK_STATUS(tpu_region_munmap(&b, 0), -EINVAL, "region_munmap_of_zero_bytes_is_einval");
+	CHECK_STATUS(tpu_region_export(ep, 1, NULL, NULL), -EINVAL,
+		     "region_export_without_fd_output_is_einval");
+	CHECK_STATUS(tpu_region_import(ep, 0, TPU_ACCESS_READ, NULL, NULL), -EINVAL,
+		     "region_import_without_handle_output_is_einval");
+	CHECK_STATUS(tpu_region_import(ep, -1, TPU_ACCESS_READ, &h, NULL), -EINVAL,
+		     "region_import_of_a_negative_fd_is_einval");
 	CHECK_STATUS(tpu_domain_create(ep, NULL, NULL), -EINVAL,
 		     "domain_create_without_fd_output_is_einval");
 	CHECK_STATUS(tpu_send(ep, NULL), -EINVAL, "send_without_arguments_is_einval");
