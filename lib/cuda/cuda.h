@@ -31,6 +31,7 @@ typedef CUstream tpu__cu_stream;
 typedef CUevent tpu__cu_event;
 typedef CUipcMemHandle tpu__cu_ipc_handle;
 typedef CUpointer_attribute tpu__cu_ptr_attr;
+typedef CUmemRangeHandleType tpu__cu_range_handle_type;
 #else
 typedef unsigned int tpu__cu_result;
 typedef int tpu__cu_dev;
@@ -42,6 +43,7 @@ typedef struct CUipcMemHandle_st {
 	char reserved[64];
 } tpu__cu_ipc_handle;
 typedef unsigned int tpu__cu_ptr_attr;
+typedef unsigned int tpu__cu_range_handle_type;
 #endif
 
 /* Driver values used (CUDA driver API, stable since CUDA 4). */
@@ -66,10 +68,12 @@ typedef unsigned int tpu__cu_ptr_attr;
 #define TPU__CU_STREAM_NON_BLOCKING	0x1
 #define TPU__CU_EVENT_DISABLE_TIMING	0x2
 #define TPU__CU_MEMHOSTALLOC_PORTABLE	0x1
+#define TPU__CU_RANGE_HANDLE_DMA_BUF_FD	0x1	/* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
 
 /*
  * The entry points used; each comment is the symbol looked up (the _v2
- * names are what <cuda.h> maps the plain names to).
+ * names are what <cuda.h> maps the plain names to).  Optional ones are
+ * NULL when the driver lacks them.
  */
 struct tpu__cuda_api {
 	tpu__cu_result (*init)(unsigned int flags);			/* cuInit */
@@ -110,6 +114,10 @@ struct tpu__cuda_api {
 				   unsigned int flags);		/* cuIpcOpenMemHandle_v2 */
 	tpu__cu_result (*ipc_close)(tpu__cu_ptr p);			/* cuIpcCloseMemHandle */
 	tpu__cu_result (*error_string)(tpu__cu_result r, const char **s);	/* cuGetErrorString */
+	/* Optional: drivers of CUDA 11.7 and later. */
+	tpu__cu_result (*range_handle)(void *handle, tpu__cu_ptr p, size_t size,
+				       tpu__cu_range_handle_type type,
+				       unsigned long long flags);	/* cuMemGetHandleForAddressRange */
 };
 
 /*
@@ -160,5 +168,13 @@ tpu_status tpu__cuda_ipc_export(const void *p, uint32_t index, tpu__cu_ipc_handl
 				uint64_t *offset);
 tpu_status tpu__cuda_ipc_open(const tpu__cu_ipc_handle *h, uint32_t index, void **base);
 tpu_status tpu__cuda_ipc_close(uint32_t index, void *base);
+/*
+ * The pages holding [@p, @p + @len) of device @index as a new dma-buf
+ * (cuMemGetHandleForAddressRange): *fd, close-on-exec, the caller's to
+ * close; *offset is @p's offset in it.  -EOPNOTSUPP when the driver or the
+ * device cannot export dma-bufs.
+ */
+tpu_status tpu__cuda_dmabuf_export(const void *p, size_t len, uint32_t index, int *fd,
+				   uint64_t *offset);
 
 #endif /* TPU_CUDA_H */

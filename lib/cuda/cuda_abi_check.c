@@ -52,6 +52,7 @@ FITS(ipc_get, cuIpcGetMemHandle);
 FITS(ipc_open, cuIpcOpenMemHandle_v2);
 FITS(ipc_close, cuIpcCloseMemHandle);
 FITS(error_string, cuGetErrorString);
+FITS(range_handle, cuMemGetHandleForAddressRange);
 
 #define SAME(ours, theirs) _Static_assert((ours) == (theirs), #ours " is " #theirs)
 SAME(TPU__CU_SUCCESS, CUDA_SUCCESS);
@@ -75,6 +76,7 @@ SAME(TPU__CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_DEVICE);
 SAME(TPU__CU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
 SAME(TPU__CU_EVENT_DISABLE_TIMING, CU_EVENT_DISABLE_TIMING);
 SAME(TPU__CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE);
+SAME(TPU__CU_RANGE_HANDLE_DMA_BUF_FD, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD);
 SAME(sizeof(CUdeviceptr), sizeof(unsigned long long));
 SAME(sizeof(CUipcMemHandle), 64);
 SAME(sizeof(CUresult), sizeof(unsigned int));

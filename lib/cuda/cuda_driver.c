@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "base/base.h"
@@ -38,10 +39,12 @@ static struct {
 	tpu__cu_stream stream;
 } cuda_dev[CUDA_DEVICES_MAX];
 
-#define SYM(field, name) { offsetof(struct tpu__cuda_api, field), name }
+#define SYM(field, name) { offsetof(struct tpu__cuda_api, field), name, false }
+#define OPT(field, name) { offsetof(struct tpu__cuda_api, field), name, true }
 static const struct {
 	size_t off;
 	const char *name;
+	bool optional;
 } cuda_syms[] = {
 	SYM(init, "cuInit"),
 	SYM(device_get_count, "cuDeviceGetCount"),
@@ -75,8 +78,10 @@ static const struct {
 	SYM(ipc_open, "cuIpcOpenMemHandle_v2"),
 	SYM(ipc_close, "cuIpcCloseMemHandle"),
 	SYM(error_string, "cuGetErrorString"),
+	OPT(range_handle, "cuMemGetHandleForAddressRange"),
 };
 #undef SYM
+#undef OPT
 
 _Static_assert(sizeof(cuda_syms) / sizeof(cuda_syms[0]) ==
 	       sizeof(struct tpu__cuda_api) / sizeof(void (*)(void)),
@@ -100,6 +105,8 @@ static void cuda_load(void)
 	for (size_t i = 0; i < sizeof(cuda_syms) / sizeof(cuda_syms[0]); i++) {
 		void *f = dlsym(h, cuda_syms[i].name);
 
+		if (!f && cuda_syms[i].optional)
+			continue;
 		if (!f) {
 			snprintf(cuda_why, sizeof(cuda_why), "CUDA driver %s lacks %s", path,
 				 cuda_syms[i].name);
@@ -397,4 +404,35 @@ tpu_status tpu__cuda_ipc_close(uint32_t index, void *base)
 		st = tpu__cuda_check(cuda.ipc_close((tpu__cu_ptr)(uintptr_t)base),
 				     "cuIpcCloseMemHandle");
 	return st;
+}
+
+tpu_status tpu__cuda_dmabuf_export(const void *p, size_t len, uint32_t index, int *fd,
+				   uint64_t *offset)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)p & ~(page - 1);
+	uintptr_t end = ((uintptr_t)p + (len ? len : 1) + page - 1) & ~(page - 1);
+	tpu__cu_result r;
+	int out = -1;
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (st)
+		return st;
+	if (!cuda.range_handle) {
+		tpu__log_debug("cuda: the driver lacks cuMemGetHandleForAddressRange");
+		return -EOPNOTSUPP;
+	}
+	/* The driver exports whole host pages; device allocations are page aligned. */
+	r = cuda.range_handle(&out, (tpu__cu_ptr)start, end - start,
+			      TPU__CU_RANGE_HANDLE_DMA_BUF_FD, 0);
+	if (r == TPU__CU_ERROR_NOT_SUPPORTED) {
+		tpu__log_debug("cuda: device %u cannot export dma-bufs", index);
+		return -EOPNOTSUPP;
+	}
+	st = tpu__cuda_check(r, "cuMemGetHandleForAddressRange");
+	if (st)
+		return st;
+	*fd = out;
+	*offset = (uintptr_t)p - start;
+	return 0;
 }

@@ -19,22 +19,31 @@
  * CUDA IPC: a handle names the owner's pid and the memfd's descriptor; the
  * importer opens /proc/PID/fd/FD (same user) and maps it the same way.
  *
+ * dma-buf export (cuMemGetHandleForAddressRange): a real udmabuf over the
+ * allocation's memfd pages, from /dev/udmabuf (Linux 6.12 has it built in),
+ * so that a module importing it takes the real path; without that device,
+ * or with TPU_CUDA_STANDIN_DMABUF=0, CUDA_ERROR_NOT_SUPPORTED, as a device
+ * without dma-buf support answers.
+ *
  * Misuse gives the driver's error codes: no cuInit, no current context,
  * pointers outside allocations, host pointers inside them, double frees,
  * closing what was not opened, copies whose memory went away before the
  * stream ran them (CUDA_ERROR_ILLEGAL_ADDRESS, sticky).
  *
  * Environment: TPU_CUDA_STANDIN_DEVICES (device count, default 2; 0 makes
- * cuDeviceGetCount report none), TPU_CUDA_STANDIN_DELAY_US.
+ * cuDeviceGetCount report none), TPU_CUDA_STANDIN_DELAY_US,
+ * TPU_CUDA_STANDIN_DMABUF.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/udmabuf.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -296,8 +305,9 @@ API CUresult cuMemAlloc_v2(tpu__cu_ptr *p, size_t len)
 	if (r)
 		goto out;
 	size = (len + page - 1) / page * page;
-	fd = memfd_create("cuda-standin", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)size)) {
+	/* Sealed against shrinking, as udmabuf requires of the memfds it exports. */
+	fd = memfd_create("cuda-standin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)size) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
 		if (fd >= 0)
 			close(fd);
 		r = TPU__CU_ERROR_OUT_OF_MEMORY;
@@ -920,6 +930,53 @@ API CUresult cuIpcCloseMemHandle(tpu__cu_ptr p)
 		unmap_alloc(a);
 		live_ipc--;
 	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* lock held: a udmabuf over [off, off + size) of @memfd, or why not. */
+static CUresult udmabuf_over(int memfd, uint64_t off, size_t size, int *out)
+{
+	struct udmabuf_create c = { .memfd = (uint32_t)memfd, .flags = UDMABUF_FLAGS_CLOEXEC,
+				    .offset = off, .size = size };
+	const char *env = getenv("TPU_CUDA_STANDIN_DMABUF");
+	int dev, fd, err;
+
+	if (env && !strcmp(env, "0"))
+		return TPU__CU_ERROR_NOT_SUPPORTED;
+	dev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return TPU__CU_ERROR_NOT_SUPPORTED;
+	fd = ioctl(dev, UDMABUF_CREATE, &c);
+	err = errno;
+	close(dev);
+	if (fd < 0) {
+		/* udmabuf caps a buffer's size (its size_limit_mb parameter, 64 by default). */
+		fprintf(stderr, "cuda stand-in: UDMABUF_CREATE of %zu bytes: %s\n", size,
+			strerror(err));
+		return err == ENOMEM ? TPU__CU_ERROR_OUT_OF_MEMORY : TPU__CU_ERROR_INVALID_VALUE;
+	}
+	*out = fd;
+	return 0;
+}
+
+/* Page-aligned ranges of one allocation, as the driver requires. */
+API CUresult cuMemGetHandleForAddressRange(void *handle, tpu__cu_ptr p, size_t size,
+					   tpu__cu_range_handle_type type,
+					   unsigned long long flags)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct alloc *a;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = ready();
+	a = r ? NULL : find((uintptr_t)p, size);
+	if (!r && (!handle || !a || !size || type != TPU__CU_RANGE_HANDLE_DMA_BUF_FD || flags ||
+		   p % page || size % page))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r)
+		r = udmabuf_over(a->fd, (uint64_t)(p - a->base), size, handle);
 	pthread_mutex_unlock(&lock);
 	return r;
 }
