@@ -12,7 +12,6 @@
  * (CUDA IPC for real), stream ordering, bad devices and pointers, and a
  * process without a driver (or without a device) getting TPU_E_NO_CUDA.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <spawn.h>
@@ -22,131 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda/cuda.h"
-#include "pipe_harness.h"
+#include "cuda_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
-
-#define BIG	((5u << 20) + 3)	/* over one 4 MiB chunk of tpu__cuda_copy */
-#define SMALL	100			/* under TPU_PIPE_INLINE_MAX: CUDA still uses a channel */
-
-static const struct tpu__cuda_api *cu;
-/* The stand-in's counters, when the driver is the stand-in. */
-static void (*standin_counts)(unsigned long *, unsigned long *, unsigned long *);
-
-static uint8_t pattern(size_t i, unsigned int seed)
-{
-	return (uint8_t)(i * 131 + seed + (i >> 9));
-}
-
-static void fill(uint8_t *b, size_t len, unsigned int seed)
-{
-	for (size_t i = 0; i < len; i++)
-		b[i] = pattern(i, seed);
-}
-
-static bool holds(const uint8_t *b, size_t len, unsigned int seed)
-{
-	for (size_t i = 0; i < len; i++)
-		if (b[i] != pattern(i, seed))
-			return false;
-	return true;
-}
-
-/* @len bytes of @seed's pattern on CUDA device @dev (0 on failure). */
-static tpu__cu_ptr dev_filled(uint32_t dev, size_t len, unsigned int seed)
-{
-	uint8_t *h = malloc(len);
-	tpu__cu_ptr d = 0;
-
-	if (h && !tpu__cuda_enter(dev) && !cu->mem_alloc(&d, len)) {
-		fill(h, len, seed);
-		if (cu->memcpy_htod(d, h, len)) {
-			cu->mem_free(d);
-			d = 0;
-		}
-	}
-	free(h);
-	return d;
-}
-
-/* Whether device memory @d holds @seed's pattern, read back by the driver. */
-static bool dev_holds(uint32_t dev, tpu__cu_ptr d, size_t len, unsigned int seed)
-{
-	uint8_t *h = malloc(len);
-	bool ok = h && !tpu__cuda_enter(dev) && !cu->memcpy_dtoh(h, d, len) && holds(h, len, seed);
-
-	free(h);
-	return ok;
-}
-
-struct end {
-	uint32_t type, dev;		/* where the tensor lies at this end */
-	void *stream;
-};
-
-/*
- * One tensor of @len bytes from @w at the client to @r at the server of
- * @pp; true when the read completed with @want_read and, if 0, every byte
- * arrived.
- */
-static bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int seed,
-		 tpu_status want_read)
-{
-	struct rec rw, rd, rr;
-	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
-	uint8_t *hw = malloc(len), *hr = calloc(1, len);
-	tpu__cu_ptr dw = 0, dr = 0;
-	struct tpu_message_tensor t = { .len = len, .device = { w.type, w.dev },
-					.target = { r.type, r.dev }, .stream = w.stream };
-	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
-	struct tpu_message *d;
-	bool ok = hw && hr;
-
-	rec_init(&rw);
-	rec_init(&rd);
-	rec_init(&rr);
-	if (ok && w.type == TPU_DEVICE_CUDA) {
-		dw = dev_filled(w.dev, len, seed);
-		t.data = (void *)(uintptr_t)dw;
-		ok = dw;
-	} else if (ok) {
-		fill(hw, len, seed);
-		t.data = hw;
-	}
-	if (ok && r.type == TPU_DEVICE_CUDA)
-		ok = !tpu__cuda_enter(r.dev) && !cu->mem_alloc(&dr, len);
-	ok = ok && !tpu_pipe_write(pp->client, &m, on_write, &tw) &&
-	     !tpu_pipe_read_descriptor(pp->server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
-	if (ok) {
-		d = rd.msg[0];
-		ok = d->ntensors == 1 && d->tensors[0].len == len &&
-		     d->tensors[0].target.type == r.type && d->tensors[0].target.index == r.dev;
-		d->tensors[0].device = (struct tpu_device){ r.type, r.dev };
-		d->tensors[0].data = r.type == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : hr;
-		d->tensors[0].stream = r.stream;
-		ok = ok && !tpu_pipe_read(pp->server, d, on_write, &tr) && rec_wait(&rr, 1) &&
-		     rr.st[0] == want_read;
-		if (rr.n && rr.st[0] != want_read)
-			tap_diag("cuda: read status %s, want %s", tpu_status_name(rr.st[0]),
-				 tpu_status_name(want_read));
-	}
-	ok = ok && rec_wait(&rw, 1) && (want_read || !rw.st[0]);
-	if (ok && !want_read)
-		ok = r.type == TPU_DEVICE_CUDA ? dev_holds(r.dev, dr, len, seed) : holds(hr, len, seed);
-	if (dw && !tpu__cuda_enter(w.dev))
-		cu->mem_free(dw);
-	if (dr && !tpu__cuda_enter(r.dev))
-		cu->mem_free(dr);
-	free(hw);
-	free(hr);
-	return ok;
-}
-
-static const char *type_name(uint32_t t)
-{
-	return t == TPU_DEVICE_CUDA ? "cuda" : "cpu";
-}
 
 /* Each device pair over @url, with the channel it must negotiate. */
 static void pairs(const char *url, const char *channels, const char *want_ipc, uint32_t dev1)
@@ -208,78 +85,13 @@ static void guard(void)
 
 		/* The default action, not a sanitizer's handler. */
 		signal(SIGSEGV, SIG_DFL);
-		_exit(p[0] == pattern(0, 1) ? 10 : 11);
+		_exit(p[0] == pat_byte(0, 1) ? 10 : 11);
 	}
 	if (pid > 0 && waitpid(pid, &status, 0) != pid)
 		status = -1;
 	CHECK(pid > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
 	      "cuda: the CPU touching device memory dies of SIGSEGV (status %#x)", status);
 	cu->mem_free(d);
-}
-
-/*
- * The writer's bytes come from work still queued on its stream: eight
- * late copies (the stand-in delays each).  A channel that does not wait
- * for the stream sends the old bytes.
- */
-static void stream_order(const char *channels, const char *want)
-{
-	struct rec rw, rd, rr;
-	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
-	size_t len = 1u << 20, part = len / 8;
-	uint8_t *fresh = malloc(len), *got = calloc(1, len);
-	tpu__cu_ptr d = dev_filled(0, len, 40), dr = 0;
-	tpu__cu_stream s = NULL, sr = NULL;
-	struct tpu_message_tensor t = { .data = (void *)(uintptr_t)d, .len = len,
-					.device = { TPU_DEVICE_CUDA, 0 },
-					.target = { TPU_DEVICE_CUDA, 0 } };
-	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
-	struct pair pp;
-	bool ok = fresh && got && d && pair_open(&pp, "tcp://127.0.0.1:0", channels);
-
-	rec_init(&rw);
-	rec_init(&rd);
-	rec_init(&rr);
-	CHECK(ok && !strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), want),
-	      "cuda: stream order over %s: the pipe", want);
-	if (!ok)
-		goto out;
-	fill(fresh, len, 41);
-	ok = !tpu__cuda_enter(0) && !cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
-	     !cu->stream_create(&sr, TPU__CU_STREAM_NON_BLOCKING) && !cu->mem_alloc(&dr, len);
-	for (size_t i = 0; ok && i < 8; i++)
-		ok = !cu->memcpy_htod_async(d + i * part, fresh + i * part, part, s);
-	t.stream = s;
-	ok = ok && !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
-	     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
-	if (ok) {
-		struct tpu_message *dm = rd.msg[0];
-
-		dm->tensors[0].device = (struct tpu_device){ TPU_DEVICE_CUDA, 0 };
-		dm->tensors[0].data = (void *)(uintptr_t)dr;
-		dm->tensors[0].stream = sr;
-		ok = !tpu_pipe_read(pp.server, dm, on_write, &tr) && rec_wait(&rr, 1) && !rr.st[0];
-	}
-	ok = ok && rec_wait(&rw, 1) && !rw.st[0];
-	/* The reader's stream: work queued after the callback sees the bytes. */
-	ok = ok && !tpu__cuda_enter(0) && !cu->memcpy_dtoh_async(got, dr, len, sr) &&
-	     !cu->stream_sync(sr);
-	CHECK(ok && holds(got, len, 41),
-	      "cuda: over %s the writer's bytes are those its stream's work left", want);
-	pair_close(&pp);
-out:
-	if (!tpu__cuda_enter(0)) {
-		if (s)
-			cu->stream_destroy(s);
-		if (sr)
-			cu->stream_destroy(sr);
-		if (d)
-			cu->mem_free(d);
-		if (dr)
-			cu->mem_free(dr);
-	}
-	free(fresh);
-	free(got);
 }
 
 /* Writes that name devices or memory wrongly are refused at once. */
@@ -513,7 +325,7 @@ static void cross_process(void)
 		}
 		CHECK(ok && !strcmp(tpu_pipe_channel(ra.pipe, src[k], dst[k]), want) &&
 		      (dst[k] == TPU_DEVICE_CUDA ? dev_holds(0, dr, BIG, 60 + k)
-						 : holds(h, BIG, 60 + k)),
+						 : pat_holds(h, BIG, 60 + k)),
 		      "cuda: another process's %s->%s tensor over %s, every byte in place",
 		      type_name(src[k]), type_name(dst[k]), want);
 		if (dr && !tpu__cuda_enter(0))
@@ -557,7 +369,7 @@ int cuda_writer(const char *url)
 		return 2;
 	d[0] = dev_filled(0, BIG, 60);
 	d[1] = dev_filled(0, BIG, 61);
-	fill(h, BIG, 62);
+	pat_fill(h, BIG, 62);
 	if (!d[0] || !d[1])
 		return 3;
 	t[0] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[0], .len = BIG,
@@ -631,26 +443,11 @@ static void absent(void)
 
 void test_cuda(void)
 {
-	const char *why = NULL;
-	tpu_status st = tpu__cuda_api(&cu, &why);
 	char shm[64];
-	void *self;
 	uint32_t dev1;
 
-	if (st) {
-		/* Asked for a driver and it did not load: that is a failure. */
-		if (getenv("TPU_CUDA_DRIVER")) {
-			CHECK(false, "cuda: the driver TPU_CUDA_DRIVER names loads (%s)", why);
-			return;
-		}
-		CHECK(true, "cuda # SKIP %s (TPU_CUDA_DRIVER unset)", why);
+	if (!cuda_harness_open("cuda"))
 		return;
-	}
-	self = dlopen(getenv("TPU_CUDA_DRIVER") ? getenv("TPU_CUDA_DRIVER") : "libcuda.so.1",
-		      RTLD_NOW | RTLD_NOLOAD);
-	if (self)
-		*(void **)&standin_counts = dlsym(self, "tpu_cuda_standin_counts");
-	tap_diag("cuda: %s%s", why, standin_counts ? " (the stand-in)" : "");
 	CHECK(tpu__cuda_ndevices() >= 1, "cuda: the driver has a device");
 	dev1 = tpu__cuda_ndevices() > 1 ? 1 : 0;
 	guard();
@@ -658,14 +455,13 @@ void test_cuda(void)
 	snprintf(shm, sizeof(shm), "shm://tpu-unit-cuda-%d", (int)getpid());
 	pairs(shm, NULL, "cuda_ipc", dev1);
 	pairs("tcp://127.0.0.1:0", "cuda_staged,cma", "cuda_staged", dev1);
-	stream_order(NULL, "cuda_ipc");
-	stream_order("cuda_staged", "cuda_staged");
+	stream_order("tcp://127.0.0.1:0", NULL, "cuda_ipc");
+	stream_order("tcp://127.0.0.1:0", "cuda_staged", "cuda_staged");
 	bad_tensors();
 	no_channel();
 	if (standin_counts)
 		standin_misuse();
 	cross_process();
 	absent();
-	if (self)
-		dlclose(self);
+	cuda_harness_close();
 }

@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* What the CUDA lists share: the driver, patterns in device memory, one transfer. */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_harness.h"
+#include "tap.h"
+
+const struct tpu__cuda_api *cu;
+void (*standin_counts)(unsigned long *, unsigned long *, unsigned long *);
+static void *driver;
+
+bool cuda_harness_open(const char *list)
+{
+	const char *why = NULL;
+	tpu_status st = tpu__cuda_api(&cu, &why);
+
+	if (st) {
+		/* Asked for a driver and it did not load: that is a failure. */
+		if (getenv("TPU_CUDA_DRIVER"))
+			CHECK(false, "%s: the driver TPU_CUDA_DRIVER names loads (%s)", list, why);
+		else
+			CHECK(true, "%s # SKIP %s (TPU_CUDA_DRIVER unset)", list, why);
+		return false;
+	}
+	if (!driver) {
+		driver = dlopen(getenv("TPU_CUDA_DRIVER") ? getenv("TPU_CUDA_DRIVER") : "libcuda.so.1",
+				RTLD_NOW | RTLD_NOLOAD);
+		if (driver)
+			*(void **)&standin_counts = dlsym(driver, "tpu_cuda_standin_counts");
+	}
+	tap_diag("%s: %s%s", list, why, standin_counts ? " (the stand-in)" : "");
+	return true;
+}
+
+void cuda_harness_close(void)
+{
+	if (driver)
+		dlclose(driver);
+	driver = NULL;
+	standin_counts = NULL;
+}
+
+uint8_t pat_byte(size_t i, unsigned int seed)
+{
+	return (uint8_t)(i * 131 + seed + (i >> 9));
+}
+
+void pat_fill(uint8_t *b, size_t len, unsigned int seed)
+{
+	for (size_t i = 0; i < len; i++)
+		b[i] = pat_byte(i, seed);
+}
+
+bool pat_holds(const uint8_t *b, size_t len, unsigned int seed)
+{
+	for (size_t i = 0; i < len; i++)
+		if (b[i] != pat_byte(i, seed))
+			return false;
+	return true;
+}
+
+/* @len bytes of @seed's pattern on CUDA device @dev (0 on failure). */
+tpu__cu_ptr dev_filled(uint32_t dev, size_t len, unsigned int seed)
+{
+	uint8_t *h = malloc(len);
+	tpu__cu_ptr d = 0;
+
+	if (h && !tpu__cuda_enter(dev) && !cu->mem_alloc(&d, len)) {
+		pat_fill(h, len, seed);
+		if (cu->memcpy_htod(d, h, len)) {
+			cu->mem_free(d);
+			d = 0;
+		}
+	}
+	free(h);
+	return d;
+}
+
+/* Whether device memory @d holds @seed's pattern, read back by the driver. */
+bool dev_holds(uint32_t dev, tpu__cu_ptr d, size_t len, unsigned int seed)
+{
+	uint8_t *h = malloc(len);
+	bool ok = h && !tpu__cuda_enter(dev) && !cu->memcpy_dtoh(h, d, len) && pat_holds(h, len, seed);
+
+	free(h);
+	return ok;
+}
+
+/*
+ * One tensor of @len bytes from @w at the client to @r at the server of
+ * @pp; true when the read completed with @want_read and, if 0, every byte
+ * arrived.
+ */
+bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int seed,
+		 tpu_status want_read)
+{
+	struct rec rw, rd, rr;
+	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	uint8_t *hw = malloc(len), *hr = calloc(1, len);
+	tpu__cu_ptr dw = 0, dr = 0;
+	struct tpu_message_tensor t = { .len = len, .device = { w.type, w.dev },
+					.target = { r.type, r.dev }, .stream = w.stream };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct tpu_message *d;
+	bool ok = hw && hr;
+
+	rec_init(&rw);
+	rec_init(&rd);
+	rec_init(&rr);
+	if (ok && w.type == TPU_DEVICE_CUDA) {
+		dw = dev_filled(w.dev, len, seed);
+		t.data = (void *)(uintptr_t)dw;
+		ok = dw;
+	} else if (ok) {
+		pat_fill(hw, len, seed);
+		t.data = hw;
+	}
+	if (ok && r.type == TPU_DEVICE_CUDA)
+		ok = !tpu__cuda_enter(r.dev) && !cu->mem_alloc(&dr, len);
+	ok = ok && !tpu_pipe_write(pp->client, &m, on_write, &tw) &&
+	     !tpu_pipe_read_descriptor(pp->server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		d = rd.msg[0];
+		ok = d->ntensors == 1 && d->tensors[0].len == len &&
+		     d->tensors[0].target.type == r.type && d->tensors[0].target.index == r.dev;
+		d->tensors[0].device = (struct tpu_device){ r.type, r.dev };
+		d->tensors[0].data = r.type == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : hr;
+		d->tensors[0].stream = r.stream;
+		ok = ok && !tpu_pipe_read(pp->server, d, on_write, &tr) && rec_wait(&rr, 1) &&
+		     rr.st[0] == want_read;
+		if (rr.n && rr.st[0] != want_read)
+			tap_diag("cuda: read status %s, want %s", tpu_status_name(rr.st[0]),
+				 tpu_status_name(want_read));
+	}
+	ok = ok && rec_wait(&rw, 1) && (want_read || !rw.st[0]);
+	if (ok && !want_read)
+		ok = r.type == TPU_DEVICE_CUDA ? dev_holds(r.dev, dr, len, seed) : pat_holds(hr, len, seed);
+	if (dw && !tpu__cuda_enter(w.dev))
+		cu->mem_free(dw);
+	if (dr && !tpu__cuda_enter(r.dev))
+		cu->mem_free(dr);
+	free(hw);
+	free(hr);
+	return ok;
+}
+
+const char *type_name(uint32_t t)
+{
+	return t == TPU_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
+
+/*
+ * The writer's bytes come from work still queued on its stream: eight
+ * late copies (the stand-in delays each).  A channel that does not wait
+ * for the stream sends the old bytes.
+ */
+void stream_order(const char *url, const char *channels, const char *want)
+{
+	struct rec rw, rd, rr;
+	struct tag tw = { &rw, 0 }, td = { &rd, 0 }, tr = { &rr, 0 };
+	size_t len = 1u << 20, part = len / 8;
+	uint8_t *fresh = malloc(len), *got = calloc(1, len);
+	tpu__cu_ptr d = dev_filled(0, len, 40), dr = 0;
+	tpu__cu_stream s = NULL, sr = NULL;
+	struct tpu_message_tensor t = { .data = (void *)(uintptr_t)d, .len = len,
+					.device = { TPU_DEVICE_CUDA, 0 },
+					.target = { TPU_DEVICE_CUDA, 0 } };
+	struct tpu_message m = { .tensors = &t, .ntensors = 1 };
+	struct pair pp;
+	bool ok = fresh && got && d && pair_open(&pp, url, channels);
+
+	rec_init(&rw);
+	rec_init(&rd);
+	rec_init(&rr);
+	CHECK(ok && !strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA), want),
+	      "cuda: stream order over %s: the pipe", want);
+	if (!ok)
+		goto out;
+	pat_fill(fresh, len, 41);
+	ok = !tpu__cuda_enter(0) && !cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
+	     !cu->stream_create(&sr, TPU__CU_STREAM_NON_BLOCKING) && !cu->mem_alloc(&dr, len);
+	for (size_t i = 0; ok && i < 8; i++)
+		ok = !cu->memcpy_htod_async(d + i * part, fresh + i * part, part, s);
+	t.stream = s;
+	ok = ok && !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+	     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
+	if (ok) {
+		struct tpu_message *dm = rd.msg[0];
+
+		dm->tensors[0].device = (struct tpu_device){ TPU_DEVICE_CUDA, 0 };
+		dm->tensors[0].data = (void *)(uintptr_t)dr;
+		dm->tensors[0].stream = sr;
+		ok = !tpu_pipe_read(pp.server, dm, on_write, &tr) && rec_wait(&rr, 1) && !rr.st[0];
+	}
+	ok = ok && rec_wait(&rw, 1) && !rw.st[0];
+	/* The reader's stream: work queued after the callback sees the bytes. */
+	ok = ok && !tpu__cuda_enter(0) && !cu->memcpy_dtoh_async(got, dr, len, sr) &&
+	     !cu->stream_sync(sr);
+	CHECK(ok && pat_holds(got, len, 41),
+	      "cuda: over %s the writer's bytes are those its stream's work left", want);
+	pair_close(&pp);
+out:
+	if (!tpu__cuda_enter(0)) {
+		if (s)
+			cu->stream_destroy(s);
+		if (sr)
+			cu->stream_destroy(sr);
+		if (d)
+			cu->mem_free(d);
+		if (dr)
+			cu->mem_free(dr);
+	}
+	free(fresh);
+	free(got);
+}
