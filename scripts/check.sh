@@ -73,6 +73,16 @@ for kver in $kvers; do
 		-e UNIT_ONLY=coll_dtype,coll -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
 	results+=("collectives (VM, $kver)" "build/vm/check-coll-$kver/guest.log" "$?")
 
+	echo "== CUDA tensors through dma-buf imports, stand-in driver (VM, $kver)"
+	# The stand-in's dma-bufs are real udmabufs (6.12 has /dev/udmabuf; on 6.1
+	# the list says so and skips); then a device that cannot export them; then
+	# tpbench cuda over cuda_dmabuf as a correctness check (not a measurement).
+	KVER=$kver tests/vm/run.sh --name "check-dmabuf-$kver" --module "$mod" \
+		-e UNIT_ONLY=cuda_dmabuf -e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- \
+		'tests/unit/build/plain/unit_tests && TPU_CUDA_STANDIN_DMABUF=0 tests/unit/build/plain/unit_tests &&
+		 tests/cuda_standin/tpbench-check.sh --dmabuf'
+	results+=("cuda dma-buf, stand-in (VM, $kver)" "build/vm/check-dmabuf-$kver/guest.log" "$?")
+
 	echo "== rdma transport and pipes over soft-RoCE in one VM (VM, $kver)"
 	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
 	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port \

@@ -2,7 +2,7 @@
 /*
  * tpbench cuda: tensors between CUDA device memory and host memory of two
  * processes of one host, per device pair and channel (cuda_ipc,
- * cuda_staged).  A forked reader process listens; this process connects
+ * cuda_staged; cuda_dmabuf when asked for, beside kmod).  A forked reader process listens; this process connects
  * and writes one tensor per round, and a round ends when the reader says
  * (over the peers' socket) that it read the tensor.  The reader checks
  * every byte of every round through the driver (the writer's pattern
@@ -329,18 +329,21 @@ static struct result run_isolated(struct run *r)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] "
-		   "[--channel cuda_ipc|cuda_staged]\n"
+		   "[--channel cuda_ipc|cuda_staged|cuda_dmabuf]\n"
 		   "                    [--transport shm|tcp] [--size BYTES] [--iters N] [--json]\n"
 		   "One tensor per round from this process to a forked reader on this host,\n"
-		   "per device pair and channel (default: every pair, every channel that\n"
-		   "moves it); every byte of every round is checked.  The driver is\n"
+		   "per device pair and channel (default: every pair, cuda_ipc and cuda_staged\n"
+		   "where they move it; cuda_dmabuf needs the module and --channel); every\n"
+		   "byte of every round is checked.  The driver is\n"
 		   "TPU_CUDA_DRIVER, else libcuda.so.1.\n");
 }
 
 int bench_cuda_main(int argc, char **argv)
 {
 	const char *pair = NULL, *chan = NULL, *xport = "shm";
-	static const char *const chans[] = { "cuda_ipc", "cuda_staged" };
+	static const char *const chans[] = { "cuda_ipc", "cuda_staged", "cuda_dmabuf" };
+	/* What each asks of the context: cuda_dmabuf rides kmod's rendezvous. */
+	static const char *const ctx_chans[] = { "cuda_ipc", "cuda_staged", "kmod,cuda_dmabuf" };
 	uint64_t size = 64u << 20;
 	unsigned int iters = 10;
 	bool json = false, failed = false, standin = false;
@@ -356,7 +359,8 @@ int bench_cuda_main(int argc, char **argv)
 			pair = v;
 			i++;
 		} else if (!strcmp(a, "--channel") && v &&
-			   (!strcmp(v, "cuda_ipc") || !strcmp(v, "cuda_staged"))) {
+			   (!strcmp(v, "cuda_ipc") || !strcmp(v, "cuda_staged") ||
+			    !strcmp(v, "cuda_dmabuf"))) {
 			chan = v;
 			i++;
 		} else if (!strcmp(a, "--transport") && v && (!strcmp(v, "shm") || !strcmp(v, "tcp"))) {
@@ -386,11 +390,11 @@ int bench_cuda_main(int argc, char **argv)
 	for (size_t pi = 0; pi < sizeof(bpairs) / sizeof(bpairs[0]); pi++) {
 		if (pair && strcmp(pair, bpairs[pi].name))
 			continue;
-		for (size_t ci = 0; ci < 2; ci++) {
-			struct run r = { &bpairs[pi], chans[ci], xport, (size_t)size, iters };
+		for (size_t ci = 0; ci < 3; ci++) {
+			struct run r = { &bpairs[pi], ctx_chans[ci], xport, (size_t)size, iters };
 			struct result res;
 
-			if (chan && strcmp(chan, chans[ci]))
+			if (chan ? strcmp(chan, chans[ci]) != 0 : ci == 2)
 				continue;
 			/* IPC reads the writer's device memory: not from CPU memory. */
 			if (bpairs[pi].src == TPU_DEVICE_CPU && ci == 0)

@@ -18,6 +18,7 @@
 
 struct kmod_part {
 	struct tpu__chan_xfer x;
+	struct tpu_buffer *hold;	/* freed when the part ends (cuda_dmabuf's import) */
 };
 
 static size_t kmod_key(char *buf, size_t size, bool by_connector, uint64_t seq, uint32_t idx)
@@ -33,15 +34,15 @@ static void kmod_sent(void *arg, tpu_status st)
 	struct kmod_part *part = arg;
 	struct tpu__chan_xfer x = part->x;
 
+	tpu_buffer_free(part->hold);
 	free(part);
 	x.part_done(&x, TPU__PART_CHAN, st);
 }
 
-static tpu_status kmod_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
+tpu_status tpu__chan_kmod_post(struct tpu__chan_link *l, struct tpu__chan_xfer *x,
+				const struct tpu_tensor *src, unsigned int flags,
+				struct tpu_buffer *hold)
 {
-	struct tpu_message_tensor *t = x->t;
-	struct tpu_tensor src = { .data = t->data, .len = t->len, .buffer = t->buffer };
-	unsigned int flags = t->flags & TPU_TENSOR_GIVE ? TPU_SEND_GIVE : 0;
 	struct kmod_part *part = malloc(sizeof(*part));
 	char key[64];
 	size_t key_len = kmod_key(key, sizeof(key), l->connector, x->seq, x->idx);
@@ -50,8 +51,9 @@ static tpu_status kmod_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 	if (!part)
 		return -ENOMEM;
 	part->x = *x;
+	part->hold = hold;
 	x->part_start(x, TPU__PART_CHAN);
-	st = tpu_rendezvous_send(l->state, key, key_len, &src, flags, kmod_sent, part);
+	st = tpu_rendezvous_send(l->state, key, key_len, src, flags, kmod_sent, part);
 	if (st) {
 		x->part_cancel(x, TPU__PART_CHAN);
 		free(part);
@@ -62,11 +64,21 @@ static tpu_status kmod_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 	return 0;
 }
 
+static tpu_status kmod_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
+{
+	struct tpu_message_tensor *t = x->t;
+	struct tpu_tensor src = { .data = t->data, .len = t->len, .buffer = t->buffer };
+
+	return tpu__chan_kmod_post(l, x, &src, t->flags & TPU_TENSOR_GIVE ? TPU_SEND_GIVE : 0,
+				   NULL);
+}
+
 static void kmod_received(void *arg, tpu_status st, size_t len)
 {
 	struct kmod_part *part = arg;
 	struct tpu__chan_xfer x = part->x;
 
+	tpu_buffer_free(part->hold);
 	free(part);
 	if (!st && len != x.t->len)
 		st = -EPROTO;
@@ -84,7 +96,8 @@ static void kmod_received_buffer(void *arg, tpu_status st, struct tpu_buffer *bu
 	kmod_received(arg, st, len);
 }
 
-static tpu_status kmod_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
+tpu_status tpu__chan_kmod_take(struct tpu__chan_link *l, struct tpu__chan_xfer *x,
+				const struct tpu_tensor *dst, struct tpu_buffer *hold)
 {
 	struct tpu_message_tensor *t = x->t;
 	struct kmod_part *part = malloc(sizeof(*part));
@@ -95,20 +108,26 @@ static tpu_status kmod_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 	if (!part)
 		return -ENOMEM;
 	part->x = *x;
+	part->hold = hold;
 	x->part_start(x, TPU__PART_CHAN);
-	if (t->flags & TPU_TENSOR_WANT_BUFFER) {
+	if (!dst)
 		st = tpu_rendezvous_recv_buffer(l->state, key, key_len, t->len, 0,
 						kmod_received_buffer, part);
-	} else {
-		struct tpu_tensor dst = { .data = t->data, .len = t->len, .buffer = t->buffer };
-
-		st = tpu_rendezvous_recv(l->state, key, key_len, &dst, 0, kmod_received, part);
-	}
+	else
+		st = tpu_rendezvous_recv(l->state, key, key_len, dst, 0, kmod_received, part);
 	if (st) {
 		x->part_cancel(x, TPU__PART_CHAN);
 		free(part);
 	}
 	return st;
+}
+
+static tpu_status kmod_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
+{
+	struct tpu_message_tensor *t = x->t;
+	struct tpu_tensor dst = { .data = t->data, .len = t->len, .buffer = t->buffer };
+
+	return tpu__chan_kmod_take(l, x, t->flags & TPU_TENSOR_WANT_BUFFER ? NULL : &dst, NULL);
 }
 
 /* Listener side: the connector's domain arrived (or did not). */

@@ -19,6 +19,9 @@
  *		staged through page-locked host memory by the pipe
  *   cuda_ipc	CUDA memory at the writer, one host: the reader copies from
  *		it through a CUDA IPC handle and ACKs the tensor
+ *   cuda_dmabuf  CUDA memory on either side, one host, beside kmod: the
+ *		device memory goes to the module as an imported dma-buf and
+ *		the module copies, over the kmod channel's rendezvous
  */
 #ifndef TPU_CHANNEL_H
 #define TPU_CHANNEL_H
@@ -120,6 +123,11 @@ struct tpu__chan_xfer {
  * (cuda_staged); no send or recv.
  */
 #define TPU__CHAN_STAGED	0x20
+/*
+ * Rides the kmod channel's rendezvous (link->state): chosen for a device
+ * pair only when kmod carries the pipe's CPU tensors (cuda_dmabuf).
+ */
+#define TPU__CHAN_ON_KMOD	0x40
 
 struct tpu__chan {
 	const char *name;		/* HELLO/WELCOME, TPU_CHANNELS, tpu_pipe_channel() */
@@ -158,8 +166,26 @@ struct tpu__chan {
 	void (*close)(struct tpu__chan_link *l);
 };
 
-/* The fallback every pipe starts with; the other channels are named only in channels.c. */
+/*
+ * The fallback every pipe starts with, and kmod, which TPU__CHAN_ON_KMOD
+ * channels ride; the other channels are named only in channels.c.
+ */
 extern const struct tpu__chan tpu__chan_basic;
+extern const struct tpu__chan tpu__chan_kmod;
+/* Whether device-pair channel @dev can go on a pipe whose CPU channel is @cpu. */
+bool tpu__chan_beside(const struct tpu__chan *cpu, const struct tpu__chan *dev);
+/*
+ * chan_kmod.c, for TPU__CHAN_ON_KMOD channels: post tensor @x from @src
+ * (SEND flags @flags), or take it into @dst (NULL: a received buffer, as
+ * for TPU_TENSOR_WANT_BUFFER), on the kmod rendezvous; @hold (may be
+ * NULL) is freed when the part ends, and stays the caller's on an error
+ * return.
+ */
+tpu_status tpu__chan_kmod_post(struct tpu__chan_link *l, struct tpu__chan_xfer *x,
+				const struct tpu_tensor *src, unsigned int flags,
+				struct tpu_buffer *hold);
+tpu_status tpu__chan_kmod_take(struct tpu__chan_link *l, struct tpu__chan_xfer *x,
+				const struct tpu_tensor *dst, struct tpu_buffer *hold);
 
 /* The channels, worst first (an offer lists them best first); [0] is basic. */
 extern const struct tpu__chan *const tpu__chans[];

@@ -10,10 +10,10 @@
 
 extern const struct tpu__chan tpu__chan_mtcp;
 extern const struct tpu__chan tpu__chan_cma;
-extern const struct tpu__chan tpu__chan_kmod;
 extern const struct tpu__chan tpu__chan_rdma;
 extern const struct tpu__chan tpu__chan_cuda_staged;
 extern const struct tpu__chan tpu__chan_cuda_ipc;
+extern const struct tpu__chan tpu__chan_cuda_dmabuf;
 
 const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_basic,	/* first: always there */
@@ -22,8 +22,12 @@ const struct tpu__chan *const tpu__chans[] = {
 	&tpu__chan_rdma,
 	&tpu__chan_cma,
 	&tpu__chan_kmod,
-	/* CUDA memory (no CPU-to-CPU pair): ipc beats staging on one host. */
+	/*
+	 * CUDA memory (no CPU-to-CPU pair): on one host the GPU's own copy
+	 * (ipc) beats the module's CPU copy (dmabuf), which beats staging.
+	 */
 	&tpu__chan_cuda_staged,
+	&tpu__chan_cuda_dmabuf,
 	&tpu__chan_cuda_ipc,
 };
 
@@ -46,4 +50,9 @@ int tpu__chan_index(const struct tpu__chan *c)
 		if (tpu__chans[i] == c)
 			return (int)i;
 	return -1;
+}
+
+bool tpu__chan_beside(const struct tpu__chan *cpu, const struct tpu__chan *dev)
+{
+	return !(dev->flags & TPU__CHAN_ON_KMOD) || cpu == &tpu__chan_kmod;
 }

@@ -105,6 +105,28 @@ tpu_status tpu__buffer_wrap_kmod(struct tpu__ep_ref *ep, uint32_t region, void *
 	return 0;
 }
 
+tpu_status tpu__buffer_import_dmabuf(struct tpu__ep_ref *ep, int fd, unsigned int access,
+				     void *data, struct tpu_buffer **out)
+{
+	struct tpu_buffer *buf = buffer_new(TPU__BUF_DMABUF, 0);
+	uint64_t len = 0;
+	tpu_status st;
+
+	if (!buf)
+		return -ENOMEM;
+	st = tpu_region_import(tpu__ep_ref_get(ep), fd, access, &buf->region, &len);
+	if (st) {
+		free(buf);
+		return st;
+	}
+	tpu__ep_ref_hold(ep);
+	buf->ep = ep;
+	buf->data = data;
+	buf->len = (size_t)len;
+	*out = buf;
+	return 0;
+}
+
 tpu_status tpu__buffer_alloc_heap(size_t len, struct tpu_buffer **out)
 {
 	struct tpu_buffer *buf = buffer_new(TPU__BUF_HEAP, len);
@@ -154,6 +176,10 @@ TPU_API void tpu_buffer_free(struct tpu_buffer *buf)
 		break;
 	case TPU__BUF_HEAP:
 		free(buf->data);
+		break;
+	case TPU__BUF_DMABUF:
+		tpu_region_release(tpu__ep_ref_get(buf->ep), buf->region);
+		tpu__ep_ref_put(buf->ep);
 		break;
 	}
 	free(buf);

@@ -193,6 +193,12 @@ enum tpu__buffer_kind {
 	TPU__BUF_KMOD,		/* a module region mapped from the endpoint */
 	TPU__BUF_MEMFD,		/* a memfd mapped MAP_SHARED */
 	TPU__BUF_HEAP,		/* malloc, for copies that never leave the process */
+	/*
+	 * An imported dma-buf region of the endpoint, not mapped: @data is the
+	 * exporter's address of its first byte (device memory, which the CPU
+	 * must never touch), only for the kmod rendezvous's offsets.
+	 */
+	TPU__BUF_DMABUF,
 };
 
 struct tpu_buffer {
@@ -201,14 +207,21 @@ struct tpu_buffer {
 	enum tpu__buffer_kind kind;
 	uint64_t id;			/* unique per process: a cache key that is never reused */
 	int memfd;			/* TPU__BUF_MEMFD */
-	struct tpu__ep_ref *ep;		/* TPU__BUF_KMOD */
-	uint32_t region;		/* TPU__BUF_KMOD: handle on ep */
+	struct tpu__ep_ref *ep;		/* TPU__BUF_KMOD, TPU__BUF_DMABUF */
+	uint32_t region;		/* TPU__BUF_KMOD, TPU__BUF_DMABUF: handle on ep */
 };
 
 /* A buffer wrapping memory already mapped: a region received by DONATE. */
 tpu_status tpu__buffer_wrap_kmod(struct tpu__ep_ref *ep, uint32_t region, void *data, size_t len,
 				 struct tpu_buffer **out);
 tpu_status tpu__buffer_alloc_heap(size_t len, struct tpu_buffer **out);
+/*
+ * A buffer naming dma-buf @fd imported into @ep (a reference taken) with
+ * @access; @data is the address the exporter knows its first byte by.
+ * @fd stays the caller's.
+ */
+tpu_status tpu__buffer_import_dmabuf(struct tpu__ep_ref *ep, int fd, unsigned int access,
+				     void *data, struct tpu_buffer **out);
 /* Unmap a module buffer and free the struct, keeping its region for a DONATE. */
 void tpu__buffer_unmap_for_donate(struct tpu_buffer *buf);
 

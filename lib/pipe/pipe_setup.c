@@ -170,6 +170,10 @@ static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_w
 	}
 	if (!chan->supports(x, TPU_DEVICE_CPU, TPU_DEVICE_CPU))
 		return -EPROTO;
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t d = 0; d < 2; d++)
+			if (p->dchan[s][d] && !tpu__chan_beside(chan, p->dchan[s][d]))
+				return -EPROTO;
 	/* Lanes are tcp connections, and only channels that use them ask for them. */
 	if (chan->flags & TPU__CHAN_LANES ? !w->lanes || !w->token : w->lanes)
 		return -EPROTO;
@@ -305,16 +309,20 @@ static bool same(struct tpu__wire_blob b, const char *s)
 	return b.len == strlen(s) && !memcmp(b.data, s, b.len);
 }
 
-/* The best channel of @offer the two ends share for one device pair over @x, or NULL. */
+/*
+ * The best channel of @offer the two ends share for one device pair over
+ * @x, beside CPU channel @cpu (NULL: choosing that one), or NULL.
+ */
 static const struct tpu__chan *choose_chan(const struct tpu__wire_hello *h,
 					   const struct tpu__pipe_offer *offer,
-					   const struct tpu__xport *x, uint32_t src, uint32_t dst)
+					   const struct tpu__xport *x, const struct tpu__chan *cpu,
+					   uint32_t src, uint32_t dst)
 {
 	/* Offers list channels best first. */
 	for (unsigned int i = 0; i < offer->nchans; i++) {
 		const struct tpu__chan *c = offer->chans[i].chan;
 
-		if (!c->supports(x, src, dst))
+		if (!c->supports(x, src, dst) || (cpu && !tpu__chan_beside(cpu, c)))
 			continue;
 		for (uint32_t j = 0; j < h->nchans; j++)
 			if (h->chans[j].src_type == src && h->chans[j].dst_type == dst &&
@@ -361,7 +369,7 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 		return;
 	}
 	(void)best_compat;
-	chan = choose_chan(h, offer, best, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+	chan = choose_chan(h, offer, best, NULL, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
 	if (!chan)
 		chan = &tpu__chan_basic;
 	p->chan = chan;
@@ -383,7 +391,7 @@ static void choose(struct tpu_pipe *p, const struct tpu__wire_hello *h,
 	/* CUDA on a side: a channel per pair, or none (such writes then fail). */
 	for (uint32_t pair = 1; pair < 4; pair++) {
 		uint32_t src = pair >> 1, dst = pair & 1;
-		const struct tpu__chan *c = choose_chan(h, offer, best, src, dst);
+		const struct tpu__chan *c = choose_chan(h, offer, best, chan, src, dst);
 
 		p->dchan[src][dst] = c;
 		if (c)

@@ -194,4 +194,11 @@ bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *op
  */
 size_t tpu__rdv_started(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len);
 
+/*
+ * The endpoint a kmod rendezvous's commands go through (rdv_kmod.c): a
+ * region that its SENDs and RECVs name (TPU__BUF_DMABUF) must live there.
+ * NULL for a rendezvous of another implementation.
+ */
+struct tpu__ep_ref *tpu__rdv_kmod_endpoint(struct tpu_rendezvous *rdv);
+
 #endif /* TPU_RDV_H */

@@ -168,11 +168,15 @@ static tpu_status km_locate(struct km_state *km, struct km_cmd *c, const struct 
 	*offset = 0;
 	if (t->len == 0)
 		return km_zero_region(km, region);
-	if (buf && buf->kind == TPU__BUF_KMOD && buf->ep == km->ep) {
+	if (buf && (buf->kind == TPU__BUF_KMOD || buf->kind == TPU__BUF_DMABUF) &&
+	    buf->ep == km->ep) {
 		*region = buf->region;
 		*offset = (uint64_t)((const uint8_t *)t->data - (const uint8_t *)buf->data);
 		return 0;
 	}
+	/* Device memory behind an import: no other way to reach it. */
+	if (buf && buf->kind == TPU__BUF_DMABUF)
+		return -EXDEV;
 	if (buf && buf->kind != TPU__BUF_HEAP) {
 		st = tpu__km_reg_get(&km->cache, ep, buf, access, region);
 		if (!st)
@@ -585,6 +589,13 @@ static void km_destroy(struct tpu_rendezvous *rdv)
 	tpu__ctx_wait(km->ctx, km_idle, km);
 	km_free(km);
 	rdv->impl_state = NULL;
+}
+
+struct tpu__ep_ref *tpu__rdv_kmod_endpoint(struct tpu_rendezvous *rdv)
+{
+	struct km_state *km = rdv->impl_state;
+
+	return rdv->ops == &tpu__rdv_kmod && km ? km->ep : NULL;
 }
 
 const struct tpu__rdv_ops tpu__rdv_kmod = {

@@ -3,10 +3,18 @@
 #
 # tpbench cuda against the stand-in driver: every device pair and channel
 # between two processes over shm and tcp, every byte checked.  A
-# correctness check (the stand-in is no GPU), printed as TAP.
+# correctness check (the stand-in is no GPU), printed as TAP.  With
+# --dmabuf: every pair through cuda_dmabuf over shm instead, which needs
+# the module and /dev/udmabuf (the VM on 6.12; skipped elsewhere, saying why).
 #
-#   tests/cuda_standin/tpbench-check.sh [TPBENCH [STANDIN]]
+#   tests/cuda_standin/tpbench-check.sh [--dmabuf] [TPBENCH [STANDIN]]
 set -uo pipefail
+
+dmabuf=0
+if [ "${1:-}" = --dmabuf ]; then
+	dmabuf=1
+	shift
+fi
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tpbench=${1:-$top/tools/tpbench}
@@ -29,9 +37,22 @@ if [ ! -x "$tpbench" ] || [ ! -f "$standin" ]; then
 	echo "1..$n"
 	exit 1
 fi
-for xport in shm tcp; do
+xports="shm tcp"
+extra=()
+want=5		# cpu-cuda: staged; cuda-cpu and cuda-cuda: ipc and staged
+if [ $dmabuf = 1 ]; then
+	if [ ! -e /dev/tensorpipe ] || [ ! -e /dev/udmabuf ]; then
+		echo "ok 1 - tpbench cuda through cuda_dmabuf # SKIP needs /dev/tensorpipe and /dev/udmabuf (Linux 6.12)"
+		echo "1..1"
+		exit 0
+	fi
+	xports=shm
+	extra=(--channel cuda_dmabuf)
+	want=3
+fi
+for xport in $xports; do
 	out=$(TPU_CUDA_DRIVER=$standin timeout 300 "$tpbench" cuda --transport "$xport" \
-		--size 3M --iters 3 --json 2>&1)
+		"${extra[@]}" --size 3M --iters 3 --json 2>&1)
 	rc=$?
 	lines=0
 	while IFS= read -r line; do
@@ -49,9 +70,8 @@ for xport in shm tcp; do
 		esac
 		point $ok "tpbench cuda over $xport: $pair through $chan (negotiated '$got'), every byte right"
 	done <<<"$out"
-	# cpu-cuda: staged; cuda-cpu and cuda-cuda: ipc and staged.
-	point $([ "$lines" = 5 ] && [ $rc = 0 ] && echo 1 || echo 0) \
-		"tpbench cuda over $xport: five runs, exit status 0 (got $lines, $rc)"
+	point $([ "$lines" = $want ] && [ $rc = 0 ] && echo 1 || echo 0) \
+		"tpbench cuda over $xport: $want runs, exit status 0 (got $lines, $rc)"
 done
 echo "1..$n"
 [ $failed = 0 ]

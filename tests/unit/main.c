@@ -42,6 +42,7 @@ static const struct {
 	{ "coll_dtype", test_coll_dtype },
 	{ "coll", test_coll },
 	{ "cuda", test_cuda },
+	{ "cuda_dmabuf", test_cuda_dmabuf },
 	/* Last: it takes the RDMA device's port down (only where asked to). */
 	{ "rdma_port", test_rdma_port },
 };

@@ -53,6 +53,7 @@ void test_pipe_rdma(void);
 int pipe_rdma_writer(const char *url);
 void test_copy_stream(void);
 void test_cuda(void);
+void test_cuda_dmabuf(void);
 /* The peer processes of test_cuda.c (this binary run again); their exit status. */
 int cuda_writer(const char *url);
 int cuda_absent(void);
