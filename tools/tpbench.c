@@ -765,7 +765,7 @@ static void usage(FILE *f)
 "             implementation, with same-run references\n"
 "tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]:\n"
 "             the remote rendezvous between two workers against its pipe\n"
-"tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] [--channel cuda_ipc|cuda_staged]\n"
+"tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] [--channel cuda_ipc|cuda_staged|cuda_dmabuf]\n"
 "             [--transport shm|tcp] [--size BYTES] [--iters N] [--json]: CUDA\n"
 "             tensors to a reader process, per device pair and channel, every\n"
 "             byte checked (TPU_CUDA_DRIVER names the driver)\n"
