@@ -69,6 +69,9 @@ int main(void)
 	/* Started again by test_cuda.c. */
 	if (getenv("TPU_TEST_CUDA_WRITER"))
 		return cuda_writer(getenv("TPU_TEST_CUDA_WRITER"));
+	/* Run by tests/vm/pair-xfer.sh: the reader of another host's writer. */
+	if (getenv("TPU_TEST_CUDA_READER"))
+		return cuda_reader(getenv("TPU_TEST_CUDA_READER"));
 	if (getenv("TPU_TEST_CUDA_ABSENT"))
 		return cuda_absent();
 

@@ -56,6 +56,7 @@ void test_cuda(void);
 void test_cuda_dmabuf(void);
 /* The peer processes of test_cuda.c (this binary run again); their exit status. */
 int cuda_writer(const char *url);
+int cuda_reader(const char *url);
 int cuda_absent(void);
 void test_cma(void);
 void test_probe(void);

@@ -277,6 +277,53 @@ static int spawn_self(const char *env1, const char *env2, pid_t *out)
 	return WEXITSTATUS(status);
 }
 
+/* What cuda_writer() sends: message k from @src, suggested for @dst, seed 60 + k. */
+static const uint32_t wsrc[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CUDA, TPU_DEVICE_CPU };
+static const uint32_t wdst[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA };
+
+/*
+ * Read cuda_writer()'s three messages from @pipe, each where the writer
+ * suggested, and check every byte; the CUDA-source ones must come over
+ * @want_dev, the CPU-source one over cuda_staged.  false at the first
+ * failure.
+ */
+static bool read_writers(struct tpu_pipe *pipe, const char *want_dev, const char *where)
+{
+	bool ok = true;
+
+	for (int k = 0; ok && k < 3; k++) {
+		struct rec rd, rr;
+		struct tag td = { &rd, 0 }, tr = { &rr, 0 };
+		struct tpu_message *d;
+		uint8_t *h = calloc(1, BIG);
+		const char *want = wsrc[k] == TPU_DEVICE_CUDA ? want_dev : "cuda_staged";
+		tpu__cu_ptr dr = 0;
+
+		rec_init(&rd);
+		rec_init(&rr);
+		ok = h && !tpu_pipe_read_descriptor(pipe, on_desc, &td) && rec_wait(&rd, 1) &&
+		     !rd.st[0];
+		if (ok && wdst[k] == TPU_DEVICE_CUDA)
+			ok = !tpu__cuda_enter(0) && !cu->mem_alloc(&dr, BIG);
+		if (ok) {
+			d = rd.msg[0];
+			d->tensors[0].device = (struct tpu_device){ wdst[k], 0 };
+			d->tensors[0].data = wdst[k] == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : h;
+			ok = d->tensors[0].len == BIG && d->tensors[0].target.type == wdst[k] &&
+			     !tpu_pipe_read(pipe, d, on_write, &tr) && rec_wait(&rr, 1) && !rr.st[0];
+		}
+		ok = ok && !strcmp(tpu_pipe_channel(pipe, wsrc[k], wdst[k]), want) &&
+		     (wdst[k] == TPU_DEVICE_CUDA ? dev_holds(0, dr, BIG, 60 + k)
+						 : pat_holds(h, BIG, 60 + k));
+		CHECK(ok, "cuda: %s %s->%s tensor over %s, every byte in place", where,
+		      type_name(wsrc[k]), type_name(wdst[k]), want);
+		if (dr && !tpu__cuda_enter(0))
+			cu->mem_free(dr);
+		free(h);
+	}
+	return ok;
+}
+
 /* A writer in another process: CUDA IPC from its memory, staging from its CPU memory. */
 static void cross_process(void)
 {
@@ -284,16 +331,12 @@ static void cross_process(void)
 	struct tpu_listener *l = NULL;
 	const char *url = "tcp://127.0.0.1:0";
 	char got[300], env[400];
-	struct rec ra, rd, rr;
+	struct rec ra;
 	struct tag ta = { &ra, 0 };
 	unsigned long allocs0 = 0, live0 = 0, opened0 = 0, allocs1, live1, opened1;
-	tpu__cu_ptr dr = 0;
 	pid_t child = -1;
 	int status = -1;
 	bool ok;
-	/* What the writer sends: message k from @src, suggested for @dst, seed 60 + k. */
-	static const uint32_t src[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CUDA, TPU_DEVICE_CPU };
-	static const uint32_t dst[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA };
 
 	rec_init(&ra);
 	if (standin_counts)
@@ -303,36 +346,8 @@ static void cross_process(void)
 	snprintf(env, sizeof(env), "TPU_TEST_CUDA_WRITER=%s", got);
 	ok = ok && !spawn_self(env, NULL, &child) && rec_wait(&ra, 1) && !ra.st[0];
 	CHECK(ok, "cuda: a writer process connected");
-	for (int k = 0; ok && k < 3; k++) {
-		struct tag td = { &rd, 0 }, tr = { &rr, 0 };
-		struct tpu_message *d;
-		uint8_t *h = calloc(1, BIG);
-		const char *want = src[k] == TPU_DEVICE_CUDA ? "cuda_ipc" : "cuda_staged";
-
-		rec_init(&rd);
-		rec_init(&rr);
-		ok = h && !tpu_pipe_read_descriptor(ra.pipe, on_desc, &td) && rec_wait(&rd, 1) &&
-		     !rd.st[0];
-		if (ok && dst[k] == TPU_DEVICE_CUDA)
-			ok = !tpu__cuda_enter(0) && !cu->mem_alloc(&dr, BIG);
-		if (ok) {
-			d = rd.msg[0];
-			d->tensors[0].device = (struct tpu_device){ dst[k], 0 };
-			d->tensors[0].data = dst[k] == TPU_DEVICE_CUDA ? (void *)(uintptr_t)dr : h;
-			ok = d->tensors[0].len == BIG && d->tensors[0].target.type == dst[k] &&
-			     !tpu_pipe_read(ra.pipe, d, on_write, &tr) && rec_wait(&rr, 1) &&
-			     !rr.st[0];
-		}
-		CHECK(ok && !strcmp(tpu_pipe_channel(ra.pipe, src[k], dst[k]), want) &&
-		      (dst[k] == TPU_DEVICE_CUDA ? dev_holds(0, dr, BIG, 60 + k)
-						 : pat_holds(h, BIG, 60 + k)),
-		      "cuda: another process's %s->%s tensor over %s, every byte in place",
-		      type_name(src[k]), type_name(dst[k]), want);
-		if (dr && !tpu__cuda_enter(0))
-			cu->mem_free(dr);
-		dr = 0;
-		free(h);
-	}
+	if (ok)
+		read_writers(ra.pipe, "cuda_ipc", "another process's");
 	if (child > 0) {
 		waitpid(child, &status, 0);
 		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -345,9 +360,42 @@ static void cross_process(void)
 		      "(opened %lu, live %lu, allocations %lu -> %lu)", opened1 - opened0, live1,
 		      allocs0, allocs1);
 	}
-	tpu_pipe_close(ra.pipe);
+	if (ra.n && ra.pipe)
+		tpu_pipe_close(ra.pipe);
 	tpu_listener_close(l);
 	tpu_context_destroy(ctx);
+}
+
+/*
+ * The reader of another host (tests/vm/pair-xfer.sh): listen on @url,
+ * read cuda_writer()'s messages from the first pipe, print TAP; the exit
+ * status says whether every byte arrived.
+ */
+int cuda_reader(const char *url)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rec ra;
+	struct tag ta = { &ra, 0 };
+	bool ok;
+
+	rec_init(&ra);
+	if (!cuda_harness_open("cuda reader"))
+		return 1;
+	ok = !tpu_context_create(NULL, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
+	     !tpu_listener_accept(l, on_accept, &ta);
+	/* The other host's writer may take a while to start: two minutes. */
+	for (int i = 0; ok && i < 6 && !rec_wait(&ra, 1); i++)
+		;
+	ok = ok && ra.n && !ra.st[0];
+	CHECK(ok, "cuda: a writer on another host connected to %s", url);
+	ok = ok && read_writers(ra.pipe, "cuda_staged", "another host's");
+	if (ra.n && ra.pipe)
+		tpu_pipe_close(ra.pipe);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	cuda_harness_close();
+	return tap_finish();
 }
 
 /* The writer process of cross_process(); its exit status. */

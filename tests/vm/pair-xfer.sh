@@ -6,9 +6,15 @@
 # of a two-rank world formed from torchrun's variables; VM b pings it (every
 # byte checked) and is rank 1: the world's store runs on a, and its
 # rendezvous passes a tensor around the ring of the two hosts, checked by
-# rank 0.  b reports TAP; a's exit status says whether its side held.
+# rank 0.  Then CUDA tensors between the hosts, with the tests' stand-in
+# driver on both: a writes device and host memory over rdma://, b reads
+# each where a suggested (device or host) and checks every byte; the
+# channel must be cuda_staged (IPC and the module's dma-bufs are one host's).
+# b reports TAP; a's exit status says whether its side held.
 
 port=7711
+cuda_port=7730
+standin=tests/unit/build/libcuda_standin.so
 world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
 
 if [ "$TP_VM_ROLE" = a ]; then
@@ -18,11 +24,23 @@ if [ "$TP_VM_ROLE" = a ]; then
 	st=$?
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
+	# b's reader may not listen yet: a refused writer tries again.
+	tries=0
+	until TPU_CUDA_DRIVER=$standin TPU_TEST_CUDA_WRITER="rdma://$TP_VM_PEER:$cuda_port" \
+		tests/unit/build/plain/unit_tests >/tmp/cuda-writer.log 2>&1; do
+		tries=$((tries + 1))
+		if [ $tries -ge 60 ]; then
+			cat /tmp/cuda-writer.log
+			st=1
+			break
+		fi
+		sleep 1
+	done
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..2"
+echo "1..3"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -46,4 +64,15 @@ else
 	failed=1
 fi
 sed 's/^/# /' /tmp/world.log
+# The reader's own points, as a subtest of point 3.
+TPU_CUDA_DRIVER=$standin TPU_TEST_CUDA_READER="rdma://$TP_VM_ADDR:$cuda_port" \
+	tests/unit/build/plain/unit_tests >/tmp/cuda-reader.log 2>&1
+cuda_st=$?
+sed 's/^/    /' /tmp/cuda-reader.log
+if [ $cuda_st = 0 ]; then
+	echo "ok 3 - CUDA tensors (stand-in driver) from the other host over rdma://, every byte in place"
+else
+	echo "not ok 3 - CUDA tensors (stand-in driver) from the other host over rdma://"
+	failed=1
+fi
 exit $failed
