@@ -18,7 +18,8 @@
  *   cuda_staged  CUDA memory on either side: inline in the pipe's stream,
  *		staged through page-locked host memory by the pipe
  *   cuda_ipc	CUDA memory at the writer, one host: the reader copies from
- *		it through a CUDA IPC handle and ACKs the tensor
+ *		it through a CUDA IPC handle (or a VMM allocation's
+ *		descriptor) and ACKs the tensor
  *   cuda_dmabuf  CUDA memory on either side, one host, beside kmod: the
  *		device memory goes to the module as an imported dma-buf and
  *		the module copies, over the kmod channel's rendezvous
@@ -162,7 +163,11 @@ struct tpu__chan {
 	 * that what describe set up for it (a registration) can go.
 	 */
 	void (*acked)(struct tpu__chan_link *l, uint64_t seq, uint32_t idx);
-	/* Optional: the pipe failed or closed; pending parts end with an error. */
+	/*
+	 * Optional: the pipe failed or closed; pending parts end with an
+	 * error.  Called for the CPU channel and for each device-pair
+	 * channel (once per pair it serves: it must be idempotent).
+	 */
 	void (*close)(struct tpu__chan_link *l);
 };
 

@@ -21,6 +21,30 @@
 
 #include "tpu_user.h"
 
+/* The VMM structures, laid out as <cuda.h>'s (cuda_abi_check.c compares them). */
+struct tpu__cu_mem_location_s {
+	unsigned int type;			/* CUmemLocationType */
+	int id;
+};
+
+struct tpu__cu_mem_access_s {			/* CUmemAccessDesc */
+	struct tpu__cu_mem_location_s location;
+	unsigned int flags;			/* CUmemAccess_flags */
+};
+
+struct tpu__cu_mem_prop_s {			/* CUmemAllocationProp */
+	unsigned int type;			/* CUmemAllocationType */
+	unsigned int handle_types;		/* CUmemAllocationHandleType */
+	struct tpu__cu_mem_location_s location;
+	void *win32_meta;
+	struct {
+		unsigned char compression;
+		unsigned char gpu_direct_rdma;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} flags;
+};
+
 #ifdef TPU__CUDA_FROM_CUDA_H
 /* cuda_abi_check.c: the driver's own declarations, to compare with ours. */
 typedef CUresult tpu__cu_result;
@@ -32,6 +56,11 @@ typedef CUevent tpu__cu_event;
 typedef CUipcMemHandle tpu__cu_ipc_handle;
 typedef CUpointer_attribute tpu__cu_ptr_attr;
 typedef CUmemRangeHandleType tpu__cu_range_handle_type;
+typedef CUmemGenericAllocationHandle tpu__cu_mem_handle;
+typedef CUmemAllocationHandleType tpu__cu_handle_type;
+typedef CUmemAllocationGranularity_flags tpu__cu_granularity;
+typedef CUmemAccessDesc tpu__cu_mem_access;
+typedef CUmemAllocationProp tpu__cu_mem_prop;
 #else
 typedef unsigned int tpu__cu_result;
 typedef int tpu__cu_dev;
@@ -44,6 +73,11 @@ typedef struct CUipcMemHandle_st {
 } tpu__cu_ipc_handle;
 typedef unsigned int tpu__cu_ptr_attr;
 typedef unsigned int tpu__cu_range_handle_type;
+typedef unsigned long long tpu__cu_mem_handle;
+typedef unsigned int tpu__cu_handle_type;
+typedef unsigned int tpu__cu_granularity;
+typedef struct tpu__cu_mem_access_s tpu__cu_mem_access;
+typedef struct tpu__cu_mem_prop_s tpu__cu_mem_prop;
 #endif
 
 /* Driver values used (CUDA driver API, stable since CUDA 4). */
@@ -69,6 +103,11 @@ typedef unsigned int tpu__cu_range_handle_type;
 #define TPU__CU_EVENT_DISABLE_TIMING	0x2
 #define TPU__CU_MEMHOSTALLOC_PORTABLE	0x1
 #define TPU__CU_RANGE_HANDLE_DMA_BUF_FD	0x1	/* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
+#define TPU__CU_HANDLE_POSIX_FD		0x1	/* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+#define TPU__CU_MEM_PINNED		0x1	/* CU_MEM_ALLOCATION_TYPE_PINNED */
+#define TPU__CU_LOCATION_DEVICE		0x1	/* CU_MEM_LOCATION_TYPE_DEVICE */
+#define TPU__CU_ACCESS_READWRITE	0x3	/* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
+#define TPU__CU_GRANULARITY_MINIMUM	0x0	/* CU_MEM_ALLOC_GRANULARITY_MINIMUM */
 
 /*
  * The entry points used; each comment is the symbol looked up (the _v2
@@ -118,6 +157,29 @@ struct tpu__cuda_api {
 	tpu__cu_result (*range_handle)(void *handle, tpu__cu_ptr p, size_t size,
 				       tpu__cu_range_handle_type type,
 				       unsigned long long flags);	/* cuMemGetHandleForAddressRange */
+	/*
+	 * Optional, all or none (CUDA 10.2 and later): virtual memory
+	 * management.  The library maps another process's allocations with
+	 * them; the tests also create some.
+	 */
+	tpu__cu_result (*mem_create)(tpu__cu_mem_handle *h, size_t size, const tpu__cu_mem_prop *prop,
+				     unsigned long long flags);	/* cuMemCreate */
+	tpu__cu_result (*mem_release)(tpu__cu_mem_handle h);		/* cuMemRelease */
+	tpu__cu_result (*mem_granularity)(size_t *g, const tpu__cu_mem_prop *prop,
+					  tpu__cu_granularity option);	/* cuMemGetAllocationGranularity */
+	tpu__cu_result (*mem_reserve)(tpu__cu_ptr *p, size_t size, size_t align, tpu__cu_ptr addr,
+				      unsigned long long flags);	/* cuMemAddressReserve */
+	tpu__cu_result (*mem_unreserve)(tpu__cu_ptr p, size_t size);	/* cuMemAddressFree */
+	tpu__cu_result (*mem_map)(tpu__cu_ptr p, size_t size, size_t offset, tpu__cu_mem_handle h,
+				  unsigned long long flags);		/* cuMemMap */
+	tpu__cu_result (*mem_unmap)(tpu__cu_ptr p, size_t size);	/* cuMemUnmap */
+	tpu__cu_result (*mem_set_access)(tpu__cu_ptr p, size_t size, const tpu__cu_mem_access *desc,
+					 size_t count);		/* cuMemSetAccess */
+	tpu__cu_result (*mem_export)(void *shareable, tpu__cu_mem_handle h, tpu__cu_handle_type type,
+				     unsigned long long flags);	/* cuMemExportToShareableHandle */
+	tpu__cu_result (*mem_import)(tpu__cu_mem_handle *h, void *os_handle,
+				     tpu__cu_handle_type type);	/* cuMemImportFromShareableHandle */
+	tpu__cu_result (*mem_retain)(tpu__cu_mem_handle *h, void *addr);	/* cuMemRetainAllocationHandle */
 };
 
 /*
@@ -168,6 +230,24 @@ tpu_status tpu__cuda_ipc_export(const void *p, uint32_t index, tpu__cu_ipc_handl
 				uint64_t *offset);
 tpu_status tpu__cuda_ipc_open(const tpu__cu_ipc_handle *h, uint32_t index, void **base);
 tpu_status tpu__cuda_ipc_close(uint32_t index, void *base);
+/* Whether the driver has the VMM entry points (tpu__cuda_vmm_*). */
+bool tpu__cuda_has_vmm(void);
+/*
+ * The VMM allocation mapped at @p on device @index as a new POSIX
+ * descriptor (cuMemExportToShareableHandle), the caller's to close; the
+ * mapping's size and @p's offset in it.  -ENOENT when @p is not VMM
+ * memory (cuMemRetainAllocationHandle refuses it), -EOPNOTSUPP without
+ * VMM or when the allocation was not made exportable as a descriptor.
+ */
+tpu_status tpu__cuda_vmm_export(const void *p, uint32_t index, int *fd, uint64_t *size,
+				uint64_t *offset);
+/*
+ * Map another process's exported VMM allocation (@fd, @size bytes) on
+ * device @index, read-write; its address in *base.  @fd stays the
+ * caller's.  Undone by tpu__cuda_vmm_close.
+ */
+tpu_status tpu__cuda_vmm_open(int fd, uint64_t size, uint32_t index, void **base);
+tpu_status tpu__cuda_vmm_close(uint32_t index, void *base, uint64_t size);
 /*
  * The pages holding [@p, @p + @len) of device @index as a new dma-buf
  * (cuMemGetHandleForAddressRange): *fd, close-on-exec, the caller's to

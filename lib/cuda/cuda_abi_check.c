@@ -7,6 +7,8 @@
  * this file runs; without <cuda.h> it is empty.
  */
 #ifdef TPU__HAVE_CUDA_H
+#include <stddef.h>
+
 #include <cuda.h>
 
 #define TPU__CUDA_FROM_CUDA_H
@@ -53,6 +55,17 @@ FITS(ipc_open, cuIpcOpenMemHandle_v2);
 FITS(ipc_close, cuIpcCloseMemHandle);
 FITS(error_string, cuGetErrorString);
 FITS(range_handle, cuMemGetHandleForAddressRange);
+FITS(mem_create, cuMemCreate);
+FITS(mem_release, cuMemRelease);
+FITS(mem_granularity, cuMemGetAllocationGranularity);
+FITS(mem_reserve, cuMemAddressReserve);
+FITS(mem_unreserve, cuMemAddressFree);
+FITS(mem_map, cuMemMap);
+FITS(mem_unmap, cuMemUnmap);
+FITS(mem_set_access, cuMemSetAccess);
+FITS(mem_export, cuMemExportToShareableHandle);
+FITS(mem_import, cuMemImportFromShareableHandle);
+FITS(mem_retain, cuMemRetainAllocationHandle);
 
 #define SAME(ours, theirs) _Static_assert((ours) == (theirs), #ours " is " #theirs)
 SAME(TPU__CU_SUCCESS, CUDA_SUCCESS);
@@ -77,6 +90,23 @@ SAME(TPU__CU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
 SAME(TPU__CU_EVENT_DISABLE_TIMING, CU_EVENT_DISABLE_TIMING);
 SAME(TPU__CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE);
 SAME(TPU__CU_RANGE_HANDLE_DMA_BUF_FD, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD);
+SAME(TPU__CU_HANDLE_POSIX_FD, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+SAME(TPU__CU_MEM_PINNED, CU_MEM_ALLOCATION_TYPE_PINNED);
+SAME(TPU__CU_LOCATION_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE);
+SAME(TPU__CU_ACCESS_READWRITE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+SAME(TPU__CU_GRANULARITY_MINIMUM, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+/* Our VMM structures, field by field. */
+SAME(sizeof(struct tpu__cu_mem_location_s), sizeof(CUmemLocation));
+SAME(offsetof(struct tpu__cu_mem_location_s, id), offsetof(CUmemLocation, id));
+SAME(sizeof(struct tpu__cu_mem_access_s), sizeof(CUmemAccessDesc));
+SAME(offsetof(struct tpu__cu_mem_access_s, flags), offsetof(CUmemAccessDesc, flags));
+SAME(sizeof(struct tpu__cu_mem_prop_s), sizeof(CUmemAllocationProp));
+SAME(offsetof(struct tpu__cu_mem_prop_s, handle_types),
+     offsetof(CUmemAllocationProp, requestedHandleTypes));
+SAME(offsetof(struct tpu__cu_mem_prop_s, location), offsetof(CUmemAllocationProp, location));
+SAME(offsetof(struct tpu__cu_mem_prop_s, win32_meta),
+     offsetof(CUmemAllocationProp, win32HandleMetaData));
+SAME(offsetof(struct tpu__cu_mem_prop_s, flags), offsetof(CUmemAllocationProp, allocFlags));
 SAME(sizeof(CUdeviceptr), sizeof(unsigned long long));
 SAME(sizeof(CUipcMemHandle), 64);
 SAME(sizeof(CUresult), sizeof(unsigned int));

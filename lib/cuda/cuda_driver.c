@@ -79,6 +79,17 @@ static const struct {
 	SYM(ipc_close, "cuIpcCloseMemHandle"),
 	SYM(error_string, "cuGetErrorString"),
 	OPT(range_handle, "cuMemGetHandleForAddressRange"),
+	OPT(mem_create, "cuMemCreate"),
+	OPT(mem_release, "cuMemRelease"),
+	OPT(mem_granularity, "cuMemGetAllocationGranularity"),
+	OPT(mem_reserve, "cuMemAddressReserve"),
+	OPT(mem_unreserve, "cuMemAddressFree"),
+	OPT(mem_map, "cuMemMap"),
+	OPT(mem_unmap, "cuMemUnmap"),
+	OPT(mem_set_access, "cuMemSetAccess"),
+	OPT(mem_export, "cuMemExportToShareableHandle"),
+	OPT(mem_import, "cuMemImportFromShareableHandle"),
+	OPT(mem_retain, "cuMemRetainAllocationHandle"),
 };
 #undef SYM
 #undef OPT
@@ -435,4 +446,101 @@ tpu_status tpu__cuda_dmabuf_export(const void *p, size_t len, uint32_t index, in
 	*fd = out;
 	*offset = (uintptr_t)p - start;
 	return 0;
+}
+
+bool tpu__cuda_has_vmm(void)
+{
+	return !tpu__cuda_api(NULL, NULL) && cuda.mem_create && cuda.mem_release &&
+	       cuda.mem_granularity && cuda.mem_reserve && cuda.mem_unreserve && cuda.mem_map &&
+	       cuda.mem_unmap && cuda.mem_set_access && cuda.mem_export && cuda.mem_import &&
+	       cuda.mem_retain;
+}
+
+tpu_status tpu__cuda_vmm_export(const void *p, uint32_t index, int *fd, uint64_t *size,
+				uint64_t *offset)
+{
+	tpu__cu_ptr dp = (tpu__cu_ptr)(uintptr_t)p, base = 0;
+	tpu__cu_mem_handle h;
+	size_t len = 0;
+	tpu__cu_result r;
+	int out = -1;
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (st)
+		return st;
+	if (!tpu__cuda_has_vmm())
+		return -EOPNOTSUPP;
+	/* Memory from cuMemAlloc has no allocation handle: not ours to export. */
+	if (cuda.mem_retain(&h, (void *)(uintptr_t)p) != TPU__CU_SUCCESS)
+		return -ENOENT;
+	st = tpu__cuda_check(cuda.mem_range(&base, &len, dp), "cuMemGetAddressRange");
+	if (!st) {
+		r = cuda.mem_export(&out, h, TPU__CU_HANDLE_POSIX_FD, 0);
+		/* Made without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR among its types. */
+		if (r == TPU__CU_ERROR_INVALID_VALUE || r == TPU__CU_ERROR_NOT_SUPPORTED) {
+			tpu__log_debug("cuda: %p: a VMM allocation not exportable as a descriptor", p);
+			st = -EOPNOTSUPP;
+		} else {
+			st = tpu__cuda_check(r, "cuMemExportToShareableHandle");
+		}
+	}
+	/* The mapping holds the allocation; our reference goes. */
+	cuda.mem_release(h);
+	if (st)
+		return st;
+	*fd = out;
+	*size = len;
+	*offset = dp - base;
+	return 0;
+}
+
+tpu_status tpu__cuda_vmm_open(int fd, uint64_t size, uint32_t index, void **base)
+{
+	tpu__cu_mem_access access = { .location = { TPU__CU_LOCATION_DEVICE, (int)index },
+				      .flags = TPU__CU_ACCESS_READWRITE };
+	tpu__cu_mem_handle h = 0;
+	tpu__cu_ptr p = 0;
+	bool mapped = false;
+	tpu_status st = tpu__cuda_enter(index);
+
+	*base = NULL;
+	if (st)
+		return st;
+	if (!tpu__cuda_has_vmm())
+		return -EOPNOTSUPP;
+	st = tpu__cuda_check(cuda.mem_import(&h, (void *)(intptr_t)fd, TPU__CU_HANDLE_POSIX_FD),
+			     "cuMemImportFromShareableHandle");
+	if (st)
+		return st;
+	st = tpu__cuda_check(cuda.mem_reserve(&p, (size_t)size, 0, 0, 0), "cuMemAddressReserve");
+	if (!st) {
+		st = tpu__cuda_check(cuda.mem_map(p, (size_t)size, 0, h, 0), "cuMemMap");
+		mapped = !st;
+	}
+	if (!st)
+		st = tpu__cuda_check(cuda.mem_set_access(p, (size_t)size, &access, 1),
+				     "cuMemSetAccess");
+	/* The mapping holds the allocation from here on. */
+	cuda.mem_release(h);
+	if (st) {
+		if (mapped)
+			cuda.mem_unmap(p, (size_t)size);
+		if (p)
+			cuda.mem_unreserve(p, (size_t)size);
+		return st;
+	}
+	*base = (void *)(uintptr_t)p;
+	return 0;
+}
+
+tpu_status tpu__cuda_vmm_close(uint32_t index, void *base, uint64_t size)
+{
+	tpu__cu_ptr p = (tpu__cu_ptr)(uintptr_t)base;
+	tpu_status st = tpu__cuda_enter(index);
+
+	if (!st)
+		st = tpu__cuda_check(cuda.mem_unmap(p, (size_t)size), "cuMemUnmap");
+	if (!st)
+		st = tpu__cuda_check(cuda.mem_unreserve(p, (size_t)size), "cuMemAddressFree");
+	return st;
 }

@@ -119,6 +119,11 @@ void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err)
 	p->link.closed = true;
 	if (p->chan->close)
 		p->chan->close(&p->link);
+	/* Device-pair channels keep what ACKs release (cuda_ipc's exports). */
+	for (int s = 0; s < 2; s++)
+		for (int d = 0; d < 2; d++)
+			if (p->dchan[s][d] && p->dchan[s][d]->close && p->dchan[s][d] != p->chan)
+				p->dchan[s][d]->close(&p->link);
 	tpu__pipe_writes_fail(p);
 	tpu__pipe_reads_fail(p);
 	pipe_desc_calls_fail(p, err);

@@ -19,6 +19,13 @@
  * CUDA IPC: a handle names the owner's pid and the memfd's descriptor; the
  * importer opens /proc/PID/fd/FD (same user) and maps it the same way.
  *
+ * VMM (cuMemCreate and friends): an allocation is a memfd; a reservation
+ * is PROT_NONE address space; cuMemMap maps the memfd there like device
+ * memory, usable only after cuMemSetAccess; a POSIX descriptor export is a
+ * dup of the memfd (only for allocations that asked for that handle type),
+ * and an import maps what it names.  Legacy IPC handles and cuMemFree
+ * refuse VMM memory, as the driver does.  Granularity: 2 MiB.
+ *
  * dma-buf export (cuMemGetHandleForAddressRange): a real udmabuf over the
  * allocation's memfd pages, from /dev/udmabuf (Linux 6.12 has it built in),
  * so that a module importing it takes the real path; without that device,
@@ -101,6 +108,27 @@ struct alloc {
 	char *shadow;		/* the read-write mapping */
 	int dev;
 	bool ipc;		/* opened from another process's handle */
+	struct phys *phys;	/* a VMM mapping (cuMemMap) of this allocation */
+	bool access;		/* VMM: cuMemSetAccess made it usable */
+};
+
+/* A VMM allocation (cuMemCreate, cuMemImportFromShareableHandle). */
+struct phys {
+	struct phys *next;
+	unsigned long long id;	/* the handle */
+	int fd;
+	size_t size;
+	int dev;
+	bool fd_ok;		/* exportable as a POSIX descriptor */
+	int refs;		/* handles held (create, import, retain) */
+	int maps;		/* cuMemMap mappings */
+};
+
+/* A reserved range (cuMemAddressReserve): PROT_NONE, nothing behind it. */
+struct resv {
+	struct resv *next;
+	uintptr_t base;
+	size_t size;
 };
 
 struct host {
@@ -120,6 +148,9 @@ static struct alloc *allocs;
 static struct host *hosts;
 static CUresult sticky;		/* an asynchronous failure, returned by later calls */
 static unsigned long live_ipc, opened_ipc;
+static struct phys *physs;
+static struct resv *resvs;
+static unsigned long long next_phys = 1;
 
 /* Counters for the tests: allocations and IPC mappings alive, IPC opens so far. */
 API void tpu_cuda_standin_counts(unsigned long *allocations, unsigned long *ipc_live,
@@ -276,8 +307,8 @@ static CUresult map_alloc(int fd, size_t size, int dev, bool ipc, uintptr_t *out
 	return 0;
 }
 
-/* lock held: unlink and unmap @a. */
-static void unmap_alloc(struct alloc *a)
+/* lock held: unlink @a and drop all but its device-side mapping. */
+static void unlink_alloc(struct alloc *a)
 {
 	for (struct alloc **pp = &allocs; *pp; pp = &(*pp)->next) {
 		if (*pp == a) {
@@ -285,10 +316,16 @@ static void unmap_alloc(struct alloc *a)
 			break;
 		}
 	}
-	munmap((void *)a->base, a->size);
 	munmap(a->shadow, a->size);
 	close(a->fd);
 	free(a);
+}
+
+/* lock held: unlink and unmap @a. */
+static void unmap_alloc(struct alloc *a)
+{
+	munmap((void *)a->base, a->size);
+	unlink_alloc(a);
 }
 
 API CUresult cuMemAlloc_v2(tpu__cu_ptr *p, size_t len)
@@ -331,7 +368,7 @@ API CUresult cuMemFree_v2(tpu__cu_ptr p)
 	pthread_mutex_lock(&lock);
 	r = ready();
 	a = r ? NULL : find((uintptr_t)p, 1);
-	if (!r && (!a || a->base != p || a->ipc))
+	if (!r && (!a || a->base != p || a->ipc || a->phys))
 		r = TPU__CU_ERROR_INVALID_VALUE;	/* not an allocation, or freed already */
 	if (!r)
 		unmap_alloc(a);
@@ -412,6 +449,11 @@ API CUresult cuMemFreeHost(void *p)
 }
 
 /* lock held: check a copy's sides; 0 or the driver's error. */
+static bool usable(const struct alloc *a)
+{
+	return !a->phys || a->access;
+}
+
 static CUresult copy_check(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t len)
 {
 	CUresult r = ready();
@@ -422,6 +464,9 @@ static CUresult copy_check(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_
 		return TPU__CU_ERROR_INVALID_VALUE;
 	if (src_dev ? !find(src, len) : host_bad((void *)src, len))
 		return TPU__CU_ERROR_INVALID_VALUE;
+	/* A VMM mapping nobody gave access to faults on the device. */
+	if ((dst_dev && len && !usable(find(dst, len))) || (src_dev && len && !usable(find(src, len))))
+		return TPU__CU_ERROR_ILLEGAL_ADDRESS;
 	return 0;
 }
 
@@ -866,7 +911,8 @@ API CUresult cuIpcGetMemHandle(tpu__cu_ipc_handle *h, tpu__cu_ptr p)
 	pthread_mutex_lock(&lock);
 	r = ready();
 	a = r ? NULL : find((uintptr_t)p, 1);
-	if (!r && (!h || !a || a->base != p || a->ipc))
+	/* VMM memory has no legacy IPC handle. */
+	if (!r && (!h || !a || a->base != p || a->ipc || a->phys))
 		r = TPU__CU_ERROR_INVALID_VALUE;
 	if (!r) {
 		struct ipc_words w = { IPC_MAGIC, (uint32_t)getpid(), a->fd, a->dev, a->size };
@@ -977,6 +1023,359 @@ API CUresult cuMemGetHandleForAddressRange(void *handle, tpu__cu_ptr p, size_t s
 		r = TPU__CU_ERROR_INVALID_VALUE;
 	if (!r)
 		r = udmabuf_over(a->fd, (uint64_t)(p - a->base), size, handle);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* ---- VMM --------------------------------------------------------------- */
+
+#define GRANULARITY	(2u << 20)
+
+/* Counters for the tests: VMM allocations and reservations alive. */
+API void tpu_cuda_standin_vmm_counts(unsigned long *allocations, unsigned long *reservations);
+API void tpu_cuda_standin_vmm_counts(unsigned long *allocations, unsigned long *reservations)
+{
+	unsigned long n = 0, m = 0;
+
+	pthread_mutex_lock(&lock);
+	for (struct phys *ph = physs; ph; ph = ph->next)
+		n++;
+	for (struct resv *rv = resvs; rv; rv = rv->next)
+		m++;
+	*allocations = n;
+	*reservations = m;
+	pthread_mutex_unlock(&lock);
+}
+
+/* lock held */
+static struct phys *phys_find(unsigned long long id)
+{
+	for (struct phys *ph = physs; ph; ph = ph->next)
+		if (ph->id == id)
+			return ph;
+	return NULL;
+}
+
+/* lock held: free @ph once no handle and no mapping holds it. */
+static void phys_put(struct phys *ph)
+{
+	if (ph->refs || ph->maps)
+		return;
+	for (struct phys **pp = &physs; *pp; pp = &(*pp)->next) {
+		if (*pp == ph) {
+			*pp = ph->next;
+			break;
+		}
+	}
+	close(ph->fd);
+	free(ph);
+}
+
+/* lock held */
+static CUresult phys_new(int fd, size_t size, int dev, bool fd_ok, unsigned long long *out)
+{
+	struct phys *ph = calloc(1, sizeof(*ph));
+
+	if (!ph)
+		return TPU__CU_ERROR_OUT_OF_MEMORY;
+	*ph = (struct phys){ .next = physs, .id = next_phys++, .fd = fd, .size = size, .dev = dev,
+			     .fd_ok = fd_ok, .refs = 1 };
+	physs = ph;
+	*out = ph->id;
+	return 0;
+}
+
+/* lock held: the reservation holding [p, p + size), or NULL. */
+static struct resv *resv_find(uintptr_t p, size_t size)
+{
+	for (struct resv *rv = resvs; rv; rv = rv->next)
+		if (p >= rv->base && p - rv->base < rv->size && size <= rv->size - (p - rv->base))
+			return rv;
+	return NULL;
+}
+
+static bool prop_ok(const tpu__cu_mem_prop *prop)
+{
+	return prop && prop->type == TPU__CU_MEM_PINNED &&
+	       prop->location.type == TPU__CU_LOCATION_DEVICE && prop->location.id >= 0 &&
+	       prop->location.id < ndev && !(prop->handle_types & ~TPU__CU_HANDLE_POSIX_FD);
+}
+
+API CUresult cuMemGetAllocationGranularity(size_t *g, const tpu__cu_mem_prop *prop,
+					   tpu__cu_granularity option)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	if (!r && (!g || !prop_ok(prop) || option > 1))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r)
+		*g = GRANULARITY;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemCreate(tpu__cu_mem_handle *h, size_t size, const tpu__cu_mem_prop *prop,
+			 unsigned long long flags)
+{
+	CUresult r;
+	int fd;
+
+	pthread_mutex_lock(&lock);
+	r = ready();
+	if (!r && (!h || !size || size % GRANULARITY || !prop_ok(prop) || flags))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (r)
+		goto out;
+	fd = memfd_create("cuda-standin-vmm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)size) || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK)) {
+		if (fd >= 0)
+			close(fd);
+		r = TPU__CU_ERROR_OUT_OF_MEMORY;
+		goto out;
+	}
+	r = phys_new(fd, size, prop->location.id, prop->handle_types & TPU__CU_HANDLE_POSIX_FD, h);
+	if (r)
+		close(fd);
+out:
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemRelease(tpu__cu_mem_handle h)
+{
+	struct phys *ph;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	ph = r ? NULL : phys_find(h);
+	if (!r && (!ph || !ph->refs))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		ph->refs--;
+		phys_put(ph);
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemAddressReserve(tpu__cu_ptr *p, size_t size, size_t align, tpu__cu_ptr addr,
+				 unsigned long long flags)
+{
+	struct resv *rv = NULL;
+	void *m = MAP_FAILED;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	/* Alignments above a page and fixed addresses are not modelled. */
+	if (!r && (!p || !size || size % GRANULARITY || (align && align % GRANULARITY) || addr ||
+		   flags))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		rv = calloc(1, sizeof(*rv));
+		m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (!rv || m == MAP_FAILED) {
+			if (m != MAP_FAILED)
+				munmap(m, size);
+			free(rv);
+			r = TPU__CU_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	if (!r) {
+		*rv = (struct resv){ .next = resvs, .base = (uintptr_t)m, .size = size };
+		resvs = rv;
+		*p = rv->base;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemAddressFree(tpu__cu_ptr p, size_t size)
+{
+	struct resv *rv;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	rv = r ? NULL : resv_find((uintptr_t)p, size);
+	if (!r && (!rv || rv->base != p || rv->size != size))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	/* Still mapped: the driver wants cuMemUnmap first. */
+	for (struct alloc *a = allocs; !r && a; a = a->next)
+		if (a->base < rv->base + rv->size && a->base + a->size > rv->base)
+			r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		for (struct resv **pp = &resvs; *pp; pp = &(*pp)->next) {
+			if (*pp == rv) {
+				*pp = rv->next;
+				break;
+			}
+		}
+		munmap((void *)rv->base, rv->size);
+		free(rv);
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemMap(tpu__cu_ptr p, size_t size, size_t offset, tpu__cu_mem_handle h,
+		      unsigned long long flags)
+{
+	struct phys *ph;
+	struct alloc *a = NULL;
+	void *dp = MAP_FAILED, *sh = MAP_FAILED;
+	int fd = -1;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	ph = r ? NULL : phys_find(h);
+	/* The driver maps whole allocations, at offset 0, into reserved space. */
+	if (!r && (!ph || !ph->refs || offset || flags || size != ph->size ||
+		   !resv_find((uintptr_t)p, size) || find((uintptr_t)p, 1)))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		a = calloc(1, sizeof(*a));
+		fd = dup(ph->fd);
+		if (a && fd >= 0)
+			dp = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+				  fd, 0);
+		if (dp != MAP_FAILED)
+			sh = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (sh == MAP_FAILED) {
+			/* Put the reservation back as it was. */
+			if (dp != MAP_FAILED)
+				mmap((void *)(uintptr_t)p, size, PROT_NONE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+			if (fd >= 0)
+				close(fd);
+			free(a);
+			r = TPU__CU_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	if (!r) {
+		*a = (struct alloc){ .next = allocs, .base = (uintptr_t)p, .size = size, .fd = fd,
+				     .shadow = sh, .dev = ph->dev, .phys = ph };
+		allocs = a;
+		ph->maps++;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemSetAccess(tpu__cu_ptr p, size_t size, const tpu__cu_mem_access *desc,
+			    size_t count)
+{
+	struct alloc *a;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	a = r ? NULL : find((uintptr_t)p, size);
+	if (!r && (!a || !a->phys || a->base != p || a->size != size || !desc || count != 1 ||
+		   desc->location.type != TPU__CU_LOCATION_DEVICE || desc->location.id < 0 ||
+		   desc->location.id >= ndev || desc->flags != TPU__CU_ACCESS_READWRITE))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r)
+		a->access = true;
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemUnmap(tpu__cu_ptr p, size_t size)
+{
+	struct alloc *a;
+	struct phys *ph;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	a = r ? NULL : find((uintptr_t)p, size);
+	if (!r && (!a || !a->phys || a->base != p || a->size != size))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		ph = a->phys;
+		/* The range stays reserved: empty address space replaces the mapping. */
+		mmap((void *)(uintptr_t)p, size, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+		unlink_alloc(a);
+		ph->maps--;
+		phys_put(ph);
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemExportToShareableHandle(void *shareable, tpu__cu_mem_handle h,
+					  tpu__cu_handle_type type, unsigned long long flags)
+{
+	struct phys *ph;
+	CUresult r;
+	int fd;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	ph = r ? NULL : phys_find(h);
+	if (!r && type != TPU__CU_HANDLE_POSIX_FD)
+		r = TPU__CU_ERROR_NOT_SUPPORTED;
+	/* Only what cuMemCreate was asked to make exportable as a descriptor. */
+	if (!r && (!shareable || !ph || !ph->refs || !ph->fd_ok || flags))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		fd = fcntl(ph->fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			r = TPU__CU_ERROR_OUT_OF_MEMORY;
+		else
+			*(int *)shareable = fd;
+	}
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemImportFromShareableHandle(tpu__cu_mem_handle *h, void *os_handle,
+					    tpu__cu_handle_type type)
+{
+	int fd = (int)(intptr_t)os_handle, mine = -1;
+	struct stat sb;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = ready();
+	if (!r && type != TPU__CU_HANDLE_POSIX_FD)
+		r = TPU__CU_ERROR_NOT_SUPPORTED;
+	if (!r && (!h || fd < 0 || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || !sb.st_size ||
+		   sb.st_size % GRANULARITY))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		r = mine < 0 ? TPU__CU_ERROR_OUT_OF_MEMORY : 0;
+	}
+	if (!r)
+		r = phys_new(mine, (size_t)sb.st_size, current->dev, true, h);
+	if (r && mine >= 0)
+		close(mine);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+API CUresult cuMemRetainAllocationHandle(tpu__cu_mem_handle *h, void *addr)
+{
+	struct alloc *a;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	a = r ? NULL : find((uintptr_t)addr, 1);
+	/* cuMemAlloc's memory has no allocation handle. */
+	if (!r && (!h || !a || !a->phys))
+		r = TPU__CU_ERROR_INVALID_VALUE;
+	if (!r) {
+		a->phys->refs++;
+		*h = a->phys->id;
+	}
 	pthread_mutex_unlock(&lock);
 	return r;
 }

@@ -9,6 +9,7 @@
 
 const struct tpu__cuda_api *cu;
 void (*standin_counts)(unsigned long *, unsigned long *, unsigned long *);
+void (*standin_vmm_counts)(unsigned long *, unsigned long *);
 static void *driver;
 
 bool cuda_harness_open(const char *list)
@@ -27,8 +28,10 @@ bool cuda_harness_open(const char *list)
 	if (!driver) {
 		driver = dlopen(getenv("TPU_CUDA_DRIVER") ? getenv("TPU_CUDA_DRIVER") : "libcuda.so.1",
 				RTLD_NOW | RTLD_NOLOAD);
-		if (driver)
+		if (driver) {
 			*(void **)&standin_counts = dlsym(driver, "tpu_cuda_standin_counts");
+			*(void **)&standin_vmm_counts = dlsym(driver, "tpu_cuda_standin_vmm_counts");
+		}
 	}
 	tap_diag("%s: %s%s", list, why, standin_counts ? " (the stand-in)" : "");
 	return true;
@@ -40,6 +43,7 @@ void cuda_harness_close(void)
 		dlclose(driver);
 	driver = NULL;
 	standin_counts = NULL;
+	standin_vmm_counts = NULL;
 }
 
 uint8_t pat_byte(size_t i, unsigned int seed)
@@ -86,6 +90,56 @@ bool dev_holds(uint32_t dev, tpu__cu_ptr d, size_t len, unsigned int seed)
 
 	free(h);
 	return ok;
+}
+
+bool vmm_filled(uint32_t dev, size_t len, unsigned int seed, bool exportable, struct vmm *v)
+{
+	tpu__cu_mem_prop prop = { .type = TPU__CU_MEM_PINNED,
+				  .handle_types = exportable ? TPU__CU_HANDLE_POSIX_FD : 0,
+				  .location = { TPU__CU_LOCATION_DEVICE, (int)dev } };
+	tpu__cu_mem_access acc = { .location = { TPU__CU_LOCATION_DEVICE, (int)dev },
+				   .flags = TPU__CU_ACCESS_READWRITE };
+	tpu__cu_mem_handle h = 0;
+	uint8_t *buf = malloc(len);
+	size_t g = 0;
+	bool ok, mapped = false;
+
+	memset(v, 0, sizeof(*v));
+	v->dev = dev;
+	ok = buf && tpu__cuda_has_vmm() && !tpu__cuda_enter(dev) &&
+	     !cu->mem_granularity(&g, &prop, TPU__CU_GRANULARITY_MINIMUM) && g;
+	if (ok) {
+		v->size = (len + g - 1) / g * g;
+		ok = !cu->mem_create(&h, v->size, &prop, 0);
+	}
+	ok = ok && !cu->mem_reserve(&v->p, v->size, 0, 0, 0);
+	if (ok)
+		mapped = ok = !cu->mem_map(v->p, v->size, 0, h, 0);
+	ok = ok && !cu->mem_set_access(v->p, v->size, &acc, 1);
+	if (h)
+		cu->mem_release(h);
+	if (ok) {
+		pat_fill(buf, len, seed);
+		ok = !cu->memcpy_htod(v->p, buf, len);
+	}
+	if (!ok) {
+		if (mapped)
+			cu->mem_unmap(v->p, v->size);
+		if (v->p)
+			cu->mem_unreserve(v->p, v->size);
+		v->p = 0;
+	}
+	free(buf);
+	return ok;
+}
+
+void vmm_free(struct vmm *v)
+{
+	if (!v->p || tpu__cuda_enter(v->dev))
+		return;
+	cu->mem_unmap(v->p, v->size);
+	cu->mem_unreserve(v->p, v->size);
+	v->p = 0;
 }
 
 /*

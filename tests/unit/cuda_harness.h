@@ -18,6 +18,7 @@ extern const struct tpu__cuda_api *cu;
 /* The stand-in's counters, when the driver is the stand-in (else NULL). */
 extern void (*standin_counts)(unsigned long *allocations, unsigned long *ipc_live,
 			      unsigned long *ipc_opened);
+extern void (*standin_vmm_counts)(unsigned long *allocations, unsigned long *reservations);
 /*
  * Load the driver for test list @list: true, or false after a skip (no
  * driver asked for) or a failure (TPU_CUDA_DRIVER set and not loading).
@@ -32,6 +33,20 @@ bool pat_holds(const uint8_t *b, size_t len, unsigned int seed);
 tpu__cu_ptr dev_filled(uint32_t dev, size_t len, unsigned int seed);
 /* Whether device memory @d holds @seed's pattern, read back by the driver. */
 bool dev_holds(uint32_t dev, tpu__cu_ptr d, size_t len, unsigned int seed);
+
+/* A VMM allocation mapped read-write on one device (cuMemCreate, cuMemMap). */
+struct vmm {
+	uint32_t dev;
+	tpu__cu_ptr p;
+	size_t size;		/* whole granules */
+};
+/*
+ * @len bytes of @seed's pattern in a new VMM allocation on @dev, made
+ * exportable as a POSIX descriptor if @exportable: true, or false with
+ * nothing left behind.
+ */
+bool vmm_filled(uint32_t dev, size_t len, unsigned int seed, bool exportable, struct vmm *v);
+void vmm_free(struct vmm *v);
 
 struct end {
 	uint32_t type, dev;		/* where the tensor lies at this end */

@@ -12,6 +12,7 @@
  * (CUDA IPC for real), stream ordering, bad devices and pointers, and a
  * process without a driver (or without a device) getting TPU_E_NO_CUDA.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <spawn.h>
@@ -194,6 +195,67 @@ static void no_channel(void)
 		cu->mem_free(d);
 }
 
+/* VMM memory: what the library exports of it, and what the stand-in refuses. */
+static void vmm_cases(void)
+{
+	struct vmm v, closed;
+	tpu__cu_ptr d = dev_filled(0, 4096, 71);
+	uint64_t size = 0, off = 0;
+	uint8_t buf[16];
+	int fd = -1;
+	bool ok;
+
+	if (!tpu__cuda_has_vmm()) {
+		CHECK(true, "cuda: VMM # SKIP the driver lacks the VMM entry points");
+		if (d)
+			cu->mem_free(d);
+		return;
+	}
+	if (!d || !vmm_filled(0, 3 << 20, 70, true, &v) || !vmm_filled(0, 4096, 72, false, &closed)) {
+		CHECK(false, "cuda: VMM allocations for the tests");
+		return;
+	}
+	ok = !tpu__cuda_vmm_export((void *)(uintptr_t)(v.p + 100), 0, &fd, &size, &off);
+	CHECK(ok && fd >= 0 && size == v.size && off == 100,
+	      "cuda: a VMM allocation exports as a descriptor, its mapping's size and the offset "
+	      "(size %llu of %zu, offset %llu)", (unsigned long long)size, v.size,
+	      (unsigned long long)off);
+	if (fd >= 0)
+		close(fd);
+	CHECK_STATUS(tpu__cuda_vmm_export((void *)(uintptr_t)d, 0, &fd, &size, &off), -ENOENT,
+		     "cuda: memory from cuMemAlloc is not VMM memory (-ENOENT)");
+	CHECK_STATUS(tpu__cuda_vmm_export((void *)(uintptr_t)closed.p, 0, &fd, &size, &off),
+		     -EOPNOTSUPP,
+		     "cuda: a VMM allocation not made exportable as a descriptor is -EOPNOTSUPP");
+	if (standin_counts) {
+		tpu__cu_ipc_handle h;
+		tpu__cu_mem_prop prop = { .type = TPU__CU_MEM_PINNED,
+					  .location = { TPU__CU_LOCATION_DEVICE, 0 } };
+		tpu__cu_mem_handle mh = 0;
+		tpu__cu_ptr p = 0;
+
+		CHECK(cu->mem_free(v.p) == TPU__CU_ERROR_INVALID_VALUE,
+		      "cuda stand-in: cuMemFree of VMM memory is CUDA_ERROR_INVALID_VALUE");
+		CHECK(cu->ipc_get(&h, v.p) == TPU__CU_ERROR_INVALID_VALUE,
+		      "cuda stand-in: VMM memory has no legacy IPC handle");
+		CHECK(cu->mem_unreserve(v.p, v.size) == TPU__CU_ERROR_INVALID_VALUE,
+		      "cuda stand-in: freeing an address range still mapped is refused");
+		CHECK(!cu->mem_create(&mh, 2 << 20, &prop, 0) && !cu->mem_reserve(&p, 2 << 20, 0, 0, 0) &&
+		      !cu->mem_map(p, 2 << 20, 0, mh, 0) &&
+		      cu->memcpy_dtoh(buf, p, sizeof(buf)) == TPU__CU_ERROR_ILLEGAL_ADDRESS,
+		      "cuda stand-in: a mapping without cuMemSetAccess faults (CUDA_ERROR_ILLEGAL_ADDRESS)");
+		if (p) {
+			cu->mem_unmap(p, 2 << 20);
+			cu->mem_unreserve(p, 2 << 20);
+		}
+		if (mh)
+			cu->mem_release(mh);
+	}
+	vmm_free(&v);
+	vmm_free(&closed);
+	cu->mem_free(d);
+}
+
 /* The stand-in catches misuse with the driver's error codes. */
 static void standin_misuse(void)
 {
@@ -277,9 +339,18 @@ static int spawn_self(const char *env1, const char *env2, pid_t *out)
 	return WEXITSTATUS(status);
 }
 
-/* What cuda_writer() sends: message k from @src, suggested for @dst, seed 60 + k. */
-static const uint32_t wsrc[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CUDA, TPU_DEVICE_CPU };
-static const uint32_t wdst[3] = { TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA };
+/*
+ * What cuda_writer() sends: message k from @src, suggested for @dst, seed
+ * 60 + k; the fourth, from VMM memory, when the driver has VMM.
+ */
+static const uint32_t wsrc[4] = { TPU_DEVICE_CUDA, TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA };
+static const uint32_t wdst[4] = { TPU_DEVICE_CUDA, TPU_DEVICE_CPU, TPU_DEVICE_CUDA, TPU_DEVICE_CUDA };
+static const char *const wwhat[4] = { "", "", "", " (VMM memory)" };
+
+static int nwrites(void)
+{
+	return tpu__cuda_has_vmm() ? 4 : 3;
+}
 
 /*
  * Read cuda_writer()'s three messages from @pipe, each where the writer
@@ -291,7 +362,7 @@ static bool read_writers(struct tpu_pipe *pipe, const char *want_dev, const char
 {
 	bool ok = true;
 
-	for (int k = 0; ok && k < 3; k++) {
+	for (int k = 0; ok && k < nwrites(); k++) {
 		struct rec rd, rr;
 		struct tag td = { &rd, 0 }, tr = { &rr, 0 };
 		struct tpu_message *d;
@@ -315,8 +386,8 @@ static bool read_writers(struct tpu_pipe *pipe, const char *want_dev, const char
 		ok = ok && !strcmp(tpu_pipe_channel(pipe, wsrc[k], wdst[k]), want) &&
 		     (wdst[k] == TPU_DEVICE_CUDA ? dev_holds(0, dr, BIG, 60 + k)
 						 : pat_holds(h, BIG, 60 + k));
-		CHECK(ok, "cuda: %s %s->%s tensor over %s, every byte in place", where,
-		      type_name(wsrc[k]), type_name(wdst[k]), want);
+		CHECK(ok, "cuda: %s %s->%s tensor%s over %s, every byte in place", where,
+		      type_name(wsrc[k]), type_name(wdst[k]), wwhat[k], want);
 		if (dr && !tpu__cuda_enter(0))
 			cu->mem_free(dr);
 		free(h);
@@ -334,6 +405,7 @@ static void cross_process(void)
 	struct rec ra;
 	struct tag ta = { &ra, 0 };
 	unsigned long allocs0 = 0, live0 = 0, opened0 = 0, allocs1, live1, opened1;
+	unsigned long vmm0 = 0, resv0 = 0, vmm1 = 0, resv1 = 0;
 	pid_t child = -1;
 	int status = -1;
 	bool ok;
@@ -341,6 +413,8 @@ static void cross_process(void)
 	rec_init(&ra);
 	if (standin_counts)
 		standin_counts(&allocs0, &live0, &opened0);
+	if (standin_vmm_counts)
+		standin_vmm_counts(&vmm0, &resv0);
 	ok = !tpu_context_create(NULL, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
 	     !tpu_listener_url(l, NULL, got, sizeof(got)) && !tpu_listener_accept(l, on_accept, &ta);
 	snprintf(env, sizeof(env), "TPU_TEST_CUDA_WRITER=%s", got);
@@ -359,6 +433,13 @@ static void cross_process(void)
 		      "cuda: the reader opened two IPC handles and closed them, leaking nothing "
 		      "(opened %lu, live %lu, allocations %lu -> %lu)", opened1 - opened0, live1,
 		      allocs0, allocs1);
+	}
+	if (standin_vmm_counts) {
+		standin_vmm_counts(&vmm1, &resv1);
+		CHECK(vmm1 == vmm0 && resv1 == resv0,
+		      "cuda: the reader unmapped the writer's VMM allocation and freed its address "
+		      "range (allocations %lu -> %lu, reservations %lu -> %lu)", vmm0, vmm1, resv0,
+		      resv1);
 	}
 	if (ra.n && ra.pipe)
 		tpu_pipe_close(ra.pipe);
@@ -398,28 +479,46 @@ int cuda_reader(const char *url)
 	return tap_finish();
 }
 
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
 /* The writer process of cross_process(); its exit status. */
 int cuda_writer(const char *url)
 {
 	struct tpu_context *ctx = NULL;
 	struct tpu_pipe *p = NULL;
-	struct tpu_message_tensor t[3];
-	struct tpu_message m[3];
+	struct tpu_message_tensor t[4];
+	struct tpu_message m[4];
 	struct rec w;
 	struct tag tw = { &w, 0 };
 	uint8_t *h = malloc(BIG);
 	tpu__cu_ptr d[2] = { 0, 0 };
-	int rc = 0;
+	struct vmm v = { 0 };
+	int rc = 0, n, fds = -1;
 
 	rec_init(&w);
 	if (tpu__cuda_api(&cu, NULL) || !h || tpu_context_create(NULL, &ctx) ||
 	    tpu_pipe_connect(ctx, url, &p))
 		return 2;
+	n = nwrites();
 	d[0] = dev_filled(0, BIG, 60);
 	d[1] = dev_filled(0, BIG, 61);
 	pat_fill(h, BIG, 62);
-	if (!d[0] || !d[1])
+	if (!d[0] || !d[1] || (n == 4 && !vmm_filled(0, BIG, 63, true, &v)))
 		return 3;
+	t[3] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)v.p, .len = BIG,
+					    .device = { TPU_DEVICE_CUDA, 0 },
+					    .target = { TPU_DEVICE_CUDA, 0 } };
 	t[0] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[0], .len = BIG,
 					    .device = { TPU_DEVICE_CUDA, 0 },
 					    .target = { TPU_DEVICE_CUDA, 0 } };
@@ -427,21 +526,27 @@ int cuda_writer(const char *url)
 					    .device = { TPU_DEVICE_CUDA, 0 } };
 	t[2] = (struct tpu_message_tensor){ .data = h, .len = BIG,
 					    .target = { TPU_DEVICE_CUDA, 0 } };
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < n; k++) {
 		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
+		/* The VMM one alone: its export must be closed once ACKed. */
+		if (k == 3 && !rc && rec_wait(&w, 3))
+			fds = open_fds();
 		if (tpu_pipe_write(p, &m[k], on_write, &tw))
 			rc = 4;
 	}
-	if (!rc && !rec_wait(&w, 3))
+	if (!rc && !rec_wait(&w, n))
 		rc = 5;
-	for (int k = 0; !rc && k < 3; k++)
+	for (int k = 0; !rc && k < n; k++)
 		if (w.st[k])
 			rc = 6;
+	if (!rc && n == 4 && open_fds() != fds)
+		rc = 7;
 	tpu_pipe_close(p);
 	tpu_context_destroy(ctx);
 	tpu__cuda_enter(0);
 	cu->mem_free(d[0]);
 	cu->mem_free(d[1]);
+	vmm_free(&v);
 	free(h);
 	return rc;
 }
@@ -509,6 +614,7 @@ void test_cuda(void)
 	no_channel();
 	if (standin_counts)
 		standin_misuse();
+	vmm_cases();
 	cross_process();
 	absent();
 	cuda_harness_close();
