@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * tpbench cuda: tensors between CUDA device memory and host memory of two
- * processes of one host, per device pair and channel (cuda_ipc,
+ * processes of one host (two hosts: bench_cuda_hosts.c), per device pair
+ * and channel (cuda_ipc,
  * cuda_staged; cuda_dmabuf when asked for, beside kmod).  A forked reader process listens; this process connects
  * and writes one tensor per round, and a round ends when the reader says
  * (over the peers' socket) that it read the tensor.  The reader checks
@@ -25,27 +26,16 @@
 #include <unistd.h>
 
 #include "bench_cuda.h"
+#include "bench_cuda_shared.h"
 #include "json.h"
 #include "peer.h"
 #include "units.h"
 #include "tpu_user.h"
 
-typedef unsigned long long cu_ptr;
+struct bench_cu cu;
 
-/* The driver calls used here (their prototypes as in the driver API). */
-static struct {
-	int (*init)(unsigned int);
-	int (*device_get)(int *, int);
-	int (*primary_retain)(void **, int);
-	int (*ctx_set_current)(void *);
-	int (*mem_alloc)(cu_ptr *, size_t);
-	int (*mem_free)(cu_ptr);
-	int (*htod)(cu_ptr, const void *, size_t);
-	int (*dtoh)(void *, cu_ptr, size_t);
-	bool standin;
-} cu;
-
-static int cuda_open(void)
+/* Once per process: the answer is kept. */
+static int cuda_load(void)
 {
 	const char *path = getenv("TPU_CUDA_DRIVER");
 	void *h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -75,15 +65,19 @@ static int cuda_open(void)
 	return 0;
 }
 
-static uint8_t pattern(size_t i, unsigned int round)
+int cuda_open(void)
+{
+	static int st = 1;
+
+	if (st > 0)
+		st = cuda_load();
+	return st;
+}
+
+uint8_t pattern(size_t i, unsigned int round)
 {
 	return (uint8_t)(i * 251 + round * 17 + (i >> 12));
 }
-
-struct bpair {
-	const char *name;
-	uint32_t src, dst;
-};
 
 static const struct bpair bpairs[] = {
 	{ "cpu-cuda", TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
@@ -91,22 +85,7 @@ static const struct bpair bpairs[] = {
 	{ "cuda-cuda", TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
 };
 
-struct run {
-	const struct bpair *pair;
-	const char *chan;
-	const char *xport;
-	size_t size;
-	unsigned int iters;
-};
-
-struct wait1 {
-	sem_t sem;
-	tpu_status st;
-	struct tpu_message *msg;
-	struct tpu_pipe *pipe;
-};
-
-static void done_msg(void *arg, tpu_status st, struct tpu_message *m)
+void done_msg(void *arg, tpu_status st, struct tpu_message *m)
 {
 	struct wait1 *w = arg;
 
@@ -115,7 +94,7 @@ static void done_msg(void *arg, tpu_status st, struct tpu_message *m)
 	sem_post(&w->sem);
 }
 
-static void done_pipe(void *arg, tpu_status st, struct tpu_pipe *p)
+void done_pipe(void *arg, tpu_status st, struct tpu_pipe *p)
 {
 	struct wait1 *w = arg;
 
@@ -204,20 +183,12 @@ static int reader_main(struct peer *peer, void *arg)
 
 /* ---- the writer (this process) ----------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
+int bench_cuda_cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
 }
-
-struct result {
-	tpu_status st;
-	char chan[32];
-	double gbps;		/* median round */
-	int bad;		/* bytes the reader found wrong */
-	bool standin;		/* the driver was the tests' stand-in */
-};
 
 static struct result run_one(const struct run *r)
 {
@@ -286,7 +257,7 @@ static struct result run_one(const struct run *r)
 	if (peer_wait(&peer) && !st && !res.bad)
 		st = -EIO;
 	if (!st) {
-		qsort(ns, r->iters, sizeof(*ns), cmp_u64);
+		qsort(ns, r->iters, sizeof(*ns), bench_cuda_cmp_u64);
 		res.gbps = (double)r->size / (double)ns[r->iters / 2];
 	}
 	res.st = st;
@@ -330,17 +301,21 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] "
 		   "[--channel cuda_ipc|cuda_staged|cuda_dmabuf]\n"
-		   "                    [--transport shm|tcp] [--size BYTES] [--iters N] [--json]\n"
+		   "                    [--transport shm|tcp|rdma] [--size BYTES] [--iters N] [--json]\n"
+		   "       tpbench cuda --listen URL [--transport T]\n"
+		   "       tpbench cuda --connect URL [--pair P] [--channel C] [--transport T] ...\n"
 		   "One tensor per round from this process to a forked reader on this host,\n"
 		   "per device pair and channel (default: every pair, cuda_ipc and cuda_staged\n"
 		   "where they move it; cuda_dmabuf needs the module and --channel); every\n"
-		   "byte of every round is checked.  The driver is\n"
-		   "TPU_CUDA_DRIVER, else libcuda.so.1.\n");
+		   "byte of every round is checked.  Between two hosts, --listen on one\n"
+		   "answers and --connect on the other measures (cuda_staged unless\n"
+		   "--channel names another), then tells the listener to stop.  The driver\n"
+		   "is TPU_CUDA_DRIVER, else libcuda.so.1.\n");
 }
 
 int bench_cuda_main(int argc, char **argv)
 {
-	const char *pair = NULL, *chan = NULL, *xport = "shm";
+	const char *pair = NULL, *chan = NULL, *xport = NULL, *listen = NULL, *connect = NULL;
 	static const char *const chans[] = { "cuda_ipc", "cuda_staged", "cuda_dmabuf" };
 	/* What each asks of the context: cuda_dmabuf rides kmod's rendezvous. */
 	static const char *const ctx_chans[] = { "cuda_ipc", "cuda_staged", "kmod,cuda_dmabuf" };
@@ -363,8 +338,15 @@ int bench_cuda_main(int argc, char **argv)
 			    !strcmp(v, "cuda_dmabuf"))) {
 			chan = v;
 			i++;
-		} else if (!strcmp(a, "--transport") && v && (!strcmp(v, "shm") || !strcmp(v, "tcp"))) {
+		} else if (!strcmp(a, "--transport") && v &&
+			   (!strcmp(v, "shm") || !strcmp(v, "tcp") || !strcmp(v, "rdma"))) {
 			xport = v;
+			i++;
+		} else if (!strcmp(a, "--listen") && v && !connect) {
+			listen = v;
+			i++;
+		} else if (!strcmp(a, "--connect") && v && !listen) {
+			connect = v;
 			i++;
 		} else if (!strcmp(a, "--size") && v && !parse_size(v, &size) && size &&
 			   size <= (1ull << 32)) {
@@ -381,9 +363,22 @@ int bench_cuda_main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* One host: the forked reader listens on shm or on tcp's loopback. */
+	if (!listen && !connect && xport && !strcmp(xport, "rdma")) {
+		usage(stderr);
+		return 2;
+	}
+	if (listen)
+		return bench_cuda_listen(listen, xport);
+	/* Between hosts: staging unless asked for another channel. */
+	if (connect && !chan)
+		chan = "cuda_staged";
+	if (!xport)
+		xport = connect ? NULL : "shm";
 	if (!json) {
-		printf("# tpbench cuda: %llu bytes, %u rounds, over %s\n", (unsigned long long)size,
-		       iters, xport);
+		printf("# tpbench cuda: %llu bytes, %u rounds, over %s%s%s\n",
+		       (unsigned long long)size, iters, xport ? xport : "the URL's transport",
+		       connect ? " to " : "", connect ? connect : "");
 		printf("%-10s %-12s %-12s %10s  %s\n", "pair", "channel", "negotiated", "GB/s",
 		       "bytes checked");
 	}
@@ -399,7 +394,7 @@ int bench_cuda_main(int argc, char **argv)
 			/* IPC reads the writer's device memory: not from CPU memory. */
 			if (bpairs[pi].src == TPU_DEVICE_CPU && ci == 0)
 				continue;
-			res = run_isolated(&r);
+			res = connect ? bench_cuda_connect(connect, &r) : run_isolated(&r);
 			failed |= res.st || res.bad;
 			standin |= res.standin;
 			if (json) {
@@ -426,6 +421,8 @@ int bench_cuda_main(int argc, char **argv)
 			}
 		}
 	}
+	if (connect && bench_cuda_goodbye(connect, xport))
+		failed = true;
 	if (!json && standin)
 		printf("# the stand-in driver: a correctness check, not GPU figures\n");
 	return failed ? 1 : 0;

@@ -769,6 +769,8 @@ static void usage(FILE *f)
 "             [--transport shm|tcp] [--size BYTES] [--iters N] [--json]: CUDA\n"
 "             tensors to a reader process, per device pair and channel, every\n"
 "             byte checked (TPU_CUDA_DRIVER names the driver)\n"
+"tpbench cuda --listen URL | --connect URL [--pair P] [--channel C] ...:\n"
+"             the same between two hosts (cuda_staged unless --channel says)\n"
 "--no-kmod    run only the paths that need no module (automatic when\n"
 "             /dev/tensorpipe is not usable; the reason is printed)\n"
 "--no-thp     do not madvise(MADV_HUGEPAGE) buffers of 2 MiB and more\n"

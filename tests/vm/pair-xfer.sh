@@ -10,16 +10,24 @@
 # driver on both: a writes device and host memory over rdma://, b reads
 # each where a suggested (device or host) and checks every byte; the
 # channel must be cuda_staged (IPC and the module's dma-bufs are one host's).
+# Last, tpbench cuda between the hosts (a listens, b connects): every
+# device pair through cuda_staged over rdma://, every byte checked; with
+# the stand-in a correctness check, not a measurement.
 # b reports TAP; a's exit status says whether its side held.
 
 port=7711
 cuda_port=7730
+bench_port=7740
 standin=tests/unit/build/libcuda_standin.so
 world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
 
 if [ "$TP_VM_ROLE" = a ]; then
 	examples/pipe_echo serve "rdma://$TP_VM_ADDR:$port" >/tmp/echo.log 2>&1 &
 	server=$!
+	# Stops when b's tpbench says goodbye; two minutes at most.
+	TPU_CUDA_DRIVER=$standin timeout 120 tools/tpbench cuda \
+		--listen "rdma://$TP_VM_ADDR:$bench_port" >/tmp/bench.log 2>&1 &
+	bench=$!
 	env $world RANK=0 MASTER_ADDR="$TP_VM_ADDR" examples/world_hello
 	st=$?
 	kill "$server" 2>/dev/null
@@ -36,11 +44,15 @@ if [ "$TP_VM_ROLE" = a ]; then
 		fi
 		sleep 1
 	done
+	if ! wait "$bench"; then
+		cat /tmp/bench.log
+		st=1
+	fi
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..3"
+echo "1..4"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -73,6 +85,16 @@ if [ $cuda_st = 0 ]; then
 	echo "ok 3 - CUDA tensors (stand-in driver) from the other host over rdma://, every byte in place"
 else
 	echo "not ok 3 - CUDA tensors (stand-in driver) from the other host over rdma://"
+	failed=1
+fi
+TPU_CUDA_DRIVER=$standin tools/tpbench cuda --connect "rdma://$TP_VM_PEER:$bench_port" \
+	--size 1M --iters 3 >/tmp/bench.log 2>&1
+bench_st=$?
+sed 's/^/# /' /tmp/bench.log
+if [ $bench_st = 0 ] && [ "$(grep -c 'cuda_staged  *cuda_staged .*all correct' /tmp/bench.log)" = 3 ]; then
+	echo "ok 4 - tpbench cuda between the hosts: three device pairs through cuda_staged, every byte right"
+else
+	echo "not ok 4 - tpbench cuda between the hosts (exit $bench_st)"
 	failed=1
 fi
 exit $failed
