@@ -666,17 +666,42 @@ TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv);
  */
 TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv);
 
+/** enum tpu_device_type - where memory lies */
+enum tpu_device_type {
+	TPU_DEVICE_CPU = 0,
+	TPU_DEVICE_CUDA = 1,	/* CUDA device memory (Documentation/cuda.rst) */
+};
+
+/**
+ * struct tpu_device - a device: its type and index (0 for the CPU).
+ * @type:	enum tpu_device_type.
+ * @index:	device number.
+ */
+struct tpu_device {
+	uint32_t type;
+	uint32_t index;
+};
+
 /**
  * struct tpu_tensor - bytes to send, or room to receive into.
  * @data:	address.
  * @len:	bytes (send), or capacity (receive).
  * @buffer:	the tpu_buffer that holds @data, or NULL; lets the kmod
  *		implementation skip registering the memory.
+ * @device:	where @data lies; zero (the CPU) for host memory.  CUDA
+ *		memory (no @buffer, no TPU_SEND_GIVE) goes through a host
+ *		buffer of the context on every implementation: a send copies
+ *		it there before it returns (after the work queued on
+ *		@stream), a receive copies it to the device before its
+ *		callback (work queued on @stream afterwards sees the bytes).
+ * @stream:	a CUstream of @device, or NULL; NULL for CPU memory.
  */
 struct tpu_tensor {
 	void *data;
 	size_t len;
 	struct tpu_buffer *buffer;
+	struct tpu_device device;
+	void *stream;
 };
 
 /** typedef tpu_send_cb - the consumer is done with the source (or @status says why not) */
@@ -998,22 +1023,6 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 #define TPU_PIPE_MAX_METADATA	(64U << 10)
 /** TPU_PIPE_INLINE_MAX - tensors up to this size always travel inline */
 #define TPU_PIPE_INLINE_MAX	(32U << 10)
-
-/** enum tpu_device_type - where memory lies */
-enum tpu_device_type {
-	TPU_DEVICE_CPU = 0,
-	TPU_DEVICE_CUDA = 1,	/* CUDA device memory (Documentation/cuda.rst) */
-};
-
-/**
- * struct tpu_device - a device: its type and index (0 for the CPU).
- * @type:	enum tpu_device_type.
- * @index:	device number.
- */
-struct tpu_device {
-	uint32_t type;
-	uint32_t index;
-};
 
 /**
  * struct tpu_payload - a CPU buffer carried inline with the message.

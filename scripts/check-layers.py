@@ -23,7 +23,7 @@ LAYERS = {
     "cuda":      ("cuda.h",          ["base"]),
     "dev":       ("dev.h",           ["base"]),
     "ctx":       ("ctx.h",           ["base", "dev"]),
-    "rdv":       ("rdv.h",           ["base", "dev", "ctx"]),
+    "rdv":       ("rdv.h",           ["base", "cuda", "dev", "ctx"]),
     "transport": ("xport.h",         ["base", "dev", "ctx"]),
     "channel":   ("channel.h",       ["base", "cuda", "dev", "ctx", "rdv", "transport"]),
     "pipe":      ("pipe_internal.h", ["base", "cuda", "dev", "ctx", "rdv", "transport",

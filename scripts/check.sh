@@ -59,7 +59,9 @@ for kver in $kvers; do
 
 	echo "== rendezvous over every implementation (VM, $kver)"
 	# The library's case list over inprocess, kmod (uring_cmd) and cma.
-	KVER=$kver tests/vm/run.sh --name "check-rdv-$kver" --module "$mod" -- tests/rdv/rdv_test
+	# CUDA tensors too, with the stand-in driver (rdv_device.c).
+	KVER=$kver tests/vm/run.sh --name "check-rdv-$kver" --module "$mod" \
+		-e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- tests/rdv/rdv_test
 	results+=("rendezvous (VM, $kver)" "build/vm/check-rdv-$kver/guest.log" "$?")
 
 	echo "== pipes between processes, kmod channel (VM, $kver)"

@@ -201,4 +201,16 @@ size_t tpu__rdv_started(struct tpu_rendezvous *rdv, const uint8_t *key, size_t k
  */
 struct tpu__ep_ref *tpu__rdv_kmod_endpoint(struct tpu_rendezvous *rdv);
 
+/*
+ * rdv_device.c: a send or receive of CUDA memory, through a host buffer
+ * of the rendezvous's context; @wait picks the blocking form (the
+ * callback is then unused, and *wait_len gets the length).
+ */
+tpu_status tpu__rdv_device_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				const struct tpu_tensor *t, unsigned int flags, tpu_send_cb done,
+				void *arg, uint64_t wait_timeout_ns, bool wait);
+tpu_status tpu__rdv_device_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
+				const struct tpu_tensor *dst, uint64_t timeout_ns,
+				tpu_recv_cb done, void *arg, size_t *wait_len, bool wait);
+
 #endif /* TPU_RDV_H */

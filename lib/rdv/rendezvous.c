@@ -207,6 +207,9 @@ static tpu_status check_tensor(const struct tpu_tensor *t)
 
 	if (!t || (!t->data && t->len))
 		return -EINVAL;
+	/* Device memory is rdv_device.c's; here, host memory only. */
+	if (t->device.type != TPU_DEVICE_CPU || t->device.index || t->stream)
+		return -EINVAL;
 	if (!t->buffer)
 		return 0;
 	/* The tensor must lie inside the buffer it names. */
@@ -305,6 +308,8 @@ TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *k
 				       tpu_send_cb done, void *arg)
 {
 	RDV_CHECK(rdv);
+	if (tensor && tensor->device.type != TPU_DEVICE_CPU)
+		return tpu__rdv_device_send(rdv, key, key_len, tensor, flags, done, arg, 0, false);
 	return send_issue(rdv, key, key_len, tensor, flags, done, arg, false);
 }
 
@@ -338,6 +343,9 @@ TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *k
 				       tpu_recv_cb done, void *arg)
 {
 	RDV_CHECK(rdv);
+	if (dst && dst->device.type != TPU_DEVICE_CPU)
+		return tpu__rdv_device_recv(rdv, key, key_len, dst, timeout_ns, done, arg, NULL,
+					    false);
 	return recv_issue(rdv, key, key_len, dst, timeout_ns, done, arg, false);
 }
 
@@ -496,6 +504,9 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	tpu_status st;
 
 	RDV_CHECK(rdv);
+	if (dst && dst->device.type != TPU_DEVICE_CPU)
+		return tpu__rdv_device_recv(rdv, key, key_len, dst, timeout_ns, NULL, NULL, len,
+					    true);
 	waiter_init(rdv, &w);
 	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
@@ -525,6 +536,9 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	tpu_status st;
 
 	RDV_CHECK(rdv);
+	if (tensor && tensor->device.type != TPU_DEVICE_CPU)
+		return tpu__rdv_device_send(rdv, key, key_len, tensor, flags, NULL, NULL, timeout_ns,
+					    true);
 	waiter_init(rdv, &w);
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;

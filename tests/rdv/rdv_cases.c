@@ -570,7 +570,7 @@ static void destroy_from_callback(const struct rdv_impl *impl)
 	if (!fx_open(&f, impl))
 		return;
 	v = (struct leaver){ f.rdv, &l };
-	CHECK_STATUS(tpu_rendezvous_recv(f.rdv, "x", 1, &(struct tpu_tensor){ dst, sizeof(dst), NULL }, 0,
+	CHECK_STATUS(tpu_rendezvous_recv(f.rdv, "x", 1, &(struct tpu_tensor){ .data = dst, .len = sizeof(dst) }, 0,
 					 leave_in_callback, &v), 0, "%s_recv_whose_callback_destroys", N(&f));
 	CHECK_STATUS(recv_into(&f, "y", dst2, sizeof(dst2), 0, &other), 0, "%s_recv_left_for_the_destroy", N(&f));
 	CHECK_STATUS(send_str(&f, "x", "bye", &ss), 0, "%s_send_that_triggers_the_destroy", N(&f));
@@ -721,7 +721,7 @@ static void callback_actions(const struct rdv_impl *impl)
 	if (!fx_open(&f, impl))
 		return;
 	c = (struct chain){ .rdv = f.rdv, .log = &l, .reply = { &l, 2 } };
-	CHECK_STATUS(tpu_rendezvous_recv(f.rdv, "ping", 4, &(struct tpu_tensor){ c.dst, sizeof(c.dst), NULL },
+	CHECK_STATUS(tpu_rendezvous_recv(f.rdv, "ping", 4, &(struct tpu_tensor){ .data = c.dst, .len = sizeof(c.dst) },
 					 0, chain_recv_cb, &c), 0, "%s_recv_with_acting_callback", N(&f));
 	CHECK_STATUS(send_str(&f, "ping", "ping", &ss), 0, "%s_send_ping", N(&f));
 	CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "reply", 5, &t, 0, &len), 0,
@@ -900,4 +900,5 @@ void rdv_cases_run(const struct rdv_impl *impl)
 	large_integrity(impl);
 	callback_actions(impl);
 	stress(impl);
+	rdv_device_run(impl);
 }

@@ -21,6 +21,8 @@ struct rdv_impl {
 
 /* Every single-process case (orderings, errors, stress...) over @impl. */
 void rdv_cases_run(const struct rdv_impl *impl);
+/* CUDA tensors over @impl (rdv_device.c); skipped without a driver. */
+void rdv_device_run(const struct rdv_impl *impl);
 /* Cases across fork (needs share/join): not for inprocess. */
 void rdv_xproc_run(const struct rdv_impl *impl);
 void rdv_xproc_death_run(const struct rdv_impl *impl);
