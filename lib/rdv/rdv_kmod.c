@@ -78,6 +78,8 @@ struct km_state {
  * a peer queued behind the spinner on its CPU waits that long.
  */
 #define KM_MAX_SPIN_NS	500000u
+/* A spin this long yields the CPU between two looks (km_spin). */
+#define KM_YIELD_AFTER_NS	20000u
 
 /* How a command reached the module. */
 enum km_how {
@@ -443,29 +445,44 @@ static void km_try_recv(struct km_state *km, struct km_cmd *c)
 	km_issue_recv(km, c, false, 0);
 }
 
-/* Read the completions of KM_SENT commands that are there; never blocks. */
+/* End the KM_SENT commands of @n completion records. */
+static void km_sent_done(struct km_state *km, const struct tp_completion *done, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		struct km_cmd *c;
+
+		pthread_mutex_lock(&km->lock);
+		c = km_find(km, done[i].user_data);
+		if (c && c->how == KM_SENT)
+			km_take(km, c);
+		else
+			c = NULL;
+		pthread_mutex_unlock(&km->lock);
+		if (c)
+			km_finish(km, c, done[i].status, done[i].len, false);
+	}
+}
+
+/*
+ * Read the completions of KM_SENT commands that are there; never blocks
+ * (the endpoint is O_NONBLOCK, km_start).  One reader at a time: see
+ * km->reader.
+ */
 static void km_read_completions(struct km_state *km)
 {
-	struct tpu_completion done[16];
-	size_t n, i;
+	struct tp_completion done[16];
+	ssize_t got;
 
 	do {
-		if (tpu_completions_read(tpu__ep_ref_get(km->ep), done, 16, 0, &n))
+		got = read(tpu_endpoint_fd(tpu__ep_ref_get(km->ep)), done, sizeof(done));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
 			return;
-		for (i = 0; i < n; i++) {
-			struct km_cmd *c;
-
-			pthread_mutex_lock(&km->lock);
-			c = km_find(km, done[i].user_data);
-			if (c && c->how == KM_SENT)
-				km_take(km, c);
-			else
-				c = NULL;
-			pthread_mutex_unlock(&km->lock);
-			if (c)
-				km_finish(km, c, done[i].status, done[i].len, false);
-		}
-	} while (n == 16);
+		km_sent_done(km, done, (size_t)got / sizeof(done[0]));
+	} while ((size_t)got == sizeof(done));
 }
 
 /* The reader's sleep: until a completion or a kick, or @deadline_ns. */
@@ -487,12 +504,14 @@ static void km_reader_sleep(struct km_state *km, uint32_t token, uint64_t deadli
 	}
 	/* Said before the token is looked at: a kick after it writes kick_fd. */
 	atomic_store((_Atomic bool *)&km->reader_asleep, true);
-	if (atomic_load((_Atomic uint32_t *)&km->wake_seq) == token)
-		poll(p, 2, ms);
+	if (atomic_load((_Atomic uint32_t *)&km->wake_seq) == token &&
+	    poll(p, 2, ms) > 0 && (p[1].revents & POLLIN)) {
+		while (read(km->kick_fd, &n, sizeof(n)) > 0)
+			;
+	}
 	atomic_store((_Atomic bool *)&km->reader_asleep, false);
-	while (read(km->kick_fd, &n, sizeof(n)) > 0)
-		;
-	km_read_completions(km);
+	if (p[0].revents & POLLIN)
+		km_read_completions(km);
 }
 
 /*
@@ -555,15 +574,13 @@ static void km_block(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadli
  * Before blocking, poll for the waiter's own work for a while, as the
  * context thread polls a pipe's shared memory: a peer that answers within
  * it costs no wake-up on either side (each costs tens of microseconds on
- * a virtual CPU).  Not on oversubscribed cores (tpu__spin_contended);
- * each look is a system call anyway, and a sched_yield() between two
- * lets a peer that shares this CPU answer at once.
+ * a virtual CPU).  Not on oversubscribed cores (tpu__spin_contended).
  * True when kicked (the word may be posted).
  */
 static bool km_spin(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns)
 {
 	struct km_state *km = rdv->impl_state;
-	uint64_t now = tpu__mono_ns(), last, until;
+	uint64_t now = tpu__mono_ns(), start = now, last, until;
 	uint64_t spin = atomic_load((_Atomic uint64_t *)&km->spin_cur);
 
 	if (!spin || tpu__spin_contended(now))
@@ -574,8 +591,14 @@ static bool km_spin(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadlin
 		km_progress(rdv, TPU__WW_SPIN_POLL);
 		if (atomic_load((_Atomic uint32_t *)&km->wake_seq) != token)
 			return true;
-		/* The peer may be queued on this CPU: let it run (else at once back). */
-		sched_yield();
+		/*
+		 * Past KM_YIELD_AFTER_NS the peer may be queued behind us on
+		 * this CPU: let it run (sched_yield returns at once if not).
+		 */
+		if (now - start > KM_YIELD_AFTER_NS)
+			sched_yield();
+		else
+			tpu__cpu_relax();
 		now = tpu__mono_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
 			tpu__spin_preempted(now);
@@ -663,7 +686,7 @@ static void km_block(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadli
 /*
  * Cancel this member's parked RECV @id of @key (->cancel, or destroy):
  * one not in the kernel yet ends here with -ECANCELED; one in its
- * waiter's TP_IOC_CANCEL is cancelled there, again until the module has
+ * waiter's TP_IOC_RECV is cancelled there, again until the module has
  * found it (the waiter may be between its lock and its system call).
  */
 static void km_cancel_parked(struct km_state *km, uint64_t id, const uint8_t *key, size_t key_len,
@@ -941,6 +964,7 @@ static tpu_status km_endpoint(struct km_state *km)
 {
 	struct tpu_endpoint *ep;
 	struct tpu_info info;
+	int fd, flags;
 	tpu_status st;
 
 	if (tpu__ctx_claim_endpoint(km->ctx)) {
@@ -960,6 +984,15 @@ static tpu_status km_endpoint(struct km_state *km)
 	if (!st && !(info.features & TPU_FEAT_URING_CMD))
 		st = -EOPNOTSUPP;
 	km->features = info.features;
+	/*
+	 * read() of completions (send_wait's) must not block: whoever reads
+	 * has polled, or looks without waiting.  Only read() minds the flag,
+	 * and nothing else reads this endpoint.
+	 */
+	fd = tpu_endpoint_fd(tpu__ep_ref_get(km->ep));
+	flags = st ? 0 : fcntl(fd, F_GETFL);
+	if (!st && (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0))
+		st = tpu__errno();
 	return st;
 }
 
