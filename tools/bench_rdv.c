@@ -15,6 +15,11 @@
  *              processes) and sends the stamp back as a small "ack"; the
  *              time is from before A's send to that stamp.  The first
  *              iteration of each size is a warm-up whose bytes B checks.
+ *   reference  the same transfers the plain way, in the same run: memcpy
+ *              (inprocess), B's process_vm_readv of A's memory (cma), or
+ *              the module's own SEND and RECV ioctls between two
+ *              endpoints of a domain of their own (kmod): the raw copy
+ *              the rendezvous wraps, timed as the rendezvous is.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -74,7 +79,7 @@ struct rdv_result {
 	double rtt_p50_us, rtt_p90_us;
 	double idle_cpu_pct;	/* this process's CPU while the rendezvous idles */
 	double gbps[NSIZES];
-	const char *ref_name;	/* the same-run reference: memcpy, process_vm_readv */
+	const char *ref_name;	/* the same-run reference: memcpy, process_vm_readv, kmod */
 	double ref_gbps[NSIZES];
 };
 
@@ -104,6 +109,11 @@ struct side {
 	struct tpu_buffer *buf;	/* kmod: room for the largest tensor, registered */
 	uint8_t *mem;		/* the tensors' memory: buf's, or plain memory */
 	enum tpu_rdv_impl impl;
+	/* kmod's reference: an endpoint in a domain of its own, and its memory. */
+	struct tpu_endpoint *ref_ep;
+	int ref_domain;		/* A: the domain's descriptor, passed to B */
+	uint8_t *ref_mem;
+	uint32_t ref_region;
 };
 
 #define MEM_LEN	(64u << 20)	/* the largest of bw_sizes */
@@ -131,6 +141,46 @@ static tpu_status side_mem_alloc(struct side *s, struct tpu_context *ctx, enum t
 	madvise(p, MEM_LEN, MADV_HUGEPAGE);
 	s->mem = p;
 	return 0;
+}
+
+/*
+ * kmod's reference: A creates a domain (@join < 0), B joins it; each
+ * allocates MEM_LEN bytes of the module's memory on its endpoint once,
+ * the kind of memory the rendezvous moves here (a tpu_buffer's).
+ */
+static tpu_status side_ref_open(struct side *s, int join)
+{
+	bool a = join < 0;
+	tpu_status st;
+	void *p = NULL;
+
+	s->ref_domain = -1;
+	st = tpu_endpoint_open(NULL, &s->ref_ep);
+	if (!st && a)
+		st = tpu_domain_create(s->ref_ep, &s->ref_domain, NULL);
+	if (!st)
+		st = tpu_domain_attach(s->ref_ep, a ? s->ref_domain : join, NULL);
+	if (!st)
+		st = tpu_region_alloc_mapped(s->ref_ep, MEM_LEN, TPU_MAP_POPULATE, &s->ref_region, &p);
+	if (!st) {
+		s->ref_mem = p;
+		memset(p, 0x5a, MEM_LEN);
+	}
+	return st;
+}
+
+static void side_ref_close(struct side *s)
+{
+	if (!s->ref_ep)
+		return;
+	if (s->ref_mem)
+		tpu_region_munmap(s->ref_mem, MEM_LEN);
+	s->ref_mem = NULL;
+	tpu_endpoint_close(s->ref_ep);
+	s->ref_ep = NULL;
+	if (s->ref_domain >= 0)
+		close(s->ref_domain);
+	s->ref_domain = -1;
 }
 
 static void side_mem_free(struct side *s)
@@ -212,6 +262,42 @@ static tpu_status raw_pulls(struct side *s)
 	return 0;
 }
 
+/*
+ * B, kmod only: for each request, one blocking RECV of A's raw SEND on the
+ * reference's own endpoint, stamped when it returns, as the rendezvous's
+ * transfers are.
+ */
+static tpu_status raw_recvs(struct side *s)
+{
+	unsigned int i, si;
+	char key[64];
+	tpu_status st;
+
+	for (si = 0; si < NSIZES; si++) {
+		for (i = 0; i <= s->o->bw_iters; i++) {
+			struct raw_req q;
+			struct raw_ack a = { 0 };
+			struct tpu_recv_args rv = { .key = key, .region = s->ref_region,
+						    .timeout_ns = WAIT_NS };
+
+			snprintf(key, sizeof(key), "raw/%zu/%u", bw_sizes[si], i);
+			st = recv_sync(s, key, &q, sizeof(q), NULL);
+			if (st)
+				return st;
+			snprintf(key, sizeof(key), "kraw/%zu/%u", bw_sizes[si], i);
+			rv.key_len = strlen(key);
+			rv.len = q.len;
+			a.status = tpu_recv(s->ref_ep, &rv);
+			a.ns = now_ns();
+			snprintf(key, sizeof(key), "rawack/%zu/%u", bw_sizes[si], i);
+			st = send_sync(s, key, &a, sizeof(a));
+			if (st)
+				return st;
+		}
+	}
+	return 0;
+}
+
 /* B: answer every ping, then receive every tensor and acknowledge it. */
 static tpu_status responder(struct side *s)
 {
@@ -250,6 +336,8 @@ static tpu_status responder(struct side *s)
 				return st ? st : a.status;
 		}
 	}
+	if (s->impl == TPU_RDV_KMOD)
+		return raw_recvs(s);
 	return s->impl == TPU_RDV_CMA ? raw_pulls(s) : 0;
 }
 
@@ -269,10 +357,47 @@ static uint64_t quantile(uint64_t *v, unsigned int n, unsigned int pct)
 }
 
 /*
+ * A, kmod: ask B for a raw RECV, then time from before the raw SEND on the
+ * reference's endpoint to B's stamp when its RECV returned (into @a->ns),
+ * and collect the SEND's completion before the next.
+ */
+static tpu_status raw_send(struct side *s, size_t size, unsigned int i, struct raw_ack *a)
+{
+	struct raw_req q = { 0, size };
+	struct tpu_send_args sa = { .region = s->ref_region, .len = size, .user_data = i };
+	struct tpu_completion c;
+	char key[64], kkey[64];
+	size_t n = 0;
+	uint64_t t0;
+	tpu_status st;
+
+	snprintf(key, sizeof(key), "raw/%zu/%u", size, i);
+	st = send_sync(s, key, &q, sizeof(q));
+	if (st)
+		return st;
+	snprintf(kkey, sizeof(kkey), "kraw/%zu/%u", size, i);
+	sa.key = kkey;
+	sa.key_len = strlen(kkey);
+	t0 = now_ns();
+	st = tpu_send(s->ref_ep, &sa);
+	snprintf(key, sizeof(key), "rawack/%zu/%u", size, i);
+	if (!st)
+		st = recv_sync(s, key, a, sizeof(*a), NULL);
+	if (!st)
+		st = a->status;
+	if (!st)
+		st = tpu_completions_read(s->ref_ep, &c, 1, 30000, &n);
+	if (!st)
+		st = c.status;
+	a->ns -= t0;
+	return st;
+}
+
+/*
  * A, after the rendezvous figures: the same sizes moved the plain way, in
  * the same run and the same kind of memory: memcpy for inprocess, B's
- * process_vm_readv of A's memory for cma.  kmod's reference, the module's
- * raw copy, is in tpbench's default table.  @t has room for bw_iters.
+ * process_vm_readv of A's memory for cma, the module's raw SEND and RECV
+ * for kmod (raw_send).  @t has room for bw_iters.
  */
 static tpu_status measure_reference(struct side *s, struct rdv_result *r, uint64_t *t)
 {
@@ -289,6 +414,8 @@ static tpu_status measure_reference(struct side *s, struct rdv_result *r, uint64
 		r->ref_name = "memcpy";
 	} else if (s->impl == TPU_RDV_CMA) {
 		r->ref_name = "pvm_readv";
+	} else if (s->impl == TPU_RDV_KMOD && s->ref_ep) {
+		r->ref_name = "kmod_ioctl";
 	} else {
 		return 0;
 	}
@@ -303,6 +430,8 @@ static tpu_status measure_reference(struct side *s, struct rdv_result *r, uint64
 			if (dst) {
 				memcpy(dst, s->mem, size);
 				a.ns = now_ns() - t0;
+			} else if (s->impl == TPU_RDV_KMOD) {
+				st = raw_send(s, size, i, &a);
 			} else {
 				snprintf(key, sizeof(key), "raw/%zu/%u", size, i);
 				st = send_sync(s, key, &q, sizeof(q));
@@ -417,6 +546,13 @@ static int child_main(struct peer *p, void *arg)
 		st = tpu_rendezvous_join(ctx, fd, &s.rdv);
 	if (fd >= 0)
 		close(fd);
+	fd = -1;
+	if (!st && impl == TPU_RDV_KMOD)
+		st = tpu_fd_recv(p->sock, &fd);
+	if (!st && impl == TPU_RDV_KMOD)
+		st = side_ref_open(&s, fd);
+	if (fd >= 0)
+		close(fd);
 	s.impl = impl;
 	if (!st)
 		st = side_mem_alloc(&s, ctx, impl);
@@ -426,6 +562,7 @@ static int child_main(struct peer *p, void *arg)
 		fprintf(stderr, "tpbench rdv: responder: %s (%s)\n", tpu_strerror(st),
 			tpu_status_name(st));
 	side_mem_free(&s);
+	side_ref_close(&s);
 	tpu_rendezvous_destroy(s.rdv);
 	tpu_context_destroy(ctx);
 	return st ? 1 : 0;
@@ -457,12 +594,17 @@ static tpu_status run_pair(struct side *a, struct rdv_result *r, struct tpu_cont
 		return st ? st : bst;
 	}
 	st = tpu_rendezvous_share(a->rdv, &fd);
+	/* Before the fork, so that a failure leaves no child waiting for it. */
+	if (!st && r->impl == TPU_RDV_KMOD)
+		st = side_ref_open(a, -1);
 	if (!st)
 		st = peer_fork(&p, child_main, (void *)a->o);
 	if (!st)
 		st = peer_send(&p, &r->impl, sizeof(r->impl));
 	if (!st)
 		st = tpu_fd_send(p.sock, fd);
+	if (!st && r->impl == TPU_RDV_KMOD)
+		st = tpu_fd_send(p.sock, a->ref_domain);
 	if (fd >= 0)
 		close(fd);
 	if (!st)
@@ -529,6 +671,7 @@ static void run_impl(const struct rdv_opts *o, struct rdv_result *r)
 		snprintf(r->why, sizeof(r->why), "%s (%s)", tpu_strerror(st), tpu_status_name(st));
 	}
 	side_mem_free(&a);
+	side_ref_close(&a);
 	tpu_rendezvous_destroy(a.rdv);
 	tpu_context_destroy(ctx);
 }

@@ -341,6 +341,11 @@ int tpu__ctx_wake_fd(const struct tpu_context *ctx)
 	return ctx->wake_fd;
 }
 
+uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx)
+{
+	return ctx->spin_ns;
+}
+
 static bool ctx_poll_all(struct tpu_context *ctx)
 {
 	bool any = false;

@@ -116,6 +116,11 @@ void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p);
 /* The eventfd that wakes the context thread; a peer may hold a duplicate. */
 int tpu__ctx_wake_fd(const struct tpu_context *ctx);
 /*
+ * TPU_SPIN_US in ns (0: never spin): how long a thread that polls for its
+ * peer (the context thread, a kmod rendezvous waiter) spins at first.
+ */
+uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx);
+/*
  * Spinners: sockets whose peer answers within microseconds (tcp pipes).
  * While any is held the thread spins after its progress as it does for
  * pollers, entering the kernel only when io_uring has completion work

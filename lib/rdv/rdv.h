@@ -176,6 +176,13 @@ void tpu__op_complete_unlocked(struct tpu__op *op);
  * rdv->lock held: lets tpu__op_complete() know that this thread holds it.
  */
 tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
+/*
+ * In ->send or ->recv: true when called from tpu__rdv_call_impl(), that is
+ * on the thread that issued the op, before the issuing call returned (a
+ * direct op's waiter is then this very thread); false when a queued RECV
+ * is started later, on whichever thread finished the one before it.
+ */
+bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv);
 
 /* Front end, on the context thread: the op's result is in; call back in key order. */
 void tpu__rdv_op_done(struct tpu__op *op);

@@ -283,6 +283,11 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	return st;
 }
 
+bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv)
+{
+	return impl_caller == rdv;
+}
+
 /*
  * Whether @op can be finished on the spot (rdv->lock held by this thread):
  * a receive must be its key's only one, so that nothing waits to be

@@ -491,7 +491,11 @@ static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t k
 	if (tpu__waitword_wait_with(&w->word, deadline_ns, rdv->ops->progress ? &agent : NULL))
 		return false;
 	tpu_rendezvous_cancel(rdv, key, key_len);
-	tpu__waitword_wait(&w->word, 0);
+	/*
+	 * With the agent again: the op's end may still be the waiter's own
+	 * work to collect (a kmod SEND's completion, read by its waiter).
+	 */
+	tpu__waitword_wait_with(&w->word, 0, rdv->ops->progress ? &agent : NULL);
 	return true;
 }
 

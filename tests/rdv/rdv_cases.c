@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rdv_cases.h"
 #include "tap.h"
@@ -278,6 +279,205 @@ static void send_wait_cases(const struct rdv_impl *impl)
 	CHECK_STATUS(tpu_rendezvous_send_wait(NULL, "k", 1, &s, 0, 0), -EINVAL,
 		     "%s_send_wait_without_rendezvous_is_einval", N(&f));
 	fx_close(&f);
+}
+
+/*
+ * A recv_wait or send_wait blocked in a thread of its own (kmod: in its
+ * own TP_IOC_RECV, or reading its SEND's completion, not through the
+ * context thread), and what must wake it from another thread.
+ */
+struct blocked {
+	pthread_t th;
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	bool send;
+	size_t cap;
+	uint64_t timeout_ns;
+	char buf[64];
+	tpu_status st;
+	size_t len;
+	uint64_t took_ns;
+	volatile bool done;
+};
+
+static void *blocked_main(void *arg)
+{
+	struct blocked *b = arg;
+	struct tpu_tensor t = { .data = b->buf, .len = b->send ? 5 : b->cap };
+	uint64_t t0 = rdv_now_ns();
+
+	if (b->send)
+		b->st = tpu_rendezvous_send_wait(b->rdv, b->key, strlen(b->key), &t, 0,
+						 b->timeout_ns);
+	else
+		b->st = tpu_rendezvous_recv_wait(b->rdv, b->key, strlen(b->key), &t,
+						 b->timeout_ns, &b->len);
+	b->took_ns = rdv_now_ns() - t0;
+	__atomic_store_n(&b->done, true, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static bool blocked_start(struct blocked *b, struct tpu_rendezvous *rdv, const char *key,
+			  bool send, size_t cap, uint64_t timeout_ns)
+{
+	*b = (struct blocked){ .rdv = rdv, .key = key, .send = send, .cap = cap,
+			       .timeout_ns = timeout_ns, .st = 1 };
+	if (send)
+		memcpy(b->buf, "hello", 5);
+	return pthread_create(&b->th, NULL, blocked_main, b) == 0;
+}
+
+/* Join the thread if it ends within @ms; false (and a leaked thread) if not. */
+static bool blocked_end(struct blocked *b, unsigned int ms)
+{
+	uint64_t end = rdv_now_ns() + ms * MS;
+
+	while (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE) && rdv_now_ns() < end)
+		usleep(1000);
+	if (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE))
+		return false;
+	pthread_join(b->th, NULL);
+	return true;
+}
+
+static uint64_t process_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void blocked_waiter_cases(const struct rdv_impl *impl)
+{
+	struct evlog l;
+	struct cbarg ss = { &l, 1 };
+	struct blocked b;
+	char dst[64];
+	struct tpu_tensor t = { .data = dst, .len = sizeof(dst) };
+	uint64_t c0;
+	size_t len = 0;
+	bool ended;
+	struct fx f;
+
+	log_init(&l);
+	if (!fx_open(&f, impl))
+		return;
+	/* Asleep: no CPU while nothing comes. */
+	if (blocked_start(&b, f.rdv, "bk/recv", false, 16, 0)) {
+		usleep(100000);
+		c0 = process_cpu_ns();
+		usleep(200000);
+		c0 = process_cpu_ns() - c0;
+		CHECK(c0 < 40 * MS, "%s_blocked_recv_wait_uses_no_cpu (%llu ns in 200 ms)", N(&f),
+		      (unsigned long long)c0);
+		CHECK_STATUS(tpu_rendezvous_cancel(f.rdv, "bk/recv", 7), 0,
+			     "%s_cancel_of_a_blocked_recv_wait_succeeds", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -ECANCELED,
+		      "%s_cancel_from_another_thread_wakes_a_blocked_recv_wait (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+	}
+	/* Cancelled at once: the waiter may not be in the kernel yet. */
+	if (blocked_start(&b, f.rdv, "bk/race", false, 16, 0)) {
+		uint64_t end = rdv_now_ns() + WAIT_NS;
+
+		/* -ENOENT until the thread issued it: then at once. */
+		while (tpu_rendezvous_cancel(f.rdv, "bk/race", 7) == -ENOENT && rdv_now_ns() < end)
+			;
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -ECANCELED,
+		      "%s_cancel_racing_a_recv_wait_going_to_sleep_wakes_it (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+	}
+	if (blocked_start(&b, f.rdv, "bk/send", true, 0, 0)) {
+		usleep(100000);
+		CHECK_STATUS(tpu_rendezvous_cancel(f.rdv, "bk/send", 7), 0,
+			     "%s_cancel_of_a_blocked_send_wait_succeeds", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -ECANCELED,
+		      "%s_cancel_from_another_thread_wakes_a_blocked_send_wait (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+		CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "bk/send", 7, &t, 50 * MS, NULL),
+			     -ETIMEDOUT, "%s_a_cancelled_send_wait_left_nothing", N(&f));
+	}
+	/* A send from another thread reaches the sleeping receiver. */
+	if (blocked_start(&b, f.rdv, "bk/late", false, 16, 0)) {
+		usleep(100000);
+		CHECK_STATUS(send_str(&f, "bk/late", "late bytes", &ss), 0,
+			     "%s_late_send_to_a_blocked_recv_wait_starts", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == 0 && b.len == 10 &&
+		      memcmp(b.buf, "late bytes", 10) == 0,
+		      "%s_late_send_wakes_a_blocked_recv_wait_with_the_bytes (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+		CHECK(log_wait(&l, 1) && l.ev[0].st == 0, "%s_late_send_is_called_back", N(&f));
+	}
+	/* A blocked send_wait returns once another thread took the tensor. */
+	if (blocked_start(&b, f.rdv, "bk/taken", true, 0, 0)) {
+		usleep(100000);
+		CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "bk/taken", 8, &t, WAIT_NS, &len), 0,
+			     "%s_recv_of_a_blocked_send_wait_succeeds", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == 0 && len == 5 && memcmp(dst, "hello", 5) == 0,
+		      "%s_a_blocked_send_wait_returns_once_taken (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+	}
+	/* Too small while asleep: -EMSGSIZE with the length, the tensor stays. */
+	if (blocked_start(&b, f.rdv, "bk/big", false, 4, 0)) {
+		usleep(100000);
+		CHECK_STATUS(send_str(&f, "bk/big", "twelve bytes", &ss), 0,
+			     "%s_send_to_a_too_small_blocked_recv_wait_starts", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -EMSGSIZE && b.len == 12,
+		      "%s_blocked_recv_wait_too_small_is_emsgsize_with_the_length (%d, %zu)", N(&f),
+		      b.st, b.len);
+		if (!ended)
+			goto stuck;
+		CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "bk/big", 6, &t, WAIT_NS, &len), 0,
+			     "%s_emsgsize_kept_the_tensor_for_a_retry", N(&f));
+		CHECK(len == 12 && memcmp(dst, "twelve bytes", 12) == 0,
+		      "%s_the_retry_gets_the_bytes", N(&f));
+	}
+	/* The deadline: not early, not much late, and nothing taken after it. */
+	if (blocked_start(&b, f.rdv, "bk/deadline", false, 16, 150 * MS)) {
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -ETIMEDOUT,
+		      "%s_blocked_recv_wait_deadline_is_etimedout (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+		CHECK(b.took_ns >= 140 * MS && b.took_ns < 5000 * MS,
+		      "%s_blocked_recv_wait_deadline_is_honoured (%llu ms)", N(&f),
+		      (unsigned long long)(b.took_ns / MS));
+		CHECK_STATUS(send_str(&f, "bk/deadline", "after", &ss), 0,
+			     "%s_send_after_a_timed_out_recv_wait_starts", N(&f));
+		CHECK_STATUS(tpu_rendezvous_recv_wait(f.rdv, "bk/deadline", 11, &t, WAIT_NS, &len), 0,
+			     "%s_a_timed_out_recv_wait_took_nothing", N(&f));
+	}
+	/* Abort from another thread ends a blocked receive with its status. */
+	if (blocked_start(&b, f.rdv, "bk/abort", false, 16, 0)) {
+		usleep(100000);
+		CHECK_STATUS(tpu_rendezvous_abort(f.rdv, -EPIPE), 0,
+			     "%s_abort_with_a_blocked_recv_wait_succeeds", N(&f));
+		ended = blocked_end(&b, 10000);
+		CHECK(ended && b.st == -EPIPE,
+		      "%s_abort_wakes_a_blocked_recv_wait_with_its_status (%d)", N(&f), b.st);
+		if (!ended)
+			goto stuck;
+	}
+	fx_close(&f);
+	log_fini(&l);
+	return;
+stuck:
+	/* Destroying the rendezvous ends the stuck wait (TPU_E_CLOSED). */
+	fx_close(&f);
+	CHECK(blocked_end(&b, 10000), "%s_destroy_ends_a_stuck_waiter", N(&f));
+	log_fini(&l);
 }
 
 static void timeout_callback(const struct rdv_impl *impl)
@@ -885,6 +1085,7 @@ void rdv_cases_run(const struct rdv_impl *impl)
 	send_before_recv(impl);
 	recv_wait_cases(impl);
 	send_wait_cases(impl);
+	blocked_waiter_cases(impl);
 	timeout_callback(impl);
 	cancel_cases(impl);
 	abort_cases(impl);
