@@ -134,12 +134,15 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 			}
 			tpu__cpu_relax();
 		}
-		if (agent)
-			agent->poll(agent->arg, TPU__WW_SPIN_POLL);
 		now = tpu__mono_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
 			tpu__spin_preempted(now);
 			return false;
+		}
+		/* The agent's own work (a copy, say) is no gap in our looks. */
+		if (agent) {
+			agent->poll(agent->arg, TPU__WW_SPIN_POLL);
+			now = tpu__mono_ns();
 		}
 		last = now;
 		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
