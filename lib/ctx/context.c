@@ -115,6 +115,7 @@ struct tpu_context {
 	 */
 	_Atomic uint64_t lend_last_ns;
 	atomic_bool timed_sleep;
+	atomic_uint npollers;		/* for tpu__ctx_lendable(), any thread */
 
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
@@ -344,6 +345,7 @@ void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p)
 {
 	p->next = ctx->pollers;
 	ctx->pollers = p;
+	atomic_fetch_add(&ctx->npollers, 1);
 }
 
 void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
@@ -353,6 +355,7 @@ void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
 	for (pp = &ctx->pollers; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
+			atomic_fetch_sub(&ctx->npollers, 1);
 			break;
 		}
 	}
@@ -765,6 +768,11 @@ void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon)
 	pthread_mutex_unlock(&ctx->drive);
 }
 
+bool tpu__ctx_lendable(struct tpu_context *ctx)
+{
+	return atomic_load_explicit(&ctx->npollers, memory_order_relaxed) != 0;
+}
+
 uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx)
 {
 	return ctx->spin_ns;
@@ -1026,6 +1034,7 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	atomic_init(&ctx->lend_want, 0);
 	atomic_init(&ctx->lend_last_ns, 0);
 	atomic_init(&ctx->timed_sleep, false);
+	atomic_init(&ctx->npollers, 0);
 	pthread_cond_init(&ctx->progress, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->done_tail = &ctx->done_head;

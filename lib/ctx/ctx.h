@@ -122,6 +122,12 @@ bool tpu__ctx_lend_begin(struct tpu_context *ctx);
 bool tpu__ctx_lend_work(struct tpu_context *ctx);
 void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon);
 void tpu__ctx_lend_want(struct tpu_context *ctx, bool want);
+/*
+ * Whether lending pays: the context polls shared memory (shm pipes).  What
+ * comes through its ring (tcp) needs its own thread, which a lender would
+ * only keep from it.
+ */
+bool tpu__ctx_lendable(struct tpu_context *ctx);
 /* How long the thread spins after its last progress (TPU_SPIN_US), 0 if never. */
 uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx);
 

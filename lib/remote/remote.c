@@ -170,7 +170,8 @@ static void r_issued(struct tpu_rendezvous *rdv)
 	if (!st || quiet_owed != st)
 		return;
 	quiet_owed = NULL;
-	if (!atomic_load(&st->hooks_off) && tpu__ctx_lend_begin(st->pctx)) {
+	if (!atomic_load(&st->hooks_off) && tpu__ctx_lendable(st->pctx) &&
+	    tpu__ctx_lend_begin(st->pctx)) {
 		tpu__ctx_lend_work(st->pctx);
 		tpu__ctx_lend_end(st->pctx, true);
 	} else {
@@ -209,6 +210,9 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	}
 	if (lent_to != st) {
+		/* Nothing to poll (tcp): the context's thread is better at it. */
+		if (!tpu__ctx_lendable(st->pctx))
+			return;
 		if (lent_to || !tpu__ctx_lend_begin(st->pctx)) {
 			want(st, !lent_to);
 			return;
@@ -224,7 +228,7 @@ static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
 {
 	struct remote *st = rdv->impl_state;
 
-	return st ? tpu__ctx_spin_ns(st->pctx) : 0;
+	return st && tpu__ctx_lendable(st->pctx) ? tpu__ctx_spin_ns(st->pctx) : 0;
 }
 
 static void local_send_done(void *arg, tpu_status status)
