@@ -768,6 +768,21 @@ void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon)
 	pthread_mutex_unlock(&ctx->drive);
 }
 
+void tpu__ctx_lend_forget(struct tpu_context *ctx)
+{
+	if (!atomic_load_explicit(&ctx->lend_last_ns, memory_order_relaxed))
+		return;
+	atomic_store(&ctx->lend_last_ns, 0);
+	/* Asleep with unarmed pollers: it must arm them now. */
+	if (atomic_load(&ctx->timed_sleep))
+		ctx_kick(ctx);
+}
+
+bool tpu__ctx_lend_blocked(struct tpu_context *ctx)
+{
+	return atomic_load(&ctx->sq_hint) || io_uring_cq_ready(&ctx->ring);
+}
+
 bool tpu__ctx_lendable(struct tpu_context *ctx)
 {
 	return atomic_load_explicit(&ctx->npollers, memory_order_relaxed) != 0;

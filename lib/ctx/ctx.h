@@ -128,6 +128,17 @@ void tpu__ctx_lend_want(struct tpu_context *ctx, bool want);
  * only keep from it.
  */
 bool tpu__ctx_lendable(struct tpu_context *ctx);
+/*
+ * Lent: the work waits for the context's own thread (SQEs to submit, such
+ * as the kmod channel's RECV, or completions to reap): give it back now.
+ */
+bool tpu__ctx_lend_blocked(struct tpu_context *ctx);
+/*
+ * The lender that gave the context back expecting to come back does not
+ * (it waits without lending): the thread arms its pollers now rather than
+ * when its grace is up.
+ */
+void tpu__ctx_lend_forget(struct tpu_context *ctx);
 /* How long the thread spins after its last progress (TPU_SPIN_US), 0 if never. */
 uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx);
 

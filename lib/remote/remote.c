@@ -143,6 +143,8 @@ static _Thread_local struct remote *quiet_owed;
 /* The thread lent to pctx in a blocking wait (remote_progress), and whether it waits to be. */
 static _Thread_local struct remote *lent_to;
 static _Thread_local struct remote *wants;
+/* Gave pctx back mid-wait for its own thread's work: not again in this wait. */
+static _Thread_local struct remote *stood_down;
 
 void tpu__remote_defer(struct remote *st, struct tpu__task *t)
 {
@@ -173,7 +175,8 @@ static void r_issued(struct tpu_rendezvous *rdv)
 	if (!atomic_load(&st->hooks_off) && tpu__ctx_lendable(st->pctx) &&
 	    tpu__ctx_lend_begin(st->pctx)) {
 		tpu__ctx_lend_work(st->pctx);
-		tpu__ctx_lend_end(st->pctx, true);
+		/* Back soon in a wait, unless the machine is too busy to spin. */
+		tpu__ctx_lend_end(st->pctx, !tpu__spin_contended(tpu__mono_ns()));
 	} else {
 		tpu__ctx_kick(st->pctx);
 	}
@@ -207,11 +210,20 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 			tpu__ctx_lend_end(st->pctx, phase == TPU__WW_SPIN_END);
 		}
 		want(st, false);
+		stood_down = NULL;
 		return;
+	}
+	/*
+	 * On a busy machine the wait will not spin: lending would only cost,
+	 * and pctx's thread must be ready to take what comes.
+	 */
+	if (phase == TPU__WW_SPIN_BEGIN && tpu__spin_contended(tpu__mono_ns())) {
+		stood_down = st;
+		tpu__ctx_lend_forget(st->pctx);
 	}
 	if (lent_to != st) {
 		/* Nothing to poll (tcp): the context's thread is better at it. */
-		if (!tpu__ctx_lendable(st->pctx))
+		if (!tpu__ctx_lendable(st->pctx) || stood_down == st)
 			return;
 		if (lent_to || !tpu__ctx_lend_begin(st->pctx)) {
 			want(st, !lent_to);
@@ -221,6 +233,12 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		want(st, false);
 	}
 	tpu__ctx_lend_work(st->pctx);
+	if (tpu__ctx_lend_blocked(st->pctx)) {
+		/* A kmod RECV to submit, say: only pctx's own thread may. */
+		lent_to = NULL;
+		stood_down = st;
+		tpu__ctx_lend_end(st->pctx, false);
+	}
 }
 
 /* A lent waiter spins as long as pctx's thread would have (it does its work). */
