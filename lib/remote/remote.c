@@ -182,6 +182,20 @@ static void r_issued(struct tpu_rendezvous *rdv)
 	}
 }
 
+/* Below this a lent waiter spins no longer than any waiter (the waitword's budget). */
+#define LEND_SPIN_MIN_NS	5000u
+
+static void lend_spin_learn(struct remote *st, bool answered)
+{
+	uint64_t base = tpu__ctx_spin_ns(st->pctx), cur = atomic_load(&st->lend_spin_ns);
+
+	if (answered)
+		cur = cur < LEND_SPIN_MIN_NS ? LEND_SPIN_MIN_NS : cur * 2;
+	else
+		cur = cur / 2 < LEND_SPIN_MIN_NS ? 0 : cur / 2;
+	atomic_store(&st->lend_spin_ns, cur > base ? base : cur);
+}
+
 static void want(struct remote *st, bool on)
 {
 	if (on == (wants == st))
@@ -208,6 +222,7 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 			lent_to = NULL;
 			/* Posted: the thread goes on, likely to issue again soon. */
 			tpu__ctx_lend_end(st->pctx, phase == TPU__WW_SPIN_END);
+			lend_spin_learn(st, phase == TPU__WW_SPIN_END);
 		}
 		want(st, false);
 		stood_down = NULL;
@@ -241,12 +256,16 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 	}
 }
 
-/* A lent waiter spins as long as pctx's thread would have (it does its work). */
+/*
+ * A waiter lent to pctx (since SPIN_BEGIN) spins about as long as pctx's
+ * thread would have: it does that thread's work.  One that is not lent
+ * only waits, and spins no longer than any waiter.
+ */
 static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
 {
 	struct remote *st = rdv->impl_state;
 
-	return st && tpu__ctx_lendable(st->pctx) ? tpu__ctx_spin_ns(st->pctx) : 0;
+	return st && lent_to == st ? atomic_load(&st->lend_spin_ns) : 0;
 }
 
 static void local_send_done(void *arg, tpu_status status)
@@ -577,6 +596,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 		err = task_add(st, opts->peers[i].task, opts->peers[i].url);
 	if (!err)
 		err = tpu_context_create(&po, &st->pctx);
+	if (!err)
+		atomic_init(&st->lend_spin_ns, tpu__ctx_spin_ns(st->pctx));
 	if (!err)
 		err = tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &st->inner);
 	if (!err)

@@ -155,6 +155,13 @@ struct remote {
 	struct tpu_context *ctx;	/* the user's: the rendezvous's callbacks */
 	struct tpu_context *pctx;	/* ours: the pipes, timers and deferred work */
 	atomic_bool hooks_off;		/* destroyed: progress and issued lend no more */
+	/*
+	 * How long a lent waiter spins at least (remote_spin_ns): pctx's
+	 * spin to begin with, halved by each lent wait that spun it all in
+	 * vain (the peer is slow, or the cores are busy), doubled back by
+	 * each that was answered.
+	 */
+	_Atomic uint64_t lend_spin_ns;
 	struct tpu_rendezvous *rdv;	/* the front end's; NULL after destroy */
 	struct tpu_rendezvous *inner;	/* keys local to this task */
 	struct tpu_listener *listener;	/* ctx thread after create */
