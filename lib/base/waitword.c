@@ -110,14 +110,16 @@ static void budget_update(uint64_t spun_ns, bool slept)
 
 static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu__ww_agent *agent)
 {
-	uint32_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
-	uint64_t start, now, last;
+	uint64_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
+	uint64_t start, now, last, floor = agent && agent->spin_ns ? agent->spin_ns(agent->arg) : 0;
 	unsigned int i;
 
 	if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
 		budget_update(0, false);
 		return true;
 	}
+	if (floor > budget)
+		budget = floor;
 	if (!budget)
 		return false;
 	start = tpu__mono_ns();
@@ -132,12 +134,15 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 			}
 			tpu__cpu_relax();
 		}
-		if (agent)
-			agent->poll(agent->arg, TPU__WW_SPIN_POLL);
 		now = tpu__mono_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
 			tpu__spin_preempted(now);
 			return false;
+		}
+		/* The agent's own work (a copy, say) is no gap in our looks. */
+		if (agent) {
+			agent->poll(agent->arg, TPU__WW_SPIN_POLL);
+			now = tpu__mono_ns();
 		}
 		last = now;
 		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
@@ -309,7 +314,7 @@ bool tpu__waitword_wait_with(struct tpu__waitword *w, uint64_t deadline_ns,
 	if (!posted && agent && agent->sleep)
 		posted = sleep_away(w, deadline_ns, began, agent);
 	if (agent)
-		agent->poll(agent->arg, TPU__WW_SPIN_END);
+		agent->poll(agent->arg, posted ? TPU__WW_SPIN_END : TPU__WW_SPIN_GIVE_UP);
 	if (posted || (agent && agent->sleep))
 		return posted;
 	return sleep_on_word(w, deadline_ns, began);

@@ -48,7 +48,8 @@ bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns);
 enum tpu__ww_phase {
 	TPU__WW_SPIN_BEGIN,	/* about to spin */
 	TPU__WW_SPIN_POLL,	/* spinning, or woken: do some work if there is any */
-	TPU__WW_SPIN_END,	/* done waiting (posted, or given up) */
+	TPU__WW_SPIN_END,	/* done waiting: posted */
+	TPU__WW_SPIN_GIVE_UP,	/* done waiting, not posted: sleeps now, or timed out */
 };
 
 /*
@@ -66,6 +67,13 @@ struct tpu__ww_agent {
 	void (*poll)(void *arg, enum tpu__ww_phase phase);
 	uint32_t (*token)(void *arg);
 	void (*sleep)(void *arg, uint32_t token, uint64_t deadline_ns);
+	/*
+	 * Optional: spin at least this long (ns), whatever the process's
+	 * budget says: for an agent whose poll does the poster's work itself
+	 * (the remote rendezvous's), so that the hand-offs it makes quick are
+	 * not judged by the ones that had to sleep.  Not on a busy machine.
+	 */
+	uint64_t (*spin_ns)(void *arg);
 	void *arg;
 };
 

@@ -36,6 +36,11 @@
 #define CTX_MAX_SPIN_NS		10000000
 /* The adaptive spin grows up to this (2 ms), never past the base's own maximum. */
 #define CTX_MAX_ADAPT_NS	2000000
+/*
+ * After a lent thread gave the context back, the thread sleeps at most
+ * this long (unarmed pollers), until that long went by without a lender.
+ */
+#define LEND_GRACE_NS		500000
 
 /* What a CQE's user_data points to. */
 struct ctx_rec {
@@ -93,6 +98,25 @@ struct tpu_context {
 	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
 	uint64_t spin_cur;		/* adapted to how fast peers answer */
 
+	/*
+	 * Held by whichever thread does the context thread's work: the thread
+	 * itself, except while it sleeps in poll(), or a thread lent to it
+	 * meanwhile (tpu__ctx_lend_begin).  lend_want: lenders waiting for it,
+	 * which the thread's spin gives way to.
+	 */
+	pthread_mutex_t drive;
+	atomic_uint lend_want;
+	/*
+	 * When a lent thread last gave the context back; and whether the
+	 * thread sleeps with a timeout (LEND_GRACE_NS) because one did
+	 * lately: a lender then leaves the pollers disarmed (peers write no
+	 * eventfd, nobody is woken for a frame the lender comes back for),
+	 * and the thread looks at them itself when the time is up.
+	 */
+	_Atomic uint64_t lend_last_ns;
+	atomic_bool timed_sleep;
+	atomic_uint npollers;		/* for tpu__ctx_lendable(), any thread */
+
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
 	uint64_t generation;
@@ -106,10 +130,18 @@ struct tpu_context {
 };
 
 static _Thread_local const struct tpu_context *this_thread_ctx;
+/* The context whose own thread this is (this_thread_ctx may be lent). */
+static _Thread_local const struct tpu_context *own_thread_ctx;
 
 bool tpu__ctx_on_thread(const struct tpu_context *ctx)
 {
 	return ctx && this_thread_ctx == ctx;
+}
+
+/* Only the context's own thread enters the ring (see tpu__ctx_sqe in ctx.h). */
+static bool ctx_own_thread(const struct tpu_context *ctx)
+{
+	return own_thread_ctx == ctx;
 }
 
 const char *tpu__ctx_dev_path(const struct tpu_context *ctx)
@@ -157,7 +189,7 @@ struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void 
 	pthread_mutex_lock(&ctx->sq_lock);
 	ctx->cur_spill = NULL;
 	sqe = ctx->spill_head ? NULL : io_uring_get_sqe(&ctx->ring);
-	if (!sqe && tpu__ctx_on_thread(ctx) && !ctx->spill_head) {
+	if (!sqe && ctx_own_thread(ctx) && !ctx->spill_head) {
 		io_uring_submit(&ctx->ring);
 		sqe = io_uring_get_sqe(&ctx->ring);
 	}
@@ -221,7 +253,7 @@ static void ctx_flush(struct tpu_context *ctx)
 
 tpu_status tpu__ctx_submit(struct tpu_context *ctx)
 {
-	bool here = tpu__ctx_on_thread(ctx);
+	bool here = ctx_own_thread(ctx);
 
 	io_uring_sqe_set_data(ctx->cur_sqe, ctx->cur_rec);
 	ctx->inflight++;
@@ -237,7 +269,8 @@ tpu_status tpu__ctx_submit(struct tpu_context *ctx)
 	else
 		atomic_store(&ctx->sq_hint, 1);
 	pthread_mutex_unlock(&ctx->sq_lock);
-	if (!here)
+	/* A lent thread leaves the ring to the context's own: kicked when it gives back. */
+	if (!here && !tpu__ctx_on_thread(ctx))
 		ctx_kick(ctx);
 	return 0;
 }
@@ -266,6 +299,21 @@ void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t)
 	atomic_store(&ctx->done_hint, 1);
 	if (!tpu__ctx_on_thread(ctx))
 		ctx_kick(ctx);
+}
+
+void tpu__ctx_defer_quiet(struct tpu_context *ctx, struct tpu__task *t)
+{
+	t->next = NULL;
+	pthread_mutex_lock(&ctx->done_lock);
+	*ctx->task_tail = t;
+	ctx->task_tail = &t->next;
+	pthread_mutex_unlock(&ctx->done_lock);
+	atomic_store(&ctx->done_hint, 1);
+}
+
+void tpu__ctx_kick(struct tpu_context *ctx)
+{
+	ctx_kick(ctx);
 }
 
 /* Run deferred tasks, one at a time for the same reason as the ops below. */
@@ -297,6 +345,7 @@ void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p)
 {
 	p->next = ctx->pollers;
 	ctx->pollers = p;
+	atomic_fetch_add(&ctx->npollers, 1);
 }
 
 void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
@@ -306,6 +355,7 @@ void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p)
 	for (pp = &ctx->pollers; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
+			atomic_fetch_sub(&ctx->npollers, 1);
 			break;
 		}
 	}
@@ -331,8 +381,11 @@ static bool ctx_coop(const struct tpu_context *ctx)
 }
 
 /* Whether the thread spins before it sleeps. */
-static bool ctx_spins(const struct tpu_context *ctx)
+static bool ctx_spins(struct tpu_context *ctx)
 {
+	/* A thread waiting to be lent does this work better: it waits anyway. */
+	if (atomic_load_explicit(&ctx->lend_want, memory_order_relaxed))
+		return false;
 	return ctx->spin_ns && (ctx->pollers || (ctx->spinners && ctx_coop(ctx)));
 }
 
@@ -469,20 +522,36 @@ static void ctx_progress(struct tpu_context *ctx)
 }
 
 /* Sleep until a CQE is there or the eventfd was written. */
-static void ctx_sleep(struct tpu_context *ctx)
+static void ctx_sleep(struct tpu_context *ctx, bool timed)
 {
 	struct pollfd p[2] = {
 		{ .fd = ctx->ring.ring_fd, .events = POLLIN },
 		{ .fd = ctx->wake_fd, .events = POLLIN },
 	};
+	const struct timespec grace = { 0, LEND_GRACE_NS };
 	uint64_t n;
+	int ret;
 
 	if (io_uring_cq_ready(&ctx->ring))
 		return;
-	/* EINTR is the module's task work having run: look at the ring again. */
-	if (poll(p, 2, -1) > 0 && (p[1].revents & POLLIN))
-		while (read(ctx->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
-			;
+	atomic_store(&ctx->timed_sleep, timed);
+	/* Asleep, the work may be done by a thread lent to the context. */
+	pthread_mutex_unlock(&ctx->drive);
+	for (;;) {
+		/* EINTR is the module's task work having run: look at the ring again. */
+		ret = ppoll(p, 2, timed ? &grace : NULL, NULL);
+		if (ret > 0 && (p[1].revents & POLLIN))
+			while (read(ctx->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
+				;
+		if (ret != 0) {
+			pthread_mutex_lock(&ctx->drive);
+			break;
+		}
+		/* Time to look at the unarmed pollers, unless a lender does. */
+		if (!pthread_mutex_trylock(&ctx->drive))
+			break;
+	}
+	atomic_store(&ctx->timed_sleep, false);
 }
 
 /* Submit, take CQEs, run callbacks, tasks and pollers; true if anything ran. */
@@ -541,23 +610,36 @@ static bool ctx_spin(struct tpu_context *ctx)
 }
 
 /* One round of the loop: submit, call back, else sleep for a CQE. */
+/* A lent thread gave the context back lately: it will likely come back. */
+static bool ctx_lent_lately(struct tpu_context *ctx)
+{
+	uint64_t last = atomic_load_explicit(&ctx->lend_last_ns, memory_order_relaxed);
+
+	return last && ctx_now_ns() - last < LEND_GRACE_NS;
+}
+
 static void ctx_round(struct tpu_context *ctx)
 {
-	if (ctx_work(ctx) || ctx_spin(ctx)) {
+	bool lent = ctx_lent_lately(ctx);
+
+	/* Lent lately: the lender polls better than a spin of ours beside it. */
+	if (ctx_work(ctx) || (!lent && ctx_spin(ctx))) {
 		ctx_progress(ctx);
 		return;
 	}
 	/* Announce the sleep, then look again: a kick now writes the eventfd. */
 	atomic_store(&ctx->asleep, true);
-	if (ctx_has_work(ctx) || ctx_arm_all(ctx)) {
+	if (ctx_has_work(ctx) || (!lent && ctx_arm_all(ctx))) {
 		atomic_store(&ctx->asleep, false);
 		ctx_disarm_all(ctx);
 		return;
 	}
-	if (ctx_spins(ctx)) {
+	if (lent) {
+		ctx_sleep(ctx, true);
+	} else if (ctx_spins(ctx)) {
 		uint64_t t0 = ctx_now_ns(), slept;
 
-		ctx_sleep(ctx);
+		ctx_sleep(ctx, false);
 		slept = ctx_now_ns() - t0;
 		/*
 		 * Woken soon after giving up: the peer answers more slowly than
@@ -573,7 +655,7 @@ static void ctx_round(struct tpu_context *ctx)
 		else
 			ctx->spin_cur = ctx->spin_ns;
 	} else {
-		ctx_sleep(ctx);
+		ctx_sleep(ctx, false);
 	}
 	atomic_store(&ctx->asleep, false);
 	ctx_disarm_all(ctx);
@@ -604,8 +686,11 @@ static void *ctx_main(void *arg)
 	struct tpu_context *ctx = arg;
 
 	this_thread_ctx = ctx;
+	own_thread_ctx = ctx;
+	pthread_mutex_lock(&ctx->drive);
 	while (!ctx_finished(ctx))
 		ctx_round(ctx);
+	pthread_mutex_unlock(&ctx->drive);
 	ctx_progress(ctx);
 	return NULL;
 }
@@ -614,6 +699,12 @@ void tpu__ctx_wait(struct tpu_context *ctx, bool (*done)(void *arg), void *arg)
 {
 	uint64_t gen;
 
+	if (tpu__ctx_on_thread(ctx) && !ctx_own_thread(ctx)) {
+		/* Lent: the context's thread waits for us, so we must not sleep. */
+		while (!done(arg))
+			tpu__ctx_lend_work(ctx);
+		return;
+	}
 	if (tpu__ctx_on_thread(ctx)) {
 		while (!done(arg))
 			ctx_round(ctx);
@@ -630,6 +721,84 @@ void tpu__ctx_wait(struct tpu_context *ctx, bool (*done)(void *arg), void *arg)
 			pthread_cond_wait(&ctx->progress, &ctx->progress_lock);
 		pthread_mutex_unlock(&ctx->progress_lock);
 	}
+}
+
+/* ---- lending a waiting thread ---------------------------------------- */
+
+bool tpu__ctx_lend_begin(struct tpu_context *ctx)
+{
+
+	/* Never twice, nor to a second context: its work could wait for ours. */
+	if (this_thread_ctx || pthread_mutex_trylock(&ctx->drive))
+		return false;
+	this_thread_ctx = ctx;
+	/*
+	 * The thread went to sleep with its pollers armed (peers write its
+	 * eventfd for every frame): we look at them now, so that nobody wakes
+	 * it for what we take.
+	 */
+	ctx_disarm_all(ctx);
+	return true;
+}
+
+bool tpu__ctx_lend_work(struct tpu_context *ctx)
+{
+	bool any = false;
+
+	if (atomic_exchange(&ctx->done_hint, 0)) {
+		any |= ctx_run_done(ctx);
+		any |= ctx_run_tasks(ctx);
+	}
+	if (ctx->pollers)
+		any |= ctx_poll_all(ctx);
+	return any;
+}
+
+void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon)
+{
+	/*
+	 * The thread sleeps on: arm its pollers again, and wake it for what
+	 * is left (our deferred work and SQEs, which it was not kicked for,
+	 * or a frame that came meanwhile).  Kicked before the unlock: once
+	 * it has the context back it may be destroyed at once.
+	 */
+	atomic_store_explicit(&ctx->lend_last_ns, back_soon ? ctx_now_ns() : 0,
+			      memory_order_relaxed);
+	if ((!(back_soon && atomic_load(&ctx->timed_sleep)) && ctx_arm_all(ctx)) ||
+	    ctx_has_work(ctx))
+		ctx_kick(ctx);
+	/* For threads in tpu__ctx_wait() (a run_sync whose task we ran). */
+	ctx_progress(ctx);
+	this_thread_ctx = NULL;
+	pthread_mutex_unlock(&ctx->drive);
+}
+
+void tpu__ctx_lend_forget(struct tpu_context *ctx)
+{
+	if (!atomic_load_explicit(&ctx->lend_last_ns, memory_order_relaxed))
+		return;
+	atomic_store(&ctx->lend_last_ns, 0);
+	/* Asleep with unarmed pollers: it must arm them now. */
+	if (atomic_load(&ctx->timed_sleep))
+		ctx_kick(ctx);
+}
+
+bool tpu__ctx_lend_blocked(struct tpu_context *ctx)
+{
+	return atomic_load(&ctx->sq_hint) || io_uring_cq_ready(&ctx->ring);
+}
+
+bool tpu__ctx_lendable(struct tpu_context *ctx)
+{
+	return atomic_load_explicit(&ctx->npollers, memory_order_relaxed) != 0;
+}
+
+void tpu__ctx_lend_want(struct tpu_context *ctx, bool want)
+{
+	if (want)
+		atomic_fetch_add(&ctx->lend_want, 1);
+	else
+		atomic_fetch_sub(&ctx->lend_want, 1);
 }
 
 /* ---- endpoint and rendezvous bookkeeping ---------------------------- */
@@ -782,6 +951,7 @@ static void ctx_free(struct tpu_context *ctx)
 	pthread_mutex_destroy(&ctx->sq_lock);
 	pthread_mutex_destroy(&ctx->done_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
+	pthread_mutex_destroy(&ctx->drive);
 	pthread_cond_destroy(&ctx->progress);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx->dev_path);
@@ -875,6 +1045,11 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	pthread_mutex_init(&ctx->sq_lock, NULL);
 	pthread_mutex_init(&ctx->done_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
+	pthread_mutex_init(&ctx->drive, NULL);
+	atomic_init(&ctx->lend_want, 0);
+	atomic_init(&ctx->lend_last_ns, 0);
+	atomic_init(&ctx->timed_sleep, false);
+	atomic_init(&ctx->npollers, 0);
 	pthread_cond_init(&ctx->progress, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->done_tail = &ctx->done_head;

@@ -81,6 +81,13 @@ struct tpu__task {
 };
 void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t);
 /*
+ * tpu__ctx_defer() without waking the thread: the caller does the work
+ * itself right after (tpu__ctx_lend_begin), or calls tpu__ctx_kick().
+ */
+void tpu__ctx_defer_quiet(struct tpu_context *ctx, struct tpu__task *t);
+/* Wake the thread if it sleeps. */
+void tpu__ctx_kick(struct tpu_context *ctx);
+/*
  * A finished operation, handed to the context thread from any thread:
  * t->fn(t) runs there, after the completions handed over before it.  The
  * rendezvous completes its operations this way (tpu__op_complete); the
@@ -88,6 +95,50 @@ void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t);
  * order among themselves.
  */
 void tpu__ctx_complete(struct tpu_context *ctx, struct tpu__task *t);
+
+/*
+ * Lending a thread that waits anyway (a blocked receive of the remote
+ * rendezvous) to a context whose thread sleeps: the waiter does the
+ * thread's work itself while it spins, so that a hand-off through shared
+ * memory costs no wake-up of a second thread on each side.  Only for a
+ * context whose callbacks are all the library's own (the remote
+ * rendezvous's private pipe context): the public promise that callbacks
+ * run on the context's thread does not hold for the lent thread.
+ *
+ *   lend_begin	if the context's thread sleeps (or has not started), stand in
+ *		for it: tpu__ctx_on_thread() is true here until lend_end;
+ *		false if it is awake, or this thread is on a context already;
+ *   lend_work	one round of its work: finished ops, deferred tasks, pollers
+ *		(never the ring: SQEs wait for the thread, kicked at lend_end);
+ *		true if anything ran;
+ *   lend_end	give it back (the thread is woken if work is left for it);
+ *   lend_want	a waiter would like to stand in (true) or no longer does
+ *		(false): the thread stops spinning meanwhile, so that it
+ *		sleeps and the waiter can.
+ *
+ * The lent thread must not block: the context's thread waits for it.
+ */
+bool tpu__ctx_lend_begin(struct tpu_context *ctx);
+bool tpu__ctx_lend_work(struct tpu_context *ctx);
+void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon);
+void tpu__ctx_lend_want(struct tpu_context *ctx, bool want);
+/*
+ * Whether lending pays: the context polls shared memory (shm pipes).  What
+ * comes through its ring (tcp) needs its own thread, which a lender would
+ * only keep from it.
+ */
+bool tpu__ctx_lendable(struct tpu_context *ctx);
+/*
+ * Lent: the work waits for the context's own thread (SQEs to submit, such
+ * as the kmod channel's RECV, or completions to reap): give it back now.
+ */
+bool tpu__ctx_lend_blocked(struct tpu_context *ctx);
+/*
+ * The lender that gave the context back expecting to come back does not
+ * (it waits without lending): the thread arms its pollers now rather than
+ * when its grace is up.
+ */
+void tpu__ctx_lend_forget(struct tpu_context *ctx);
 
 /*
  * Pollers: transports that share memory with a peer (shm rings) are polled

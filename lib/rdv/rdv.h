@@ -39,6 +39,7 @@
 #define TPU_RDV_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,6 +129,22 @@ struct tpu__rdv_ops {
 	uint32_t (*wait_token)(struct tpu_rendezvous *rdv);
 	void (*wait_sleep)(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns);
 	void (*wait_kick)(struct tpu_rendezvous *rdv);
+	/* Optional, with progress: a waiter spins at least this long (struct tpu__ww_agent). */
+	uint64_t (*spin_ns)(struct tpu_rendezvous *rdv);
+	/*
+	 * Optional: called by the front end on the thread that issued an op,
+	 * once ->send or ->recv returned and rdv->lock is released, so that
+	 * work the implementation deferred there (tpu__rdv_issuing) can be
+	 * done without the lock.  Never blocks.
+	 */
+	void (*issued)(struct tpu_rendezvous *rdv);
+	/*
+	 * Optional: the last step of a destroy, once ->destroy returned and no
+	 * thread is in a front-end call of this rendezvous any more (a waiter
+	 * whose op ->destroy completed may still call ->progress until then):
+	 * frees what those calls use.  With it, ->destroy leaves impl_state.
+	 */
+	void (*release)(struct tpu_rendezvous *rdv);
 	/* The implementation owns pipes: the context closes it before them. */
 	bool owns_pipes;
 };
@@ -153,6 +170,7 @@ struct tpu_rendezvous {
 	size_t nkeys;
 	size_t live;			/* ops whose callback has not returned */
 	size_t in_callback;		/* of those, callbacks running now */
+	atomic_uint users;		/* threads in an issue or a blocking wait (no lock held) */
 	bool closing;			/* destroy began: start nothing more */
 	struct tpu__ctx_obj obj;	/* the context's objects, closed by context_destroy */
 };
@@ -179,8 +197,9 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
 /*
  * In ->send or ->recv: true when called from tpu__rdv_call_impl(), that is
  * on the thread that issued the op, before the issuing call returned (a
- * direct op's waiter is then this very thread); false when a queued RECV
- * is started later, on whichever thread finished the one before it.
+ * direct op's waiter is then this very thread, and ops->issued will be
+ * called here right after); false when a queued RECV is started later, on
+ * whichever thread finished the one before it.
  */
 bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv);
 

@@ -866,7 +866,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		__atomic_add_fetch(&m->spinners, 1, __ATOMIC_SEQ_CST);
 		return;
 	}
-	if (phase == TPU__WW_SPIN_END) {
+	if (phase == TPU__WW_SPIN_END || phase == TPU__WW_SPIN_GIVE_UP) {
 		/* Going to sleep, or done: whatever is left is the helper's again. */
 		if (__atomic_sub_fetch(&m->spinners, 1, __ATOMIC_SEQ_CST) == 0 &&
 		    __atomic_load_n(&m->parked, __ATOMIC_SEQ_CST)) {

@@ -272,6 +272,11 @@ static void op_done_task(struct tpu__task *t)
 /* The rendezvous whose lock this thread holds while in its implementation. */
 static _Thread_local struct tpu_rendezvous *impl_caller;
 
+bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv)
+{
+	return rdv && impl_caller == rdv;
+}
+
 tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op)
 {
 	struct tpu_rendezvous *outer = impl_caller;
@@ -281,11 +286,6 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	st = op->kind == TPU__OP_SEND ? rdv->ops->send(rdv, op) : rdv->ops->recv(rdv, op);
 	impl_caller = outer;
 	return st;
-}
-
-bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv)
-{
-	return impl_caller == rdv;
 }
 
 /*

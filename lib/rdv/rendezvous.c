@@ -4,6 +4,7 @@
  * front of whichever implementation was chosen (rdv_select.c), the blocking
  * receive, and leaving a rendezvous with every callback called.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,6 +182,14 @@ TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&rdv->lock);
 	rdv->ops->destroy(rdv);
 	tpu__ctx_wait(rdv->ctx, rdv_idle, rdv);
+	/*
+	 * Every op is called back; a thread whose blocking wait ended may
+	 * still be on its way out of the front end (its last ->progress).
+	 */
+	while (atomic_load(&rdv->users))
+		sched_yield();
+	if (rdv->ops->release)
+		rdv->ops->release(rdv);
 	pthread_mutex_lock(&rdv->lock);
 	/* ops == NULL marks it dead: the last callback running frees it. */
 	rdv->ops = NULL;
@@ -242,8 +251,10 @@ static struct tpu__op *op_new(struct tpu_rendezvous *rdv, enum tpu__op_kind kind
 /* Queue @op behind its key and start it unless an older RECV is still out. */
 static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
 {
+	const struct tpu__rdv_ops *ops = NULL;
 	tpu_status st = 0;
 
+	atomic_fetch_add(&rdv->users, 1);
 	pthread_mutex_lock(&rdv->lock);
 	if (rdv->closing) {
 		st = TPU_E_CLOSED;
@@ -266,11 +277,15 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
 			rdv->live--;
 			tpu__keyq_remove(rdv, op);
 		}
+		ops = rdv->ops;
 	}
 out:
 	pthread_mutex_unlock(&rdv->lock);
 	if (st)
 		tpu__op_free(op);
+	if (ops && ops->issued)
+		ops->issued(rdv);
+	atomic_fetch_sub(&rdv->users, 1);
 	return st;
 }
 
@@ -299,7 +314,8 @@ static tpu_status send_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 	op->tensor = *tensor;
 	op->cb.send = done;
 	op->cb_arg = arg;
-	op->direct = direct;
+	/* Without a callback there is nothing to call: any thread may finish it. */
+	op->direct = direct || !done;
 	return op_issue(rdv, op);
 }
 
@@ -461,6 +477,13 @@ static void agent_sleep(void *arg, uint32_t token, uint64_t deadline_ns)
 	rdv->ops->wait_sleep(rdv, token, deadline_ns);
 }
 
+static uint64_t agent_spin_ns(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	return rdv->ops->spin_ns(rdv);
+}
+
 static void agent_kick(void *arg)
 {
 	struct tpu_rendezvous *rdv = arg;
@@ -485,6 +508,7 @@ static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t k
 		.poll = agent_poll,
 		.token = rdv->ops->wait_sleep ? agent_token : NULL,
 		.sleep = rdv->ops->wait_sleep ? agent_sleep : NULL,
+		.spin_ns = rdv->ops->spin_ns ? agent_spin_ns : NULL,
 		.arg = rdv,
 	};
 
@@ -515,17 +539,21 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
+	atomic_fetch_add(&rdv->users, 1);
 	/*
 	 * The deadline is ours, not the implementation's: a timer per receive
 	 * would cost the context's ring two submissions on the fast path.
 	 */
 	st = recv_issue(rdv, key, key_len, dst, 0, recv_woken, &w, true);
-	if (st)
+	if (st) {
+		atomic_fetch_sub(&rdv->users, 1);
 		return st;
+	}
 	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED) {
 		w.status = -ETIMEDOUT;
 		tpu__rdv_log_timeout(rdv, key, key_len);
 	}
+	atomic_fetch_sub(&rdv->users, 1);
 	if (len)
 		*len = w.len;
 	return w.status;
@@ -546,11 +574,15 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	waiter_init(rdv, &w);
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
+	atomic_fetch_add(&rdv->users, 1);
 	st = send_issue(rdv, key, key_len, tensor, flags, send_woken, &w, true);
-	if (st)
+	if (st) {
+		atomic_fetch_sub(&rdv->users, 1);
 		return st;
+	}
 	/* Nobody took it in time: withdrawn, but the source is in use until the callback. */
 	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED)
 		w.status = -ETIMEDOUT;
+	atomic_fetch_sub(&rdv->users, 1);
 	return w.status;
 }

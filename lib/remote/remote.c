@@ -136,22 +136,150 @@ struct remote_task *tpu__remote_tasks(struct remote *st)
 
 /* ---- keys of this task: the inner rendezvous ---- */
 
+/* ---- pipe work on the user's threads ---- */
+
+/* This thread deferred work to that rendezvous's pctx without waking it. */
+static _Thread_local struct remote *quiet_owed;
+/* The thread lent to pctx in a blocking wait (remote_progress), and whether it waits to be. */
+static _Thread_local struct remote *lent_to;
+static _Thread_local struct remote *wants;
+/* Gave pctx back mid-wait for its own thread's work: not again in this wait. */
+static _Thread_local struct remote *stood_down;
+
+void tpu__remote_defer(struct remote *st, struct tpu__task *t)
+{
+	if (st->rdv && tpu__rdv_issuing(st->rdv) && !tpu__ctx_on_thread(st->pctx) &&
+	    (!quiet_owed || quiet_owed == st)) {
+		tpu__ctx_defer_quiet(st->pctx, t);
+		quiet_owed = st;
+		return;
+	}
+	tpu__ctx_defer(st->pctx, t);
+}
+
+void tpu__remote_op_done(struct tpu__op *op, tpu_status status, size_t len)
+{
+	op->status = status;
+	op->len = len;
+	tpu__op_complete_unlocked(op);
+}
+
+/* Right after an issue, the front end's lock dropped: the work it deferred. */
+static void r_issued(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	if (!st || quiet_owed != st)
+		return;
+	quiet_owed = NULL;
+	if (!atomic_load(&st->hooks_off) && tpu__ctx_lendable(st->pctx) &&
+	    tpu__ctx_lend_begin(st->pctx)) {
+		tpu__ctx_lend_work(st->pctx);
+		/* Back soon in a wait, unless the machine is too busy to spin. */
+		tpu__ctx_lend_end(st->pctx, !tpu__spin_contended(tpu__mono_ns()));
+	} else {
+		tpu__ctx_kick(st->pctx);
+	}
+}
+
+/* Below this a lent waiter spins no longer than any waiter (the waitword's budget). */
+#define LEND_SPIN_MIN_NS	5000u
+
+static void lend_spin_learn(struct remote *st, bool answered)
+{
+	uint64_t base = tpu__ctx_spin_ns(st->pctx), cur = atomic_load(&st->lend_spin_ns);
+
+	if (answered)
+		cur = cur < LEND_SPIN_MIN_NS ? LEND_SPIN_MIN_NS : cur * 2;
+	else
+		cur = cur / 2 < LEND_SPIN_MIN_NS ? 0 : cur / 2;
+	atomic_store(&st->lend_spin_ns, cur > base ? base : cur);
+}
+
+static void want(struct remote *st, bool on)
+{
+	if (on == (wants == st))
+		return;
+	wants = on ? st : NULL;
+	tpu__ctx_lend_want(st->pctx, on);
+}
+
+/*
+ * A thread blocked in recv_wait or send_wait: while it spins it stands in
+ * for pctx's thread, which then sleeps (or, awake, stops spinning to let
+ * it): the tensor that ends the wait is read, and its op finished, right
+ * here.  Given back before the waiter sleeps.
+ */
+static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
+{
+	struct remote *st = rdv->impl_state;
+
+	if (!st)
+		return;
+	if (phase == TPU__WW_SPIN_END || phase == TPU__WW_SPIN_GIVE_UP ||
+	    atomic_load(&st->hooks_off)) {
+		if (lent_to == st) {
+			lent_to = NULL;
+			/* Posted: the thread goes on, likely to issue again soon. */
+			tpu__ctx_lend_end(st->pctx, phase == TPU__WW_SPIN_END);
+			lend_spin_learn(st, phase == TPU__WW_SPIN_END);
+		}
+		want(st, false);
+		stood_down = NULL;
+		return;
+	}
+	/*
+	 * On a busy machine the wait will not spin: lending would only cost,
+	 * and pctx's thread must be ready to take what comes.
+	 */
+	if (phase == TPU__WW_SPIN_BEGIN && tpu__spin_contended(tpu__mono_ns())) {
+		stood_down = st;
+		tpu__ctx_lend_forget(st->pctx);
+	}
+	if (lent_to != st) {
+		/* Nothing to poll (tcp): the context's thread is better at it. */
+		if (!tpu__ctx_lendable(st->pctx) || stood_down == st)
+			return;
+		if (lent_to || !tpu__ctx_lend_begin(st->pctx)) {
+			want(st, !lent_to);
+			return;
+		}
+		lent_to = st;
+		want(st, false);
+	}
+	tpu__ctx_lend_work(st->pctx);
+	if (tpu__ctx_lend_blocked(st->pctx)) {
+		/* A kmod RECV to submit, say: only pctx's own thread may. */
+		lent_to = NULL;
+		stood_down = st;
+		tpu__ctx_lend_end(st->pctx, false);
+	}
+}
+
+/*
+ * A waiter lent to pctx (since SPIN_BEGIN) spins about as long as pctx's
+ * thread would have: it does that thread's work.  One that is not lent
+ * only waits, and spins no longer than any waiter.
+ */
+static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	return st && lent_to == st ? atomic_load(&st->lend_spin_ns) : 0;
+}
+
 static void local_send_done(void *arg, tpu_status status)
 {
 	struct tpu__op *op = arg;
 
-	op->status = status;
-	op->len = status ? 0 : op->tensor.len;
-	tpu__op_complete(op);
+	tpu__remote_op_done(op, status, status ? 0 : op->tensor.len);
 }
 
 static void local_recv_done(void *arg, tpu_status status, size_t len)
 {
 	struct tpu__op *op = arg;
 
-	op->status = status;
-	op->len = len;
-	tpu__op_complete(op);
+	tpu__remote_op_done(op, status, len);
 }
 
 static void local_recv_buffer_done(void *arg, tpu_status status, struct tpu_buffer *buf,
@@ -262,14 +390,15 @@ static tpu_status r_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	}
 	st->aborted = status;
 	st->abort_status = status;
+	/* Under the lock: a destroy on another thread takes the inner one once closing. */
+	tpu_rendezvous_abort(st->inner, status);
 	pthread_mutex_unlock(&st->lock);
 	tpu__log_debug("remote rendezvous %s: aborted: %s; telling the peers", st->self,
 		       tpu_strerror(status));
-	tpu_rendezvous_abort(st->inner, status);
 	tpu__remote_serve_fail_all(st, status);
 	st->abort_task.fn = abort_run;
 	tpu__remote_get(st);
-	tpu__ctx_defer(st->ctx, &st->abort_task);
+	tpu__ctx_defer(st->pctx, &st->abort_task);
 	return 0;
 }
 
@@ -286,7 +415,7 @@ static bool drained(void *arg)
 {
 	const struct remote *st = arg;
 
-	return !st->serving || st->drain_expired;
+	return !st->serving || st->drain_expired || tpu__mono_ns() >= st->drain_until;
 }
 
 /*
@@ -302,14 +431,15 @@ static void drain_answers(struct remote *st)
 		return;
 	st->drain_timer.fn = drain_timeout;
 	st->drain_timer.arg = st;
+	st->drain_until = tpu__mono_ns() + REMOTE_DRAIN_NS;
 	tpu__remote_get(st);
-	if (tpu__ctx_timer_start(st->ctx, &st->drain_timer, REMOTE_DRAIN_NS)) {
+	if (tpu__ctx_timer_start(st->pctx, &st->drain_timer, REMOTE_DRAIN_NS)) {
 		tpu__remote_put(st);
 		return;
 	}
-	tpu__ctx_wait(st->ctx, drained, st);
+	tpu__ctx_wait(st->pctx, drained, st);
 	if (!st->drain_expired)
-		tpu__ctx_timer_cancel(st->ctx, &st->drain_timer);
+		tpu__ctx_timer_cancel(st->pctx, &st->drain_timer);
 	else
 		tpu__log_debug("remote rendezvous %s: destroyed with %u answers still being read",
 			       st->self, st->serving);
@@ -320,12 +450,6 @@ static void destroy_on_ctx(void *arg)
 	struct remote *st = arg;
 
 	st->destroyed = true;
-	/*
-	 * Here, not on the caller's thread: a peer's ABORT, dispatched on this
-	 * thread, may be using it.  Its callbacks complete our local ops.
-	 */
-	tpu_rendezvous_destroy(st->inner);
-	st->inner = NULL;
 	tpu__remote_serve_fail_all(st, TPU_E_CLOSED);
 	tpu__remote_fetch_fail_all(st, TPU_E_CLOSED);
 	tpu_listener_close(st->listener);
@@ -335,7 +459,7 @@ static void destroy_on_ctx(void *arg)
 		tpu__remote_peer_end(st->peers, TPU_E_CLOSED);
 	for (struct remote_task *t = tpu__remote_tasks(st); t; t = t->next)
 		if (t->retry_on)
-			tpu__ctx_timer_cancel(st->ctx, &t->retry);
+			tpu__ctx_timer_cancel(st->pctx, &t->retry);
 }
 
 static void r_destroy(struct tpu_rendezvous *rdv)
@@ -345,7 +469,25 @@ static void r_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_lock(&st->lock);
 	st->closing = true;
 	pthread_mutex_unlock(&st->lock);
-	tpu__ctx_run_sync(st->ctx, destroy_on_ctx, st);
+	/*
+	 * On the caller's thread (its callbacks, which complete our local
+	 * ops, run on the user's context, perhaps this thread): once closing,
+	 * neither a peer's ABORT (r_abort) nor an op reaches it any more.
+	 */
+	tpu_rendezvous_destroy(st->inner);
+	st->inner = NULL;
+	/* Lent threads give pctx back: its own thread runs what follows. */
+	atomic_store(&st->hooks_off, true);
+	tpu__ctx_run_sync(st->pctx, destroy_on_ctx, st);
+}
+
+/* No thread is in the front end any more: nothing lends itself to pctx. */
+static void r_release(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	tpu_context_destroy(st->pctx);
+	st->pctx = NULL;
 	st->rdv = NULL;
 	rdv->impl_state = NULL;
 	tpu__remote_put(st);
@@ -381,6 +523,10 @@ const struct tpu__rdv_ops tpu__remote_ops = {
 	.recv = r_recv,
 	.cancel = r_cancel,
 	.abort = r_abort,
+	.progress = r_progress,
+	.spin_ns = r_spin_ns,
+	.issued = r_issued,
+	.release = r_release,
 	.owns_pipes = true,
 };
 
@@ -417,6 +563,7 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 						const struct tpu_remote_options *opts,
 						struct tpu_rendezvous **out)
 {
+	struct tpu_context_options po = { 0 };
 	struct tpu_rendezvous *rdv = NULL;
 	struct remote *st;
 	tpu_status err;
@@ -435,31 +582,38 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	if (!st)
 		return -ENOMEM;
 	atomic_init(&st->refs, 1);
+	atomic_init(&st->hooks_off, false);
 	pthread_mutex_init(&st->lock, NULL);
 	st->ctx = ctx;
+	/* The pipes' own context, restricted as the user's is. */
+	po.dev_path = tpu__ctx_dev_path(ctx);
+	po.flags = tpu__ctx_flags(ctx);
+	po.transports = tpu__ctx_transports(ctx);
+	po.channels = tpu__ctx_channels(ctx);
 	st->self_len = strlen(opts->task);
 	memcpy(st->self, opts->task, st->self_len + 1);
 	for (i = 0, err = 0; i < opts->npeers && !err; i++)
 		err = task_add(st, opts->peers[i].task, opts->peers[i].url);
 	if (!err)
+		err = tpu_context_create(&po, &st->pctx);
+	if (!err)
+		atomic_init(&st->lend_spin_ns, tpu__ctx_spin_ns(st->pctx));
+	if (!err)
 		err = tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &st->inner);
 	if (!err)
-		err = tpu_listener_create(ctx, opts->listen_urls, opts->nlisten, &st->listener);
+		err = tpu_listener_create(st->pctx, opts->listen_urls, opts->nlisten,
+					  &st->listener);
+	if (!err)
+		err = tpu__rdv_create_with(ctx, &tpu__remote_ops, st, &rdv);
 	if (err) {
 		tpu_listener_close(st->listener);
 		tpu_rendezvous_destroy(st->inner);
-		tpu__remote_put(st);
-		return err;
-	}
-	err = tpu__rdv_create_with(ctx, &tpu__remote_ops, st, &rdv);
-	if (err) {
-		tpu_listener_close(st->listener);
-		tpu_rendezvous_destroy(st->inner);
+		tpu_context_destroy(st->pctx);
 		tpu__remote_put(st);
 		return err;
 	}
 	st->rdv = rdv;
-	tpu__ctx_run_sync(ctx, listen_on_ctx, st);
+	tpu__ctx_run_sync(st->pctx, listen_on_ctx, st);
 	tpu__log_debug("rendezvous %p: remote, worker %s", (void *)rdv, st->self);
 	*out = rdv;
 	return 0;
@@ -525,7 +679,7 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 		return -EINVAL;
 	q.st = rdv->impl_state;
 	/* The peers are the context thread's. */
-	tpu__ctx_run_sync(q.st->ctx, path_on_ctx, &q);
+	tpu__ctx_run_sync(q.st->pctx, path_on_ctx, &q);
 	if (!q.err) {
 		*transport = q.transport;
 		*channel = q.channel;

@@ -14,11 +14,21 @@
  * answer (RESP) carries the tensor straight from the producer's memory as
  * a pipe tensor, which the requester reads into the receive's own memory.
  *
- * Threading: pipes are driven from the context thread only.  A user
- * thread's send or receive changes the shared tables under st->lock and
- * defers the pipe work (tpu__ctx_defer); no pipe call is made with
- * st->lock held, since on the context thread a pipe may call back at once.
- * Everything marked "ctx thread" is touched only there and needs no lock.
+ * Threading: the pipes live on a context of their own (st->pctx), made
+ * with the user's context's options, so that every callback on it is this
+ * implementation's: the user's context runs only the rendezvous's
+ * callbacks.  Pipes are driven from pctx's thread only, or from a thread
+ * lent to it (tpu__ctx_lend_begin): a thread blocked in recv_wait does the
+ * pipe work itself while it spins (remote_progress), and a thread whose
+ * send or receive deferred pipe work does it right after the front end's
+ * lock is dropped (remote_issued), so that a hand-off costs no wake-up of
+ * pctx's thread.  A user thread's send or receive changes the shared
+ * tables under st->lock and defers the pipe work (tpu__remote_defer); no
+ * pipe call is made with st->lock held, since on the context thread a pipe
+ * may call back at once.  Everything marked "ctx thread" is touched only
+ * there (pctx's thread or the thread lent to it) and needs no lock.
+ * Ops are completed with tpu__op_complete_unlocked(): a blocked receive's
+ * is finished where its tensor arrived, with no trip through a queue.
  *
  * Life: struct remote is freed with its last reference: the rendezvous
  * holds one until its destroy ran, each peer one.  A peer is freed once
@@ -142,7 +152,16 @@ struct remote_fetch {
 };
 
 struct remote {
-	struct tpu_context *ctx;
+	struct tpu_context *ctx;	/* the user's: the rendezvous's callbacks */
+	struct tpu_context *pctx;	/* ours: the pipes, timers and deferred work */
+	atomic_bool hooks_off;		/* destroyed: progress and issued lend no more */
+	/*
+	 * How long a lent waiter spins at least (remote_spin_ns): pctx's
+	 * spin to begin with, halved by each lent wait that spun it all in
+	 * vain (the peer is slow, or the cores are busy), doubled back by
+	 * each that was answered.
+	 */
+	_Atomic uint64_t lend_spin_ns;
 	struct tpu_rendezvous *rdv;	/* the front end's; NULL after destroy */
 	struct tpu_rendezvous *inner;	/* keys local to this task */
 	struct tpu_listener *listener;	/* ctx thread after create */
@@ -164,12 +183,22 @@ struct remote {
 	struct remote_peer *peers;	/* every peer alive, mapped or not */
 	unsigned int serving;		/* answers with a tensor a peer may still be reading */
 	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
+	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
 };
 
 /* How long a destroy waits for peers still reading this worker's tensors. */
 #define REMOTE_DRAIN_NS		(10ull * 1000000000ull)
+
+/*
+ * Defer pipe work to pctx.  Within an issue (tpu__rdv_issuing) on a user
+ * thread, without waking pctx's thread: the front end calls ->issued
+ * right after, which does the work on this thread or wakes it.
+ */
+void tpu__remote_defer(struct remote *st, struct tpu__task *t);
+/* Complete @op (no lock held): a direct one is finished here. */
+void tpu__remote_op_done(struct tpu__op *op, tpu_status status, size_t len);
 
 void tpu__remote_get(struct remote *st);
 void tpu__remote_put(struct remote *st);

@@ -32,9 +32,7 @@ static void fetch_unref(struct remote_fetch *f)
 
 static void op_end(struct tpu__op *op, tpu_status status, size_t len)
 {
-	op->status = status;
-	op->len = len;
-	tpu__op_complete(op);
+	tpu__remote_op_done(op, status, len);
 }
 
 /* Take @f out of @head's list. */
@@ -64,7 +62,7 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 		f->op = NULL;
 	}
 	if (f->timer_on)
-		tpu__ctx_timer_cancel(f->st->ctx, &f->timer);
+		tpu__ctx_timer_cancel(f->st->pctx, &f->timer);
 	if (f->parked) {
 		unlink_from(&f->task->parked, f);
 		f->parked = false;
@@ -146,7 +144,7 @@ void tpu__remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_
 		op_end(f->op, status, 0);
 		f->op = NULL;
 		if (f->timer_on)
-			tpu__ctx_timer_cancel(f->st->ctx, &f->timer);
+			tpu__ctx_timer_cancel(f->st->pctx, &f->timer);
 		fetch_unref(f);
 	}
 }
@@ -157,7 +155,7 @@ static void fetch_timer_start(struct remote_fetch *f)
 		return;
 	f->timer.fn = fetch_timeout;
 	f->timer.arg = f;
-	if (!tpu__ctx_timer_start(f->st->ctx, &f->timer, f->op->timeout_ns)) {
+	if (!tpu__ctx_timer_start(f->st->pctx, &f->timer, f->op->timeout_ns)) {
 		f->timer_on = true;
 		f->refs++;
 	}
@@ -230,7 +228,7 @@ tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct 
 	f->op = op;
 	f->refs = 1;
 	f->start.fn = fetch_start;
-	tpu__ctx_defer(st->ctx, &f->start);
+	tpu__remote_defer(st, &f->start);
 	return 0;
 }
 
@@ -377,7 +375,7 @@ int tpu__remote_fetch_cancel(struct remote *st, const uint8_t *key, size_t key_l
 	tpu__remote_get(st);
 	c->key_len = key_len;
 	memcpy(c->key, key, key_len);
-	tpu__ctx_defer(st->ctx, &c->task);
+	tpu__ctx_defer(st->pctx, &c->task);
 	return 1;
 }
 

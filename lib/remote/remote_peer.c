@@ -95,7 +95,7 @@ static bool retry_later(struct remote *st, struct remote_task *t)
 	t->retry.fn = retry_fire;
 	t->retry.arg = t;
 	tpu__remote_get(st);
-	if (tpu__ctx_timer_start(st->ctx, &t->retry, t->backoff_ns)) {
+	if (tpu__ctx_timer_start(st->pctx, &t->retry, t->backoff_ns)) {
 		tpu__remote_put(st);
 		return false;
 	}
@@ -163,9 +163,8 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 			tpu_buffer_free(send->tensor.buffer);
 			send->tensor.buffer = NULL;
 		}
-		send->status = status ? pipe_error(p->st) : 0;
-		send->len = status ? 0 : send->tensor.len;
-		tpu__op_complete(send);
+		tpu__remote_op_done(send, status ? pipe_error(p->st) : 0,
+				    status ? 0 : send->tensor.len);
 	}
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
@@ -209,8 +208,7 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 			tpu_buffer_free(send->tensor.buffer);
 			send->tensor.buffer = NULL;
 		}
-		send->status = pipe_error(p->st);
-		tpu__op_complete(send);
+		tpu__remote_op_done(send, pipe_error(p->st), 0);
 	}
 	tpu__remote_peer_end(p, st == -ENOMEM ? st : pipe_error(p->st));
 }
@@ -364,7 +362,7 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
 		return t->peer;
 	if (!t->first_try_ns)
 		t->first_try_ns = tpu__mono_ns();
-	*err = tpu_pipe_connect(st->ctx, t->url, &pipe);
+	*err = tpu_pipe_connect(st->pctx, t->url, &pipe);
 	if (*err)
 		return NULL;
 	p = peer_new(st, pipe);

@@ -202,7 +202,7 @@ tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op)
 	if (e->reqs && !e->serve_queued) {
 		e->serve_queued = true;
 		tpu__remote_get(st);
-		tpu__ctx_defer(st->ctx, &e->serve);
+		tpu__remote_defer(st, &e->serve);
 	}
 out:
 	pthread_mutex_unlock(&st->lock);

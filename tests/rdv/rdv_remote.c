@@ -9,7 +9,9 @@
  * channel, which the first case checks; on the host they use cma.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,6 +423,206 @@ static void worker_death(struct world *w)
 	W_CHECK(recv_into(w, key, klen, b, sizeof(b), 0, NULL) == TPU_E_PEER_GONE);
 }
 
+/*
+ * Round trips between two blocked receives (each spins lent to its
+ * rendezvous's pipes and reads the tensor itself), 64 B and now and then
+ * 256 KiB (the pipe's channel, not inline), with checked contents; the
+ * sends' callbacks, and a callback receive that completes meanwhile, run
+ * on the context's thread, never on the thread lent to the pipes.
+ */
+struct cb_seen {
+	atomic_uint calls;
+	atomic_uint bad;		/* a callback with an error, or off the context's thread */
+	pthread_t main;
+	pthread_t ctx_thread;
+	atomic_bool have_ctx_thread;
+};
+
+static void cb_check(struct cb_seen *s, tpu_status status)
+{
+	pthread_t me = pthread_self();
+	bool first = false;
+
+	if (status || pthread_equal(me, s->main))
+		atomic_fetch_add(&s->bad, 1);
+	if (!atomic_load(&s->have_ctx_thread) &&
+	    atomic_compare_exchange_strong(&s->have_ctx_thread, &first, true))
+		s->ctx_thread = me;
+	else if (!pthread_equal(me, s->ctx_thread))
+		atomic_fetch_add(&s->bad, 1);
+	atomic_fetch_add(&s->calls, 1);
+}
+
+static void sent_cb(void *arg, tpu_status status)
+{
+	cb_check(arg, status);
+}
+
+struct side_recv {
+	struct cb_seen *seen;
+	size_t len;
+	atomic_bool done;
+};
+
+static void side_cb(void *arg, tpu_status status, size_t len)
+{
+	struct side_recv *sr = arg;
+
+	sr->len = len;
+	cb_check(sr->seen, status);
+	atomic_store(&sr->done, true);
+}
+
+static void ping_pong(struct world *w)
+{
+	enum { ROUNDS = 300, BIG = 256 << 10 };
+	static uint8_t out[ROUNDS][BIG], in[BIG], side[64];
+	static struct cb_seen seen;
+	struct side_recv sr = { .seen = &seen };
+	unsigned int i, sends = 0;
+	char key[512];
+	size_t klen, len, n;
+
+	seen.main = pthread_self();
+	atomic_init(&sr.done, false);
+	if (w->me == 0) {
+		struct tpu_tensor t = { .data = side, .len = sizeof(side) };
+
+		klen = key_of(key, 1, 0, "side", 0);
+		W_CHECK(tpu_rendezvous_recv(w->rdv, key, klen, &t, 0, side_cb, &sr) == 0);
+	}
+	for (i = 0; i < ROUNDS; i++) {
+		n = i % 50 == 49 ? BIG : 64;
+		if (w->me == 0) {
+			struct tpu_tensor t = { .data = out[i], .len = n };
+
+			fill(out[i], n, i);
+			klen = key_of(key, 0, 1, "ping", i);
+			W_CHECK(tpu_rendezvous_send(w->rdv, key, klen, &t, 0, sent_cb, &seen) == 0);
+			sends++;
+			klen = key_of(key, 1, 0, "pong", i);
+			W_CHECK(recv_into(w, key, klen, in, BIG, WAIT_NS, &len) == 0);
+			W_CHECK(len == n && filled(in, len, i + 1));
+		} else {
+			klen = key_of(key, 0, 1, "ping", i);
+			W_CHECK(recv_into(w, key, klen, in, BIG, WAIT_NS, &len) == 0);
+			W_CHECK(len == n && filled(in, len, i));
+			fill(out[i], n, i + 1);
+			{
+				struct tpu_tensor t = { .data = out[i], .len = n };
+
+				klen = key_of(key, 1, 0, "pong", i);
+				W_CHECK(tpu_rendezvous_send(w->rdv, key, klen, &t, 0, sent_cb,
+							    &seen) == 0);
+				sends++;
+			}
+			if (i == ROUNDS / 2) {
+				struct tpu_tensor t = { .data = side, .len = sizeof(side) };
+
+				fill(side, sizeof(side), 77);
+				klen = key_of(key, 1, 0, "side", 0);
+				W_CHECK(tpu_rendezvous_send(w->rdv, key, klen, &t, 0, sent_cb,
+							    &seen) == 0);
+				sends++;
+			}
+		}
+	}
+	if (w->me == 0) {
+		for (i = 0; i < 2000 && !atomic_load(&sr.done); i++)
+			usleep(1000);
+		W_CHECK(atomic_load(&sr.done) && sr.len == sizeof(side) &&
+			filled(side, sizeof(side), 77));
+		sends++;	/* its callback is counted with the sends' */
+	}
+	/* The last sends' callbacks come once the other side has read them. */
+	barrier(w);
+	for (i = 0; i < 2000 && atomic_load(&seen.calls) < sends; i++)
+		usleep(1000);
+	W_CHECK(atomic_load(&seen.calls) == sends);
+	W_CHECK(atomic_load(&seen.bad) == 0);
+	barrier(w);
+}
+
+struct waiter_arg {
+	struct world *w;
+	int src;		/* the key's source task: 1 (fetched) or 0 (local) */
+	atomic_bool calling;	/* about to call recv_wait */
+	tpu_status status;
+};
+
+static void *wait_forever(void *arg)
+{
+	struct waiter_arg *a = arg;
+	char key[512], b[8];
+	size_t klen = key_of(key, a->src, 0, "never", 0);
+
+	atomic_store(&a->calling, true);
+	a->status = recv_into(a->w, key, klen, b, sizeof(b), 0, NULL);
+	return NULL;
+}
+
+/* Worker 0's next rendezvous, alone (its waits are for keys of its own). */
+static void fresh_rdv(struct world *w, int serial)
+{
+	char self[64], listen[96];
+	const char *lu = listen;
+	struct tpu_remote_options ro = { .task = self, .listen_urls = &lu, .nlisten = 1 };
+
+	task_name(0, self, sizeof(self));
+	if (!strcmp(w->transport, "tcp"))
+		snprintf(listen, sizeof(listen), "tcp://127.0.0.1:0");
+	else
+		snprintf(listen, sizeof(listen), "shm://rdvremote-alone-%d-%d", (int)getpid(),
+			 serial);
+	W_CHECK(tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) == 0);
+}
+
+/*
+ * 0 destroys its rendezvous while another of its threads waits in
+ * recv_wait (spinning lent to the pipes, or asleep): the waiter returns
+ * TPU_E_CLOSED and nothing it used is freed under it (the sanitizer and
+ * valgrind runs watch).  Three times, at different moments of the wait:
+ * the early ones may come before the waiter's call got in, which then
+ * finds the rendezvous destroyed (TPU_E_DESTROYED); the last one comes
+ * 20 ms into the wait.
+ */
+static void destroy_with_waiter(struct world *w)
+{
+	static const unsigned int delays_us[] = { 40, 0, 20000 };
+	char key[512], b[8];
+	size_t klen = key_of(key, 1, 0, "hello", 0);
+
+	if (w->me == 1) {
+		W_CHECK(send_from(w, key, klen, b, sizeof(b)) == 0);
+		barrier(w);
+		return;
+	}
+	/* A pipe first, so that the waiters have one to spin on. */
+	W_CHECK(recv_into(w, key, klen, b, sizeof(b), WAIT_NS, NULL) == 0);
+	for (size_t i = 0; i < sizeof(delays_us) / sizeof(delays_us[0]); i++) {
+		/* The first waits for a tensor of 1 (its REQ is out), the others locally. */
+		struct waiter_arg a = { .w = w, .src = i ? 0 : 1, .status = 1 };
+		pthread_t th;
+
+		atomic_init(&a.calling, false);
+		if (i)
+			fresh_rdv(w, (int)i);
+		W_CHECK(pthread_create(&th, NULL, wait_forever, &a) == 0);
+		while (!atomic_load(&a.calling))
+			usleep(10);
+		usleep(delays_us[i]);
+		tpu_rendezvous_destroy(w->rdv);
+		w->rdv = NULL;
+		W_CHECK(pthread_join(th, NULL) == 0);
+		if (a.status != TPU_E_CLOSED)
+			fprintf(stderr, "# worker 0: the waiter returned %s after %u us\n",
+				tpu_status_name(a.status), delays_us[i]);
+		W_CHECK(a.status == TPU_E_CLOSED ||
+			(delays_us[i] < 20000 && a.status == TPU_E_DESTROYED));
+	}
+	barrier(w);
+}
+
 /* ---- the test process ---- */
 
 struct scenario {
@@ -441,6 +643,9 @@ static const struct scenario scenarios[] = {
 	{ "a worker that destroys its rendezvous while its tensor is read leaves it intact", 2,
 	  destroy_while_read, -1 },
 	{ "a worker that dies fails the receives waiting on it", 2, worker_death, 1 },
+	{ "300 round trips between blocked receives; callbacks on the context's thread", 2,
+	  ping_pong, -1 },
+	{ "a rendezvous destroyed while a thread waits in recv_wait", 2, destroy_with_waiter, -1 },
 };
 
 /* Relay URLs and barriers until every worker closed its socket. */

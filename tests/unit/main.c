@@ -22,6 +22,7 @@ static const struct {
 	{ "fdpass", test_fdpass },
 	{ "cma", test_cma },
 	{ "probe", test_probe },
+	{ "ctx_lend", test_ctx_lend },
 	{ "rendezvous", test_rendezvous },
 	{ "cma_table", test_cma_table },
 	{ "cma_viability", test_cma_viability },

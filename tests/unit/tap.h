@@ -61,6 +61,7 @@ int cuda_absent(void);
 void test_cma(void);
 void test_probe(void);
 void test_rendezvous(void);
+void test_ctx_lend(void);
 void test_cma_table(void);
 void test_cma_viability(void);
 void test_rdv_cma(void);
