@@ -400,8 +400,12 @@ static bool km_direct(struct tpu_rendezvous *rdv, const struct tpu__op *op)
 
 	if (!op->direct || !tpu__rdv_issuing(rdv) || tpu__ctx_on_thread(km->ctx))
 		return false;
+	/*
+	 * A send without a callback is direct too (nothing to call back), but
+	 * has no waiter to read its completion: the ring's thread reads it.
+	 */
 	if (op->kind == TPU__OP_SEND)
-		return !(op->flags & TPU_SEND_GIVE);
+		return op->cb.send && !(op->flags & TPU_SEND_GIVE);
 	return op->kind == TPU__OP_RECV && (km->features & TPU_FEAT_RECV_TIMEOUT);
 }
 
