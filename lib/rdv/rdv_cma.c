@@ -104,6 +104,7 @@ struct cma_member {
 	tpu_status start_status;
 	bool closing;
 	struct tpu__cma_who me;
+	pid_t pid;			/* getpid(), a system call each time */
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
 	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
@@ -168,8 +169,19 @@ static void complete_all(struct cma_op *done, bool unlocked)
 
 /* --- the helper's scan (member lock held) -------------------------------- */
 
+/* Where a RECV's bytes may go straight from the table (an inline tensor): NULL for none. */
+static void *recv_dst(struct tpu__op *op)
+{
+	static uint8_t nothing;
+
+	if (op->kind != TPU__OP_RECV)
+		return NULL;	/* a RECV_BUFFER allocates outside the locks first */
+	return op->tensor.data ? op->tensor.data : &nothing;
+}
+
+/* @took: set when an inline tensor was taken (DONE now: its producer must hear of it). */
 static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abort_st,
-		      uint64_t now, struct cma_op **done, struct cma_op **pulls)
+		      uint64_t now, struct cma_op **done, struct cma_op **pulls, bool *took)
 {
 	struct cma_op *cop = *link;
 	struct tpu__op *op = cop->op;
@@ -187,7 +199,8 @@ static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abo
 		finish(link, cop, TPU_E_PEER_GONE, done);
 		return;
 	}
-	st = tpu__cma_claim(&m->table, m->me, op->key, op->key_len, op->tensor.len, &cop->claim);
+	st = tpu__cma_claim_into(&m->table, m->me, op->key, op->key_len, op->tensor.len,
+				 recv_dst(op), &cop->claim);
 	if (st == -EAGAIN) {
 		if (cop->deadline && now >= cop->deadline)
 			finish(link, cop, -ETIMEDOUT, done);
@@ -197,6 +210,13 @@ static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abo
 		op->len = cop->claim.len;
 	if (st) {
 		finish(link, cop, st, done);
+		return;
+	}
+	if (cop->claim.done) {
+		/* An inline tensor, copied out already: no pull, no finish. */
+		op->len = (size_t)cop->claim.len;
+		*took = true;
+		finish(link, cop, 0, done);
 		return;
 	}
 	/* Claimed: the pull happens without locks, off the pending list. */
@@ -236,9 +256,14 @@ static void scan_send(struct cma_member *m, struct cma_op **link, tpu_status abo
 	}
 }
 
-/* One look at every pending op; claimed RECVs come back in @pulls. */
-static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
+/*
+ * One look at every pending op; claimed RECVs come back in @pulls.  True
+ * when it made a slot DONE (an inline tensor taken): wake the table.
+ */
+static bool scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
 {
+	bool took = false;
+
 	tpu_status abort_st = tpu__cma_abort_status(&m->table);
 	tpu_status st = tpu__cma_lock(&m->table);
 	uint64_t now = now_ns();
@@ -250,7 +275,7 @@ static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 		if (st)
 			finish(link, cop, st, done);
 		else if (is_recv(cop->op))
-			scan_recv(m, link, abort_st, now, done, pulls);
+			scan_recv(m, link, abort_st, now, done, pulls, &took);
 		else
 			scan_send(m, link, abort_st, done);
 		if (*link == cop)
@@ -258,6 +283,7 @@ static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 	}
 	if (!st)
 		tpu__cma_unlock(&m->table);
+	return took;
 }
 
 /* --- pulls (no lock held) ----------------------------------------------- */
@@ -275,8 +301,17 @@ static tpu_status pull_one(struct cma_member *m, struct cma_op *cop)
 		st = tpu_buffer_alloc(m->rdv->ctx, c->len ? (size_t)c->len : 1, &buf);
 		dst = st ? NULL : tpu_buffer_data(buf);
 	}
-	if (!st)
+	if (!st && c->inl) {
+		/* Ours while CLAIMED: nobody else writes those bytes. */
+		const void *src = tpu__cma_inline_bytes(&m->table, c);
+
+		if (!src)
+			st = -EIO;
+		else if (c->len)
+			memcpy(dst, src, (size_t)c->len);
+	} else if (!st) {
 		st = tpu_cma_read(c->pid, c->addr, dst, (size_t)c->len);
+	}
 	lock_st = tpu__cma_lock(&m->table);
 	if (!lock_st) {
 		st = tpu__cma_finish(&m->table, m->me, c, st);
@@ -393,13 +428,15 @@ static void helper_loop(struct cma_member *m)
 		int64_t timeout;
 		bool park;
 
+		bool took;
+
 		note_joins(m, joins);
-		scan(m, &done, &pulls);
+		took = scan(m, &done, &pulls);
 		if (pulls || done) {
 			pthread_mutex_unlock(&m->lock);
 			pull_all(m, pulls, &done);
 			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
-			if (pulls)
+			if (pulls || took)
 				tpu__cma_wake(&m->table);
 			complete_all(done, true);
 			pthread_mutex_lock(&m->lock);
@@ -475,7 +512,9 @@ static void *watcher_main(void *arg)
 		pfd[0] = (struct pollfd){ .fd = m->evfd, .events = POLLIN };
 		n = 1;
 		if (!tpu__cma_lock(&m->table)) {
-			for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+			uint32_t end = tpu__cma_member_end(&m->table);
+
+			for (uint32_t idx = 0; idx < end; idx++) {
 				struct tpu__cma_who w;
 				pid_t pid;
 				int fd;
@@ -545,7 +584,9 @@ static void watcher_stop(struct cma_member *m)
  */
 static uint32_t deaths_now(struct cma_member *m)
 {
-	for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+	uint32_t end = tpu__cma_member_end(&m->table);
+
+	for (uint32_t idx = 0; idx < end; idx++) {
 		struct tpu__cma_who w;
 		pid_t pid;
 
@@ -602,6 +643,7 @@ static tpu_status member_new(struct tpu_rendezvous *rdv, struct cma_member **out
 		return st;
 	}
 	m->rdv = rdv;
+	m->pid = getpid();
 	m->table.fd = -1;
 	m->evfd = -1;
 	atomic_init(&m->stop, false);
@@ -714,6 +756,8 @@ static tpu_status enqueue(struct cma_member *m, struct cma_op *cop)
 	}
 	cop->next = m->ops;
 	m->ops = cop;
+	/* A waiter's next cma_progress scans even if the table has not moved. */
+	__atomic_store_n(&m->progress_seen, tpu__cma_wake_seq(&m->table) - 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -736,8 +780,12 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
 		cop->deaths = deaths_now(m);
-		st = tpu__cma_post(&m->table, m->me, getpid(), op->key, op->key_len,
-				   (uintptr_t)src, op->tensor.len, &cop->ref);
+		if (op->tensor.len <= TPU__CMA_INLINE_MAX)
+			st = tpu__cma_post_inline(&m->table, m->me, m->pid, op->key, op->key_len,
+						  src, op->tensor.len, &cop->ref);
+		else
+			st = tpu__cma_post(&m->table, m->me, m->pid, op->key, op->key_len,
+					   (uintptr_t)src, op->tensor.len, &cop->ref);
 		tpu__cma_unlock(&m->table);
 	}
 	if (!st) {
@@ -784,10 +832,16 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		free(cop);
 		return st;
 	}
-	/* The helper does the claim and the pull; this only wakes it. */
-	tpu__cma_wake(&m->table);
-	if (!op->direct)
+	/*
+	 * The helper does the claim and the pull; this only wakes it.  A
+	 * blocked recv_wait does them itself (cma_progress, which enqueue
+	 * told to look): waking every member's sleepers would only cost them
+	 * a wake-up each, a producer waiting for its DONE among them.
+	 */
+	if (!op->direct) {
+		tpu__cma_wake(&m->table);
 		helper_unpark(m);
+	}
 	return 0;
 }
 
@@ -852,6 +906,44 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
 }
 
 /*
+ * Whether a scan would find nothing to do, by looks without the table
+ * lock: every RECV's key absent from the table and its deadline ahead,
+ * every SEND still POSTED, no abort, no death.  A spinning waiter then
+ * leaves the lock to the member that changed the table (the other side
+ * of the hand-off, often).  The helper always scans: it is the one that
+ * notices a dead consumer's claim without a watcher.  m->lock held.
+ */
+static bool nothing_to_do(struct cma_member *m)
+{
+	uint32_t deaths = tpu__cma_deaths(&m->table);
+	const struct cma_op *cop;
+	uint64_t now = 0;
+
+	if (tpu__cma_abort_status(&m->table))
+		return false;
+	for (cop = m->ops; cop; cop = cop->next) {
+		const struct tpu__op *op = cop->op;
+
+		if (cop->deaths != deaths)
+			return false;
+		if (!is_recv(op)) {
+			if (tpu__cma_peek_state(&m->table, cop->ref) != TPU__CMA_POSTED)
+				return false;
+			continue;
+		}
+		if (cop->deadline) {
+			if (!now)
+				now = now_ns();
+			if (now >= cop->deadline)
+				return false;
+		}
+		if (tpu__cma_peek_key(&m->table, op->key, op->key_len))
+			return false;
+	}
+	return true;
+}
+
+/*
  * The helper's work, on a thread spinning in recv_wait or send_wait, when
  * the table changed since this member last looked: the waiter claims and
  * pulls, or sees its send taken, without waiting for the helper to wake.
@@ -860,6 +952,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 {
 	struct cma_member *m = rdv->impl_state;
 	struct cma_op *done = NULL, *pulls = NULL;
+	bool took = false;
 	uint32_t seq;
 
 	if (phase == TPU__WW_SPIN_BEGIN) {
@@ -888,13 +981,13 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 	__atomic_store_n(&m->progress_seen, seq, __ATOMIC_RELAXED);
 	/* The helper may stay parked for the whole wait: do its every duty. */
 	note_joins(m, tpu__cma_joins(&m->table));
-	if (!m->closing)
-		scan(m, &done, &pulls);
+	if (!m->closing && !nothing_to_do(m))
+		took = scan(m, &done, &pulls);
 	pthread_mutex_unlock(&m->lock);
 	if (!pulls && !done)
 		return;
 	pull_all(m, pulls, &done);
-	if (pulls)
+	if (pulls || took)
 		tpu__cma_wake(&m->table);
 	complete_all(done, true);
 }
