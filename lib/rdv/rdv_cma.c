@@ -3,7 +3,12 @@
  * The cma rendezvous: what replaces /dev/tensorpipe when the module is
  * absent.  Processes share a key table (cma_table.c, a memfd passed with
  * tpu_rendezvous_share()); a producer posts where its tensor lies, and the
- * consumer pulls it with process_vm_readv, one copy.
+ * consumer pulls it with process_vm_readv, one copy.  A tensor of up to
+ * TPU__CMA_INLINE_MAX bytes is copied into its slot instead, and the
+ * consumer copies it out in the same hold of the table lock that finds
+ * it, marking it DONE there: no system call and no second trip through
+ * the lock, where a pull costs both.  Its send still completes only once
+ * taken (DONE), as a pulled one does and as kmod and inprocess do.
  *
  * Each joined rendezvous object is a member of the table and has one
  * helper thread, not one per operation.  The helper sleeps on the table's
@@ -30,7 +35,11 @@
  * it does and every pending op is such a wait, the helper parks on a word
  * of its own (helper_park), so it is not among the table's sleepers; a
  * wake of the table makes a system call only for sleepers, and a round
- * trip between two spinning members makes none.
+ * trip between two spinning members makes none.  Starting a blocked
+ * receive wakes nobody (its waiter scans at once), and a spinning waiter
+ * looks at its keys' slots without the table lock (nothing_to_do) and
+ * takes the lock only when one of them changed: the lock is then held by
+ * one member at a time, not fought over on every wake of the table.
  *
  * Peer death, shown by the table's liveness mutexes (robust: the kernel
  * marks a dead owner's mutex) and noticed at once by a second thread per
