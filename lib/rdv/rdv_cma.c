@@ -271,12 +271,11 @@ static void scan_send(struct cma_member *m, struct cma_op **link, tpu_status abo
  */
 static bool scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
 {
-	bool took = false;
-
 	tpu_status abort_st = tpu__cma_abort_status(&m->table);
 	tpu_status st = tpu__cma_lock(&m->table);
 	uint64_t now = now_ns();
 	struct cma_op **link = &m->ops;
+	bool took = false;
 
 	while (*link) {
 		struct cma_op *cop = *link;
@@ -435,9 +434,7 @@ static void helper_loop(struct cma_member *m)
 		uint32_t joins = tpu__cma_joins(&m->table);
 		struct cma_op *done = NULL, *pulls = NULL;
 		int64_t timeout;
-		bool park;
-
-		bool took;
+		bool park, took;
 
 		note_joins(m, joins);
 		took = scan(m, &done, &pulls);
@@ -766,7 +763,7 @@ static tpu_status enqueue(struct cma_member *m, struct cma_op *cop)
 	cop->next = m->ops;
 	m->ops = cop;
 	/* A waiter's next cma_progress scans even if the table has not moved. */
-	__atomic_store_n(&m->progress_seen, tpu__cma_wake_seq(&m->table) - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->progress_seen, tpu__cma_wake_seq(&m->table) - 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -843,14 +840,20 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	}
 	/*
 	 * The helper does the claim and the pull; this only wakes it.  A
-	 * blocked recv_wait does them itself (cma_progress, which enqueue
-	 * told to look): waking every member's sleepers would only cost them
-	 * a wake-up each, a producer waiting for its DONE among them.
+	 * recv_wait starting its own op does them itself once it waits
+	 * (cma_progress, which enqueue told to look): waking every member's
+	 * sleepers would only cost them a wake-up each, a producer waiting
+	 * for its DONE among them.  But a queued recv_wait started later by
+	 * another thread (the key's older RECV completing) has a waiter that
+	 * may sleep on the table already: while any thread of this member
+	 * waits (m->spinners), wake.  A waiter counted after this load looks
+	 * at progress_seen after that count, so it sees enqueue's store.
 	 */
-	if (!op->direct) {
-		tpu__cma_wake(&m->table);
+	if (op->direct && !__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST))
+		return 0;
+	tpu__cma_wake(&m->table);
+	if (!op->direct)
 		helper_unpark(m);
-	}
 	return 0;
 }
 
@@ -983,7 +986,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	}
 	seq = tpu__cma_wake_seq(&m->table);
-	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_RELAXED))
+	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_SEQ_CST))
 		return;
 	if (pthread_mutex_trylock(&m->lock))
 		return;		/* the helper is at it */

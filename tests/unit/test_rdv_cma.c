@@ -85,6 +85,14 @@ static bool rec_wait(struct rec *r, int calls)
 	return ok;
 }
 
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void fill(uint8_t *p, size_t len, unsigned int seed)
 {
 	size_t i;
@@ -579,6 +587,88 @@ out:
 		close(fd);
 }
 
+/* A recv_wait on its own thread: what it returned. */
+struct qwait {
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	size_t cap;
+	pthread_t th;
+	tpu_status st;
+	size_t len;
+	uint8_t got[64];
+};
+
+static void *qwait_main(void *arg)
+{
+	struct qwait *q = arg;
+
+	q->st = recv_bytes(q->rdv, q->key, q->got, q->cap, 2000000000ULL, &q->len);
+	return NULL;
+}
+
+/*
+ * A recv_wait queued behind an older receive of its key in the same
+ * member is started by the thread that completes the older one (here the
+ * helper), while its own waiter may already sleep on the table.  The
+ * older one ends -EMSGSIZE, which leaves the tensor posted and the table
+ * unchanged: the waiter must be woken to take it, at once, not when its
+ * 2 s run out.
+ */
+static void queued_waiters(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	int fd = -1, ok = 0, rounds = 20;
+	uint8_t src[32], small[4];
+	int64_t worst_ns = 0;
+	char key[32];
+	struct rec s, r;
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &b)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	fill(src, sizeof(src), 4);
+	for (int i = 0; i < rounds; i++) {
+		struct tpu_tensor t = { .data = small, .len = sizeof(small) };
+		struct qwait q = { .rdv = b, .key = key, .cap = sizeof(q.got) };
+		int64_t t0, took_ns;
+
+		snprintf(key, sizeof(key), "queued/%d", i);
+		rec_init(&s);
+		rec_init(&r);
+		if (tpu_rendezvous_recv(b, key, strlen(key), &t, 0, on_recv, &r))
+			break;
+		pthread_create(&q.th, NULL, qwait_main, &q);
+		/* Its waiter asleep by now: a spin lasts 50 us at most. */
+		usleep(3000);
+		t0 = mono_ns();
+		send_bytes(a, key, src, sizeof(src), &s);
+		pthread_join(q.th, NULL);
+		took_ns = mono_ns() - t0;
+		if (took_ns > worst_ns)
+			worst_ns = took_ns;
+		if (rec_wait(&r, 1) && r.status == -EMSGSIZE && r.len == sizeof(src) && q.st == 0 &&
+		    q.len == sizeof(src) && intact(q.got, sizeof(src), 4) && rec_wait(&s, 1) &&
+		    s.status == 0)
+			ok++;
+		else
+			tap_diag("queued/%d: first %d (%zu bytes), second %d (%zu bytes), send %d", i,
+				 r.status, r.len, q.st, q.len, s.status);
+	}
+	CHECK(ok == rounds,
+	      "rdv_cma_queued_recv_wait_started_by_another_thread_takes_a_posted_tensor (%d of %d)",
+	      ok, rounds);
+	/* Not left asleep until something else moves the table (about 1 s when it was). */
+	CHECK(worst_ns < 300000000, "rdv_cma_queued_recv_wait_is_woken_at_once (worst %.1f ms)",
+	      (double)worst_ns / 1e6);
+out:
+	tpu_rendezvous_destroy(b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
+}
+
 static void other_processes(struct tpu_context *ctx)
 {
 	struct tpu_rendezvous *rdv = NULL;
@@ -821,6 +911,7 @@ void test_rdv_cma(void)
 	two_members(ctx);
 	other_processes(ctx);
 	inline_tensors(ctx);
+	queued_waiters(ctx);
 	peer_death(ctx);
 	idle(ctx);
 	tpu_context_destroy(ctx);
