@@ -728,7 +728,8 @@ tpu_status tpu__cma_finish(struct tpu__cma_table *t, struct tpu__cma_who me,
 		return -ESRCH;
 	}
 	if (!pull_status) {
-		s->state = TPU__CMA_DONE;
+		/* Released: a producer that sees DONE without the lock sees the pull over. */
+		__atomic_store_n(&s->state, TPU__CMA_DONE, __ATOMIC_RELEASE);
 		return 0;
 	}
 	s->consumer = NO_MEMBER;

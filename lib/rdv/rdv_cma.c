@@ -37,9 +37,11 @@
  * wake of the table makes a system call only for sleepers, and a round
  * trip between two spinning members makes none.  Starting a blocked
  * receive wakes nobody (its waiter scans at once), and a spinning waiter
- * looks at its keys' slots without the table lock (nothing_to_do) and
- * takes the lock only when one of them changed: the lock is then held by
- * one member at a time, not fought over on every wake of the table.
+ * looks at its keys' slots without the table lock (quick_pass) and takes
+ * the lock only when one of them changed: the lock is then held by one
+ * member at a time, not fought over on every wake of the table.  A send
+ * seen DONE that way completes without the lock; its slot is freed at the
+ * member's next hold of it (reap_slots).
  *
  * Peer death, shown by the table's liveness mutexes (robust: the kernel
  * marks a dead owner's mutex) and noticed at once by a second thread per
@@ -87,6 +89,7 @@
 #include "rdv.h"
 
 #define DEATH_POLL_NS	20000000LL	/* 20 ms, only while a claim is under way */
+#define REAP_MAX	32		/* DONE slots a member frees at its next hold of the lock */
 #define WHY_SIZE	320
 
 /* Read by joiners to prove they can pull from this process. */
@@ -115,6 +118,9 @@ struct cma_member {
 	struct tpu__cma_who me;
 	pid_t pid;			/* getpid(), a system call each time */
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
+	/* SENDs seen DONE without the table lock: their slots, to free under it. */
+	struct tpu__cma_ref reap[REAP_MAX];
+	uint32_t nreap;
 	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
@@ -177,6 +183,14 @@ static void complete_all(struct cma_op *done, bool unlocked)
 }
 
 /* --- the helper's scan (member lock held) -------------------------------- */
+
+/* Free the slots of sends completed without the table lock.  Both locks held. */
+static void reap_slots(struct cma_member *m)
+{
+	for (uint32_t i = 0; i < m->nreap; i++)
+		tpu__cma_release(&m->table, m->reap[i]);
+	m->nreap = 0;
+}
 
 /* Where a RECV's bytes may go straight from the table (an inline tensor): NULL for none. */
 static void *recv_dst(struct tpu__op *op)
@@ -277,6 +291,8 @@ static bool scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 	struct cma_op **link = &m->ops;
 	bool took = false;
 
+	if (!st)
+		reap_slots(m);
 	while (*link) {
 		struct cma_op *cop = *link;
 
@@ -785,6 +801,7 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	pthread_mutex_lock(&m->lock);
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
+		reap_slots(m);
 		cop->deaths = deaths_now(m);
 		if (op->tensor.len <= TPU__CMA_INLINE_MAX)
 			st = tpu__cma_post_inline(&m->table, m->me, m->pid, op->key, op->key_len,
@@ -875,6 +892,7 @@ static int cma_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key
 		pthread_mutex_unlock(&m->lock);
 		return st;
 	}
+	reap_slots(m);
 	link = &m->ops;
 	while (*link) {
 		struct cma_op *cop = *link;
@@ -918,41 +936,49 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
 }
 
 /*
- * Whether a scan would find nothing to do, by looks without the table
- * lock: every RECV's key absent from the table and its deadline ahead,
- * every SEND still POSTED, no abort, no death.  A spinning waiter then
- * leaves the lock to the member that changed the table (the other side
- * of the hand-off, often).  The helper always scans: it is the one that
- * notices a dead consumer's claim without a watcher.  m->lock held.
+ * A look at the pending ops without the table lock, for a waiter: a SEND
+ * whose slot reads DONE is over (its slot is freed at this member's next
+ * hold of the lock, off the path of the next hand-off), and true comes
+ * back when a scan under the lock has work: a RECV whose key is in the
+ * table or whose deadline passed, a SEND no longer POSTED, an abort, a
+ * death.  A spinning waiter then leaves the lock to the member that
+ * changed the table (the other side of the hand-off, often).  The helper
+ * always scans: it is the one that notices a dead consumer's claim
+ * without a watcher.  m->lock held.
  */
-static bool nothing_to_do(struct cma_member *m)
+static bool quick_pass(struct cma_member *m, struct cma_op **done)
 {
 	uint32_t deaths = tpu__cma_deaths(&m->table);
-	const struct cma_op *cop;
+	struct cma_op **link = &m->ops;
 	uint64_t now = 0;
+	bool scan_needed = tpu__cma_abort_status(&m->table) != 0;
 
-	if (tpu__cma_abort_status(&m->table))
-		return false;
-	for (cop = m->ops; cop; cop = cop->next) {
+	while (*link) {
+		struct cma_op *cop = *link;
 		const struct tpu__op *op = cop->op;
 
-		if (cop->deaths != deaths)
-			return false;
 		if (!is_recv(op)) {
-			if (tpu__cma_peek_state(&m->table, cop->ref) != TPU__CMA_POSTED)
-				return false;
-			continue;
-		}
-		if (cop->deadline) {
+			enum tpu__cma_state st = tpu__cma_peek_state(&m->table, cop->ref);
+
+			if (st == TPU__CMA_DONE && m->nreap < REAP_MAX) {
+				m->reap[m->nreap++] = cop->ref;
+				finish(link, cop, 0, done);
+				continue;
+			}
+			if (st != TPU__CMA_POSTED)
+				scan_needed = true;
+		} else if (cop->deadline) {
 			if (!now)
 				now = now_ns();
 			if (now >= cop->deadline)
-				return false;
+				scan_needed = true;
 		}
-		if (tpu__cma_peek_key(&m->table, op->key, op->key_len))
-			return false;
+		if (cop->deaths != deaths ||
+		    (is_recv(op) && tpu__cma_peek_key(&m->table, op->key, op->key_len)))
+			scan_needed = true;
+		link = &cop->next;
 	}
-	return true;
+	return scan_needed;
 }
 
 /*
@@ -993,7 +1019,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 	__atomic_store_n(&m->progress_seen, seq, __ATOMIC_RELAXED);
 	/* The helper may stay parked for the whole wait: do its every duty. */
 	note_joins(m, tpu__cma_joins(&m->table));
-	if (!m->closing && !nothing_to_do(m))
+	if (!m->closing && quick_pass(m, &done))
 		took = scan(m, &done, &pulls);
 	pthread_mutex_unlock(&m->lock);
 	if (!pulls && !done)

@@ -669,6 +669,51 @@ out:
 		close(fd);
 }
 
+/*
+ * A send_wait whose tensor was taken returns without the table lock and
+ * leaves its slot to be freed later by its member: more round trips than
+ * the table has slots (4096) must not run out of them.
+ */
+static void slots_reused(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	int fd = -1, sent = 0, n = 5000;
+	uint8_t src[8] = { 1, 2, 3 }, dst[8];
+	struct tpu_tensor t = { .data = dst, .len = sizeof(dst) };
+	tpu_status first_err = 0;
+	char key[32];
+	struct rec r;
+
+	rec_init(&r);
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &b)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		struct tpu_tensor st = { .data = src, .len = sizeof(src) };
+		tpu_status rc;
+
+		snprintf(key, sizeof(key), "reuse/%d", i);
+		rc = tpu_rendezvous_recv(b, key, strlen(key), &t, 0, on_recv, &r);
+		if (!rc)
+			rc = tpu_rendezvous_send_wait(a, key, strlen(key), &st, 0, 2000000000ULL);
+		if (rc) {
+			first_err = rc;
+			break;
+		}
+		sent++;
+	}
+	CHECK(sent == n && rec_wait(&r, n) && r.status == 0,
+	      "rdv_cma_more_round_trips_than_slots_reuse_the_slots (%d of %d, %s)", sent, n,
+	      tpu_status_name(first_err));
+out:
+	tpu_rendezvous_destroy(b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
+}
+
 static void other_processes(struct tpu_context *ctx)
 {
 	struct tpu_rendezvous *rdv = NULL;
@@ -912,6 +957,7 @@ void test_rdv_cma(void)
 	other_processes(ctx);
 	inline_tensors(ctx);
 	queued_waiters(ctx);
+	slots_reused(ctx);
 	peer_death(ctx);
 	idle(ctx);
 	tpu_context_destroy(ctx);
