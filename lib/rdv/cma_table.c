@@ -362,6 +362,27 @@ static void member_free(struct tpu__cma_member *m)
 	m->gen++;
 }
 
+/*
+ * Whether a member's liveness mutex reads as held by a thread that has not
+ * died, without writing to it: a failing trylock is a locked write to a
+ * line the other processes look at too, and every send and receive looks
+ * at every member.  glibc keeps a robust mutex's owner in __lock, and the
+ * kernel, when the owner dies, clears it and sets FUTEX_OWNER_DIED before
+ * the process can be waited for.  Elsewhere, false: ask trylock.
+ */
+static bool held_by_a_live_owner(pthread_mutex_t *mutex)
+{
+#ifdef __GLIBC__
+	unsigned int word = (unsigned int)__atomic_load_n(&mutex->__data.__lock,
+							  __ATOMIC_ACQUIRE);
+
+	return (word & FUTEX_TID_MASK) && !(word & FUTEX_OWNER_DIED);
+#else
+	(void)mutex;
+	return false;
+#endif
+}
+
 bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who)
 {
 	struct tpu__cma_member *m;
@@ -372,6 +393,8 @@ bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who)
 	m = &t->members[who.idx];
 	if (m->state != MEMBER_LIVE || m->gen != who.gen)
 		return false;
+	if (held_by_a_live_owner(&m->alive))
+		return true;
 	rc = pthread_mutex_trylock(&m->alive);
 	/* EDEADLK: the member's own thread asks about itself. */
 	if (rc == EBUSY || rc == EDEADLK)
