@@ -427,6 +427,20 @@ uint32_t tpu__cma_member_end(const struct tpu__cma_table *t)
 	return end < TPU__CMA_MEMBERS ? end : TPU__CMA_MEMBERS;
 }
 
+bool tpu__cma_members_look_alive(const struct tpu__cma_table *t)
+{
+	uint32_t i, end = tpu__cma_member_end(t);
+
+	for (i = 0; i < end; i++) {
+		struct tpu__cma_member *m = &t->members[i];
+
+		if (__atomic_load_n(&m->state, __ATOMIC_ACQUIRE) == MEMBER_LIVE &&
+		    !held_by_a_live_owner(&m->alive))
+			return false;
+	}
+	return true;
+}
+
 bool tpu__cma_member_pid(struct tpu__cma_table *t, uint32_t idx, struct tpu__cma_who *who,
 			 pid_t *pid)
 {

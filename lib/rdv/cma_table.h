@@ -174,6 +174,13 @@ uint32_t tpu__cma_joins(const struct tpu__cma_table *t);
 /* Member slots from here on were never used: a scan of members stops here. */
 uint32_t tpu__cma_member_end(const struct tpu__cma_table *t);
 /*
+ * No lock: true when every joined member's liveness mutex reads as held by
+ * a live owner, so that no death waits to be noticed (false: look with
+ * tpu__cma_member_alive() under the lock; always false where the mutex
+ * cannot be read that way).
+ */
+bool tpu__cma_members_look_alive(const struct tpu__cma_table *t);
+/*
  * The live members other than @self (all when @self is NULL), for the
  * joiner's pull test: up to @max of them, pid and probe address.  Lock held.
  */

@@ -802,7 +802,8 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
 		reap_slots(m);
-		cop->deaths = deaths_now(m);
+		cop->deaths = tpu__cma_members_look_alive(&m->table) ? tpu__cma_deaths(&m->table) :
+									deaths_now(m);
 		if (op->tensor.len <= TPU__CMA_INLINE_MAX)
 			st = tpu__cma_post_inline(&m->table, m->me, m->pid, op->key, op->key_len,
 						  src, op->tensor.len, &cop->ref);
@@ -841,13 +842,18 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	cop->op = op;
 	if (op->timeout_ns)
 		cop->deadline = now_ns() + op->timeout_ns;
-	st = tpu__cma_lock(&m->table);
-	if (st) {
-		free(cop);
-		return st;
+	/* Without the lock when no member's death waits to be noticed (the usual case). */
+	if (tpu__cma_members_look_alive(&m->table)) {
+		cop->deaths = tpu__cma_deaths(&m->table);
+	} else {
+		st = tpu__cma_lock(&m->table);
+		if (st) {
+			free(cop);
+			return st;
+		}
+		cop->deaths = deaths_now(m);
+		tpu__cma_unlock(&m->table);
 	}
-	cop->deaths = deaths_now(m);
-	tpu__cma_unlock(&m->table);
 	op->impl = cop;
 	st = enqueue(m, cop);
 	if (st) {
