@@ -278,6 +278,7 @@ static void inline_slots(void)
 	}
 	CHECK(tpu__cma_member_end(&a) == (prod.idx > cons.idx ? prod.idx : cons.idx) + 1,
 	      "cma_table_member_end_is_past_the_highest_member");
+	CHECK(tpu__cma_members_look_alive(&b), "cma_table_joined_members_look_alive");
 	for (size_t i = 0; i < sizeof(src); i++)
 		src[i] = (uint8_t)(i * 13 + 1);
 	CHECK_STATUS(post_inline(&a, prod, KEY("big"), src, TPU__CMA_INLINE_MAX + 1, &ref), -EINVAL,
@@ -539,12 +540,15 @@ static void producer_death(void)
 		_exit(0);
 	}
 	CHECK(wait_child(pid) == 0 && tpu__cma_used(&t) == 3, "cma_table_child_posted_and_died");
+	CHECK(!tpu__cma_members_look_alive(&t),
+	      "cma_table_members_do_not_look_alive_while_a_death_waits_to_be_noticed");
 	/* Its bytes are in the table, but a dead producer's tensors are dropped all the same. */
 	CHECK(tpu__cma_peek_key(&t, KEY("orphan3")), "cma_table_dead_producers_inline_slot_is_seen");
 	CHECK_STATUS(claim_into(&t, me, KEY("orphan3"), (char[16]){ 0 }, 16, &c), -EAGAIN,
 		     "cma_table_inline_post_of_a_dead_producer_is_not_claimed");
 	CHECK(tpu__cma_used(&t) == 2 && !tpu__cma_peek_key(&t, KEY("orphan3")),
 	      "cma_table_dead_producers_inline_slot_is_dropped_by_the_claim");
+	CHECK(tpu__cma_members_look_alive(&t), "cma_table_members_look_alive_once_the_death_is_noticed");
 	CHECK_STATUS(claim(&t, me, KEY("orphan"), 100, &c), -EAGAIN,
 		     "cma_table_post_of_a_dead_producer_is_not_claimed");
 	CHECK(tpu__cma_used(&t) == 1, "cma_table_dead_producers_slot_is_dropped_by_the_claim");
