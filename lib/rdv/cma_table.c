@@ -42,7 +42,7 @@ struct tpu__cma_header {
 	uint32_t deaths;		/* members found dead so far; atomic access */
 	uint32_t joins;			/* members joined so far; atomic access */
 	uint32_t sleepers;		/* threads in tpu__cma_wait(); atomic access */
-	uint32_t reserved;
+	uint32_t member_hwm;		/* member slots from here on never used; atomic access */
 };
 
 struct tpu__cma_member {
@@ -62,7 +62,7 @@ struct tpu__cma_slot {
 	uint64_t addr;
 	uint64_t len;
 	int32_t pid;
-	uint32_t reserved;
+	uint32_t inl;			/* 1: the bytes are in the slot's inline area */
 	struct tpu__cma_who producer;
 	struct tpu__cma_who consumer;
 } __attribute__((aligned(CACHELINE)));
@@ -82,9 +82,14 @@ static size_t off_slots(void)
 	return off_members() + TPU__CMA_MEMBERS * sizeof(struct tpu__cma_member);
 }
 
-static size_t off_keys(void)
+static size_t off_inline(void)
 {
 	return align_up(off_slots() + TPU__CMA_SLOTS * sizeof(struct tpu__cma_slot), CACHELINE);
+}
+
+static size_t off_keys(void)
+{
+	return align_up(off_inline() + (size_t)TPU__CMA_SLOTS * TPU__CMA_INLINE_MAX, CACHELINE);
 }
 
 static size_t table_size(void)
@@ -100,6 +105,7 @@ static void set_views(struct tpu__cma_table *t, void *map)
 	t->members = (struct tpu__cma_member *)(base + off_members());
 	t->slots = (struct tpu__cma_slot *)(base + off_slots());
 	t->keys = base + off_keys();
+	t->inl = base + off_inline();
 }
 
 static tpu_status init_shared_mutex(pthread_mutex_t *m)
@@ -356,6 +362,27 @@ static void member_free(struct tpu__cma_member *m)
 	m->gen++;
 }
 
+/*
+ * Whether a member's liveness mutex reads as held by a thread that has not
+ * died, without writing to it: a failing trylock is a locked write to a
+ * line the other processes look at too, and every send and receive looks
+ * at every member.  glibc keeps a robust mutex's owner in __lock, and the
+ * kernel, when the owner dies, clears it and sets FUTEX_OWNER_DIED before
+ * the process can be waited for.  Elsewhere, false: ask trylock.
+ */
+static bool held_by_a_live_owner(pthread_mutex_t *mutex)
+{
+#ifdef __GLIBC__
+	unsigned int word = (unsigned int)__atomic_load_n(&mutex->__data.__lock,
+							  __ATOMIC_ACQUIRE);
+
+	return (word & FUTEX_TID_MASK) && !(word & FUTEX_OWNER_DIED);
+#else
+	(void)mutex;
+	return false;
+#endif
+}
+
 bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who)
 {
 	struct tpu__cma_member *m;
@@ -366,6 +393,8 @@ bool tpu__cma_member_alive(struct tpu__cma_table *t, struct tpu__cma_who who)
 	m = &t->members[who.idx];
 	if (m->state != MEMBER_LIVE || m->gen != who.gen)
 		return false;
+	if (held_by_a_live_owner(&m->alive))
+		return true;
 	rc = pthread_mutex_trylock(&m->alive);
 	/* EDEADLK: the member's own thread asks about itself. */
 	if (rc == EBUSY || rc == EDEADLK)
@@ -389,6 +418,27 @@ uint32_t tpu__cma_deaths(const struct tpu__cma_table *t)
 uint32_t tpu__cma_joins(const struct tpu__cma_table *t)
 {
 	return __atomic_load_n(&t->hdr->joins, __ATOMIC_SEQ_CST);
+}
+
+uint32_t tpu__cma_member_end(const struct tpu__cma_table *t)
+{
+	uint32_t end = __atomic_load_n(&t->hdr->member_hwm, __ATOMIC_SEQ_CST);
+
+	return end < TPU__CMA_MEMBERS ? end : TPU__CMA_MEMBERS;
+}
+
+bool tpu__cma_members_look_alive(const struct tpu__cma_table *t)
+{
+	uint32_t i, end = tpu__cma_member_end(t);
+
+	for (i = 0; i < end; i++) {
+		struct tpu__cma_member *m = &t->members[i];
+
+		if (__atomic_load_n(&m->state, __ATOMIC_ACQUIRE) == MEMBER_LIVE &&
+		    !held_by_a_live_owner(&m->alive))
+			return false;
+	}
+	return true;
 }
 
 bool tpu__cma_member_pid(struct tpu__cma_table *t, uint32_t idx, struct tpu__cma_who *who,
@@ -433,6 +483,8 @@ tpu_status tpu__cma_member_join(struct tpu__cma_table *t, uint64_t probe_addr,
 		m->probe_addr = probe_addr;
 		m->state = MEMBER_LIVE;
 		*me = (struct tpu__cma_who){ i, m->gen };
+		if (__atomic_load_n(&t->hdr->member_hwm, __ATOMIC_RELAXED) <= i)
+			__atomic_store_n(&t->hdr->member_hwm, i + 1, __ATOMIC_SEQ_CST);
 		__atomic_add_fetch(&t->hdr->joins, 1, __ATOMIC_SEQ_CST);
 		st = 0;
 		break;
@@ -464,10 +516,10 @@ void tpu__cma_member_leave(struct tpu__cma_table *t, struct tpu__cma_who me)
 size_t tpu__cma_members(struct tpu__cma_table *t, const struct tpu__cma_who *self, pid_t *pids,
 			uint64_t *probe_addrs, size_t max)
 {
+	uint32_t i, end = tpu__cma_member_end(t);
 	size_t n = 0;
-	uint32_t i;
 
-	for (i = 0; i < TPU__CMA_MEMBERS && n < max; i++) {
+	for (i = 0; i < end && n < max; i++) {
 		struct tpu__cma_member *m = &t->members[i];
 		struct tpu__cma_who who = { i, m->gen };
 
@@ -549,9 +601,15 @@ static bool reap_dead(struct tpu__cma_table *t, uint32_t *free_idx)
 	return found;
 }
 
-tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
-			 const uint8_t *key, size_t key_len, uint64_t addr, uint64_t len,
-			 struct tpu__cma_ref *ref)
+static uint8_t *slot_inline(struct tpu__cma_table *t, uint32_t idx)
+{
+	return t->inl + (size_t)idx * TPU__CMA_INLINE_MAX;
+}
+
+/* @data: the bytes to keep in the slot (inline), or NULL: @addr in @pid. */
+static tpu_status post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
+		       const uint8_t *key, size_t key_len, uint64_t addr, const void *data,
+		       uint64_t len, struct tpu__cma_ref *ref)
 {
 	struct tpu__cma_header *h = t->hdr;
 	uint64_t hash = key_hash(key, key_len);
@@ -592,6 +650,9 @@ tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t
 	s->addr = addr;
 	s->len = len;
 	s->pid = pid;
+	s->inl = data != NULL;
+	if (data && len)
+		memcpy(slot_inline(t, idx), data, (size_t)len);
 	s->producer = me;
 	s->consumer = NO_MEMBER;
 	__atomic_store_n(&s->state, TPU__CMA_POSTED, __ATOMIC_RELEASE);
@@ -600,8 +661,34 @@ tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t
 	return 0;
 }
 
+tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
+			 const uint8_t *key, size_t key_len, uint64_t addr, uint64_t len,
+			 struct tpu__cma_ref *ref)
+{
+	return post(t, me, pid, key, key_len, addr, NULL, len, ref);
+}
+
+tpu_status tpu__cma_post_inline(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
+				const uint8_t *key, size_t key_len, const void *data,
+				uint64_t len, struct tpu__cma_ref *ref)
+{
+	static const uint8_t none;
+
+	if (len > TPU__CMA_INLINE_MAX || (!data && len))
+		return -EINVAL;
+	/* Not NULL even for no bytes: NULL means "not inline". */
+	return post(t, me, pid, key, key_len, (uintptr_t)data, data ? data : &none, len, ref);
+}
+
 tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, const uint8_t *key,
 			  size_t key_len, uint64_t capacity, struct tpu__cma_claim *out)
+{
+	return tpu__cma_claim_into(t, me, key, key_len, capacity, NULL, out);
+}
+
+tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
+			       const uint8_t *key, size_t key_len, uint64_t capacity, void *dst,
+			       struct tpu__cma_claim *out)
 {
 	uint64_t hash = key_hash(key, key_len);
 	uint32_t i, end = scan_end(t);
@@ -626,13 +713,33 @@ tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, cons
 			return -EMSGSIZE;
 		}
 		s->consumer = me;
-		s->state = TPU__CMA_CLAIMED;
 		*out = (struct tpu__cma_claim){
 			.idx = i, .seq = s->seq, .pid = s->pid, .addr = s->addr, .len = s->len,
+			.inl = s->inl != 0,
 		};
+		/* The length was checked when posted; the table is shared, so again. */
+		if (out->inl && out->len > TPU__CMA_INLINE_MAX) {
+			slot_free(t, s);
+			return -EIO;
+		}
+		if (out->inl && dst) {
+			if (out->len)
+				memcpy(dst, slot_inline(t, i), (size_t)out->len);
+			out->done = true;
+			__atomic_store_n(&s->state, TPU__CMA_DONE, __ATOMIC_RELEASE);
+		} else {
+			__atomic_store_n(&s->state, TPU__CMA_CLAIMED, __ATOMIC_RELEASE);
+		}
 		return 0;
 	}
 	return -EAGAIN;
+}
+
+const void *tpu__cma_inline_bytes(const struct tpu__cma_table *t, const struct tpu__cma_claim *c)
+{
+	if (c->idx >= TPU__CMA_SLOTS || c->len > TPU__CMA_INLINE_MAX)
+		return NULL;
+	return t->inl + (size_t)c->idx * TPU__CMA_INLINE_MAX;
 }
 
 static struct tpu__cma_slot *slot_of(struct tpu__cma_table *t, uint32_t idx, uint64_t seq)
@@ -658,7 +765,8 @@ tpu_status tpu__cma_finish(struct tpu__cma_table *t, struct tpu__cma_who me,
 		return -ESRCH;
 	}
 	if (!pull_status) {
-		s->state = TPU__CMA_DONE;
+		/* Released: a producer that sees DONE without the lock sees the pull over. */
+		__atomic_store_n(&s->state, TPU__CMA_DONE, __ATOMIC_RELEASE);
 		return 0;
 	}
 	s->consumer = NO_MEMBER;
@@ -680,6 +788,40 @@ enum tpu__cma_state tpu__cma_state_of(struct tpu__cma_table *t, struct tpu__cma_
 		tpu__cma_wake(t);
 	}
 	return (enum tpu__cma_state)s->state;
+}
+
+bool tpu__cma_peek_key(const struct tpu__cma_table *t, const uint8_t *key, size_t key_len)
+{
+	uint64_t hash = key_hash(key, key_len);
+	uint32_t i, end = __atomic_load_n(&t->hdr->hwm, __ATOMIC_ACQUIRE);
+
+	if (end > TPU__CMA_SLOTS)
+		end = TPU__CMA_SLOTS;
+	for (i = 0; i < end; i++) {
+		const struct tpu__cma_slot *s = &t->slots[i];
+		/* The state first: the rest was written before a POSTED was stored. */
+		uint32_t st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+
+		if ((st == TPU__CMA_POSTED || st == TPU__CMA_CLAIMED) &&
+		    __atomic_load_n(&s->key_hash, __ATOMIC_RELAXED) == hash &&
+		    __atomic_load_n(&s->key_len, __ATOMIC_RELAXED) == key_len)
+			return true;
+	}
+	return false;
+}
+
+enum tpu__cma_state tpu__cma_peek_state(const struct tpu__cma_table *t, struct tpu__cma_ref ref)
+{
+	const struct tpu__cma_slot *s;
+	uint32_t st;
+
+	if (ref.idx >= TPU__CMA_SLOTS)
+		return TPU__CMA_FREE;
+	s = &t->slots[ref.idx];
+	st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+	if (st > TPU__CMA_DONE || __atomic_load_n(&s->seq, __ATOMIC_RELAXED) != ref.seq)
+		return TPU__CMA_FREE;
+	return (enum tpu__cma_state)st;
 }
 
 void tpu__cma_release(struct tpu__cma_table *t, struct tpu__cma_ref ref)

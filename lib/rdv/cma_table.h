@@ -11,7 +11,9 @@
  *            word, the abort status;
  *   members  TPU__CMA_MEMBERS slots, one per joined rendezvous object;
  *   slots    TPU__CMA_SLOTS entries {state, key hash, producer, consumer,
- *            address, length, sequence number};
+ *            address, length, sequence number, inline flag};
+ *   inline   TPU__CMA_INLINE_MAX bytes per slot: the bytes of a small
+ *            tensor (sparse too: a page costs memory once used);
  *   keys     TPU__CMA_MAX_KEY bytes per slot, apart from the slots so that
  *            a scan touches only the small entries (the memfd is sparse:
  *            a key's page costs memory only once a slot holding it is used;
@@ -19,7 +21,8 @@
  *
  * Slot life: FREE -> POSTED (producer) -> CLAIMED (a consumer pulls) ->
  * DONE (pulled) -> FREE (the producer saw it).  A failed pull puts CLAIMED
- * back to POSTED, so a tensor is never lost.
+ * back to POSTED, so a tensor is never lost.  An inline tensor copied out
+ * under the lock (tpu__cma_claim_into) goes from POSTED to DONE at once.
  *
  * Liveness: every member keeps a process-shared robust mutex locked for as
  * long as it is joined (its helper thread holds it).  When the process
@@ -50,11 +53,17 @@
 
 #include "rdv.h"	/* TPU__CMA_MAGIC, TPU__KEY_MAX */
 
-#define TPU__CMA_VERSION	3
+#define TPU__CMA_VERSION	4
 #define TPU__CMA_SLOTS		4096	/* tensors posted and not yet reaped */
 /* Every key the front end accepts; a slot's key then fills one page. */
 #define TPU__CMA_MAX_KEY	TPU__KEY_MAX
 #define TPU__CMA_MEMBERS	256	/* rendezvous objects joined at once */
+/*
+ * Tensors up to this many bytes travel in the table (the inline slot
+ * area): a process_vm_readv and a second trip through the table lock cost
+ * more than copying them twice.
+ */
+#define TPU__CMA_INLINE_MAX	256
 
 enum tpu__cma_state {
 	TPU__CMA_FREE = 0,
@@ -81,6 +90,7 @@ struct tpu__cma_table {
 	struct tpu__cma_member *members;
 	struct tpu__cma_slot *slots;
 	uint8_t *keys;
+	uint8_t *inl;			/* TPU__CMA_INLINE_MAX bytes per slot */
 };
 
 /* A claimed slot: where to pull from and how to report back. */
@@ -90,6 +100,8 @@ struct tpu__cma_claim {
 	pid_t pid;
 	uint64_t addr;
 	uint64_t len;
+	bool inl;		/* the bytes are in the table: tpu__cma_inline_bytes() */
+	bool done;		/* tpu__cma_claim_into() copied them: the slot is DONE */
 };
 
 /* A posted slot, as its producer refers to it. */
@@ -159,6 +171,15 @@ bool tpu__cma_member_pid(struct tpu__cma_table *t, uint32_t idx, struct tpu__cma
 /* Counters, no lock needed: members found dead, members that joined. */
 uint32_t tpu__cma_deaths(const struct tpu__cma_table *t);
 uint32_t tpu__cma_joins(const struct tpu__cma_table *t);
+/* Member slots from here on were never used: a scan of members stops here. */
+uint32_t tpu__cma_member_end(const struct tpu__cma_table *t);
+/*
+ * No lock: true when every joined member's liveness mutex reads as held by
+ * a live owner, so that no death waits to be noticed (false: look with
+ * tpu__cma_member_alive() under the lock; always false where the mutex
+ * cannot be read that way).
+ */
+bool tpu__cma_members_look_alive(const struct tpu__cma_table *t);
 /*
  * The live members other than @self (all when @self is NULL), for the
  * joiner's pull test: up to @max of them, pid and probe address.  Lock held.
@@ -175,6 +196,14 @@ tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t
 			 const uint8_t *key, size_t key_len, uint64_t addr, uint64_t len,
 			 struct tpu__cma_ref *ref);
 /*
+ * tpu__cma_post() of a small tensor (@len up to TPU__CMA_INLINE_MAX, else
+ * -EINVAL): its bytes are copied into the slot, so the producer's memory
+ * is free again on return; the slot still reaches DONE only once consumed.
+ */
+tpu_status tpu__cma_post_inline(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t pid,
+				const uint8_t *key, size_t key_len, const void *data,
+				uint64_t len, struct tpu__cma_ref *ref);
+/*
  * Claim the tensor of @key if it fits @capacity: 0 (now CLAIMED by @me),
  * -EAGAIN (none posted), -EMSGSIZE (too long: @out->len is its length, the
  * slot stays POSTED).  Slots of dead producers are dropped on the way and
@@ -182,6 +211,19 @@ tpu_status tpu__cma_post(struct tpu__cma_table *t, struct tpu__cma_who me, pid_t
  */
 tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, const uint8_t *key,
 			  size_t key_len, uint64_t capacity, struct tpu__cma_claim *out);
+/*
+ * tpu__cma_claim(), and when the tensor is inline and @dst is not NULL
+ * (@capacity bytes), its bytes are copied to @dst and the slot is DONE at
+ * once (@out->done): no pull, no tpu__cma_finish().
+ */
+tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
+			       const uint8_t *key, size_t key_len, uint64_t capacity, void *dst,
+			       struct tpu__cma_claim *out);
+/*
+ * The bytes of an inline tensor @c claimed (CLAIMED by the caller, so
+ * nobody else touches them until tpu__cma_finish()); no lock needed.
+ */
+const void *tpu__cma_inline_bytes(const struct tpu__cma_table *t, const struct tpu__cma_claim *c);
 /*
  * End a claim after the pull returned @pull_status: 0 when the slot is now
  * DONE; -ESRCH when its producer is gone (the slot is dropped: wait for the
@@ -195,6 +237,16 @@ tpu_status tpu__cma_finish(struct tpu__cma_table *t, struct tpu__cma_who me,
  * consumer is undone first (the slot reads POSTED again).
  */
 enum tpu__cma_state tpu__cma_state_of(struct tpu__cma_table *t, struct tpu__cma_ref ref);
+/*
+ * Looks without the lock, for a member deciding whether a scan under the
+ * lock is worth it; the answers may be stale (a wake of the table follows
+ * every change, so a look after the next wake sees it).  Whether a slot
+ * POSTED or CLAIMED may hold @key (false: none did when last changed);
+ * the state of a producer's slot as tpu__cma_state_of() would find it,
+ * without undoing a dead consumer's claim.
+ */
+bool tpu__cma_peek_key(const struct tpu__cma_table *t, const uint8_t *key, size_t key_len);
+enum tpu__cma_state tpu__cma_peek_state(const struct tpu__cma_table *t, struct tpu__cma_ref ref);
 /* Free a producer's slot (after DONE, or to withdraw a POSTED one). */
 void tpu__cma_release(struct tpu__cma_table *t, struct tpu__cma_ref ref);
 

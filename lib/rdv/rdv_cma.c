@@ -3,7 +3,12 @@
  * The cma rendezvous: what replaces /dev/tensorpipe when the module is
  * absent.  Processes share a key table (cma_table.c, a memfd passed with
  * tpu_rendezvous_share()); a producer posts where its tensor lies, and the
- * consumer pulls it with process_vm_readv, one copy.
+ * consumer pulls it with process_vm_readv, one copy.  A tensor of up to
+ * TPU__CMA_INLINE_MAX bytes is copied into its slot instead, and the
+ * consumer copies it out in the same hold of the table lock that finds
+ * it, marking it DONE there: no system call and no second trip through
+ * the lock, where a pull costs both.  Its send still completes only once
+ * taken (DONE), as a pulled one does and as kmod and inprocess do.
  *
  * Each joined rendezvous object is a member of the table and has one
  * helper thread, not one per operation.  The helper sleeps on the table's
@@ -30,7 +35,13 @@
  * it does and every pending op is such a wait, the helper parks on a word
  * of its own (helper_park), so it is not among the table's sleepers; a
  * wake of the table makes a system call only for sleepers, and a round
- * trip between two spinning members makes none.
+ * trip between two spinning members makes none.  Starting a blocked
+ * receive wakes nobody (its waiter scans at once), and a spinning waiter
+ * looks at its keys' slots without the table lock (quick_pass) and takes
+ * the lock only when one of them changed: the lock is then held by one
+ * member at a time, not fought over on every wake of the table.  A send
+ * seen DONE that way completes without the lock; its slot is freed at the
+ * member's next hold of it (reap_slots).
  *
  * Peer death, shown by the table's liveness mutexes (robust: the kernel
  * marks a dead owner's mutex) and noticed at once by a second thread per
@@ -78,6 +89,7 @@
 #include "rdv.h"
 
 #define DEATH_POLL_NS	20000000LL	/* 20 ms, only while a claim is under way */
+#define REAP_MAX	32		/* DONE slots a member frees at its next hold of the lock */
 #define WHY_SIZE	320
 
 /* Read by joiners to prove they can pull from this process. */
@@ -104,7 +116,11 @@ struct cma_member {
 	tpu_status start_status;
 	bool closing;
 	struct tpu__cma_who me;
+	pid_t pid;			/* getpid(), a system call each time */
 	struct cma_op *ops;		/* RECVs waiting, SENDs posted */
+	/* SENDs seen DONE without the table lock: their slots, to free under it. */
+	struct tpu__cma_ref reap[REAP_MAX];
+	uint32_t nreap;
 	uint32_t joins_seen;		/* helper: tpu__cma_joins() last told the watcher */
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
@@ -168,8 +184,27 @@ static void complete_all(struct cma_op *done, bool unlocked)
 
 /* --- the helper's scan (member lock held) -------------------------------- */
 
+/* Free the slots of sends completed without the table lock.  Both locks held. */
+static void reap_slots(struct cma_member *m)
+{
+	for (uint32_t i = 0; i < m->nreap; i++)
+		tpu__cma_release(&m->table, m->reap[i]);
+	m->nreap = 0;
+}
+
+/* Where a RECV's bytes may go straight from the table (an inline tensor): NULL for none. */
+static void *recv_dst(struct tpu__op *op)
+{
+	static uint8_t nothing;
+
+	if (op->kind != TPU__OP_RECV)
+		return NULL;	/* a RECV_BUFFER allocates outside the locks first */
+	return op->tensor.data ? op->tensor.data : &nothing;
+}
+
+/* @took: set when an inline tensor was taken (DONE now: its producer must hear of it). */
 static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abort_st,
-		      uint64_t now, struct cma_op **done, struct cma_op **pulls)
+		      uint64_t now, struct cma_op **done, struct cma_op **pulls, bool *took)
 {
 	struct cma_op *cop = *link;
 	struct tpu__op *op = cop->op;
@@ -187,7 +222,8 @@ static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abo
 		finish(link, cop, TPU_E_PEER_GONE, done);
 		return;
 	}
-	st = tpu__cma_claim(&m->table, m->me, op->key, op->key_len, op->tensor.len, &cop->claim);
+	st = tpu__cma_claim_into(&m->table, m->me, op->key, op->key_len, op->tensor.len,
+				 recv_dst(op), &cop->claim);
 	if (st == -EAGAIN) {
 		if (cop->deadline && now >= cop->deadline)
 			finish(link, cop, -ETIMEDOUT, done);
@@ -197,6 +233,13 @@ static void scan_recv(struct cma_member *m, struct cma_op **link, tpu_status abo
 		op->len = cop->claim.len;
 	if (st) {
 		finish(link, cop, st, done);
+		return;
+	}
+	if (cop->claim.done) {
+		/* An inline tensor, copied out already: no pull, no finish. */
+		op->len = (size_t)cop->claim.len;
+		*took = true;
+		finish(link, cop, 0, done);
 		return;
 	}
 	/* Claimed: the pull happens without locks, off the pending list. */
@@ -236,21 +279,27 @@ static void scan_send(struct cma_member *m, struct cma_op **link, tpu_status abo
 	}
 }
 
-/* One look at every pending op; claimed RECVs come back in @pulls. */
-static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
+/*
+ * One look at every pending op; claimed RECVs come back in @pulls.  True
+ * when it made a slot DONE (an inline tensor taken): wake the table.
+ */
+static bool scan(struct cma_member *m, struct cma_op **done, struct cma_op **pulls)
 {
 	tpu_status abort_st = tpu__cma_abort_status(&m->table);
 	tpu_status st = tpu__cma_lock(&m->table);
 	uint64_t now = now_ns();
 	struct cma_op **link = &m->ops;
+	bool took = false;
 
+	if (!st)
+		reap_slots(m);
 	while (*link) {
 		struct cma_op *cop = *link;
 
 		if (st)
 			finish(link, cop, st, done);
 		else if (is_recv(cop->op))
-			scan_recv(m, link, abort_st, now, done, pulls);
+			scan_recv(m, link, abort_st, now, done, pulls, &took);
 		else
 			scan_send(m, link, abort_st, done);
 		if (*link == cop)
@@ -258,6 +307,7 @@ static void scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 	}
 	if (!st)
 		tpu__cma_unlock(&m->table);
+	return took;
 }
 
 /* --- pulls (no lock held) ----------------------------------------------- */
@@ -275,8 +325,17 @@ static tpu_status pull_one(struct cma_member *m, struct cma_op *cop)
 		st = tpu_buffer_alloc(m->rdv->ctx, c->len ? (size_t)c->len : 1, &buf);
 		dst = st ? NULL : tpu_buffer_data(buf);
 	}
-	if (!st)
+	if (!st && c->inl) {
+		/* Ours while CLAIMED: nobody else writes those bytes. */
+		const void *src = tpu__cma_inline_bytes(&m->table, c);
+
+		if (!src)
+			st = -EIO;
+		else if (c->len)
+			memcpy(dst, src, (size_t)c->len);
+	} else if (!st) {
 		st = tpu_cma_read(c->pid, c->addr, dst, (size_t)c->len);
+	}
 	lock_st = tpu__cma_lock(&m->table);
 	if (!lock_st) {
 		st = tpu__cma_finish(&m->table, m->me, c, st);
@@ -391,15 +450,15 @@ static void helper_loop(struct cma_member *m)
 		uint32_t joins = tpu__cma_joins(&m->table);
 		struct cma_op *done = NULL, *pulls = NULL;
 		int64_t timeout;
-		bool park;
+		bool park, took;
 
 		note_joins(m, joins);
-		scan(m, &done, &pulls);
+		took = scan(m, &done, &pulls);
 		if (pulls || done) {
 			pthread_mutex_unlock(&m->lock);
 			pull_all(m, pulls, &done);
 			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
-			if (pulls)
+			if (pulls || took)
 				tpu__cma_wake(&m->table);
 			complete_all(done, true);
 			pthread_mutex_lock(&m->lock);
@@ -475,7 +534,9 @@ static void *watcher_main(void *arg)
 		pfd[0] = (struct pollfd){ .fd = m->evfd, .events = POLLIN };
 		n = 1;
 		if (!tpu__cma_lock(&m->table)) {
-			for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+			uint32_t end = tpu__cma_member_end(&m->table);
+
+			for (uint32_t idx = 0; idx < end; idx++) {
 				struct tpu__cma_who w;
 				pid_t pid;
 				int fd;
@@ -545,7 +606,9 @@ static void watcher_stop(struct cma_member *m)
  */
 static uint32_t deaths_now(struct cma_member *m)
 {
-	for (uint32_t idx = 0; idx < TPU__CMA_MEMBERS; idx++) {
+	uint32_t end = tpu__cma_member_end(&m->table);
+
+	for (uint32_t idx = 0; idx < end; idx++) {
 		struct tpu__cma_who w;
 		pid_t pid;
 
@@ -602,6 +665,7 @@ static tpu_status member_new(struct tpu_rendezvous *rdv, struct cma_member **out
 		return st;
 	}
 	m->rdv = rdv;
+	m->pid = getpid();
 	m->table.fd = -1;
 	m->evfd = -1;
 	atomic_init(&m->stop, false);
@@ -714,6 +778,8 @@ static tpu_status enqueue(struct cma_member *m, struct cma_op *cop)
 	}
 	cop->next = m->ops;
 	m->ops = cop;
+	/* A waiter's next cma_progress scans even if the table has not moved. */
+	__atomic_store_n(&m->progress_seen, tpu__cma_wake_seq(&m->table) - 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&m->lock);
 	return 0;
 }
@@ -735,9 +801,15 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	pthread_mutex_lock(&m->lock);
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
-		cop->deaths = deaths_now(m);
-		st = tpu__cma_post(&m->table, m->me, getpid(), op->key, op->key_len,
-				   (uintptr_t)src, op->tensor.len, &cop->ref);
+		reap_slots(m);
+		cop->deaths = tpu__cma_members_look_alive(&m->table) ? tpu__cma_deaths(&m->table) :
+									deaths_now(m);
+		if (op->tensor.len <= TPU__CMA_INLINE_MAX)
+			st = tpu__cma_post_inline(&m->table, m->me, m->pid, op->key, op->key_len,
+						  src, op->tensor.len, &cop->ref);
+		else
+			st = tpu__cma_post(&m->table, m->me, m->pid, op->key, op->key_len,
+					   (uintptr_t)src, op->tensor.len, &cop->ref);
 		tpu__cma_unlock(&m->table);
 	}
 	if (!st) {
@@ -770,13 +842,18 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	cop->op = op;
 	if (op->timeout_ns)
 		cop->deadline = now_ns() + op->timeout_ns;
-	st = tpu__cma_lock(&m->table);
-	if (st) {
-		free(cop);
-		return st;
+	/* Without the lock when no member's death waits to be noticed (the usual case). */
+	if (tpu__cma_members_look_alive(&m->table)) {
+		cop->deaths = tpu__cma_deaths(&m->table);
+	} else {
+		st = tpu__cma_lock(&m->table);
+		if (st) {
+			free(cop);
+			return st;
+		}
+		cop->deaths = deaths_now(m);
+		tpu__cma_unlock(&m->table);
 	}
-	cop->deaths = deaths_now(m);
-	tpu__cma_unlock(&m->table);
 	op->impl = cop;
 	st = enqueue(m, cop);
 	if (st) {
@@ -784,7 +861,19 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		free(cop);
 		return st;
 	}
-	/* The helper does the claim and the pull; this only wakes it. */
+	/*
+	 * The helper does the claim and the pull; this only wakes it.  A
+	 * recv_wait starting its own op does them itself once it waits
+	 * (cma_progress, which enqueue told to look): waking every member's
+	 * sleepers would only cost them a wake-up each, a producer waiting
+	 * for its DONE among them.  But a queued recv_wait started later by
+	 * another thread (the key's older RECV completing) has a waiter that
+	 * may sleep on the table already: while any thread of this member
+	 * waits (m->spinners), wake.  A waiter counted after this load looks
+	 * at progress_seen after that count, so it sees enqueue's store.
+	 */
+	if (op->direct && !__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST))
+		return 0;
 	tpu__cma_wake(&m->table);
 	if (!op->direct)
 		helper_unpark(m);
@@ -809,6 +898,7 @@ static int cma_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key
 		pthread_mutex_unlock(&m->lock);
 		return st;
 	}
+	reap_slots(m);
 	link = &m->ops;
 	while (*link) {
 		struct cma_op *cop = *link;
@@ -852,6 +942,52 @@ static tpu_status cma_abort(struct tpu_rendezvous *rdv, tpu_status status)
 }
 
 /*
+ * A look at the pending ops without the table lock, for a waiter: a SEND
+ * whose slot reads DONE is over (its slot is freed at this member's next
+ * hold of the lock, off the path of the next hand-off), and true comes
+ * back when a scan under the lock has work: a RECV whose key is in the
+ * table or whose deadline passed, a SEND no longer POSTED, an abort, a
+ * death.  A spinning waiter then leaves the lock to the member that
+ * changed the table (the other side of the hand-off, often).  The helper
+ * always scans: it is the one that notices a dead consumer's claim
+ * without a watcher.  m->lock held.
+ */
+static bool quick_pass(struct cma_member *m, struct cma_op **done)
+{
+	uint32_t deaths = tpu__cma_deaths(&m->table);
+	struct cma_op **link = &m->ops;
+	uint64_t now = 0;
+	bool scan_needed = tpu__cma_abort_status(&m->table) != 0;
+
+	while (*link) {
+		struct cma_op *cop = *link;
+		const struct tpu__op *op = cop->op;
+
+		if (!is_recv(op)) {
+			enum tpu__cma_state st = tpu__cma_peek_state(&m->table, cop->ref);
+
+			if (st == TPU__CMA_DONE && m->nreap < REAP_MAX) {
+				m->reap[m->nreap++] = cop->ref;
+				finish(link, cop, 0, done);
+				continue;
+			}
+			if (st != TPU__CMA_POSTED)
+				scan_needed = true;
+		} else if (cop->deadline) {
+			if (!now)
+				now = now_ns();
+			if (now >= cop->deadline)
+				scan_needed = true;
+		}
+		if (cop->deaths != deaths ||
+		    (is_recv(op) && tpu__cma_peek_key(&m->table, op->key, op->key_len)))
+			scan_needed = true;
+		link = &cop->next;
+	}
+	return scan_needed;
+}
+
+/*
  * The helper's work, on a thread spinning in recv_wait or send_wait, when
  * the table changed since this member last looked: the waiter claims and
  * pulls, or sees its send taken, without waiting for the helper to wake.
@@ -860,6 +996,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 {
 	struct cma_member *m = rdv->impl_state;
 	struct cma_op *done = NULL, *pulls = NULL;
+	bool took = false;
 	uint32_t seq;
 
 	if (phase == TPU__WW_SPIN_BEGIN) {
@@ -881,20 +1018,20 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	}
 	seq = tpu__cma_wake_seq(&m->table);
-	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_RELAXED))
+	if (seq == __atomic_load_n(&m->progress_seen, __ATOMIC_SEQ_CST))
 		return;
 	if (pthread_mutex_trylock(&m->lock))
 		return;		/* the helper is at it */
 	__atomic_store_n(&m->progress_seen, seq, __ATOMIC_RELAXED);
 	/* The helper may stay parked for the whole wait: do its every duty. */
 	note_joins(m, tpu__cma_joins(&m->table));
-	if (!m->closing)
-		scan(m, &done, &pulls);
+	if (!m->closing && quick_pass(m, &done))
+		took = scan(m, &done, &pulls);
 	pthread_mutex_unlock(&m->lock);
 	if (!pulls && !done)
 		return;
 	pull_all(m, pulls, &done);
-	if (pulls)
+	if (pulls || took)
 		tpu__cma_wake(&m->table);
 	complete_all(done, true);
 }

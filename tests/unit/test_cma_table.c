@@ -231,6 +231,115 @@ static void failed_pull_and_withdraw(void)
 	tpu__cma_table_close(&t);
 }
 
+static tpu_status post_inline(struct tpu__cma_table *t, struct tpu__cma_who who,
+			      const uint8_t *key, size_t key_len, const void *src, size_t len,
+			      struct tpu__cma_ref *ref)
+{
+	tpu_status st = tpu__cma_lock(t);
+
+	if (st)
+		return st;
+	st = tpu__cma_post_inline(t, who, getpid(), key, key_len, src, len, ref);
+	tpu__cma_unlock(t);
+	return st;
+}
+
+static tpu_status claim_into(struct tpu__cma_table *t, struct tpu__cma_who who,
+			     const uint8_t *key, size_t key_len, void *dst, uint64_t cap,
+			     struct tpu__cma_claim *c)
+{
+	tpu_status st = tpu__cma_lock(t);
+
+	if (st)
+		return st;
+	st = tpu__cma_claim_into(t, who, key, key_len, cap, dst, c);
+	tpu__cma_unlock(t);
+	return st;
+}
+
+/*
+ * Small tensors in the slot: copied at post (the source may change after),
+ * copied out and DONE in one step, or claimed and read from the table; the
+ * lock-free looks agree with the slot states.
+ */
+static void inline_slots(void)
+{
+	uint8_t src[TPU__CMA_INLINE_MAX + 1], got[TPU__CMA_INLINE_MAX + 1];
+	struct tpu__cma_table a, b;
+	struct tpu__cma_who prod, cons;
+	struct tpu__cma_ref ref, ref2;
+	struct tpu__cma_claim c = { 0 };
+	const uint8_t *bytes;
+
+	if (!two_views(&a, &b) || tpu__cma_member_join(&a, 0, &prod) ||
+	    tpu__cma_member_join(&b, 0, &cons)) {
+		CHECK(false, "cma_table_set_up");
+		return;
+	}
+	CHECK(tpu__cma_member_end(&a) == (prod.idx > cons.idx ? prod.idx : cons.idx) + 1,
+	      "cma_table_member_end_is_past_the_highest_member");
+	CHECK(tpu__cma_members_look_alive(&b), "cma_table_joined_members_look_alive");
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 13 + 1);
+	CHECK_STATUS(post_inline(&a, prod, KEY("big"), src, TPU__CMA_INLINE_MAX + 1, &ref), -EINVAL,
+		     "cma_table_inline_post_over_the_limit_is_einval");
+	CHECK(!tpu__cma_peek_key(&b, KEY("big")), "cma_table_refused_inline_post_leaves_no_slot");
+	CHECK_STATUS(post_inline(&a, prod, KEY("in"), src, TPU__CMA_INLINE_MAX, &ref), 0,
+		     "cma_table_inline_post_at_the_limit_succeeds");
+	memset(src, 0, sizeof(src));
+	CHECK(tpu__cma_peek_key(&b, KEY("in")) && !tpu__cma_peek_key(&b, KEY("i")) &&
+	      tpu__cma_peek_state(&b, ref) == TPU__CMA_POSTED,
+	      "cma_table_peeks_see_the_posted_slot");
+	CHECK_STATUS(claim_into(&b, cons, KEY("in"), got, TPU__CMA_INLINE_MAX - 1, &c), -EMSGSIZE,
+		     "cma_table_inline_claim_into_too_small_room_is_emsgsize");
+	CHECK(c.len == TPU__CMA_INLINE_MAX && state_of(&a, ref) == TPU__CMA_POSTED,
+	      "cma_table_inline_emsgsize_keeps_the_slot");
+	memset(got, 0xee, sizeof(got));
+	CHECK_STATUS(claim_into(&b, cons, KEY("in"), got, TPU__CMA_INLINE_MAX, &c), 0,
+		     "cma_table_inline_claim_into_succeeds");
+	CHECK(c.inl && c.done && c.len == TPU__CMA_INLINE_MAX && got[TPU__CMA_INLINE_MAX] == 0xee,
+	      "cma_table_inline_claim_into_copies_the_length_only");
+	CHECK(got[0] == 1 && got[TPU__CMA_INLINE_MAX - 1] == (uint8_t)((TPU__CMA_INLINE_MAX - 1) * 13 + 1),
+	      "cma_table_inline_bytes_are_those_at_post_time");
+	CHECK(state_of(&a, ref) == TPU__CMA_DONE && tpu__cma_peek_state(&a, ref) == TPU__CMA_DONE &&
+	      !tpu__cma_peek_key(&b, KEY("in")),
+	      "cma_table_inline_claim_into_leaves_the_slot_done");
+	CHECK_STATUS(claim_into(&b, cons, KEY("in"), got, sizeof(got), &c), -EAGAIN,
+		     "cma_table_inline_tensor_is_taken_once");
+	release(&a, ref);
+	CHECK(tpu__cma_peek_state(&a, ref) == TPU__CMA_FREE, "cma_table_peek_of_a_released_slot");
+
+	/* No destination: claimed as usual, the bytes read from the table. */
+	src[0] = 42;
+	CHECK_STATUS(post_inline(&a, prod, KEY("buf"), src, 1, &ref), 0,
+		     "cma_table_inline_post_of_one_byte");
+	CHECK_STATUS(claim(&b, cons, KEY("buf"), 8, &c), 0, "cma_table_inline_claim_succeeds");
+	bytes = tpu__cma_inline_bytes(&b, &c);
+	CHECK(c.inl && !c.done && state_of(&a, ref) == TPU__CMA_CLAIMED && bytes && bytes[0] == 42,
+	      "cma_table_inline_claim_reads_the_bytes_from_the_table");
+	CHECK_STATUS(finish(&b, cons, &c, 0), 0, "cma_table_inline_finish_succeeds");
+	CHECK(state_of(&a, ref) == TPU__CMA_DONE, "cma_table_inline_finished_slot_reads_done");
+	release(&a, ref);
+
+	/* A slot reused for a pull: not inline any more. */
+	CHECK_STATUS(post(&a, prod, KEY("pull"), src, 1, &ref2), 0, "cma_table_post_after_inline");
+	CHECK_STATUS(claim_into(&b, cons, KEY("pull"), got, 8, &c), 0,
+		     "cma_table_claim_into_of_a_pulled_tensor_succeeds");
+	CHECK(!c.inl && !c.done && state_of(&a, ref2) == TPU__CMA_CLAIMED,
+	      "cma_table_claim_into_of_a_pulled_tensor_leaves_it_to_the_pull");
+	release(&a, ref2);
+	CHECK_STATUS(post_inline(&a, prod, KEY("none"), NULL, 0, &ref), 0,
+		     "cma_table_inline_post_of_zero_bytes");
+	CHECK_STATUS(claim_into(&b, cons, KEY("none"), got, 0, &c), 0,
+		     "cma_table_inline_zero_bytes_fit_zero_room");
+	CHECK(c.done && c.len == 0, "cma_table_inline_zero_bytes_are_done");
+	release(&a, ref);
+	tpu__cma_member_leave(&a, prod);
+	tpu__cma_member_leave(&b, cons);
+	tpu__cma_table_close(&a);
+	tpu__cma_table_close(&b);
+}
+
 /* Scans stop at the last slot in use, so freed slots at the end go first. */
 static void scan_mark(void)
 {
@@ -425,11 +534,21 @@ static void producer_death(void)
 
 		if (tpu__cma_member_join(&t, 0, &child) ||
 		    post(&t, child, KEY("orphan"), data, sizeof(data), &ref) ||
-		    post(&t, child, KEY("orphan2"), data, sizeof(data), &ref))
+		    post(&t, child, KEY("orphan2"), data, sizeof(data), &ref) ||
+		    post_inline(&t, child, KEY("orphan3"), data, sizeof(data), &ref))
 			_exit(1);
 		_exit(0);
 	}
-	CHECK(wait_child(pid) == 0 && tpu__cma_used(&t) == 2, "cma_table_child_posted_and_died");
+	CHECK(wait_child(pid) == 0 && tpu__cma_used(&t) == 3, "cma_table_child_posted_and_died");
+	CHECK(!tpu__cma_members_look_alive(&t),
+	      "cma_table_members_do_not_look_alive_while_a_death_waits_to_be_noticed");
+	/* Its bytes are in the table, but a dead producer's tensors are dropped all the same. */
+	CHECK(tpu__cma_peek_key(&t, KEY("orphan3")), "cma_table_dead_producers_inline_slot_is_seen");
+	CHECK_STATUS(claim_into(&t, me, KEY("orphan3"), (char[16]){ 0 }, 16, &c), -EAGAIN,
+		     "cma_table_inline_post_of_a_dead_producer_is_not_claimed");
+	CHECK(tpu__cma_used(&t) == 2 && !tpu__cma_peek_key(&t, KEY("orphan3")),
+	      "cma_table_dead_producers_inline_slot_is_dropped_by_the_claim");
+	CHECK(tpu__cma_members_look_alive(&t), "cma_table_members_look_alive_once_the_death_is_noticed");
 	CHECK_STATUS(claim(&t, me, KEY("orphan"), 100, &c), -EAGAIN,
 		     "cma_table_post_of_a_dead_producer_is_not_claimed");
 	CHECK(tpu__cma_used(&t) == 1, "cma_table_dead_producers_slot_is_dropped_by_the_claim");
@@ -626,6 +745,7 @@ void test_cma_table(void)
 	recognise_and_open();
 	post_claim_done();
 	failed_pull_and_withdraw();
+	inline_slots();
 	scan_mark();
 	abort_and_capacity();
 	wakeups();

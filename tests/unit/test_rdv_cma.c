@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -82,6 +83,14 @@ static bool rec_wait(struct rec *r, int calls)
 	ok = r->calls == calls;
 	pthread_mutex_unlock(&r->lock);
 	return ok;
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static void fill(uint8_t *p, size_t len, unsigned int seed)
@@ -441,6 +450,270 @@ out:
 		close(fd);
 }
 
+/* The largest tensor that travels in the table (lib/rdv/cma_table.h). */
+#define INLINE_MAX 256
+static const size_t inline_sizes[] = { 0, 1, INLINE_MAX - 1, INLINE_MAX, INLINE_MAX + 1, 4096 };
+#define NSIZES (sizeof(inline_sizes) / sizeof(inline_sizes[0]))
+
+/* Receives every size of inline_sizes from the parent and checks the bytes. */
+static int child_receives_sizes(struct tpu_rendezvous *rdv)
+{
+	uint8_t dst[4096 + 1];
+	char key[32];
+	size_t len;
+
+	for (size_t i = 0; i < NSIZES; i++) {
+		snprintf(key, sizeof(key), "size/%zu", inline_sizes[i]);
+		len = 12345;
+		if (recv_bytes(rdv, key, dst, inline_sizes[i], 10000000000ULL, &len))
+			return 10 + (int)i;
+		if (len != inline_sizes[i] || !intact(dst, len, (unsigned int)len))
+			return 30 + (int)i;
+	}
+	return 0;
+}
+
+/* Posts a tensor one byte over the inline limit (pulled, not in the table) and dies. */
+static int child_posts_big_and_dies(struct tpu_rendezvous *rdv)
+{
+	static uint8_t src[INLINE_MAX + 1];
+
+	_exit(send_bytes(rdv, "orphan-big", src, sizeof(src), NULL) ? 1 : 0);
+}
+
+/*
+ * Tensors up to INLINE_MAX bytes travel in the table: the bytes right at
+ * the limit and just over it arrive intact, in and across processes; the
+ * send still completes only once a consumer took the tensor; -EMSGSIZE
+ * keeps it; cancel withdraws it; recv_buffer gets it.  That the table
+ * holds a copy made at post time shows when the source changes after the
+ * post (which the API forbids; done here to see which path ran): a tensor
+ * at the limit arrives as posted, one over it as the memory is when pulled.
+ */
+static void inline_tensors(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	uint8_t src[4096 + 1], dst[4096 + 1];
+	char key[32];
+	struct rec s, r;
+	size_t len = 0;
+	int fd = -1, rc, sent = 0;
+	pid_t pid;
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &b)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	for (size_t i = 0; i < NSIZES; i++) {
+		size_t n = inline_sizes[i];
+
+		rec_init(&s);
+		fill(src, n, (unsigned int)n);
+		memset(dst, 0xee, sizeof(dst));
+		snprintf(key, sizeof(key), "size/%zu", n);
+		CHECK_STATUS(send_bytes(a, key, src, n, &s), 0, "rdv_cma_send_of_%zu_bytes", n);
+		usleep(2000);
+		CHECK(s.calls == 0, "rdv_cma_send_of_%zu_bytes_waits_for_a_consumer", n);
+		CHECK_STATUS(recv_bytes(b, key, dst, n, 0, &len), 0, "rdv_cma_recv_of_%zu_bytes", n);
+		CHECK(len == n && intact(dst, n, (unsigned int)n) && dst[n] == 0xee,
+		      "rdv_cma_%zu_bytes_arrive_intact_and_no_more", n);
+		CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_send_of_%zu_bytes_completes", n);
+	}
+
+	/* Copied at post (inline) or read when taken (pulled). */
+	rec_init(&s);
+	fill(src, INLINE_MAX + 1, 1);
+	send_bytes(a, "at-limit", src, INLINE_MAX, &s);
+	memset(src, 0, INLINE_MAX);
+	CHECK(recv_bytes(b, "at-limit", dst, INLINE_MAX, 0, &len) == 0 &&
+	      intact(dst, INLINE_MAX, 1), "rdv_cma_tensor_at_the_inline_limit_is_copied_at_post");
+	fill(src, INLINE_MAX + 1, 1);
+	send_bytes(a, "over-limit", src, INLINE_MAX + 1, &s);
+	memset(src, 0, INLINE_MAX + 1);
+	CHECK(recv_bytes(b, "over-limit", dst, INLINE_MAX + 1, 0, &len) == 0 && dst[1] == 0,
+	      "rdv_cma_tensor_over_the_inline_limit_is_pulled_when_taken");
+	CHECK(rec_wait(&s, 2) && s.status == 0, "rdv_cma_both_sends_complete");
+
+	rec_init(&s);
+	fill(src, 200, 9);
+	send_bytes(a, "small", src, 200, &s);
+	CHECK_STATUS(recv_bytes(b, "small", dst, 100, 0, &len), -EMSGSIZE,
+		     "rdv_cma_inline_tensor_into_too_small_room_is_emsgsize");
+	CHECK(len == 200 && s.calls == 0, "rdv_cma_inline_emsgsize_gives_the_length_and_keeps_it");
+	rec_init(&r);
+	CHECK_STATUS(tpu_rendezvous_recv_buffer(b, KEY("small"), INLINE_MAX, 0, on_recv_buffer,
+						&r), 0, "rdv_cma_recv_buffer_of_an_inline_tensor");
+	CHECK(rec_wait(&r, 1) && r.status == 0 && r.len == 200 && r.buf &&
+	      intact(tpu_buffer_data(r.buf), 200, 9),
+	      "rdv_cma_recv_buffer_gets_the_inline_bytes");
+	tpu_buffer_free(r.buf);
+	CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_inline_send_completes_after_recv_buffer");
+
+	rec_init(&s);
+	send_bytes(a, "cancelled", src, 64, &s);
+	CHECK_STATUS(tpu_rendezvous_cancel(a, KEY("cancelled")), 0,
+		     "rdv_cma_cancel_of_an_inline_send_succeeds");
+	CHECK(rec_wait(&s, 1) && s.status == -ECANCELED, "rdv_cma_cancelled_inline_send_gets_ecanceled");
+	CHECK_STATUS(recv_bytes(b, "cancelled", dst, 64, 20000000, NULL), -ETIMEDOUT,
+		     "rdv_cma_cancelled_inline_send_is_withdrawn");
+
+	/* Across processes, the consumer in a child. */
+	rec_init(&s);
+	xproc_buf = NULL;
+	pid = child(fd, child_receives_sizes);
+	for (size_t i = 0; i < NSIZES; i++) {
+		static uint8_t srcs[NSIZES][4096];
+
+		fill(srcs[i], inline_sizes[i], (unsigned int)inline_sizes[i]);
+		snprintf(key, sizeof(key), "size/%zu", inline_sizes[i]);
+		sent += send_bytes(a, key, srcs[i], inline_sizes[i], &s) == 0;
+	}
+	rc = child_status(pid);
+	CHECK(rc == 0 && sent == (int)NSIZES,
+	      "rdv_cma_child_receives_every_size_around_the_inline_limit (exit %d)", rc);
+	CHECK(rec_wait(&s, (int)NSIZES) && s.status == 0,
+	      "rdv_cma_sends_to_a_child_complete_once_taken");
+
+	pid = child(fd, child_posts_big_and_dies);
+	rc = child_status(pid);
+	CHECK(rc == 0, "rdv_cma_child_posted_a_pulled_tensor_and_died (exit %d)", rc);
+	CHECK_STATUS(recv_bytes(a, "orphan-big", dst, sizeof(dst), 100000000, &len), -ETIMEDOUT,
+		     "rdv_cma_pulled_post_of_a_dead_process_is_never_delivered");
+out:
+	tpu_rendezvous_destroy(b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A recv_wait on its own thread: what it returned. */
+struct qwait {
+	struct tpu_rendezvous *rdv;
+	const char *key;
+	size_t cap;
+	pthread_t th;
+	tpu_status st;
+	size_t len;
+	uint8_t got[64];
+};
+
+static void *qwait_main(void *arg)
+{
+	struct qwait *q = arg;
+
+	q->st = recv_bytes(q->rdv, q->key, q->got, q->cap, 2000000000ULL, &q->len);
+	return NULL;
+}
+
+/*
+ * A recv_wait queued behind an older receive of its key in the same
+ * member is started by the thread that completes the older one (here the
+ * helper), while its own waiter may already sleep on the table.  The
+ * older one ends -EMSGSIZE, which leaves the tensor posted and the table
+ * unchanged: the waiter must be woken to take it, at once, not when its
+ * 2 s run out.
+ */
+static void queued_waiters(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	int fd = -1, ok = 0, rounds = 20;
+	uint8_t src[32], small[4];
+	int64_t worst_ns = 0;
+	char key[32];
+	struct rec s, r;
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &b)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	fill(src, sizeof(src), 4);
+	for (int i = 0; i < rounds; i++) {
+		struct tpu_tensor t = { .data = small, .len = sizeof(small) };
+		struct qwait q = { .rdv = b, .key = key, .cap = sizeof(q.got) };
+		int64_t t0, took_ns;
+
+		snprintf(key, sizeof(key), "queued/%d", i);
+		rec_init(&s);
+		rec_init(&r);
+		if (tpu_rendezvous_recv(b, key, strlen(key), &t, 0, on_recv, &r))
+			break;
+		pthread_create(&q.th, NULL, qwait_main, &q);
+		/* Its waiter asleep by now: a spin lasts 50 us at most. */
+		usleep(3000);
+		t0 = mono_ns();
+		send_bytes(a, key, src, sizeof(src), &s);
+		pthread_join(q.th, NULL);
+		took_ns = mono_ns() - t0;
+		if (took_ns > worst_ns)
+			worst_ns = took_ns;
+		if (rec_wait(&r, 1) && r.status == -EMSGSIZE && r.len == sizeof(src) && q.st == 0 &&
+		    q.len == sizeof(src) && intact(q.got, sizeof(src), 4) && rec_wait(&s, 1) &&
+		    s.status == 0)
+			ok++;
+		else
+			tap_diag("queued/%d: first %d (%zu bytes), second %d (%zu bytes), send %d", i,
+				 r.status, r.len, q.st, q.len, s.status);
+	}
+	CHECK(ok == rounds,
+	      "rdv_cma_queued_recv_wait_started_by_another_thread_takes_a_posted_tensor (%d of %d)",
+	      ok, rounds);
+	/* Not left asleep until something else moves the table (about 1 s when it was). */
+	CHECK(worst_ns < 300000000, "rdv_cma_queued_recv_wait_is_woken_at_once (worst %.1f ms)",
+	      (double)worst_ns / 1e6);
+out:
+	tpu_rendezvous_destroy(b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * A send_wait whose tensor was taken returns without the table lock and
+ * leaves its slot to be freed later by its member: more round trips than
+ * the table has slots (4096) must not run out of them.
+ */
+static void slots_reused(struct tpu_context *ctx)
+{
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	int fd = -1, sent = 0, n = 5000;
+	uint8_t src[8] = { 1, 2, 3 }, dst[8];
+	struct tpu_tensor t = { .data = dst, .len = sizeof(dst) };
+	tpu_status first_err = 0;
+	char key[32];
+	struct rec r;
+
+	rec_init(&r);
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &b)) {
+		CHECK(false, "rdv_cma_set_up");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		struct tpu_tensor st = { .data = src, .len = sizeof(src) };
+		tpu_status rc;
+
+		snprintf(key, sizeof(key), "reuse/%d", i);
+		rc = tpu_rendezvous_recv(b, key, strlen(key), &t, 0, on_recv, &r);
+		if (!rc)
+			rc = tpu_rendezvous_send_wait(a, key, strlen(key), &st, 0, 2000000000ULL);
+		if (rc) {
+			first_err = rc;
+			break;
+		}
+		sent++;
+	}
+	CHECK(sent == n && rec_wait(&r, n) && r.status == 0,
+	      "rdv_cma_more_round_trips_than_slots_reuse_the_slots (%d of %d, %s)", sent, n,
+	      tpu_status_name(first_err));
+out:
+	tpu_rendezvous_destroy(b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
+}
+
 static void other_processes(struct tpu_context *ctx)
 {
 	struct tpu_rendezvous *rdv = NULL;
@@ -474,6 +747,7 @@ static void other_processes(struct tpu_context *ctx)
 	pid = child(fd, child_posts_and_dies);
 	rc = child_status(pid);
 	CHECK(rc == 0, "rdv_cma_child_posted_and_died (exit %d)", rc);
+	/* "orphan" is small: its bytes are in the table, and dropped all the same. */
 	CHECK_STATUS(recv_bytes(rdv, "orphan", buf, BIG, 100000000, &len), -ETIMEDOUT,
 		     "rdv_cma_post_of_a_dead_process_is_never_delivered");
 	CHECK_STATUS(send_bytes(rdv, "orphan", buf, 1, &s), 0,
@@ -681,6 +955,9 @@ void test_rdv_cma(void)
 	buffers(ctx);
 	two_members(ctx);
 	other_processes(ctx);
+	inline_tensors(ctx);
+	queued_waiters(ctx);
+	slots_reused(ctx);
 	peer_death(ctx);
 	idle(ctx);
 	tpu_context_destroy(ctx);
