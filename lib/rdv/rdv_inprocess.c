@@ -186,6 +186,7 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	struct ip_slot *s;
 	struct tpu__op *recv;
 	tpu_status st = 0;
+	size_t len;
 
 	pthread_mutex_lock(&ip->lock);
 	if (ip->aborted) {
@@ -217,11 +218,11 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	}
 	ip_slot_drop_if_empty(ip, s);
 	recv->status = 0;
-	op->status = 0;
-	op->len = recv->len;
-	/* The receive was issued first: it is called back first. */
+	len = recv->len;
+	/* The receive was issued first: it is called back first (and may be gone). */
 	tpu__op_complete(recv);
-	tpu__op_complete(op);
+	/* A given buffer copied from (not taken) is freed there. */
+	finish(op, 0, len);
 out:
 	pthread_mutex_unlock(&ip->lock);
 	return st;
@@ -308,9 +309,7 @@ static tpu_status ip_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	}
 	s->send = NULL;
 	ip_slot_drop_if_empty(ip, s);
-	send->status = 0;
-	send->len = op->len;
-	tpu__op_complete(send);
+	finish(send, 0, op->len);
 	tpu__op_complete(op);
 out:
 	pthread_mutex_unlock(&ip->lock);
