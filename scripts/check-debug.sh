@@ -42,6 +42,10 @@ fi
 $make --no-print-directory -s -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$logs/rdv-build.log"
 $make --no-print-directory -s -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
 $make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
+# pair-xfer.sh's CUDA points: the unit binary (reader and writer) and the stand-in driver.
+$make --no-print-directory -s -C tests/unit "$PWD/tests/unit/build/plain/unit_tests" \
+	"$PWD/tests/unit/build/libcuda_standin.so" >"$logs/unit-build.log" 2>&1 ||
+	cat "$logs/unit-build.log"
 
 results=("module build (debug)" "$logs/kmod.tap" "$build_status")
 if [ $build_status -eq 0 ]; then
