@@ -3,7 +3,6 @@
  * The single-process rendezvous cases, run once per implementation.  Each
  * point's name starts with the implementation's, so a failure says which.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -856,19 +855,6 @@ out:
 	log_fini(&l);
 }
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /*
  * A given buffer that a plain receive copies from is freed by the
  * rendezvous: a memfd buffer's descriptor is closed once the send's
@@ -895,7 +881,7 @@ static void given_to_a_copy(const struct rdv_impl *impl)
 	/* Round the ring's first use out of the count. */
 	ok = !tpu_buffer_alloc(f.ctx, LEN, &b);
 	tpu_buffer_free(b);
-	fds = open_fds();
+	fds = count_fds();
 	ok = ok && !tpu_buffer_alloc(f.ctx, LEN, &b);
 	if (ok) {
 		rdv_fill(tpu_buffer_data(b), LEN, 9);
@@ -904,9 +890,9 @@ static void given_to_a_copy(const struct rdv_impl *impl)
 		ok = !tpu_rendezvous_send(f.rdv, "gc", 2, &t, TPU_SEND_GIVE, send_cb, &ss) &&
 		     !recv_into(&f, "gc", dst, LEN, 0, &rr) && log_wait(&l, 2);
 	}
-	CHECK(ok && rdv_checksum(dst, LEN) == sum && open_fds() == fds,
+	CHECK(ok && rdv_checksum(dst, LEN) == sum && count_fds() == fds,
 	      "%s_a_given_buffer_copied_by_a_plain_receive_is_freed (fds %d -> %d)", N(&f), fds,
-	      open_fds());
+	      count_fds());
 	fx_close(&f);
 	log_fini(&l);
 	free(dst);

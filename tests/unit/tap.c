@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -41,4 +42,18 @@ int tap_finish(void)
 		printf("# %u of %u failed\n", failures, points);
 	fflush(stdout);
 	return failures ? 1 : 0;
+}
+
+int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;	/* the directory's own */
 }

@@ -14,6 +14,8 @@ void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ..
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print the plan; the exit status for main(): 0 when every point passed. */
 int tap_finish(void);
+/* The descriptors this process has open (-1 if /proc says nothing), for leak checks. */
+int count_fds(void);
 
 #define TAP_STR2(x) #x
 #define TAP_STR(x) TAP_STR2(x)

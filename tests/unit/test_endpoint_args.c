@@ -6,7 +6,6 @@
  * arguments pass the library's checks reach the kernel and bring its answer
  * back, here -ENOTTY.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -14,19 +13,6 @@
 
 #include "../../lib/internal.h"
 #include "tap.h"
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 static void open_checks(void)
 {

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* What the transport tests share: see xport_harness.h. */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -337,20 +336,6 @@ void fill(uint8_t *p, size_t n, uint64_t seed)
 		seed ^= seed << 17;
 		memcpy(p + i, &seed, n - i < 8 ? n - i : 8);
 	}
-}
-
-int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1;	/* the directory's own */
 }
 
 void get_thread_info(void *arg)

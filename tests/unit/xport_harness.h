@@ -107,8 +107,6 @@ void close_pair(struct pair *p);
 
 /* A pseudo-random pattern, the same for the same seed. */
 void fill(uint8_t *p, size_t n, uint64_t seed);
-/* Descriptors open in this process, -1 if unknown. */
-int count_fds(void);
 
 /* A context thread's CPU clock and thread id: get_thread_info is a task for tpu__ctx_run_sync. */
 struct thread_info {
