@@ -207,6 +207,58 @@ const char *type_name(uint32_t t)
 
 
 /*
+ * Each device pair over a pipe at @url with @channels (NULL: all), small
+ * and over one copy chunk, every byte checked: CUDA sources must
+ * negotiate @from_cuda, CPU ones @from_cpu, and CPU to CPU @cpu (NULL:
+ * anything but a cuda channel).
+ */
+void cuda_pairs(const char *url, const char *channels, const char *from_cuda,
+		const char *from_cpu, const char *cpu, uint32_t dev1)
+{
+	static const struct {
+		uint32_t src, dst;
+	} p[] = {
+		{ TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
+		{ TPU_DEVICE_CUDA, TPU_DEVICE_CPU },
+		{ TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
+	};
+	const char *got;
+	struct pair pp;
+
+	if (!pair_open(&pp, url, channels)) {
+		CHECK(false, "cuda: a pipe over %s with channels %s", url, channels ? channels : "(all)");
+		pair_close(&pp);
+		return;
+	}
+	got = tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+	if (cpu)
+		CHECK(!strcmp(got, cpu), "cuda: CPU->CPU over %s is %s's (got '%s')", url, cpu, got);
+	else
+		CHECK(strncmp(got, "cuda", 4) != 0, "cuda: CPU->CPU tensors never take a cuda channel");
+	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
+		const char *want = p[i].src == TPU_DEVICE_CUDA ? from_cuda : from_cpu;
+
+		got = tpu_pipe_channel(pp.server, p[i].src, p[i].dst);
+		CHECK(!strcmp(got, want), "cuda: %s %s->%s negotiates %s (got '%s')", url,
+		      type_name(p[i].src), type_name(p[i].dst), want, got);
+		for (int big = 0; big < 2; big++) {
+			size_t len = big ? BIG : SMALL;
+			struct end w = { p[i].src, 0, NULL }, r = { p[i].dst, dev1, NULL };
+
+			CHECK(xfer(&pp, w, r, len, (unsigned int)(i * 2 + big), 0),
+			      "cuda: %s %s->%s over %s, %zu bytes, every byte in place", url,
+			      type_name(p[i].src), type_name(p[i].dst), want, len);
+			/* The client's view, now that a message went through. */
+			if (!big)
+				CHECK(!strcmp(tpu_pipe_channel(pp.client, p[i].src, p[i].dst), want),
+				      "cuda: both ends agree on %s->%s", type_name(p[i].src),
+				      type_name(p[i].dst));
+		}
+	}
+	pair_close(&pp);
+}
+
+/*
  * The writer's bytes come from work still queued on its stream: eight
  * late copies (the stand-in delays each).  A channel that does not wait
  * for the stream sends the old bytes.

@@ -62,6 +62,13 @@ bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int 
 	  tpu_status want_read);
 const char *type_name(uint32_t t);
 /*
+ * Each device pair over a pipe at @url with @channels (NULL: all), every
+ * byte checked; CUDA sources must negotiate @from_cuda, CPU sources
+ * @from_cpu, CPU to CPU @cpu (NULL: anything but a cuda channel).
+ */
+void cuda_pairs(const char *url, const char *channels, const char *from_cuda,
+		const char *from_cpu, const char *cpu, uint32_t dev1);
+/*
  * Over a pipe at @url with @channels (NULL: all), which must negotiate
  * @want for CUDA to CUDA: the writer's bytes are those its stream's late
  * work left, and the reader's stream sees them.

@@ -12,7 +12,6 @@
  * (CUDA IPC for real), stream ordering, bad devices and pointers, and a
  * process without a driver (or without a device) getting TPU_E_NO_CUDA.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <spawn.h>
@@ -25,48 +24,6 @@
 #include "cuda_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
-
-/* Each device pair over @url, with the channel it must negotiate. */
-static void pairs(const char *url, const char *channels, const char *want_ipc, uint32_t dev1)
-{
-	static const struct {
-		uint32_t src, dst;
-	} p[] = {
-		{ TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
-		{ TPU_DEVICE_CUDA, TPU_DEVICE_CPU },
-		{ TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
-	};
-	struct pair pp;
-
-	if (!pair_open(&pp, url, channels)) {
-		CHECK(false, "cuda: a pipe over %s with channels %s", url, channels ? channels : "(all)");
-		pair_close(&pp);
-		return;
-	}
-	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
-		const char *want = p[i].src == TPU_DEVICE_CUDA ? want_ipc : "cuda_staged";
-		const char *got = tpu_pipe_channel(pp.server, p[i].src, p[i].dst);
-
-		CHECK(!strcmp(got, want), "cuda: %s %s->%s negotiates %s (got '%s')", url,
-		      type_name(p[i].src), type_name(p[i].dst), want, got);
-		for (int big = 0; big < 2; big++) {
-			size_t len = big ? BIG : SMALL;
-			struct end w = { p[i].src, 0, NULL }, r = { p[i].dst, dev1, NULL };
-
-			CHECK(xfer(&pp, w, r, len, (unsigned int)(i * 2 + big), 0),
-			      "cuda: %s %s->%s over %s, %zu bytes, every byte in place", url,
-			      type_name(p[i].src), type_name(p[i].dst), want, len);
-			/* The client's view, now that a message went through. */
-			if (!big)
-				CHECK(!strcmp(tpu_pipe_channel(pp.client, p[i].src, p[i].dst), want),
-				      "cuda: both ends agree on %s->%s", type_name(p[i].src),
-				      type_name(p[i].dst));
-		}
-	}
-	CHECK(strncmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "cuda", 4) != 0,
-	      "cuda: CPU->CPU tensors never take a cuda channel");
-	pair_close(&pp);
-}
 
 /* A forked child that reads one byte of device memory dies of SIGSEGV. */
 static void guard(void)
@@ -479,19 +436,6 @@ int cuda_reader(const char *url)
 	return tap_finish();
 }
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* The writer process of cross_process(); its exit status. */
 int cuda_writer(const char *url)
 {
@@ -530,7 +474,7 @@ int cuda_writer(const char *url)
 		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
 		/* The VMM one alone: its export must be closed once ACKed. */
 		if (k == 3 && !rc && rec_wait(&w, 3))
-			fds = open_fds();
+			fds = count_fds();
 		if (tpu_pipe_write(p, &m[k], on_write, &tw))
 			rc = 4;
 	}
@@ -539,7 +483,7 @@ int cuda_writer(const char *url)
 	for (int k = 0; !rc && k < n; k++)
 		if (w.st[k])
 			rc = 6;
-	if (!rc && n == 4 && open_fds() != fds)
+	if (!rc && n == 4 && count_fds() != fds)
 		rc = 7;
 	tpu_pipe_close(p);
 	tpu_context_destroy(ctx);
@@ -604,10 +548,10 @@ void test_cuda(void)
 	CHECK(tpu__cuda_ndevices() >= 1, "cuda: the driver has a device");
 	dev1 = tpu__cuda_ndevices() > 1 ? 1 : 0;
 	guard();
-	pairs("tcp://127.0.0.1:0", NULL, "cuda_ipc", dev1);
+	cuda_pairs("tcp://127.0.0.1:0", NULL, "cuda_ipc", "cuda_staged", NULL, dev1);
 	snprintf(shm, sizeof(shm), "shm://tpu-unit-cuda-%d", (int)getpid());
-	pairs(shm, NULL, "cuda_ipc", dev1);
-	pairs("tcp://127.0.0.1:0", "cuda_staged,cma", "cuda_staged", dev1);
+	cuda_pairs(shm, NULL, "cuda_ipc", "cuda_staged", NULL, dev1);
+	cuda_pairs("tcp://127.0.0.1:0", "cuda_staged,cma", "cuda_staged", "cuda_staged", NULL, dev1);
 	stream_order("tcp://127.0.0.1:0", NULL, "cuda_ipc");
 	stream_order("tcp://127.0.0.1:0", "cuda_staged", "cuda_staged");
 	bad_tensors();

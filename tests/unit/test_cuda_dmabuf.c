@@ -7,7 +7,6 @@
  * dma-bufs the CPU cannot map, the channel must stay out of the
  * negotiation.  Every byte is checked through the driver's own copies.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/udmabuf.h>
@@ -21,19 +20,6 @@
 #include "cuda_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
-
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
 
 /* A udmabuf of @len bytes over a new memfd, which *memfd keeps; -1 if none. */
 static int make_udmabuf(size_t len, int *memfd)
@@ -125,45 +111,16 @@ out:
 	free(src);
 }
 
-/* Each device pair over @url with kmod and cuda_dmabuf only. */
+/* Each device pair through cuda_dmabuf beside kmod, and nothing left behind. */
 static void pairs(const char *url, uint32_t dev1)
 {
-	static const struct {
-		uint32_t src, dst;
-	} p[] = {
-		{ TPU_DEVICE_CPU, TPU_DEVICE_CUDA },
-		{ TPU_DEVICE_CUDA, TPU_DEVICE_CPU },
-		{ TPU_DEVICE_CUDA, TPU_DEVICE_CUDA },
-	};
 	unsigned long allocs0 = 0, allocs1 = 0, live, opened;
-	int fds0 = open_fds(), fds1;
-	struct pair pp;
+	int fds0 = count_fds(), fds1;
 
 	if (standin_counts)
 		standin_counts(&allocs0, &live, &opened);
-	if (!pair_open(&pp, url, "kmod,cuda_dmabuf")) {
-		CHECK(false, "cuda_dmabuf: a pipe over %s with channels kmod,cuda_dmabuf", url);
-		pair_close(&pp);
-		return;
-	}
-	CHECK(!strcmp(tpu_pipe_channel(pp.server, TPU_DEVICE_CPU, TPU_DEVICE_CPU), "kmod"),
-	      "cuda_dmabuf: CPU->CPU over %s is kmod's", url);
-	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
-		const char *got = tpu_pipe_channel(pp.server, p[i].src, p[i].dst);
-
-		CHECK(!strcmp(got, "cuda_dmabuf"), "cuda_dmabuf: %s %s->%s negotiates cuda_dmabuf (got '%s')",
-		      url, type_name(p[i].src), type_name(p[i].dst), got);
-		for (int big = 0; big < 2; big++) {
-			size_t len = big ? BIG : SMALL;
-			struct end w = { p[i].src, 0, NULL }, r = { p[i].dst, dev1, NULL };
-
-			CHECK(xfer(&pp, w, r, len, (unsigned int)(i * 2 + big + 20), 0),
-			      "cuda_dmabuf: %s %s->%s, %zu bytes, every byte in place", url,
-			      type_name(p[i].src), type_name(p[i].dst), len);
-		}
-	}
-	pair_close(&pp);
-	fds1 = open_fds();
+	cuda_pairs(url, "kmod,cuda_dmabuf", "cuda_dmabuf", "cuda_dmabuf", "kmod", dev1);
+	fds1 = count_fds();
 	if (standin_counts)
 		standin_counts(&allocs1, &live, &opened);
 	CHECK(fds1 == fds0 && allocs1 == allocs0,
