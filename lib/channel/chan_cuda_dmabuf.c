@@ -27,66 +27,64 @@
 
 #include "channel.h"
 
-/* @t's device memory as a buffer naming its import into the rendezvous's endpoint. */
-static tpu_status dmabuf_import(struct tpu__chan_link *l, const struct tpu_message_tensor *t,
-				unsigned int access, struct tpu_buffer **out)
+/*
+ * @t's device memory as the rendezvous sees it, once the work queued on
+ * its stream is done: a buffer naming its import into the rendezvous's
+ * endpoint (none for an empty tensor, which has no pages: the rendezvous
+ * moves it from nowhere).
+ */
+static tpu_status dmabuf_tensor(struct tpu__chan_link *l, const struct tpu_message_tensor *t,
+				unsigned int access, struct tpu_tensor *out)
 {
 	struct tpu__ep_ref *ep = tpu__rdv_kmod_endpoint(l->state);
+	struct tpu_buffer *buf = NULL;
 	uint64_t off;
 	tpu_status st;
 	int fd;
 
+	*out = (struct tpu_tensor){ .data = t->data, .len = t->len };
 	if (!ep)
 		return TPU_E_CLOSED;
-	st = tpu__cuda_dmabuf_export(t->data, t->len, t->device.index, &fd, &off);
-	if (st)
-		return st;
-	st = tpu__buffer_import_dmabuf(ep, fd, access, (uint8_t *)t->data - off, out);
-	/* The region holds its own reference to the dma-buf. */
-	close(fd);
+	st = tpu__cuda_stream_done(t->device.index, t->stream);
+	if (!st && t->len) {
+		st = tpu__cuda_dmabuf_export(t->data, t->len, t->device.index, &fd, &off);
+		if (st)
+			return st;
+		st = tpu__buffer_import_dmabuf(ep, fd, access, (uint8_t *)t->data - off, &buf);
+		/* The region holds its own reference to the dma-buf. */
+		close(fd);
+	}
+	out->buffer = buf;
 	return st;
 }
 
 static tpu_status dmabuf_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 {
-	const struct tpu_message_tensor *t = x->t;
-	struct tpu_tensor src = { .data = t->data, .len = t->len };
-	struct tpu_buffer *buf = NULL;
+	struct tpu_tensor src;
 	tpu_status st;
 
-	if (t->device.type != TPU_DEVICE_CUDA)
+	if (x->t->device.type != TPU_DEVICE_CUDA)
 		return tpu__chan_kmod.send(l, x);
-	st = tpu__cuda_stream_done(t->device.index, t->stream);
-	/* An empty tensor has no pages: the rendezvous sends it from nowhere. */
-	if (!st && t->len)
-		st = dmabuf_import(l, t, TPU_ACCESS_READ, &buf);
+	st = dmabuf_tensor(l, x->t, TPU_ACCESS_READ, &src);
+	if (!st)
+		st = tpu__chan_kmod_post(l, x, &src, 0, src.buffer);
 	if (st)
-		return st;
-	src.buffer = buf;
-	st = tpu__chan_kmod_post(l, x, &src, 0, buf);
-	if (st)
-		tpu_buffer_free(buf);
+		tpu_buffer_free(src.buffer);
 	return st;
 }
 
 static tpu_status dmabuf_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 {
-	const struct tpu_message_tensor *t = x->t;
-	struct tpu_tensor dst = { .data = t->data, .len = t->len };
-	struct tpu_buffer *buf = NULL;
+	struct tpu_tensor dst;
 	tpu_status st;
 
-	if (t->device.type != TPU_DEVICE_CUDA)
+	if (x->t->device.type != TPU_DEVICE_CUDA)
 		return tpu__chan_kmod.recv(l, x);
-	st = tpu__cuda_stream_done(t->device.index, t->stream);
-	if (!st && t->len)
-		st = dmabuf_import(l, t, TPU_ACCESS_WRITE, &buf);
+	st = dmabuf_tensor(l, x->t, TPU_ACCESS_WRITE, &dst);
+	if (!st)
+		st = tpu__chan_kmod_take(l, x, &dst, dst.buffer);
 	if (st)
-		return st;
-	dst.buffer = buf;
-	st = tpu__chan_kmod_take(l, x, &dst, buf);
-	if (st)
-		tpu_buffer_free(buf);
+		tpu_buffer_free(dst.buffer);
 	return st;
 }
 
