@@ -31,6 +31,7 @@ static struct tpu__cuda_api cuda;
 static tpu_status cuda_status;
 static char cuda_why[256];
 static int cuda_ndev;
+static bool cuda_vmm;		/* every VMM entry point resolved */
 
 static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -127,6 +128,9 @@ static void cuda_load(void)
 		/* POSIX: a function's address survives the trip through void *. */
 		memcpy((char *)&cuda + cuda_syms[i].off, &f, sizeof(f));
 	}
+	cuda_vmm = cuda.mem_create && cuda.mem_release && cuda.mem_granularity && cuda.mem_reserve &&
+		   cuda.mem_unreserve && cuda.mem_map && cuda.mem_unmap && cuda.mem_set_access &&
+		   cuda.mem_export && cuda.mem_import && cuda.mem_retain;
 	r = cuda.init(0);
 	if (r == TPU__CU_SUCCESS)
 		r = cuda.device_get_count(&n);
@@ -450,10 +454,7 @@ tpu_status tpu__cuda_dmabuf_export(const void *p, size_t len, uint32_t index, in
 
 bool tpu__cuda_has_vmm(void)
 {
-	return !tpu__cuda_api(NULL, NULL) && cuda.mem_create && cuda.mem_release &&
-	       cuda.mem_granularity && cuda.mem_reserve && cuda.mem_unreserve && cuda.mem_map &&
-	       cuda.mem_unmap && cuda.mem_set_access && cuda.mem_export && cuda.mem_import &&
-	       cuda.mem_retain;
+	return !tpu__cuda_api(NULL, NULL) && cuda_vmm;
 }
 
 tpu_status tpu__cuda_vmm_export(const void *p, uint32_t index, int *fd, uint64_t *size,
