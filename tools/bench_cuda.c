@@ -74,9 +74,31 @@ int cuda_open(void)
 	return st;
 }
 
-uint8_t pattern(size_t i, unsigned int round)
+static uint8_t pattern(size_t i, unsigned int round)
 {
 	return (uint8_t)(i * 251 + round * 17 + (i >> 12));
+}
+
+int bench_cuda_fill(uint8_t *host, cu_ptr dev, size_t len, unsigned int round)
+{
+	for (size_t i = 0; i < len; i++)
+		host[i] = pattern(i, round);
+	return dev && cu.htod(dev, host, len) ? -EIO : 0;
+}
+
+int bench_cuda_count_bad(const uint8_t *host, cu_ptr dev, uint8_t *check, size_t len,
+			 unsigned int round)
+{
+	int bad = 0;
+
+	if (dev) {
+		if (cu.dtoh(check, dev, len))
+			return -EIO;
+		host = check;
+	}
+	for (size_t i = 0; i < len; i++)
+		bad += host[i] != pattern(i, round);
+	return bad;
 }
 
 static const struct bpair bpairs[] = {
@@ -163,12 +185,14 @@ static int reader_main(struct peer *peer, void *arg)
 		}
 		/* The round ends here for the writer; the check is not timed. */
 		peer_send(peer, &st, sizeof(st));
-		if (!st && dev)
-			st = cu.dtoh(check, dev, r->size) ? -EIO : 0;
-		else if (!st)
-			memcpy(check, host, r->size);
-		for (size_t i = 0; !st && i < r->size; i++)
-			bad += check[i] != pattern(i, k);
+		if (!st) {
+			int n = bench_cuda_count_bad(host, dev, check, r->size, k);
+
+			if (n < 0)
+				st = n;
+			else
+				bad += n;
+		}
 	}
 	peer_send(peer, &bad, sizeof(bad));
 	tpu_pipe_close(w.pipe);
@@ -183,11 +207,17 @@ static int reader_main(struct peer *peer, void *arg)
 
 /* ---- the writer (this process) ----------------------------------------- */
 
-int bench_cuda_cmp_u64(const void *a, const void *b)
+static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+double bench_cuda_median_gbps(uint64_t *ns, unsigned int n, size_t size)
+{
+	qsort(ns, n, sizeof(*ns), cmp_u64);
+	return (double)size / (double)ns[n / 2];
 }
 
 static struct result run_one(const struct run *r)
@@ -231,12 +261,9 @@ static struct result run_one(const struct run *r)
 		struct tpu_message m = { .tensors = &t, .ntensors = 1 };
 		uint64_t t0;
 
-		for (size_t i = 0; i < r->size; i++)
-			host[i] = pattern(i, k);
-		if (dev && cu.htod(dev, host, r->size)) {
-			st = -EIO;
+		st = bench_cuda_fill(host, dev, r->size, k);
+		if (st)
 			break;
-		}
 		t0 = now_ns();
 		st = tpu_pipe_write(p, &m, done_msg, &w);
 		if (!st) {
@@ -256,10 +283,8 @@ static struct result run_one(const struct run *r)
 	tpu_context_destroy(ctx);
 	if (peer_wait(&peer) && !st && !res.bad)
 		st = -EIO;
-	if (!st) {
-		qsort(ns, r->iters, sizeof(*ns), bench_cuda_cmp_u64);
-		res.gbps = (double)r->size / (double)ns[r->iters / 2];
-	}
+	if (!st)
+		res.gbps = bench_cuda_median_gbps(ns, r->iters, r->size);
 	res.st = st;
 	res.standin = cu.standin;
 out:

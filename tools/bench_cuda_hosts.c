@@ -101,12 +101,14 @@ static int serve_pipe(struct tpu_pipe *p, struct dest *d)
 			rc = !memcmp(word, "bye", 4);
 			break;
 		}
-		if (!st && d->dev)
-			st = cu.dtoh(d->check, d->dev, d->len) ? -EIO : 0;
-		else if (!st)
-			memcpy(d->check, d->host, d->len);
-		for (size_t i = 0; !st && i < d->len; i++)
-			rep.bad += d->check[i] != pattern(i, round);
+		if (!st) {
+			int n = bench_cuda_count_bad(d->host, d->dev, d->check, d->len, round);
+
+			if (n < 0)
+				st = n;
+			else
+				rep.bad = (uint32_t)n;
+		}
 		rep.st = st;
 		reply_pl = (struct tpu_payload){ .data = &rep, .len = sizeof(rep) };
 		if (wait_for(&w, tpu_pipe_write(p, &reply, done_msg, &w)) || st)
@@ -189,12 +191,9 @@ struct result bench_cuda_connect(const char *url, const struct run *r)
 		struct reply rep = { 0 };
 		uint64_t t0;
 
-		for (size_t i = 0; i < r->size; i++)
-			host[i] = pattern(i, k);
-		if (dev && cu.htod(dev, host, r->size)) {
-			st = -EIO;
+		st = bench_cuda_fill(host, dev, r->size, k);
+		if (st)
 			break;
-		}
 		t0 = now_ns();
 		st = wait_for(&w, tpu_pipe_write(p, &m, done_msg, &w));
 		if (!st)
@@ -216,10 +215,8 @@ struct result bench_cuda_connect(const char *url, const struct run *r)
 			 tpu_pipe_channel(p, r->pair->src, r->pair->dst));
 	tpu_pipe_close(p);
 	tpu_context_destroy(ctx);
-	if (!st) {
-		qsort(ns, r->iters, sizeof(*ns), bench_cuda_cmp_u64);
-		res.gbps = (double)r->size / (double)ns[r->iters / 2];
-	}
+	if (!st)
+		res.gbps = bench_cuda_median_gbps(ns, r->iters, r->size);
 	res.st = st;
 	res.standin = cu.standin;
 	if (dev)

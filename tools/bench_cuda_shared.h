@@ -31,8 +31,14 @@ extern struct bench_cu cu;
 
 /* Load TPU_CUDA_DRIVER (else libcuda.so.1), make device 0 current: 0 or -errno. */
 int cuda_open(void);
-/* Byte @i of round @round's tensor. */
-uint8_t pattern(size_t i, unsigned int round);
+/* Round @round's tensor of @len bytes into @host, and onto @dev when not 0. */
+int bench_cuda_fill(uint8_t *host, cu_ptr dev, size_t len, unsigned int round);
+/*
+ * Bytes of round @round's tensor wrong in @host, or on @dev when not 0
+ * (read back through @check); -EIO when the driver cannot read it.
+ */
+int bench_cuda_count_bad(const uint8_t *host, cu_ptr dev, uint8_t *check, size_t len,
+			 unsigned int round);
 
 struct bpair {
 	const char *name;
@@ -64,7 +70,8 @@ struct wait1 {
 
 void done_msg(void *arg, tpu_status st, struct tpu_message *m);
 void done_pipe(void *arg, tpu_status st, struct tpu_pipe *p);
-int bench_cuda_cmp_u64(const void *a, const void *b);
+/* The median of @n round times (sorted in place), as GB/s for @size bytes. */
+double bench_cuda_median_gbps(uint64_t *ns, unsigned int n, size_t size);
 
 /*
  * Two hosts (bench_cuda_hosts.c): answer pipes at @url until a writer says
