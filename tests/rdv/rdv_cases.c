@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -383,9 +384,12 @@ static void blocked_waiter_cases(const struct rdv_impl *impl)
 	if (blocked_start(&b, f.rdv, "bk/race", false, 16, 0)) {
 		uint64_t end = rdv_now_ns() + WAIT_NS;
 
-		/* -ENOENT until the thread issued it: then at once. */
+		/*
+		 * -ENOENT until the thread issued it: then at once.  Yielding, so
+		 * that under valgrind (one thread at a time) the waiter runs.
+		 */
 		while (tpu_rendezvous_cancel(f.rdv, "bk/race", 7) == -ENOENT && rdv_now_ns() < end)
-			;
+			sched_yield();
 		ended = blocked_end(&b, 10000);
 		CHECK(ended && b.st == -ECANCELED,
 		      "%s_cancel_racing_a_recv_wait_going_to_sleep_wakes_it (%d)", N(&f), b.st);
