@@ -72,7 +72,7 @@ enum {
 	TPU_E_BAD_KEY		= -10004,
 	/** a string is not a full device name "/job:J/replica:R/task:T/device:TYPE:N" */
 	TPU_E_BAD_DEVICE_NAME	= -10005,
-	/** neither /dev/tensorpipe nor process_vm_readv can move a tensor between processes */
+	/** nothing usable: a pipe transport ruled out (context options, TPU_TRANSPORTS), or no viable rendezvous implementation */
 	TPU_E_NO_TRANSPORT	= -10006,
 	/** the rendezvous or context was destroyed before the operation finished */
 	TPU_E_CLOSED		= -10007,
@@ -82,9 +82,9 @@ enum {
 	TPU_E_DESTROYED		= -10009,
 	/** a context used in a child forked after its creation (contexts do not survive fork) */
 	TPU_E_FORKED		= -10010,
-	/** a URL whose scheme names no transport of this library (tcp://, shm://) */
+	/** a URL whose scheme names no transport of this library (tcp://, shm://, rdma://) */
 	TPU_E_URL_SCHEME	= -10011,
-	/** a tcp:// URL without its port (tcp://HOST:PORT, [V6]:PORT) */
+	/** a tcp:// or rdma:// URL without its port (HOST:PORT, [V6]:PORT) */
 	TPU_E_URL_PORT		= -10012,
 	/** the members of a collective disagree on its parameters (type, data type, count...) */
 	TPU_E_COLL_MISMATCH	= -10013,
