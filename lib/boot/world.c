@@ -362,11 +362,23 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (w->info.rank == 0)
 		st = tpu__store_server_start(w->info.store_host, w->info.store_port, &w->server,
 					why, sizeof(why));
+	if (st == -EADDRINUSE) {
+		/* Perhaps the store of this world, and this a second rank 0. */
+		tpu_status again = tpu__world_rank0_again(w, deadline);
+
+		if (again != -EADDRINUSE) {
+			st = again;
+			goto fail;
+		}
+	}
 	if (!st)
 		st = tpu__store_client_connect(w->info.store_host, w->info.store_port, w->timeout_ms,
 					  &w->store, why, sizeof(why));
 	if (st) {
-		fprintf(stderr, "tpu: world: rank %d: %s\n", w->info.rank, why);
+		/* Rank 0 started twice finds the first one's store on its port. */
+		fprintf(stderr, "tpu: world: rank %d: %s%s\n", w->info.rank, why,
+			st == -EADDRINUSE && w->info.rank == 0 ?
+			" (is rank 0 started twice, or another job using this port?)" : "");
 		goto fail;
 	}
 	tpu__store_client_bound(w->store, deadline);

@@ -68,6 +68,12 @@ void tpu__world_unref(struct tpu_world *w);
 /* world_member.c: the store's record of who joined; see there. */
 /* Check the size against the first rank's and claim this rank. */
 tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline);
+/*
+ * Rank 0 whose store port is taken: if a rank 0 of this world already
+ * claimed it there, join as the second one, which breaks the world for
+ * all (-EEXIST); else -EADDRINUSE.  Sets w->store when it joins.
+ */
+tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline);
 /* Mark the world broken for every rank (and say why on stderr); returns @st. */
 tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

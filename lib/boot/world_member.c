@@ -24,6 +24,8 @@
 #define BROKEN_KEY	"tpu/world/broken"
 /* How often a waiting rank looks whether the world broke. */
 #define SLICE_MS	200u
+/* How long a second rank 0 looks for the first one's claim. */
+#define RANK0_PROBE_MS	2000u
 
 /* Printable ASCII only: the text came through the store, from anyone. */
 static void sanitize(char *s)
@@ -146,4 +148,30 @@ tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline)
 					"job was started as rank %d too", w->info.rank,
 					w->info.rank);
 	return tpu__world_check(w);
+}
+
+tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline)
+{
+	uint64_t now = tpu__store_now_ms();
+	uint64_t until = deadline < now + RANK0_PROBE_MS ? deadline : now + RANK0_PROBE_MS;
+	char why[256], val[32];
+	size_t len = 0;
+	tpu_status st;
+
+	if (until <= now ||
+	    tpu__store_client_connect(w->info.store_host, w->info.store_port,
+				      (uint32_t)(until - now), &w->store, why, sizeof(why)))
+		return -EADDRINUSE;
+	/* Only a store whose rank 0 has claimed its rank is this world's. */
+	tpu__store_client_bound(w->store, until);
+	st = tpu__store_get(w->store, "tpu/world/claim/0", val, sizeof(val), &len,
+			    (uint32_t)(until - now));
+	if (st) {
+		tpu__store_client_close(w->store);
+		w->store = NULL;
+		return -EADDRINUSE;
+	}
+	tpu__store_client_bound(w->store, deadline);
+	st = tpu__world_join(w, deadline);
+	return st ? st : -EADDRINUSE;
 }

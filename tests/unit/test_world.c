@@ -533,8 +533,13 @@ static void membership_conflicts(void)
 	struct member_case sizes = { .rank = { 0, 1 }, .size = { 2, 3 }, .want = -EINVAL,
 				     .said = { "disagree on the world's size", "rank" } };
 
+	struct member_case dup0 = { .rank = { 0, 1, 0 }, .size = { 2, 2, 2 }, .want = -EEXIST,
+				    .said = { "rank 0 joined twice", "rank 0" } };
+
 	CHECK(run_members(&dup, 3),
 	      "world_with_rank_1_started_twice_fails_eexist_on_every_process_naming_the_rank");
+	CHECK(run_members(&dup0, 3),
+	      "world_with_rank_0_started_twice_fails_eexist_on_every_process_naming_the_rank");
 	CHECK(run_members(&sizes, 2),
 	      "world_whose_ranks_disagree_on_its_size_fails_einval_on_both_saying_so");
 }
