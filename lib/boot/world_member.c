@@ -90,7 +90,8 @@ tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, 
 		if (slice > SLICE_MS)
 			slice = SLICE_MS;
 		st = tpu__store_get(w->store, key, buf, size, len, (uint32_t)slice);
-		if (st != -ETIMEDOUT)
+		/* A reply that never came closed the stream: that is the timeout too. */
+		if (st != -ETIMEDOUT || tpu__store_client_fd(w->store) < 0)
 			return st;
 		st = tpu__world_check(w);
 		if (st)
