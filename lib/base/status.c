@@ -39,9 +39,10 @@ static const struct status_text status_texts[] = {
 	{ TPU_E_DESTROYED, "TPU_E_DESTROYED",
 	  "object used after it was destroyed or closed, or destroyed twice" },
 	{ TPU_E_URL_SCHEME, "TPU_E_URL_SCHEME",
-	  "unknown URL scheme: a pipe URL starts with tcp:// or shm://" },
+	  "unknown URL scheme: a pipe URL starts with tcp://, shm:// or rdma://" },
 	{ TPU_E_URL_PORT, "TPU_E_URL_PORT",
-	  "the URL has no port: write tcp://HOST:PORT or rdma://HOST:PORT (PORT 0 lets a listener pick one)" },
+	  "the URL has no port: write tcp://HOST:PORT or rdma://HOST:PORT "
+	  "(PORT 0 lets a listener pick one)" },
 	{ TPU_E_COLL_MISMATCH, "TPU_E_COLL_MISMATCH",
 	  "the members of a collective disagree on its parameters (tpu_coll_last_reason says which)" },
 	{ TPU_E_NO_CUDA, "TPU_E_NO_CUDA",

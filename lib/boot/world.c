@@ -6,8 +6,9 @@
  * host identity under "tpu/world/RANK" and reads every other rank's,
  * which makes the rendezvous's cluster map: shm URLs for the ranks of
  * this host, tcp for the others.  The world's timeout bounds each call
- * as a whole (tpu__store_client_bound()).  Destroy is a barrier first, so that rank 0
- * keeps the store while another rank may still ask it who dials a pipe.
+ * as a whole (tpu__store_client_bound()).  Destroy is a barrier first,
+ * so that rank 0 keeps the store while another rank may still ask it who
+ * dials a pipe.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
