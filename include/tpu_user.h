@@ -72,7 +72,7 @@ enum {
 	TPU_E_BAD_KEY		= -10004,
 	/** a string is not a full device name "/job:J/replica:R/task:T/device:TYPE:N" */
 	TPU_E_BAD_DEVICE_NAME	= -10005,
-	/** neither /dev/tensorpipe nor process_vm_readv can move a tensor between processes */
+	/** nothing usable: a pipe transport ruled out (context options, TPU_TRANSPORTS), or no viable rendezvous implementation */
 	TPU_E_NO_TRANSPORT	= -10006,
 	/** the rendezvous or context was destroyed before the operation finished */
 	TPU_E_CLOSED		= -10007,
@@ -82,9 +82,9 @@ enum {
 	TPU_E_DESTROYED		= -10009,
 	/** a context used in a child forked after its creation (contexts do not survive fork) */
 	TPU_E_FORKED		= -10010,
-	/** a URL whose scheme names no transport of this library (tcp://, shm://) */
+	/** a URL whose scheme names no transport of this library (tcp://, shm://, rdma://) */
 	TPU_E_URL_SCHEME	= -10011,
-	/** a tcp:// URL without its port (tcp://HOST:PORT, [V6]:PORT) */
+	/** a tcp:// or rdma:// URL without its port (HOST:PORT, [V6]:PORT) */
 	TPU_E_URL_PORT		= -10012,
 	/** the members of a collective disagree on its parameters (type, data type, count...) */
 	TPU_E_COLL_MISMATCH	= -10013,
@@ -902,7 +902,8 @@ TPU_API tpu_status tpu_rendezvous_recv_batch_wait(struct tpu_rendezvous *rdv,
 /**
  * struct tpu_remote_task - one worker of the cluster map.
  * @task:	"/job:J/replica:R/task:T".
- * @url:	where its remote rendezvous listens ("tcp://HOST:PORT", "shm://NAME").
+ * @url:	where its remote rendezvous listens ("tcp://HOST:PORT",
+ *		"shm://NAME", "rdma://HOST:PORT"); another scheme is -EINVAL.
  */
 struct tpu_remote_task {
 	const char *task;
@@ -913,7 +914,8 @@ struct tpu_remote_task {
  * struct tpu_remote_options - how to create a remote rendezvous.
  * @task:	this worker, "/job:J/replica:R/task:T".
  * @listen_urls: URLs to accept peers on; NULL (with @nlisten 0) listens
- *		as tpu_listener_create() does by default.
+ *		as tpu_listener_create() does by default.  A fixed port that
+ *		something else holds fails -EADDRINUSE.
  * @nlisten:	their number.
  * @peers:	the cluster map so far (this worker's own entry is skipped);
  *		more with tpu_rendezvous_add_peer().
@@ -931,7 +933,9 @@ struct tpu_remote_options {
  * tpu_rendezvous_create_remote - this worker's rendezvous of a cluster.
  *
  * Errors: -EINVAL (NULL, a task that is not "/job:J/replica:R/task:T", a
- * peer listed twice with different URLs), those of tpu_listener_create().
+ * peer listed twice with different URLs, a peer URL whose scheme is not
+ * tcp://, shm:// or rdma://), those of tpu_listener_create() (-EADDRINUSE
+ * for a listen port in use).
  */
 TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 						const struct tpu_remote_options *opts,
@@ -939,8 +943,9 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 /**
  * tpu_rendezvous_add_peer - add @task at @url to the cluster map.
  *
- * Errors: -EINVAL (not a remote rendezvous, a bad task name, an empty URL),
- * -EEXIST (@task is known with another URL; the same URL again is 0).
+ * Errors: -EINVAL (not a remote rendezvous, a bad task name, a URL that is
+ * empty or whose scheme is not tcp://, shm:// or rdma://), -EEXIST (@task
+ * is known with another URL; the same URL again is 0).
  * A receive from a task not in the map fails -EHOSTUNREACH.
  */
 TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const char *task,
@@ -1289,15 +1294,20 @@ struct tpu_world;
  * struct tpu_world_options - how to form a world; zeroed means defaults.
  * @info:	the world, NULL to read it with tpu_world_info_from_env().
  * @job:	the job name of the task names, NULL for "worker".
- * @listen_urls: where this rank listens (for the rendezvous and for
- *		pipes alike; ports must be 0).  NULL: when every rank is on
+ * @listen_urls: where this rank listens, for the rendezvous; the pipe
+ *		listener uses the same URLs with any port (and shm names of
+ *		its own).  A fixed port something else holds fails
+ *		-EADDRINUSE.  NULL: when the launcher says every rank is on
  *		this host (local size equals size), loopback tcp and shm as
  *		tpu_listener_create() does by default; otherwise tcp on the
- *		address this host reaches the store from, any port.
+ *		address this host reaches the store from, any port, and shm
+ *		(when the context allows it) for the ranks that turn out to
+ *		share this host.
  * @nlisten:	their number.
- * @timeout_ms:	how long to wait for the store to come up and for every
- *		rank to join, and for each store operation later; 0 for
- *		30 s.  Rank 0 waits that long for every other rank.
+ * @timeout_ms:	bound of tpu_world_create() as a whole (connecting to the
+ *		store, waiting for every rank, every store request), and of
+ *		each later barrier, tpu_world_pipe() and the destroy's
+ *		barrier; 0 for 30 s.
  */
 struct tpu_world_options {
 	const struct tpu_world_info *info;
@@ -1310,17 +1320,26 @@ struct tpu_world_options {
 /**
  * tpu_world_create - form the world: every rank calls it.
  *
- * Rank 0 starts the store; each rank connects (retrying until the
- * timeout while rank 0 is not up yet), creates its remote rendezvous and
- * its pipe listener, publishes their URLs under its rank and waits for
- * every other rank's.  One world per job: its store keys (URLs, who dials
- * which pipe, barriers) are the job's.  Not from a callback of @ctx.
+ * Rank 0 starts the store; each rank connects (retrying while rank 0 is
+ * not up yet), checks its size against the first rank's and claims its
+ * rank, creates its remote rendezvous and its pipe listener, publishes
+ * their URLs and its host identity (boot id, network namespace) under its
+ * rank and waits for every other rank's.  It dials the shm URL of a rank
+ * of the same host identity, the tcp URL of the others (TPU_LOG=debug
+ * says which per rank, and why).  The whole call ends within the timeout.
+ * One world per job: its store keys (URLs, who dials which pipe,
+ * barriers) are the job's.  Not from a callback of @ctx.
  * Errors: those of tpu_world_info_from_env() (the reason also goes to
- * stderr), -ETIMEDOUT (the store or a rank did not come in time),
- * -EADDRNOTAVAIL (rank 0: the store's address is not on this host),
- * -EADDRINUSE, -EPROTO (a store that does not speak our protocol),
- * -EDEADLK (on the context's thread), and those of
- * tpu_rendezvous_create_remote() and tpu_listener_create().
+ * stderr), -ETIMEDOUT (the store did not answer, or a rank did not come,
+ * in time), -EEXIST (a rank was started twice: the second process fails,
+ * and every other rank fails too, here or in its next barrier; stderr
+ * names the rank), -EINVAL (the ranks were started with different sizes;
+ * all fail the same way, and stderr gives both sizes), -EADDRNOTAVAIL
+ * (rank 0: the store's address is not on this host), -EADDRINUSE (rank 0:
+ * something else holds the store's port; or a listen port in use), -EPROTO
+ * (a store that does not speak our protocol), -EDEADLK (on the context's
+ * thread), and those of tpu_rendezvous_create_remote() and
+ * tpu_listener_create().
  */
 TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
 				    struct tpu_world **out);
@@ -1342,8 +1361,10 @@ TPU_API const struct tpu_world_info *tpu_world_get_info(const struct tpu_world *
  */
 TPU_API struct tpu_rendezvous *tpu_world_rendezvous(struct tpu_world *world);
 /**
- * tpu_world_url - the URL rank @rank published, for the rendezvous
- * (@what "rdv") or for pipes ("pipe"); NULL for a bad argument.
+ * tpu_world_url - the URL this rank reaches rank @rank at, for the
+ * rendezvous (@what "rdv") or for pipes ("pipe"): shm for a rank of this
+ * host, else tcp; for this rank itself, the URL other hosts dial.  NULL
+ * for a bad argument.
  */
 TPU_API const char *tpu_world_url(const struct tpu_world *world, int rank, const char *what);
 /**
@@ -1363,7 +1384,9 @@ TPU_API const char *tpu_world_url(const struct tpu_world *world, int rank, const
 TPU_API tpu_status tpu_world_pipe(struct tpu_world *world, int rank, struct tpu_pipe **pipe);
 /**
  * tpu_world_barrier - wait until every rank called it (each time).
- * Errors: -ETIMEDOUT after the world's timeout, -EDEADLK, the store's.
+ * Errors: -ETIMEDOUT after the world's timeout, -EEXIST or -EINVAL when
+ * the world was found broken since it formed (a rank started twice, a
+ * size that differs; stderr says which), -EDEADLK, the store's.
  */
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
 

@@ -30,7 +30,8 @@ static const struct status_text status_texts[] = {
 	{ TPU_E_BAD_DEVICE_NAME, "TPU_E_BAD_DEVICE_NAME",
 	  "malformed device name (want /job:J/replica:R/task:T/device:TYPE:N)" },
 	{ TPU_E_NO_TRANSPORT, "TPU_E_NO_TRANSPORT",
-	  "no way to move tensors between processes: no module, and process_vm_readv is not permitted" },
+	  "nothing usable for this: a pipe transport the context or TPU_TRANSPORTS rules out, or "
+	  "no rendezvous implementation viable here (TPU_LOG=debug and tpu_probe() say why)" },
 	{ TPU_E_CLOSED, "TPU_E_CLOSED",
 	  "closed: the context, rendezvous, pipe or listener went away first" },
 	{ TPU_E_PEER_GONE, "TPU_E_PEER_GONE",
@@ -38,9 +39,10 @@ static const struct status_text status_texts[] = {
 	{ TPU_E_DESTROYED, "TPU_E_DESTROYED",
 	  "object used after it was destroyed or closed, or destroyed twice" },
 	{ TPU_E_URL_SCHEME, "TPU_E_URL_SCHEME",
-	  "unknown URL scheme: a pipe URL starts with tcp:// or shm://" },
+	  "unknown URL scheme: a pipe URL starts with tcp://, shm:// or rdma://" },
 	{ TPU_E_URL_PORT, "TPU_E_URL_PORT",
-	  "the tcp URL has no port: write tcp://HOST:PORT (PORT 0 lets a listener pick one)" },
+	  "the URL has no port: write tcp://HOST:PORT or rdma://HOST:PORT "
+	  "(PORT 0 lets a listener pick one)" },
 	{ TPU_E_COLL_MISMATCH, "TPU_E_COLL_MISMATCH",
 	  "the members of a collective disagree on its parameters (tpu_coll_last_reason says which)" },
 	{ TPU_E_NO_CUDA, "TPU_E_NO_CUDA",
@@ -63,8 +65,12 @@ static const struct status_text status_texts[] = {
 	{ -ENOMEM, "ENOMEM", "out of memory, or RLIMIT_MEMLOCK reached (see ulimit -l)" },
 	{ -EACCES, "EACCES", "permission denied, or region lacks the access the operation needs" },
 	{ -EFAULT, "EFAULT", "bad address: memory not mapped, or not writable" },
-	{ -EBUSY, "EBUSY", "busy: endpoint already attached, or donated region still mapped" },
-	{ -EEXIST, "EEXIST", "already there: a send of this key is still pending, or the name is taken" },
+	{ -EBUSY, "EBUSY",
+	  "busy: already in use (an accept of this listener is pending, an endpoint is attached, "
+	  "or a region is still mapped)" },
+	{ -EEXIST, "EEXIST",
+	  "already there: a send of this key is still pending, the name is taken, or a world's rank "
+	  "joined twice" },
 	{ -ENODEV, "ENODEV", "no such device" },
 	{ -EINVAL, "EINVAL",
 	  "invalid argument (NULL pointer, unknown flag, bad length or reserved field)" },

@@ -102,6 +102,16 @@ struct store_client;
 tpu_status tpu__store_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 				struct store_client **out, char *why, size_t why_size);
 void tpu__store_client_close(struct store_client *c);
+/* CLOCK_MONOTONIC in ms, the clock of tpu__store_client_bound(). */
+uint64_t tpu__store_now_ms(void);
+/*
+ * Bound every later request on @c to end by @deadline (tpu__store_now_ms()
+ * time; 0 lifts it): a request made past it fails -ETIMEDOUT without being
+ * sent, a GET waits at most until it, and a reply that does not come by
+ * it (and a short grace) fails -ETIMEDOUT and closes the stream.  The
+ * caller's timeout thus bounds a whole call of several requests.
+ */
+void tpu__store_client_bound(struct store_client *c, uint64_t deadline);
 /* The socket, for getsockname(): which local address reaches the store. */
 int tpu__store_client_fd(const struct store_client *c);
 tpu_status tpu__store_set(struct store_client *c, const char *key, const void *val, size_t len);

@@ -4,7 +4,10 @@
  * start in any order, so connecting is retried (backing off from 10 ms to
  * 250 ms, never spinning) until the caller's bound.  Each reply is awaited
  * with poll() for the request's own wait plus STORE_REPLY_SLACK_MS, so a
- * server that died is noticed instead of waited for.
+ * server that died is noticed instead of waited for.  A caller's bound
+ * (tpu__store_client_bound()) caps all of it: a GET asks the server to
+ * wait no longer than the bound, and a server that accepts but never
+ * answers costs at most the bound plus STORE_BOUND_GRACE_MS.
  */
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,9 +24,16 @@
 #include "boot.h"
 
 #define STORE_REPLY_SLACK_MS	10000u
+/*
+ * Past a bound, how long a reply may still take: a GET cut to the bound
+ * is answered (-ETIMEDOUT) by the server right at it, and closing the
+ * stream first would make every later request on it fail.
+ */
+#define STORE_BOUND_GRACE_MS	250u
 
 struct store_client {
 	int fd;
+	uint64_t bound;		/* tpu__store_now_ms() deadline; 0: none */
 };
 
 static uint64_t now_ms(void)
@@ -32,6 +42,16 @@ static uint64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t tpu__store_now_ms(void)
+{
+	return now_ms();
+}
+
+void tpu__store_client_bound(struct store_client *c, uint64_t deadline)
+{
+	c->bound = deadline;
 }
 
 static void sleep_ms(uint64_t ms)
@@ -140,13 +160,22 @@ int tpu__store_client_fd(const struct store_client *c)
 	return c->fd;
 }
 
-static tpu_status send_all(int fd, const void *p, size_t n)
+/* Until @deadline: a server that stopped reading must not hold us either. */
+static tpu_status send_all(int fd, const void *p, size_t n, uint64_t deadline)
 {
 	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EAGAIN) {
+			struct pollfd pf = { .fd = fd, .events = POLLOUT };
+			uint64_t now = now_ms();
+
+			if (now >= deadline || poll(&pf, 1, (int)(deadline - now)) == 0)
+				return -ETIMEDOUT;
+			continue;
+		}
 		if (w <= 0)
 			return w < 0 ? tpu__errno() : -EPIPE;
 		p = (const uint8_t *)p + w;
@@ -192,7 +221,7 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 	struct store_req r = { .op = op, .key_len = (uint32_t)strlen(key),
 			       .val_len = (uint32_t)val_len, .arg = arg };
 	uint8_t hdr[STORE_REQ_HDR > STORE_REPLY_HDR ? STORE_REQ_HDR : STORE_REPLY_HDR];
-	uint64_t deadline = now_ms() + arg + STORE_REPLY_SLACK_MS;
+	uint64_t now = now_ms(), deadline;
 	tpu_status st, status;
 	uint32_t got;
 
@@ -200,12 +229,22 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 		return -ENOTCONN;
 	if (!r.key_len || strlen(key) > STORE_KEY_MAX || val_len > STORE_VALUE_MAX)
 		return -EINVAL;
+	if (c->bound) {
+		/* Nothing sent yet: the stream stays usable. */
+		if (now >= c->bound)
+			return -ETIMEDOUT;
+		if (op == STORE_GET && r.arg > c->bound - now)
+			r.arg = (uint32_t)(c->bound - now);
+	}
+	deadline = now + r.arg + STORE_REPLY_SLACK_MS;
+	if (c->bound && deadline > c->bound + STORE_BOUND_GRACE_MS)
+		deadline = c->bound + STORE_BOUND_GRACE_MS;
 	tpu__store_wire_req_put(&r, hdr);
-	st = send_all(c->fd, hdr, STORE_REQ_HDR);
+	st = send_all(c->fd, hdr, STORE_REQ_HDR, deadline);
 	if (!st)
-		st = send_all(c->fd, key, r.key_len);
+		st = send_all(c->fd, key, r.key_len, deadline);
 	if (!st && val_len)
-		st = send_all(c->fd, val, val_len);
+		st = send_all(c->fd, val, val_len, deadline);
 	if (!st)
 		st = recv_all(c->fd, hdr, STORE_REPLY_HDR, deadline);
 	if (!st)

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * Forming a world: rank 0 starts the store, every rank connects to it,
- * creates its remote rendezvous and pipe listener, publishes their URLs
- * under "tpu/world/RANK" and reads every other rank's, which makes the
- * rendezvous's cluster map.  Destroy is a barrier first, so that rank 0
- * keeps the store while another rank may still ask it who dials a pipe.
+ * joins (world_member.c: its size agrees, its rank is its own), creates
+ * its remote rendezvous and pipe listener, publishes their URLs and its
+ * host identity under "tpu/world/RANK" and reads every other rank's,
+ * which makes the rendezvous's cluster map: shm URLs for the ranks of
+ * this host, tcp for the others.  The world's timeout bounds each call
+ * as a whole (tpu__store_client_bound()).  Destroy is a barrier first,
+ * so that rank 0 keeps the store while another rank may still ask it who
+ * dials a pipe.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "world.h"
 
@@ -39,21 +44,41 @@ static bool world_ok(const struct tpu_world *w)
 	return w && w->magic == WORLD_MAGIC;
 }
 
+char tpu__world_host_salt[16];
+
 /*
- * Where to listen when the caller did not say: loopback tcp and shm when
- * every rank is on this host, else tcp on the address this host reaches
- * the store from, which is the one the other hosts can reach it on.
+ * The shm transport reaches a peer when both share the boot and the
+ * network namespace; the same facts its compatibility descriptor checks.
  */
-static tpu_status listen_here(struct tpu_world *w, char *url, size_t size)
+static void host_id(char *buf, size_t size)
 {
+	char boot[64] = "?";
+
+	if (tpu__boot_id(boot, sizeof(boot)))
+		snprintf(boot, sizeof(boot), "?");
+	snprintf(buf, size, "%s:%lu%s%s", boot, tpu__ns_inode("net"),
+		 tpu__world_host_salt[0] ? ":" : "", tpu__world_host_salt);
+}
+
+/*
+ * Where to listen when the caller did not say.  When the launcher says
+ * every rank is on this host: loopback tcp and shm.  Otherwise tcp on
+ * the address this host reaches the store from (the one other hosts can
+ * reach it on), and shm as well when the context allows it: the launcher
+ * may not have said where the ranks are (no LOCAL_WORLD_SIZE), and the
+ * ranks that turn out to share this host (exchange()) dial it.
+ */
+static tpu_status listen_here(struct tpu_world *w, char *url, size_t size, char *shm,
+			      size_t shm_size)
+{
+	static atomic_uint serial;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char ip[INET6_ADDRSTRLEN];
 
-	if (w->info.size == 1 || w->info.local_size == w->info.size) {
-		*url = '\0';
+	*url = *shm = '\0';
+	if (w->info.size == 1 || w->info.local_size == w->info.size)
 		return 0;
-	}
 	if (getsockname(tpu__store_client_fd(w->store), (struct sockaddr *)&ss, &sl))
 		return tpu__errno();
 	if (ss.ss_family == AF_INET6 &&
@@ -64,6 +89,8 @@ static tpu_status listen_here(struct tpu_world *w, char *url, size_t size)
 		snprintf(url, size, "tcp://%s:0", ip);
 	else
 		return -EAFNOSUPPORT;
+	snprintf(shm, shm_size, "shm://tpu-world-%d-%u", (int)getpid(),
+		 atomic_fetch_add(&serial, 1));
 	return 0;
 }
 
@@ -72,19 +99,32 @@ static void task_of(const struct tpu_world *w, int rank, char *buf, size_t size)
 	snprintf(buf, size, "/job:%s/replica:0/task:%d", w->job, rank);
 }
 
-/* The listener's (or rendezvous's) URL peers should dial: tcp if it has one. */
-static tpu_status own_url(struct tpu_world *w, bool rdv, char *buf, size_t size)
+/*
+ * The URLs this rank publishes for the rendezvous (@rdv) or the pipe
+ * listener: "far", tcp if it listens there (else its first URL), for
+ * other hosts; "near", shm or "-", for ranks of this host.
+ */
+static tpu_status own_urls(struct tpu_world *w, bool rdv, char *far, char *near)
 {
-	tpu_status st = rdv ? tpu_rendezvous_url(w->rdv, "tcp", buf, size)
-			    : tpu_listener_url(w->listener, "tcp", buf, size);
+	tpu_status st = rdv ? tpu_rendezvous_url(w->rdv, "tcp", far, WORLD_URL_MAX)
+			    : tpu_listener_url(w->listener, "tcp", far, WORLD_URL_MAX);
 
 	if (st)
-		st = rdv ? tpu_rendezvous_url(w->rdv, NULL, buf, size)
-			 : tpu_listener_url(w->listener, NULL, buf, size);
-	return st;
+		st = rdv ? tpu_rendezvous_url(w->rdv, NULL, far, WORLD_URL_MAX)
+			 : tpu_listener_url(w->listener, NULL, far, WORLD_URL_MAX);
+	if (st)
+		return st;
+	if (rdv ? tpu_rendezvous_url(w->rdv, "shm", near, WORLD_URL_MAX)
+		: tpu_listener_url(w->listener, "shm", near, WORLD_URL_MAX))
+		snprintf(near, WORLD_URL_MAX, "-");
+	return 0;
 }
 
-/* The pipe listener's URLs: the rendezvous's, with shm names of their own. */
+/*
+ * The pipe listener's URLs: the rendezvous's, with shm names of their own
+ * and any fixed tcp or rdma port made 0 (the rendezvous holds that port;
+ * peers learn the pipe listener's from the store).
+ */
 static tpu_status pipe_urls(const char *const *urls, size_t n, char ***out)
 {
 	char **v = calloc(n ? n : 1, sizeof(*v));
@@ -93,8 +133,16 @@ static tpu_status pipe_urls(const char *const *urls, size_t n, char ***out)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		bool shm = !strncmp(urls[i], "shm://", 6);
+		bool port = !strncmp(urls[i], "tcp://", 6) || !strncmp(urls[i], "rdma://", 7);
+		const char *colon = strrchr(urls[i], ':');
+		int len = (int)strlen(urls[i]);
 
-		if (asprintf(&v[i], "%s%s", urls[i], shm ? "-pipe" : "") < 0) {
+		/* "...:PORT": keep everything up to the colon, then port 0. */
+		if (port && colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1))
+			len = (int)(colon - urls[i]) + 1;
+		else
+			port = false;
+		if (asprintf(&v[i], "%.*s%s", len, urls[i], shm ? "-pipe" : port ? "0" : "") < 0) {
 			while (i--)
 				free(v[i]);
 			free(v);
@@ -108,23 +156,28 @@ static tpu_status pipe_urls(const char *const *urls, size_t n, char ***out)
 static tpu_status listen_all(struct tpu_world *w, const struct tpu_world_options *o)
 {
 	struct tpu_remote_options ro = { .listen_urls = o->listen_urls, .nlisten = o->nlisten };
-	char self[WORLD_TASK_MAX], here[WORLD_URL_MAX];
-	const char *here_p = here;
+	char self[WORLD_TASK_MAX], here[WORLD_URL_MAX], shm[WORLD_URL_MAX];
+	const char *here_p[2] = { here, shm };
 	char **purls = NULL;
 	tpu_status st;
 
 	task_of(w, w->info.rank, self, sizeof(self));
 	ro.task = self;
 	if (!ro.listen_urls) {
-		st = listen_here(w, here, sizeof(here));
+		st = listen_here(w, here, sizeof(here), shm, sizeof(shm));
 		if (st)
 			return st;
 		if (*here) {
-			ro.listen_urls = &here_p;
-			ro.nlisten = 1;
+			ro.listen_urls = here_p;
+			ro.nlisten = 2;
 		}
 	}
 	st = tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv);
+	if (st == TPU_E_NO_TRANSPORT && !o->listen_urls && ro.nlisten == 2) {
+		/* The context rules shm out: tcp alone, as across hosts. */
+		ro.nlisten = 1;
+		st = tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv);
+	}
 	if (st)
 		return st;
 	st = pipe_urls(ro.listen_urls, ro.nlisten, &purls);
@@ -137,44 +190,80 @@ static tpu_status listen_all(struct tpu_world *w, const struct tpu_world_options
 	return st;
 }
 
-/* Publish this rank's URLs, then learn every other rank's. */
-static tpu_status exchange(struct tpu_world *w)
+/*
+ * Which of @r's URLs this rank dials.  Same host identity and an shm URL
+ * on both sides: shm (the pipe's own handshake checks the same facts
+ * again, so a false claim only costs a failed connect); else the far URL.
+ */
+static void choose(struct tpu_world *w, int r, const char *host, const char *far,
+		   const char *near, const char *pfar, const char *pnear, const char *own_near)
 {
-	char key[64], val[2 * WORLD_URL_MAX + 2], task[WORLD_TASK_MAX];
+	bool same = !strcmp(host, w->host);
+	bool shm = same && strcmp(near, "-") && strcmp(pnear, "-") && strcmp(own_near, "-");
+
+	snprintf(w->rdv_url[r], WORLD_URL_MAX, "%s", shm ? near : far);
+	snprintf(w->pipe_url[r], WORLD_URL_MAX, "%s", shm ? pnear : pfar);
+	tpu__log_debug("world: rank %d reaches rank %d at %s: %s", w->info.rank, r, w->rdv_url[r],
+		       shm ? "same host (boot id and network namespace match), shm" :
+		       !same ? "another host (boot id or network namespace differ)" :
+		       !strcmp(own_near, "-") ? "same host, but this rank does not listen on shm" :
+		       "same host, but that rank does not listen on shm");
+}
+
+/* "HOST FAR NEAR PFAR PNEAR" of a peer into its fields; false if it is not one. */
+static bool split_entry(char *val, char *f[5])
+{
+	char *save = NULL;
+	int i;
+
+	for (i = 0; i < 5; i++) {
+		f[i] = strtok_r(i ? NULL : val, " ", &save);
+		if (!f[i] || strlen(f[i]) >= (i ? WORLD_URL_MAX : WORLD_HOST_MAX))
+			return false;
+	}
+	return !strtok_r(NULL, " ", &save);
+}
+
+/* Publish this rank's URLs, then learn every other rank's. */
+static tpu_status exchange(struct tpu_world *w, uint64_t deadline)
+{
+	char key[64], val[4 * WORLD_URL_MAX + WORLD_HOST_MAX + 8], task[WORLD_TASK_MAX];
+	char far[WORLD_URL_MAX], near[WORLD_URL_MAX], pfar[WORLD_URL_MAX], pnear[WORLD_URL_MAX];
 	int me = w->info.rank;
 	tpu_status st;
 	size_t len;
 
-	st = own_url(w, true, w->rdv_url[me], WORLD_URL_MAX);
+	st = own_urls(w, true, far, near);
 	if (!st)
-		st = own_url(w, false, w->pipe_url[me], WORLD_URL_MAX);
+		st = own_urls(w, false, pfar, pnear);
 	if (st)
 		return st;
+	snprintf(w->rdv_url[me], WORLD_URL_MAX, "%s", far);
+	snprintf(w->pipe_url[me], WORLD_URL_MAX, "%s", pfar);
 	snprintf(key, sizeof(key), "tpu/world/%d", me);
-	len = (size_t)snprintf(val, sizeof(val), "%s %s", w->rdv_url[me], w->pipe_url[me]);
+	len = (size_t)snprintf(val, sizeof(val), "%s %s %s %s %s", w->host, far, near, pfar, pnear);
 	st = tpu__store_set(w->store, key, val, len);
 	for (int r = 0; !st && r < w->info.size; r++) {
-		char *sp;
+		char *f[5];
 
 		if (r == me)
 			continue;
 		snprintf(key, sizeof(key), "tpu/world/%d", r);
-		st = tpu__store_get(w->store, key, val, sizeof(val) - 1, &len, w->timeout_ms);
+		st = tpu__world_wait_key(w, key, val, sizeof(val) - 1, &len, deadline);
 		if (st == -ETIMEDOUT)
-			tpu__log_debug("world: rank %d did not join within %u ms", r, w->timeout_ms);
+			fprintf(stderr, "tpu: world: rank %d: rank %d did not join within %u ms\n",
+				me, r, w->timeout_ms);
 		if (st)
-			break;
+			return st == -EMSGSIZE ? -EPROTO : st;
 		val[len] = '\0';
-		sp = strchr(val, ' ');
-		if (!sp || sp - val >= WORLD_URL_MAX || strlen(sp + 1) >= WORLD_URL_MAX)
+		if (!split_entry(val, f))
 			return -EPROTO;
-		memcpy(w->rdv_url[r], val, (size_t)(sp - val));
-		w->rdv_url[r][sp - val] = '\0';
-		memcpy(w->pipe_url[r], sp + 1, strlen(sp + 1) + 1);
+		choose(w, r, f[0], f[1], f[2], f[3], f[4], near);
 		task_of(w, r, task, sizeof(task));
 		st = tpu_rendezvous_add_peer(w->rdv, task, w->rdv_url[r]);
 	}
-	return st;
+	/* A conflict found by a rank that came after the others were read. */
+	return st ? st : tpu__world_check(w);
 }
 
 static bool job_ok(const char *job)
@@ -226,6 +315,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	const struct tpu_world_options *o = opts ? opts : &none;
 	char why[256] = "";
 	struct tpu_world *w;
+	uint64_t deadline;
 	tpu_status st;
 
 	if (!out)
@@ -246,6 +336,9 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	pthread_cond_init(&w->cond, NULL);
 	snprintf(w->job, sizeof(w->job), "%s", o->job ? o->job : "worker");
 	w->timeout_ms = o->timeout_ms ? o->timeout_ms : WORLD_DEFAULT_MS;
+	/* The timeout bounds the whole call, however many requests it makes. */
+	deadline = tpu__store_now_ms() + w->timeout_ms;
+	host_id(w->host, sizeof(w->host));
 	if (o->info) {
 		w->info = *o->info;
 		/* The caller's strings, whatever they hold, end inside their arrays. */
@@ -270,18 +363,37 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (w->info.rank == 0)
 		st = tpu__store_server_start(w->info.store_host, w->info.store_port, &w->server,
 					why, sizeof(why));
+	if (st == -EADDRINUSE) {
+		/* Perhaps the store of this world, and this a second rank 0. */
+		tpu_status again = tpu__world_rank0_again(w, deadline);
+
+		if (again != -EADDRINUSE) {
+			st = again;
+			goto fail;
+		}
+	}
 	if (!st)
 		st = tpu__store_client_connect(w->info.store_host, w->info.store_port, w->timeout_ms,
 					  &w->store, why, sizeof(why));
 	if (st) {
-		fprintf(stderr, "tpu: world: rank %d: %s\n", w->info.rank, why);
+		/* Rank 0 started twice finds the first one's store on its port. */
+		fprintf(stderr, "tpu: world: rank %d: %s%s\n", w->info.rank, why,
+			st == -EADDRINUSE && w->info.rank == 0 ?
+			" (is rank 0 started twice, or another job using this port?)" : "");
 		goto fail;
 	}
-	st = listen_all(w, o);
+	tpu__store_client_bound(w->store, deadline);
+	st = tpu__world_join(w, deadline);
+	if (!st)
+		st = listen_all(w, o);
 	if (!st)
 		st = tpu__world_pipes_start(w);
 	if (!st)
-		st = exchange(w);
+		st = exchange(w, deadline);
+	if (st == -ETIMEDOUT && tpu__store_client_fd(w->store) < 0)
+		fprintf(stderr, "tpu: world: rank %d: the store at %s:%u did not answer within "
+			"%u ms\n", w->info.rank, w->info.store_host, w->info.store_port,
+			w->timeout_ms);
 	if (st)
 		goto fail;
 	tpu__log_debug("world: rank %d of %d formed (rendezvous %s, pipes %s)", w->info.rank,
@@ -307,9 +419,31 @@ TPU_API void tpu_world_destroy(struct tpu_world *w)
 	teardown(w);
 }
 
+/* Every rank adds one to the count; the last one sets "go", which all wait for. */
+static tpu_status barrier(struct tpu_world *w)
+{
+	uint64_t deadline = tpu__store_now_ms() + w->timeout_ms;
+	char count[48], go[48];
+	int64_t total = 0;
+	tpu_status st;
+	size_t len;
+
+	snprintf(count, sizeof(count), "tpu/barrier/%u/count", w->barriers);
+	snprintf(go, sizeof(go), "tpu/barrier/%u/go", w->barriers++);
+	tpu__store_client_bound(w->store, deadline);
+	st = tpu__store_add(w->store, count, 1, &total);
+	if (!st && total == (int64_t)w->info.size)
+		st = tpu__store_set(w->store, go, "1", 1);
+	if (!st)
+		st = tpu__world_wait_key(w, go, NULL, 0, &len, deadline);
+	if (st == -EMSGSIZE)
+		st = 0;
+	/* A rank that joined twice, found since the world formed. */
+	return st ? st : tpu__world_check(w);
+}
+
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *w)
 {
-	char name[32];
 	tpu_status st;
 
 	if (!world_ok(w))
@@ -317,8 +451,7 @@ TPU_API tpu_status tpu_world_barrier(struct tpu_world *w)
 	if (tpu__ctx_on_thread(w->ctx))
 		return -EDEADLK;
 	pthread_mutex_lock(&w->store_lock);
-	snprintf(name, sizeof(name), "tpu/barrier/%u", w->barriers++);
-	st = tpu__store_barrier(w->store, name, (uint32_t)w->info.size, w->timeout_ms);
+	st = barrier(w);
 	pthread_mutex_unlock(&w->store_lock);
 	return st;
 }

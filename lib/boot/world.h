@@ -22,6 +22,8 @@
 #define WORLD_URL_MAX		300
 #define WORLD_TASK_MAX		128	/* "/job:JOB/replica:0/task:RANK" */
 #define WORLD_DEFAULT_MS	30000u
+/* This host's identity: a boot id, a namespace inode and a test's salt. */
+#define WORLD_HOST_MAX		96
 /* The first message on a world pipe: this text and the caller's rank. */
 #define WORLD_HELLO		"tpu-world-hello "
 
@@ -34,6 +36,7 @@ struct tpu_world {
 	struct tpu_world_info info;
 	char job[64];
 	uint32_t timeout_ms;
+	char host[WORLD_HOST_MAX];	/* host_id() */
 
 	struct store_server *server;	/* rank 0 */
 	pthread_mutex_t store_lock;	/* one request at a time on the store socket */
@@ -53,8 +56,32 @@ struct tpu_world {
 	struct world_hello *hellos;	/* accepted pipes whose hello is being read */
 };
 
+/*
+ * Tests only: appended to this process's host identity, so that ranks of
+ * one machine look as if they were on different hosts.
+ */
+extern char tpu__world_host_salt[16];
+
 void tpu__world_ref(struct tpu_world *w);
 void tpu__world_unref(struct tpu_world *w);
+
+/* world_member.c: the store's record of who joined; see there. */
+/* Check the size against the first rank's and claim this rank. */
+tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline);
+/*
+ * Rank 0 whose store port is taken: if a rank 0 of this world already
+ * claimed it there, join as the second one, which breaks the world for
+ * all (-EEXIST); else -EADDRINUSE.  Sets w->store when it joins.
+ */
+tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline);
+/* Mark the world broken for every rank (and say why on stderr); returns @st. */
+tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* 0, or the status the world was broken with. */
+tpu_status tpu__world_check(struct tpu_world *w);
+/* tpu__store_get() until @deadline, failing early if the world broke. */
+tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, size_t size,
+			       size_t *len, uint64_t deadline);
 
 /* world_pipe.c */
 tpu_status tpu__world_pipes_start(struct tpu_world *w);

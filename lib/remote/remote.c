@@ -95,12 +95,26 @@ struct remote_task *tpu__remote_task_find(struct remote *st, const char *task, s
 	return NULL;
 }
 
+/*
+ * "SCHEME://ADDRESS" with a scheme of tpu_pipe_connect() (a peer we could
+ * dial), so that a typo fails here and not at the first receive from it.
+ */
+static bool url_ok(const char *url)
+{
+	static const char *const schemes[] = { "tcp://", "shm://", "rdma://" };
+
+	for (size_t i = 0; url && i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (!strncmp(url, schemes[i], strlen(schemes[i])))
+			return url[strlen(schemes[i])] != '\0';
+	return false;
+}
+
 /* Under st->lock. */
 static tpu_status task_add(struct remote *st, const char *task, const char *url)
 {
 	struct remote_task *t;
 
-	if (!task_ok(task) || !url || !*url)
+	if (!task_ok(task) || !url_ok(url))
 		return -EINVAL;
 	if (strcmp(task, st->self) == 0)
 		return 0;
@@ -592,8 +606,12 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	po.channels = tpu__ctx_channels(ctx);
 	st->self_len = strlen(opts->task);
 	memcpy(st->self, opts->task, st->self_len + 1);
-	for (i = 0, err = 0; i < opts->npeers && !err; i++)
+	for (i = 0, err = 0; i < opts->npeers && !err; i++) {
 		err = task_add(st, opts->peers[i].task, opts->peers[i].url);
+		/* A list that names a task twice is a bad argument, not a late conflict. */
+		if (err == -EEXIST)
+			err = -EINVAL;
+	}
 	if (!err)
 		err = tpu_context_create(&po, &st->pctx);
 	if (!err)

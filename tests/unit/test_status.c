@@ -84,6 +84,63 @@ static void paths_without_the_module_read_in_their_own_words(void)
 	}
 }
 
+static void ignore_pipe(void *arg, tpu_status status, struct tpu_pipe *pipe)
+{
+	(void)arg;
+	(void)status;
+	tpu_pipe_close(pipe);
+}
+
+/*
+ * Texts that spoke of one cause where the status has several: EBUSY of a
+ * donated region (an accept already pending is the common case), the rdma
+ * listener's refusals of process_vm_readv, an rdma URL's missing port of
+ * tcp.  Each is checked on the status a real call returns.
+ */
+static void texts_fit_what_happened(void)
+{
+	struct tpu_context_options tcp_only = { .transports = "tcp" };
+	static const char *const rdma_no_port[] = { "rdma://127.0.0.1" };
+	static const char *const rdma_url[] = { "rdma://127.0.0.1:0" };
+	static const char *const tcp_url[] = { "tcp://127.0.0.1:0" };
+	struct tpu_context *ctx = NULL, *tcx = NULL;
+	struct tpu_listener *l = NULL;
+	tpu_status st;
+	const char *s;
+
+	s = tpu_strerror(-EBUSY);
+	CHECK(!strstr(s, "donated") && strstr(s, "accept"),
+	      "ebusy_text_names_a_pending_accept_not_a_donated_region (\"%s\")", s);
+	s = tpu_strerror(TPU_E_URL_PORT);
+	CHECK(strstr(s, "rdma://") && !strstr(s, "the tcp URL"),
+	      "url_port_text_covers_rdma_urls (\"%s\")", s);
+	s = tpu_strerror(TPU_E_NO_TRANSPORT);
+	CHECK(strstr(s, "TPU_TRANSPORTS") && !strstr(s, "process_vm_readv is not permitted"),
+	      "no_transport_text_names_a_transport_ruled_out (\"%s\")", s);
+	if (tpu_context_create(NULL, &ctx) || tpu_context_create(&tcp_only, &tcx)) {
+		CHECK(false, "status_texts_contexts_created");
+		tpu_context_destroy(ctx);
+		return;
+	}
+	st = tpu_listener_create(tcx, rdma_url, 1, &l);
+	CHECK(st == TPU_E_NO_TRANSPORT && !strstr(tpu_strerror(st), "process_vm_readv is not"),
+	      "rdma_listener_in_a_tcp_only_context_says_the_transport_is_ruled_out (%s)",
+	      tpu_status_name(st));
+	st = tpu_listener_create(ctx, rdma_no_port, 1, &l);
+	CHECK(st == TPU_E_URL_PORT && strstr(tpu_strerror(st), "rdma://"),
+	      "rdma_url_without_port_says_so_for_rdma (%s)", tpu_status_name(st));
+	st = tpu_listener_create(ctx, tcp_url, 1, &l);
+	if (!st)
+		st = tpu_listener_accept(l, ignore_pipe, NULL);
+	if (!st)
+		st = tpu_listener_accept(l, ignore_pipe, NULL);
+	CHECK(st == -EBUSY && strstr(tpu_strerror(st), "accept"),
+	      "second_pending_accept_is_ebusy_and_its_text_says_accept (%s)", tpu_status_name(st));
+	tpu_listener_close(l);
+	tpu_context_destroy(tcx);
+	tpu_context_destroy(ctx);
+}
+
 void test_status(void)
 {
 	CHECK(!strcmp(tpu_status_name(TPU_OK), "OK") && !strcmp(tpu_strerror(0), "success"),
@@ -97,6 +154,7 @@ void test_status(void)
 	CHECK(strstr(tpu_strerror(-ENOLINK), "domain") != NULL,
 	      "enolink_reads_as_not_attached_to_a_domain");
 	paths_without_the_module_read_in_their_own_words();
+	texts_fit_what_happened();
 	/* Every errno has its name and the C library's sentence, not a generic one. */
 	CHECK(!strcmp(tpu_status_name(-EXDEV), "EXDEV") &&
 	      strstr(tpu_strerror(-EXDEV), "cross-device") != NULL,

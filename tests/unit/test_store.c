@@ -3,6 +3,7 @@
  * The bootstrap store (lib/boot): rank 0's server and its clients, across
  * fork()ed processes, with timeouts, an absent server and hostile clients.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -301,6 +302,63 @@ out:
 	tpu__store_server_stop(s);
 }
 
+/*
+ * A caller's bound covers every request: against a listener that accepts
+ * and never answers, a SET fails at the bound (not the reply slack of
+ * 10 s); against a live server, a GET cut to the bound is answered by the
+ * server, so the stream stays usable after it.
+ */
+static void store_client_bound(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct store_server *s = NULL;
+	struct store_client *c = NULL;
+	char why[256], buf[4];
+	size_t len = 0;
+	uint64_t t0;
+	tpu_status st = -1;
+
+	if (lfd >= 0 && !bind(lfd, (struct sockaddr *)&a, sizeof(a)) && !listen(lfd, 4) &&
+	    !getsockname(lfd, (struct sockaddr *)&a, &alen) &&
+	    !tpu__store_client_connect("127.0.0.1", ntohs(a.sin_port), 2000, &c, why, sizeof(why))) {
+		t0 = boot_now_ms();
+		tpu__store_client_bound(c, tpu__store_now_ms() + 500);
+		st = tpu__store_set(c, "k", "v", 1);
+		t0 = boot_now_ms() - t0;
+		CHECK(st == -ETIMEDOUT && t0 >= 490 && t0 < 1500,
+		      "store_request_to_a_silent_server_ends_at_the_callers_bound (%llu ms)",
+		      (unsigned long long)t0);
+		CHECK(tpu__store_set(c, "k", "v", 1) == -ENOTCONN,
+		      "store_stream_without_its_reply_is_closed");
+	} else {
+		CHECK(false, "store_request_to_a_silent_server_ends_at_the_callers_bound");
+	}
+	tpu__store_client_close(c);
+	if (lfd >= 0)
+		close(lfd);
+	if (!local_store(&s, &c)) {
+		CHECK(false, "store_server_starts_for_bounds");
+	} else {
+		t0 = boot_now_ms();
+		tpu__store_client_bound(c, tpu__store_now_ms() + 300);
+		st = tpu__store_get(c, "missing", buf, sizeof(buf), &len, 5000);
+		t0 = boot_now_ms() - t0;
+		CHECK(st == -ETIMEDOUT && t0 >= 290 && t0 < 1500,
+		      "store_get_longer_than_the_bound_ends_at_the_bound (%llu ms)",
+		      (unsigned long long)t0);
+		CHECK(tpu__store_set(c, "late", "x", 1) == -ETIMEDOUT,
+		      "store_request_past_the_bound_fails_without_being_sent");
+		tpu__store_client_bound(c, 0);
+		CHECK(tpu__store_set(c, "late", "x", 1) == 0 &&
+		      tpu__store_get(c, "late", buf, sizeof(buf), &len, 0) == 0 && len == 1,
+		      "store_stream_stays_usable_after_a_bounded_get_timed_out");
+	}
+	tpu__store_client_close(c);
+	tpu__store_server_stop(s);
+}
+
 void test_store(void)
 {
 	store_across_processes();
@@ -308,4 +366,5 @@ void test_store(void)
 	store_absent_rank0();
 	store_hostile_clients();
 	store_parked_get_wakes_on_set();
+	store_client_bound();
 }
