@@ -694,7 +694,11 @@ struct tpu_device {
  *		it there before it returns (after the work queued on
  *		@stream), a receive copies it to the device before its
  *		callback (work queued on @stream afterwards sees the bytes).
- * @stream:	a CUstream of @device, or NULL; NULL for CPU memory.
+ * @stream:	a CUstream of @device, or NULL: for CUDA memory NULL is the
+ *		legacy default stream (CUDA's stream 0) of the device's
+ *		primary context, with the same guarantees as any stream (a
+ *		synchronous cuMemcpyHtoD from pageable memory may still be
+ *		landing there: a send waits for it).  NULL for CPU memory.
  */
 struct tpu_tensor {
 	void *data;
@@ -1057,10 +1061,15 @@ struct tpu_payload {
  * @metadata:	opaque bytes, at most TPU_PIPE_MAX_METADATA.
  * @metadata_len: their length.
  * @flags:	write: TPU_TENSOR_GIVE or 0; read: TPU_TENSOR_WANT_BUFFER or 0.
- * @stream:	CUDA tensors: a CUstream of the tensor's device, or NULL.  A
- *		write reads the tensor after the work queued on it so far; a
- *		read's bytes are in place before work queued on it after the
- *		read's callback.  Waits are on events, never the whole device.
+ * @stream:	CUDA tensors: a CUstream of the tensor's device, or NULL for
+ *		the legacy default stream (CUDA's stream 0) of the device's
+ *		primary context, which gets the same guarantees: a write
+ *		reads the tensor after the work queued on it so far (a
+ *		synchronous cuMemcpyHtoD from pageable memory included,
+ *		which may return before its bytes land); a read's bytes are
+ *		in place before work queued on it after the read's callback.
+ *		Waits are on events, never the whole device.  CPU tensors:
+ *		NULL.
  */
 struct tpu_message_tensor {
 	void *data;

@@ -9,9 +9,9 @@
  * the CPU, through the exporter's kernel mapping.  The region goes when the
  * operation ends.  A side whose tensor is CPU memory does what kmod does.
  *
- * Ordering: the writer posts after the work queued on its tensor's stream;
- * the reader receives after the work queued on its own, and the bytes are
- * in place when its RECV completes.
+ * Ordering: the writer posts after the work queued on its tensor's stream
+ * (NULL: the legacy default stream); the reader receives after the work
+ * queued on its own, and the bytes are in place when its RECV completes.
  *
  * Only exporters whose buffers the CPU can map work (udmabuf, dma-buf
  * heaps; not NVIDIA's GPU memory today, whose dma-bufs offer no vmap, so

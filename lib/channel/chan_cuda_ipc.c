@@ -5,7 +5,8 @@
  * that ACK (like cma for CPU memory).
  *
  * Writer: waits for the work queued on the tensor's stream (an event, not
- * the device), then describes the tensor (104 bytes): memory from
+ * the device; NULL is the legacy default stream) before the descriptor
+ * leaves, then describes the tensor (104 bytes): memory from
  * cuMemAlloc by its allocation's CUDA IPC handle; VMM memory (cuMemCreate,
  * made exportable as a POSIX descriptor) by a descriptor of its allocation
  * (cuMemExportToShareableHandle), kept open until the ACK, and the size of
@@ -100,7 +101,10 @@ static void exports_drop(const struct tpu__chan_link *l, bool all, uint64_t seq,
 
 /*
  * Nothing to describe when the export fails: the reader finds an all-zero
- * handle, which no driver opens, and reports it.
+ * handle, which no driver opens, and reports it.  The tensor's stream is
+ * waited for here, not in ipc_send: the descriptor goes on the wire before
+ * the send, and a reader in another process copies at once.  A failed
+ * wait describes nothing (not even the pid); ipc_send reports it.
  */
 static void ipc_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 {
@@ -109,6 +113,8 @@ static void ipc_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 	int fd = -1;
 
 	memset(d, 0, IPC_DESC_LEN);
+	if (tpu__cuda_stream_done(x->t->device.index, x->t->stream))
+		return;
 	tpu__chan_put_le(d + D_PID, (uint32_t)getpid(), 4);
 	tpu__chan_put_le(d + D_DEVICE, x->t->device.index, 4);
 	tpu__chan_put_le(d + D_ADDRESS, (uint64_t)(uintptr_t)x->t->data, 8);
@@ -126,7 +132,10 @@ static void ipc_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 	exports_add(x, fd);
 }
 
-/* The reader reads once the user's work on the tensor is done; then its ACK. */
+/*
+ * The reader reads once the user's work on the tensor is done (waited for
+ * in ipc_describe; again here, for its status); then its ACK.
+ */
 static tpu_status ipc_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 {
 	tpu_status st;
@@ -200,7 +209,8 @@ static tpu_status vmm_copy(struct tpu__chan_xfer *x, uint32_t pid, uint32_t dev,
 	close(fd);
 	if (st)
 		return st;
-	st = tpu__cuda_copy(t->data, t->device, (char *)base + off, src, t->len, t->stream);
+	st = tpu__cuda_copy_from_peer(t->data, t->device, (char *)base + off, src, t->len,
+				      t->stream);
 	st2 = tpu__cuda_vmm_close(dev, base, size);
 	return st ? st : st2;
 }
@@ -221,8 +231,8 @@ static tpu_status ipc_copy(struct tpu__chan_xfer *x)
 		/* One process: the writer's address is ours (see above). */
 		uint64_t addr = tpu__chan_get_le(d + D_ADDRESS, 8);
 
-		return tpu__cuda_copy(t->data, t->device, (const void *)(uintptr_t)addr, src,
-				      t->len, t->stream);
+		return tpu__cuda_copy_from_peer(t->data, t->device, (const void *)(uintptr_t)addr,
+						src, t->len, t->stream);
 	}
 	/* The opened memory counts as this end's device for the copy. */
 	src.index = dev;
@@ -232,7 +242,8 @@ static tpu_status ipc_copy(struct tpu__chan_xfer *x)
 	st = tpu__cuda_ipc_open(&h, dev, &base);
 	if (st)
 		return st;
-	st = tpu__cuda_copy(t->data, t->device, (char *)base + off, src, t->len, t->stream);
+	st = tpu__cuda_copy_from_peer(t->data, t->device, (char *)base + off, src, t->len,
+				      t->stream);
 	st2 = tpu__cuda_ipc_close(dev, base);
 	return st ? st : st2;
 }

@@ -205,17 +205,28 @@ tpu_status tpu__cuda_check_ptr(const void *p, size_t len, uint32_t index);
 
 /*
  * Copy @len bytes from @src (on @sdev) to @dst (on @ddev); either may be
- * CPU or CUDA memory.  The copy runs on the library's own stream of the
- * CUDA device, after the work queued so far on @stream (a CUstream of
- * that device, or NULL for none), in chunks; it returns once the bytes are
- * in place (it waits for its own event only, never the whole device), and
- * work queued on @stream afterwards is ordered after it.
+ * CPU or CUDA memory, one of them the user's tensor: the destination when
+ * it is CUDA memory, else the source.  The copy runs on the library's own
+ * stream of that CUDA device, after the work queued so far on @stream (a
+ * CUstream of that device; NULL is its legacy default stream, CUDA's
+ * stream 0, of the primary context, never "none"), in chunks; it returns
+ * once the bytes are in place (it waits for its own event only, never the
+ * whole device), and work queued on @stream afterwards is ordered after
+ * it.
  */
 tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
 			  struct tpu_device sdev, size_t len, void *stream);
 /*
- * Wait until the work queued so far on @stream (of device @index; NULL:
- * nothing to wait for) is done, through an event recorded on it.
+ * The same for a copy out of another writer's memory (cuda_ipc's reader):
+ * ordered after @stream only when the destination, the user's tensor, is
+ * CUDA memory.  A CPU destination has no stream, and the source's writer
+ * waited for its own before describing it.
+ */
+tpu_status tpu__cuda_copy_from_peer(void *dst, struct tpu_device ddev, const void *src,
+				    struct tpu_device sdev, size_t len, void *stream);
+/*
+ * Wait until the work queued so far on @stream of device @index is done
+ * (NULL: its legacy default stream), through an event recorded on it.
  */
 tpu_status tpu__cuda_stream_done(uint32_t index, void *stream);
 /* Page-locked host memory for staging (cuMemHostAlloc), and its free. */

@@ -9,6 +9,12 @@
  * library's own, created on first use.  One lock serialises the copies of
  * all devices: the channels call from their contexts' threads, and the
  * copies of one stream must not interleave.
+ *
+ * A user's stream of NULL is the device's legacy default stream (CUDA's
+ * stream 0), not "no stream": a synchronous cuMemcpyHtoD from pageable
+ * memory, for one, returns before its bytes land there.  Our stream is
+ * non-blocking, so nothing orders it after stream 0 implicitly: events
+ * recorded on NULL do, as on any other stream.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -272,12 +278,16 @@ static tpu__cu_result copy_chunk(void *dst, bool dcuda, const void *src, bool sc
 	return cuda.memcpy_dtoh_async(dst, sp, n, s);
 }
 
-tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
-			  struct tpu_device sdev, size_t len, void *stream)
+/*
+ * The copy, ordered after @user (NULL: the legacy default stream) when
+ * @ordered, else after nothing of this process.
+ */
+static tpu_status cuda_copy(void *dst, struct tpu_device ddev, const void *src,
+			    struct tpu_device sdev, size_t len, bool ordered, tpu__cu_stream user)
 {
 	bool dcuda = ddev.type == TPU_DEVICE_CUDA, scuda = sdev.type == TPU_DEVICE_CUDA;
 	uint32_t index = dcuda ? ddev.index : sdev.index;
-	tpu__cu_stream user = stream, s;
+	tpu__cu_stream s;
 	tpu__cu_event before = NULL, after = NULL;
 	tpu_status st;
 
@@ -302,7 +312,7 @@ tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
 	s = cuda_dev[index].stream;
 	st = tpu__cuda_check(cuda.event_create(&after, TPU__CU_EVENT_DISABLE_TIMING),
 			     "cuEventCreate");
-	if (!st && user) {
+	if (!st && ordered) {
 		/* Behind the user's work: its stream's event, waited on by ours. */
 		st = tpu__cuda_check(cuda.event_create(&before, TPU__CU_EVENT_DISABLE_TIMING),
 				     "cuEventCreate");
@@ -325,7 +335,8 @@ tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
 
 		if (!st2)
 			st2 = tpu__cuda_check(cuda.event_sync(after), "cuEventSynchronize");
-		if (!st2 && user)
+		/* Done already; the user's stream is ordered after it all the same. */
+		if (!st2 && ordered)
 			st2 = tpu__cuda_check(cuda.stream_wait_event(user, after, 0),
 					      "cuStreamWaitEvent");
 		if (!st)
@@ -340,13 +351,24 @@ out:
 	return st;
 }
 
+tpu_status tpu__cuda_copy(void *dst, struct tpu_device ddev, const void *src,
+			  struct tpu_device sdev, size_t len, void *stream)
+{
+	return cuda_copy(dst, ddev, src, sdev, len, true, stream);
+}
+
+tpu_status tpu__cuda_copy_from_peer(void *dst, struct tpu_device ddev, const void *src,
+				    struct tpu_device sdev, size_t len, void *stream)
+{
+	return cuda_copy(dst, ddev, src, sdev, len, ddev.type == TPU_DEVICE_CUDA, stream);
+}
+
 tpu_status tpu__cuda_stream_done(uint32_t index, void *stream)
 {
 	tpu__cu_event ev = NULL;
 	tpu_status st;
 
-	if (!stream)
-		return tpu__cuda_enter(index);
+	/* NULL too: the legacy default stream may hold the user's work. */
 	st = dev_check_index(index);
 	if (st)
 		return st;

@@ -13,8 +13,23 @@
  * Streams: a worker thread per stream runs its queued copies, event
  * records and event waits in order, each copy after a delay
  * (TPU_CUDA_STANDIN_DELAY_US, default 2000 us), so that a caller which does
- * not wait for a stream's work sees stale bytes.  The NULL stream and the
- * synchronous copies run at once in the caller.
+ * not wait for a stream's work sees stale bytes.  The NULL stream (the
+ * legacy default stream) of each device is such a worker too, made on
+ * first use: copies, event records and waits on NULL run there, late.
+ * The synchronous copies behave as the driver documents ("API
+ * synchronization behavior"): cuMemcpyHtoD from host memory that is not
+ * page-locked waits for the NULL stream, copies the source aside and
+ * returns, and the device write lands later on the NULL stream
+ * (PAGEABLE_LAG delays: later than a copy queued just after it on another
+ * stream, so that whoever does not order after the NULL stream reads
+ * stale bytes); from page-locked memory (cuMemHostAlloc), and cuMemcpyDtoH,
+ * wait for the NULL stream, then copy; cuMemcpyDtoD only queues on the
+ * NULL stream.  The NULL stream does not synchronise implicitly with other
+ * streams (the driver's legacy stream does with blocking streams): the
+ * stand-in is the stricter.  cuMemFree, cuMemUnmap and
+ * cuIpcCloseMemHandle let the NULL streams' work end first (the driver
+ * synchronises around a free), other streams' not: a library copy still
+ * queued on freed memory stays an error.
  *
  * CUDA IPC: a handle names the owner's pid and the memfd's descriptor; the
  * importer opens /proc/PID/fd/FD (same user) and maps it the same way.
@@ -60,6 +75,8 @@
 
 #define API __attribute__((visibility("default")))
 #define DEVICES_MAX	8
+/* A pageable cuMemcpyHtoD lands this many delays after it returned. */
+#define PAGEABLE_LAG	4
 #define IPC_MAGIC	0x49535054u	/* "TPSI" */
 
 typedef tpu__cu_result CUresult;
@@ -85,6 +102,8 @@ struct op {
 	uintptr_t dst, src;
 	bool dst_dev, src_dev;
 	size_t len;
+	unsigned int lag;	/* delays before the copy */
+	void *owned;		/* a staged source, freed once copied */
 	/* OP_RECORD, OP_WAIT */
 	struct CUevent_st *ev;
 	uint64_t gen;
@@ -151,6 +170,10 @@ static unsigned long live_ipc, opened_ipc;
 static struct phys *physs;
 static struct resv *resvs;
 static unsigned long long next_phys = 1;
+/* Each device's NULL stream, made on first use; never destroyed. */
+static struct CUstream_st *null_streams[DEVICES_MAX];
+
+static void null_drain_all(void);
 
 /* Counters for the tests: allocations and IPC mappings alive, IPC opens so far. */
 API void tpu_cuda_standin_counts(unsigned long *allocations, unsigned long *ipc_live,
@@ -367,6 +390,8 @@ API CUresult cuMemFree_v2(tpu__cu_ptr p)
 
 	pthread_mutex_lock(&lock);
 	r = ready();
+	if (!r)
+		null_drain_all();
 	a = r ? NULL : find((uintptr_t)p, 1);
 	if (!r && (!a || a->base != p || a->ipc || a->phys))
 		r = TPU__CU_ERROR_INVALID_VALUE;	/* not an allocation, or freed already */
@@ -495,33 +520,6 @@ static CUresult copy_now(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_de
 	return 0;
 }
 
-static CUresult copy_sync(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t len)
-{
-	CUresult r;
-
-	pthread_mutex_lock(&lock);
-	r = copy_check(dst, dst_dev, src, src_dev, len);
-	if (!r)
-		r = copy_now(dst, dst_dev, src, src_dev, len);
-	pthread_mutex_unlock(&lock);
-	return r;
-}
-
-API CUresult cuMemcpyHtoD_v2(tpu__cu_ptr d, const void *s, size_t n)
-{
-	return copy_sync((uintptr_t)d, true, (uintptr_t)s, false, n);
-}
-
-API CUresult cuMemcpyDtoH_v2(void *d, tpu__cu_ptr s, size_t n)
-{
-	return copy_sync((uintptr_t)d, false, (uintptr_t)s, true, n);
-}
-
-API CUresult cuMemcpyDtoD_v2(tpu__cu_ptr d, tpu__cu_ptr s, size_t n)
-{
-	return copy_sync((uintptr_t)d, true, (uintptr_t)s, true, n);
-}
-
 /* ---- streams and events -------------------------------------------- */
 
 /*
@@ -565,15 +563,18 @@ static void *stream_main(void *arg)
 		if (o->kind == OP_COPY) {
 			CUresult r;
 
+			long us = delay_us * (long)o->lag;
+
 			/* Slow "hardware": whoever does not wait reads stale bytes. */
 			pthread_mutex_unlock(&lock);
-			if (delay_us > 0)
-				nanosleep(&(struct timespec){ delay_us / 1000000,
-							      (delay_us % 1000000) * 1000 }, NULL);
+			if (us > 0)
+				nanosleep(&(struct timespec){ us / 1000000, (us % 1000000) * 1000 },
+					  NULL);
 			pthread_mutex_lock(&lock);
 			r = copy_now(o->dst, o->dst_dev, o->src, o->src_dev, o->len);
 			if (r && !sticky)
 				sticky = r;
+			free(o->owned);
 		} else if (o->kind == OP_RECORD) {
 			if (o->ev->completed < o->gen)
 				o->ev->completed = o->gen;
@@ -595,14 +596,52 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
-/* lock held: a stream handle of the current context (NULL: the NULL stream). */
+/* lock held: a stream handle of the current context, not NULL. */
 static CUresult stream_ok(struct CUstream_st *s)
 {
-	if (!s)
-		return 0;
 	if (s->magic != STREAM_MAGIC)
 		return TPU__CU_ERROR_INVALID_HANDLE;
 	return s->dev == current->dev ? 0 : TPU__CU_ERROR_INVALID_CONTEXT;
+}
+
+/* lock held: a new stream of device @dev, its worker started. */
+static CUresult stream_new(int dev, struct CUstream_st **out)
+{
+	struct CUstream_st *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return TPU__CU_ERROR_OUT_OF_MEMORY;
+	s->magic = STREAM_MAGIC;
+	s->dev = dev;
+	s->tail = &s->head;
+	pthread_cond_init(&s->cond, NULL);
+	if (pthread_create(&s->thread, NULL, stream_main, s)) {
+		pthread_cond_destroy(&s->cond);
+		free(s);
+		return TPU__CU_ERROR_OUT_OF_MEMORY;
+	}
+	*out = s;
+	return 0;
+}
+
+/*
+ * lock held, ready(): the stream handle @s names in the current context;
+ * NULL names the context's NULL stream, made on first use.
+ */
+static CUresult stream_of(struct CUstream_st *s, struct CUstream_st **out)
+{
+	CUresult r = 0;
+
+	if (s) {
+		r = stream_ok(s);
+	} else {
+		if (!null_streams[current->dev])
+			r = stream_new(current->dev, &null_streams[current->dev]);
+		s = null_streams[current->dev];
+	}
+	if (!r)
+		*out = s;
+	return r;
 }
 
 static void enqueue(struct CUstream_st *s, struct op *o)
@@ -622,21 +661,10 @@ API CUresult cuStreamCreate(tpu__cu_stream *out, unsigned int flags)
 	r = ready();
 	if (!r && !out)
 		r = TPU__CU_ERROR_INVALID_VALUE;
-	s = r ? NULL : calloc(1, sizeof(*s));
-	if (!r && !s)
-		r = TPU__CU_ERROR_OUT_OF_MEMORY;
-	if (!r) {
-		s->magic = STREAM_MAGIC;
-		s->dev = current->dev;
-		s->tail = &s->head;
-		pthread_cond_init(&s->cond, NULL);
-		if (pthread_create(&s->thread, NULL, stream_main, s)) {
-			free(s);
-			r = TPU__CU_ERROR_OUT_OF_MEMORY;
-		} else {
-			*out = s;
-		}
-	}
+	if (!r)
+		r = stream_new(current->dev, &s);
+	if (!r)
+		*out = s;
 	pthread_mutex_unlock(&lock);
 	return r;
 }
@@ -648,6 +676,14 @@ static void stream_drain(struct CUstream_st *s)
 		pthread_cond_wait(&s->cond, &lock);
 }
 
+/* lock held: the NULL streams of all devices ran what was queued (a free's wait). */
+static void null_drain_all(void)
+{
+	for (int i = 0; i < DEVICES_MAX; i++)
+		if (null_streams[i])
+			stream_drain(null_streams[i]);
+}
+
 API CUresult cuStreamSynchronize(tpu__cu_stream s)
 {
 	CUresult r;
@@ -655,8 +691,8 @@ API CUresult cuStreamSynchronize(tpu__cu_stream s)
 	pthread_mutex_lock(&lock);
 	r = ready();
 	if (!r)
-		r = stream_ok(s);
-	if (!r && s)
+		r = stream_of(s, &s);
+	if (!r)
 		stream_drain(s);
 	if (!r)
 		r = sticky;
@@ -689,30 +725,101 @@ API CUresult cuStreamDestroy_v2(tpu__cu_stream s)
 	return r;
 }
 
+/*
+ * lock held, copy_check() passed: queue a copy on @s, @lag delays late;
+ * @owned (a staged source, or NULL) goes with it.
+ */
+static CUresult copy_queue(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t len,
+			   struct CUstream_st *s, unsigned int lag, void *owned)
+{
+	struct op *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return TPU__CU_ERROR_OUT_OF_MEMORY;
+	*o = (struct op){ .kind = OP_COPY, .dst = dst, .dst_dev = dst_dev, .src = src,
+			  .src_dev = src_dev, .len = len, .lag = lag, .owned = owned };
+	enqueue(s, o);
+	return 0;
+}
+
 static CUresult copy_async(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t len,
 			   struct CUstream_st *s)
 {
-	struct op *o;
 	CUresult r;
 
 	pthread_mutex_lock(&lock);
 	r = copy_check(dst, dst_dev, src, src_dev, len);
 	if (!r)
-		r = stream_ok(s);
-	if (!r && !s)
-		r = copy_now(dst, dst_dev, src, src_dev, len);
-	else if (!r) {
-		o = calloc(1, sizeof(*o));
-		if (!o) {
+		r = stream_of(s, &s);
+	if (!r)
+		r = copy_queue(dst, dst_dev, src, src_dev, len, s, 1, NULL);
+	pthread_mutex_unlock(&lock);
+	return r;
+}
+
+/* lock held: whether [p, p + len) lies in page-locked memory of cuMemHostAlloc. */
+static bool pinned(const void *p, size_t len)
+{
+	for (struct host *h = hosts; h; h = h->next)
+		if ((uintptr_t)p - (uintptr_t)h->p < h->size &&
+		    len <= h->size - ((uintptr_t)p - (uintptr_t)h->p))
+			return true;
+	return false;
+}
+
+/*
+ * The synchronous copies, as "API synchronization behavior" describes
+ * them.  Host to device from pageable memory: the NULL stream's work
+ * first, then the source is staged and the call returns; the device
+ * write lands later, on the NULL stream.  From page-locked memory, and
+ * device to host: the NULL stream's work first, then the copy, done on
+ * return.  (Device to device: copy_async on the NULL stream.)
+ */
+static CUresult copy_sync(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t len)
+{
+	struct CUstream_st *s = NULL;
+	void *staged = NULL;
+	CUresult r;
+
+	pthread_mutex_lock(&lock);
+	r = ready();
+	if (!r)
+		r = stream_of(NULL, &s);
+	if (!r) {
+		stream_drain(s);
+		r = copy_check(dst, dst_dev, src, src_dev, len);
+	}
+	if (!r && dst_dev && !src_dev && !pinned((const void *)src, len)) {
+		staged = malloc(len ? len : 1);
+		if (!staged) {
 			r = TPU__CU_ERROR_OUT_OF_MEMORY;
 		} else {
-			*o = (struct op){ .kind = OP_COPY, .dst = dst, .dst_dev = dst_dev,
-					  .src = src, .src_dev = src_dev, .len = len };
-			enqueue(s, o);
+			memcpy(staged, (const void *)src, len);
+			r = copy_queue(dst, true, (uintptr_t)staged, false, len, s, PAGEABLE_LAG,
+				       staged);
+			if (r)
+				free(staged);
 		}
+	} else if (!r) {
+		r = copy_now(dst, dst_dev, src, src_dev, len);
 	}
 	pthread_mutex_unlock(&lock);
 	return r;
+}
+
+API CUresult cuMemcpyHtoD_v2(tpu__cu_ptr d, const void *s, size_t n)
+{
+	return copy_sync((uintptr_t)d, true, (uintptr_t)s, false, n);
+}
+
+API CUresult cuMemcpyDtoH_v2(void *d, tpu__cu_ptr s, size_t n)
+{
+	return copy_sync((uintptr_t)d, false, (uintptr_t)s, true, n);
+}
+
+API CUresult cuMemcpyDtoD_v2(tpu__cu_ptr d, tpu__cu_ptr s, size_t n)
+{
+	return copy_async((uintptr_t)d, true, (uintptr_t)s, true, n, NULL);
 }
 
 API CUresult cuMemcpyHtoDAsync_v2(tpu__cu_ptr d, const void *src, size_t n, tpu__cu_stream s)
@@ -784,11 +891,8 @@ API CUresult cuEventRecord(tpu__cu_event e, tpu__cu_stream s)
 	pthread_mutex_lock(&lock);
 	r = event_ok(e);
 	if (!r)
-		r = stream_ok(s);
-	if (!r && !s) {
-		e->completed = ++e->recorded;
-		pthread_cond_broadcast(&ev_cond);
-	} else if (!r) {
+		r = stream_of(s, &s);
+	if (!r) {
 		o = calloc(1, sizeof(*o));
 		if (!o) {
 			r = TPU__CU_ERROR_OUT_OF_MEMORY;
@@ -839,15 +943,10 @@ API CUresult cuStreamWaitEvent(tpu__cu_stream s, tpu__cu_event e, unsigned int f
 	pthread_mutex_lock(&lock);
 	r = event_ok(e);
 	if (!r)
-		r = stream_ok(s);
+		r = stream_of(s, &s);
 	if (!r && flags)
 		r = TPU__CU_ERROR_INVALID_VALUE;
-	if (!r && !s) {
-		uint64_t gen = e->recorded;
-
-		while (e->completed < gen)
-			pthread_cond_wait(&ev_cond, &lock);
-	} else if (!r && e->completed < e->recorded) {
+	if (!r && e->completed < e->recorded) {
 		o = calloc(1, sizeof(*o));
 		if (!o) {
 			r = TPU__CU_ERROR_OUT_OF_MEMORY;
@@ -969,6 +1068,8 @@ API CUresult cuIpcCloseMemHandle(tpu__cu_ptr p)
 
 	pthread_mutex_lock(&lock);
 	r = ready();
+	if (!r)
+		null_drain_all();
 	a = r ? NULL : find((uintptr_t)p, 1);
 	if (!r && (!a || !a->ipc || a->base != p))
 		r = TPU__CU_ERROR_INVALID_VALUE;	/* never opened, or closed already */
@@ -1293,6 +1394,8 @@ API CUresult cuMemUnmap(tpu__cu_ptr p, size_t size)
 
 	pthread_mutex_lock(&lock);
 	r = initialised ? 0 : TPU__CU_ERROR_NOT_INITIALIZED;
+	if (!r)
+		null_drain_all();
 	a = r ? NULL : find((uintptr_t)p, size);
 	if (!r && (!a || !a->phys || a->base != p || a->size != size))
 		r = TPU__CU_ERROR_INVALID_VALUE;

@@ -3,7 +3,11 @@
 #
 # tpbench cuda against the stand-in driver: every device pair and channel
 # between two processes over shm and tcp, every byte checked.  A
-# correctness check (the stand-in is no GPU), printed as TAP.  With
+# correctness check (the stand-in is no GPU), printed as TAP.  The writer
+# fills its tensor with cuMemcpyHtoD from pageable memory and writes it with
+# stream NULL; the stand-in lands those bytes late on the NULL stream, as
+# the driver may, so a channel that does not wait for stream 0 shows wrong
+# bytes (as cuda_ipc did on an H200 before the fix).  With
 # --dmabuf: every pair through cuda_dmabuf over shm instead, which needs
 # the module and /dev/udmabuf (the VM on 6.12; skipped elsewhere, saying why).
 #

@@ -81,7 +81,11 @@ static void enter(void)
 		cu.ctx_set_current(ctx);
 }
 
-/* @len bytes of @seed on device 0 (0 on failure). */
+/*
+ * @len bytes of @seed on device 0 (0 on failure), by a synchronous copy
+ * from pageable memory, which may land after it returned (the stand-in's
+ * do, on the NULL stream): a tensor with stream NULL must wait for it.
+ */
 static cu_ptr dev_new(size_t len, uint64_t seed)
 {
 	uint8_t *h = malloc(len);
@@ -187,10 +191,9 @@ static void pair(struct tpu_rendezvous *rdv, const char *name, bool src_dev, boo
 	bool ok = hs && hd && (!src_dev || s);
 	uint64_t sum = 0;
 
-	if (ok && dst_dev) {
-		enter();
-		ok = !cu.mem_alloc(&d, len);
-	}
+	/* Other bytes still landing on the NULL stream: the receive must come after them. */
+	if (ok && dst_dev)
+		ok = (d = dev_new(len, seed + 50)) != 0;
 	if (src_dev)
 		ts = on_dev(s, len, NULL);
 	else if (hs)
@@ -264,7 +267,8 @@ static void stream_order(struct tpu_rendezvous *rdv, const char *name)
 	bool ok;
 
 	enter();
-	ok = s && fresh && got && !cu.stream_create(&stream, 1);
+	/* The fill on the NULL stream ends before the non-blocking stream's copies. */
+	ok = s && fresh && got && !cu.stream_sync(NULL) && !cu.stream_create(&stream, 1);
 	if (ok)
 		rdv_fill(fresh, len, 41);
 	/* Late copies (the stand-in delays each): a send that does not wait sends seed 40. */

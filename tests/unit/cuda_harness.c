@@ -65,7 +65,12 @@ bool pat_holds(const uint8_t *b, size_t len, unsigned int seed)
 	return true;
 }
 
-/* @len bytes of @seed's pattern on CUDA device @dev (0 on failure). */
+/*
+ * @len bytes of @seed's pattern on CUDA device @dev (0 on failure), by a
+ * synchronous cuMemcpyHtoD from pageable memory: it may return before the
+ * bytes land (the stand-in's land late, on the NULL stream), so a user of
+ * the memory with stream NULL must be ordered after the NULL stream.
+ */
 tpu__cu_ptr dev_filled(uint32_t dev, size_t len, unsigned int seed)
 {
 	uint8_t *h = malloc(len);
@@ -145,7 +150,10 @@ void vmm_free(struct vmm *v)
 /*
  * One tensor of @len bytes from @w at the client to @r at the server of
  * @pp; true when the read completed with @want_read and, if 0, every byte
- * arrived.
+ * arrived.  A CUDA source is filled by dev_filled(), its bytes still on
+ * their way on the NULL stream; a CUDA destination read with stream NULL
+ * too, the same way, with other bytes: a channel that does not order
+ * after the NULL stream sends stale bytes, or has its own overwritten.
  */
 bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int seed,
 		 tpu_status want_read)
@@ -171,7 +179,9 @@ bool xfer(struct pair *pp, struct end w, struct end r, size_t len, unsigned int 
 		pat_fill(hw, len, seed);
 		t.data = hw;
 	}
-	if (ok && r.type == TPU_DEVICE_CUDA)
+	if (ok && r.type == TPU_DEVICE_CUDA && !r.stream)
+		ok = (dr = dev_filled(r.dev, len, seed + 77)) != 0;
+	else if (ok && r.type == TPU_DEVICE_CUDA)
 		ok = !tpu__cuda_enter(r.dev) && !cu->mem_alloc(&dr, len);
 	ok = ok && !tpu_pipe_write(pp->client, &m, on_write, &tw) &&
 	     !tpu_pipe_read_descriptor(pp->server, on_desc, &td) && rec_wait(&rd, 1) && !rd.st[0];
@@ -286,7 +296,9 @@ void stream_order(const char *url, const char *channels, const char *want)
 	if (!ok)
 		goto out;
 	pat_fill(fresh, len, 41);
-	ok = !tpu__cuda_enter(0) && !cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
+	/* The fill on the NULL stream ends before @s (non-blocking) overwrites it. */
+	ok = !tpu__cuda_enter(0) && !cu->stream_sync(NULL) &&
+	     !cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
 	     !cu->stream_create(&sr, TPU__CU_STREAM_NON_BLOCKING) && !cu->mem_alloc(&dr, len);
 	for (size_t i = 0; ok && i < 8; i++)
 		ok = !cu->memcpy_htod_async(d + i * part, fresh + i * part, part, s);

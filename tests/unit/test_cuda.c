@@ -251,6 +251,35 @@ static void standin_misuse(void)
 		      cu->event_query(e) == TPU__CU_ERROR_INVALID_HANDLE,
 		      "cuda stand-in: a destroyed event is CUDA_ERROR_INVALID_HANDLE");
 	}
+	{
+		/*
+		 * The synchronous copies' model (that a pageable copy lands
+		 * late is what the transfers above catch; here, what is sure).
+		 */
+		uint8_t a[64], b[64], *pin = NULL;
+		tpu__cu_stream s = NULL;
+
+		pat_fill(a, sizeof(a), 90);
+		CHECK(!cu->stream_create(&s, TPU__CU_STREAM_NON_BLOCKING) &&
+		      !cu->memcpy_htod(d, a, sizeof(a)) && !cu->stream_sync(NULL) &&
+		      !cu->memcpy_dtoh_async(b, d, sizeof(b), s) && !cu->stream_sync(s) &&
+		      pat_holds(b, sizeof(b), 90),
+		      "cuda stand-in: a pageable cuMemcpyHtoD's bytes are in place once the NULL stream is synchronised");
+		pat_fill(a, sizeof(a), 91);
+		CHECK(!cu->memcpy_htod(d, a, sizeof(a)) && !cu->memcpy_dtoh(b, d, sizeof(b)) &&
+		      pat_holds(b, sizeof(b), 91),
+		      "cuda stand-in: cuMemcpyDtoH waits for the NULL stream's work");
+		if (!cu->host_alloc((void **)&pin, sizeof(a), 0))
+			pat_fill(pin, sizeof(a), 92);
+		CHECK(pin && !cu->memcpy_htod(d, pin, sizeof(a)) &&
+		      !cu->memcpy_dtoh_async(b, d, sizeof(b), s) && !cu->stream_sync(s) &&
+		      pat_holds(b, sizeof(b), 92),
+		      "cuda stand-in: a cuMemcpyHtoD from page-locked memory is done when it returns");
+		if (pin)
+			cu->host_free(pin);
+		if (s)
+			cu->stream_destroy(s);
+	}
 	CHECK(cu->mem_free(d) == 0 && cu->mem_free(d) == TPU__CU_ERROR_INVALID_VALUE,
 	      "cuda stand-in: a double free is CUDA_ERROR_INVALID_VALUE");
 	CHECK(cu->memcpy_dtoh(buf, d, 16) == TPU__CU_ERROR_INVALID_VALUE,
@@ -275,7 +304,8 @@ static int spawn_self(const char *env1, const char *env2, pid_t *out)
 	self[n] = '\0';
 	for (char **e = environ; *e && k < 250; e++)
 		if (strncmp(*e, "UNIT_ONLY=", 10) && strncmp(*e, "TPU_CUDA_DRIVER=", 16) &&
-		    strncmp(*e, "TPU_CUDA_STANDIN_DEVICES=", 25))
+		    strncmp(*e, "TPU_CUDA_STANDIN_DEVICES=", 25) &&
+		    strncmp(*e, "TPU_CUDA_STANDIN_DELAY_US=", 26))
 			envp[k++] = *e;
 	/* The driver goes on unless env1 or env2 name another. */
 	if (getenv("TPU_CUDA_DRIVER") && strncmp(env1, "TPU_CUDA_DRIVER=", 16) &&
@@ -375,7 +405,13 @@ static void cross_process(void)
 	ok = !tpu_context_create(NULL, &ctx) && !tpu_listener_create(ctx, &url, 1, &l) &&
 	     !tpu_listener_url(l, NULL, got, sizeof(got)) && !tpu_listener_accept(l, on_accept, &ta);
 	snprintf(env, sizeof(env), "TPU_TEST_CUDA_WRITER=%s", got);
-	ok = ok && !spawn_self(env, NULL, &child) && rec_wait(&ra, 1) && !ra.st[0];
+	/*
+	 * The writer's stand-in is slow (its NULL stream's fills land 80 ms
+	 * late), ours is not: a writer whose descriptor leaves before its
+	 * bytes are in place is caught, however loaded the machine.
+	 */
+	ok = ok && !spawn_self(env, "TPU_CUDA_STANDIN_DELAY_US=20000", &child) &&
+	     rec_wait(&ra, 1) && !ra.st[0];
 	CHECK(ok, "cuda: a writer process connected");
 	if (ok)
 		read_writers(ra.pipe, "cuda_ipc", "another process's");
@@ -455,27 +491,31 @@ int cuda_writer(const char *url)
 	    tpu_pipe_connect(ctx, url, &p))
 		return 2;
 	n = nwrites();
-	d[0] = dev_filled(0, BIG, 60);
-	d[1] = dev_filled(0, BIG, 61);
 	pat_fill(h, BIG, 62);
-	if (!d[0] || !d[1] || (n == 4 && !vmm_filled(0, BIG, 63, true, &v)))
-		return 3;
-	t[3] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)v.p, .len = BIG,
-					    .device = { TPU_DEVICE_CUDA, 0 },
+	t[0] = (struct tpu_message_tensor){ .len = BIG, .device = { TPU_DEVICE_CUDA, 0 },
 					    .target = { TPU_DEVICE_CUDA, 0 } };
-	t[0] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[0], .len = BIG,
-					    .device = { TPU_DEVICE_CUDA, 0 },
-					    .target = { TPU_DEVICE_CUDA, 0 } };
-	t[1] = (struct tpu_message_tensor){ .data = (void *)(uintptr_t)d[1], .len = BIG,
-					    .device = { TPU_DEVICE_CUDA, 0 } };
+	t[1] = (struct tpu_message_tensor){ .len = BIG, .device = { TPU_DEVICE_CUDA, 0 } };
 	t[2] = (struct tpu_message_tensor){ .data = h, .len = BIG,
 					    .target = { TPU_DEVICE_CUDA, 0 } };
-	for (int k = 0; k < n; k++) {
+	t[3] = t[0];
+	for (int k = 0; !rc && k < n; k++) {
+		/*
+		 * Each device tensor filled just before its write, by a
+		 * synchronous copy from pageable memory that lands late on
+		 * the NULL stream (stream NULL): the reader, another process,
+		 * must not see the descriptor before those bytes are in place.
+		 */
+		if (k < 2 && !(d[k] = dev_filled(0, BIG, 60 + k)))
+			rc = 3;
+		if (k == 3 && !vmm_filled(0, BIG, 63, true, &v))
+			rc = 3;
+		if (k != 2)
+			t[k].data = (void *)(uintptr_t)(k == 3 ? v.p : d[k]);
 		m[k] = (struct tpu_message){ .tensors = &t[k], .ntensors = 1 };
 		/* The VMM one alone: its export must be closed once ACKed. */
 		if (k == 3 && !rc && rec_wait(&w, 3))
 			fds = count_fds();
-		if (tpu_pipe_write(p, &m[k], on_write, &tw))
+		if (!rc && tpu_pipe_write(p, &m[k], on_write, &tw))
 			rc = 4;
 	}
 	if (!rc && !rec_wait(&w, n))
