@@ -130,8 +130,13 @@ TPU_API void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug);
 /* Versions                                                            */
 /* ------------------------------------------------------------------ */
 
-#define TPU_VERSION_MAJOR	0
-#define TPU_VERSION_MINOR	1
+/*
+ * The major version is the N of the SONAME libtpu_user.so.N: it goes up
+ * with every change that breaks programs built against an earlier header
+ * (Documentation/abi.rst), the minor with every addition.
+ */
+#define TPU_VERSION_MAJOR	1
+#define TPU_VERSION_MINOR	0
 #define TPU_VERSION_PATCH	0
 /** TPU_VERSION - this header's library version as one comparable number */
 #define TPU_VERSION \
@@ -557,6 +562,7 @@ struct tpu_context;
  *		NULL for all.
  * @channels:	pipes: comma list of the channels allowed ("kmod,cma,basic"),
  *		NULL for all; basic is always allowed.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_context_options {
 	const char *dev_path;
@@ -564,6 +570,7 @@ struct tpu_context_options {
 	unsigned int flags;
 	const char *transports;
 	const char *channels;
+	uint64_t reserved[4];
 };
 
 /**
@@ -695,6 +702,10 @@ struct tpu_device {
  *		@stream), a receive copies it to the device before its
  *		callback (work queued on @stream afterwards sees the bytes).
  * @stream:	a CUstream of @device, or NULL; NULL for CPU memory.
+ * @reserved:	zero (room for later fields, whose zero will mean what a
+ *		program written before them expects; -EINVAL otherwise).
+ *
+ * Zero the whole structure before filling it in (an initializer does).
  */
 struct tpu_tensor {
 	void *data;
@@ -702,6 +713,7 @@ struct tpu_tensor {
 	struct tpu_buffer *buffer;
 	struct tpu_device device;
 	void *stream;
+	uint64_t reserved[3];
 };
 
 /** typedef tpu_send_cb - the consumer is done with the source (or @status says why not) */
@@ -918,6 +930,7 @@ struct tpu_remote_task {
  * @peers:	the cluster map so far (this worker's own entry is skipped);
  *		more with tpu_rendezvous_add_peer().
  * @npeers:	their number.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_remote_options {
 	const char *task;
@@ -925,6 +938,7 @@ struct tpu_remote_options {
 	size_t nlisten;
 	const struct tpu_remote_task *peers;
 	size_t npeers;
+	uint64_t reserved[4];
 };
 
 /**
@@ -1056,6 +1070,8 @@ struct tpu_payload {
  *		write reads the tensor after the work queued on it so far; a
  *		read's bytes are in place before work queued on it after the
  *		read's callback.  Waits are on events, never the whole device.
+ * @reserved:	zero (room for later fields; a write refuses anything else
+ *		with -EINVAL).  Zero the whole structure before filling it in.
  */
 struct tpu_message_tensor {
 	void *data;
@@ -1067,6 +1083,7 @@ struct tpu_message_tensor {
 	const void *metadata;
 	size_t metadata_len;
 	void *stream;
+	uint64_t reserved[3];
 };
 
 /**
@@ -1298,6 +1315,7 @@ struct tpu_world;
  * @timeout_ms:	how long to wait for the store to come up and for every
  *		rank to join, and for each store operation later; 0 for
  *		30 s.  Rank 0 waits that long for every other rank.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_world_options {
 	const struct tpu_world_info *info;
@@ -1305,6 +1323,7 @@ struct tpu_world_options {
 	const char *const *listen_urls;
 	size_t nlisten;
 	uint32_t timeout_ms;
+	uint64_t reserved[4];
 };
 
 /**
@@ -1472,6 +1491,7 @@ struct tpu_coll_group {
  *		group_size - 1 (every rank once): rank r's input goes to rank
  *		permutation[r], so a member's output is the input of the rank
  *		that names it; members must agree on it.  Ignored otherwise.
+ * @reserved:	zero (room for later parameters; -EINVAL otherwise).
  */
 struct tpu_coll_instance {
 	int32_t instance_key;
@@ -1487,6 +1507,7 @@ struct tpu_coll_instance {
 	const int32_t *subdiv_offsets;
 	uint64_t timeout_ns;
 	const int32_t *permutation;
+	uint64_t reserved[4];
 };
 
 /**

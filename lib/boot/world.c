@@ -231,7 +231,8 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!ctx || (o->nlisten && !o->listen_urls) || (o->job && !job_ok(o->job)))
+	if (!ctx || (o->nlisten && !o->listen_urls) || (o->job && !job_ok(o->job)) ||
+	    !tpu__reserved_zero(o->reserved))
 		return -EINVAL;
 	if (tpu__ctx_on_thread(ctx))
 		return -EDEADLK;

@@ -51,7 +51,7 @@ __all__ = [
     "status_name", "dtypes", "empty", "log_library", "INLINE_MAX", "MAX_DIMS",
 ]
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 log = logging.getLogger("tpu_user")
 

@@ -16,6 +16,7 @@ static const struct {
 	{ "status", test_status },
 	{ "log", test_log },
 	{ "version", test_version },
+	{ "abi", test_abi },
 	{ "device_name", test_device_name },
 	{ "key", test_key },
 	{ "endpoint_args", test_endpoint_args },

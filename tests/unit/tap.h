@@ -38,6 +38,7 @@ void test_status(void);
 void test_log(void);
 void test_failure(void);
 void test_version(void);
+void test_abi(void);
 void test_device_name(void);
 void test_key(void);
 void test_endpoint_args(void);
