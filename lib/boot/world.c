@@ -28,6 +28,7 @@ void tpu__world_unref(struct tpu_world *w)
 	pthread_mutex_destroy(&w->store_lock);
 	pthread_cond_destroy(&w->cond);
 	free(w->pipes);
+	tpu__world_coll_free(w->coll);
 	free(w->rdv_url);
 	free(w->pipe_url);
 	w->magic = WORLD_DEAD;

@@ -26,6 +26,7 @@
 #define WORLD_HELLO		"tpu-world-hello "
 
 struct world_hello;
+struct world_coll;
 
 struct tpu_world {
 	uint32_t magic;
@@ -51,6 +52,7 @@ struct tpu_world {
 	bool closing;
 	/* ctx thread */
 	struct world_hello *hellos;	/* accepted pipes whose hello is being read */
+	struct world_coll *coll;	/* world_coll.c's, made on first use (under lock) */
 };
 
 void tpu__world_ref(struct tpu_world *w);
@@ -60,5 +62,8 @@ void tpu__world_unref(struct tpu_world *w);
 tpu_status tpu__world_pipes_start(struct tpu_world *w);
 /* ctx thread: stop accepting, close every pipe. */
 void tpu__world_pipes_close(struct tpu_world *w);
+
+/* world_coll.c */
+void tpu__world_coll_free(struct world_coll *wc);
 
 #endif /* TPU_WORLD_H */

@@ -41,6 +41,7 @@ static const struct {
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
 	{ "world", test_world },
+	{ "world_coll", test_world_coll },
 	{ "coll_dtype", test_coll_dtype },
 	{ "coll", test_coll },
 	{ "cuda", test_cuda },

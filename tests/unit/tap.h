@@ -71,6 +71,7 @@ void test_rdv_cma(void);
 void test_boot_env(void);
 void test_store(void);
 void test_world(void);
+void test_world_coll(void);
 void test_coll_dtype(void);
 void test_coll(void);
 
