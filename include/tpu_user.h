@@ -1671,6 +1671,7 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * the whole call, 0 meaning 60 s.  Errors common to them: -EINVAL (bad
  * argument, a dtype or op out of range), -E2BIG (a world of more than
  * TPU_COLL_MAX_MEMBERS ranks), -EBUSY, -EDEADLK (on the context's thread),
+ * TPU_E_FORKED (in a child forked after the world was formed),
  * TPU_E_COLL_MISMATCH (the ranks called different collectives or with
  * different parameters: every rank gets it, tpu_world_last_reason() says
  * what differs, and the world stays usable), -ETIMEDOUT, TPU_E_PEER_GONE.

@@ -96,10 +96,12 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
 		*st = -EINVAL;
 		return NULL;
 	}
-	if (tpu__ctx_on_thread(w->ctx)) {
+	/* A forked child's context (TPU_E_FORKED) cannot carry these calls. */
+	*st = tpu__ctx_check(w->ctx);
+	if (!*st && tpu__ctx_on_thread(w->ctx))
 		*st = -EDEADLK;
+	if (*st)
 		return NULL;
-	}
 	pthread_mutex_lock(&w->lock);
 	if (!w->coll)
 		w->coll = coll_new(w);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "boot_harness.h"
@@ -201,6 +202,28 @@ static int ring(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/* A child forked from a rank cannot stand in for it: every call says so. */
+static int forked_child_refused(struct tpu_world *w, int me, int n)
+{
+	float a[4] = { 0 };
+	int status = -1;
+	pid_t pid = fork();
+
+	R_CHECK(pid >= 0);
+	if (pid == 0) {
+		bool ok = tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM,
+					       TPU_FINAL_NONE, SECOND) == TPU_E_FORKED &&
+			  tpu_world_barrier_timeout(w, SECOND) == TPU_E_FORKED &&
+			  tpu_world_send(w, (me + 1) % n, a, sizeof(a), SECOND) == TPU_E_FORKED &&
+			  tpu_world_recv(w, (me + 1) % n, a, sizeof(a), NULL, SECOND) ==
+			  TPU_E_FORKED;
+
+		_exit(ok ? 0 : 1);
+	}
+	R_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	return 0;
+}
+
 static int bad_calls(struct tpu_world *w, int me, int n)
 {
 	char name[128], tiny[8], want[64];
@@ -224,7 +247,7 @@ static int bad_calls(struct tpu_world *w, int me, int n)
 	R_CHECK(tpu_world_device_name(w, n - 1, name, sizeof(name)) == 0 && !strcmp(name, want));
 	R_CHECK(tpu_world_device_name(w, 0, tiny, sizeof(tiny)) == -ENOSPC);
 	R_CHECK(tpu_world_device_name(w, n, name, sizeof(name)) == -EINVAL);
-	return 0;
+	return forked_child_refused(w, me, n);
 }
 
 static int main_rank(int me, int n, void *arg)
