@@ -250,6 +250,18 @@ static int bad_calls(struct tpu_world *w, int me, int n)
 	return forked_child_refused(w, me, n);
 }
 
+static int (*const scenarios[])(struct tpu_world *w, int me, int n) = {
+	bad_calls, all_reduces, broadcasts_gathers_scatters, mismatches, ring,
+};
+static const char *const scenario_names[] = {
+	"bad_arguments_device_names_and_a_forked_child_are_refused",
+	"all_reduce_of_five_dtypes_four_ops_in_place_and_mean_every_element",
+	"broadcast_from_each_root_all_gather_reduce_scatter_barrier_every_element",
+	"mismatched_count_type_dtype_op_root_fail_every_rank_then_all_reduce_works",
+	"send_recv_around_the_ring_in_order_emsgsize_consumes_nothing",
+};
+
+/* One world per scenario, so that a failure names what failed. */
 static int main_rank(int me, int n, void *arg)
 {
 	const struct job *j = arg;
@@ -258,15 +270,7 @@ static int main_rank(int me, int n, void *arg)
 	int rc = world_up(me, n, j->port, &ctx, &w);
 
 	if (!rc)
-		rc = bad_calls(w, me, n);
-	if (!rc)
-		rc = all_reduces(w, me, n);
-	if (!rc)
-		rc = broadcasts_gathers_scatters(w, me, n);
-	if (!rc)
-		rc = mismatches(w, me, n);
-	if (!rc)
-		rc = ring(w, me, n);
+		rc = scenarios[j->scenario](w, me, n);
 	if (!rc)
 		R_CHECK(tpu_world_barrier_timeout(w, 10 * SECOND) == 0);
 	tpu_world_destroy(w);
@@ -349,12 +353,13 @@ static int timeout_rank(int me, int n, void *arg)
 
 void test_world_coll(void)
 {
-	for (int n = 2; n <= 3; n++) {
-		struct job j = { .port = boot_free_port() };
+	for (int n = 2; n <= 3; n++)
+		for (int k = 0; k < (int)(sizeof(scenarios) / sizeof(scenarios[0])); k++) {
+			struct job j = { .port = boot_free_port(), .scenario = k };
 
-		CHECK(j.port > 1 && boot_run_ranks(n, main_rank, &j, 120),
-		      "world_of_%d_all_reduce_broadcast_gather_scatter_mismatch_send_recv", n);
-	}
+			CHECK(j.port > 1 && boot_run_ranks(n, main_rank, &j, 120),
+			      "world_of_%d_%s", n, scenario_names[k]);
+		}
 	{
 		struct job j = { .port = boot_free_port() };
 
