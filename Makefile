@@ -18,6 +18,10 @@
 #                     beside ib_write_lat/ib_write_bw and ucx_perftest
 #                     (rc_verbs) on the same soft-RoCE devices
 #   make checkpatch   checkpatch.pl --strict on the module and the uapi header
+#   make check-abi    the shared library's ABI against lib/abi/libtpu_user.abi
+#                     (abidiff; also a suite of make check, Documentation/abi.rst)
+#   make abi-baseline write that baseline again (after a SONAME change, or to
+#                     record additions)
 #   make deps         install missing Debian packages (or print the command)
 #   make vm-shell     interactive shell in the VM, module loaded
 #   make install      library (shared, static), headers, tpu_user.pc, tools and
@@ -83,7 +87,7 @@ CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uap
 
 .PHONY: python check-python
 .PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers bench-rdma \
-	checkpatch vm-shell clean help
+	checkpatch check-abi abi-baseline vm-shell clean help
 
 all: kmod lib tools selftests
 
@@ -164,6 +168,12 @@ bench-peers: prepare
 bench-rdma: prepare
 	@echo "== tpbench pipe, perftest and ucx_perftest between two VMs (soft-RoCE)"
 	@TP_VM_SMP=$${TP_VM_SMP:-2} tests/vm/pair.sh --name bench-rdma -- tests/vm/pair-bench.sh
+
+check-abi:
+	scripts/check-abi.sh
+
+abi-baseline:
+	scripts/check-abi.sh --baseline
 
 checkpatch: ksft-cache
 	perl $(CHECKPATCH) --strict --no-tree -f $(CHECKPATCH_FILES)

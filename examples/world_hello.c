@@ -1,13 +1,12 @@
-// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * A world formed from the launcher's variables passes a tensor around the
- * ring: rank 0 starts it, every rank adds its rank + 1 to each element and
- * hands it to the next through the world's rendezvous, and rank 0 checks
- * the sum when it comes back.  Then every rank writes one message on the
- * world pipe to the next rank and reads one from the previous, and last the
- * ranks form a collective group over the world's rendezvous and all-reduce
- * a tensor (the mean of the ranks' inputs), each checking the result: the
- * launcher's variables are all the set-up a group needs.
+ * A world formed from the launcher's variables, and the calls a world
+ * offers, each one line: every rank all-reduces a tensor (the mean of the
+ * ranks' inputs), broadcasts, all-gathers and reduce-scatters one, and
+ * passes a token around the ring with tpu_world_send()/tpu_world_recv(),
+ * rank 0 checking the sum when it comes back.  Then the same ring by hand,
+ * through the world's rendezvous under TensorFlow keys whose devices are
+ * the ranks' (tpu_world_device_name(): "/job:worker/replica:0/task:R/
+ * device:CPU:0"), and one message on the world pipe to the next rank.
  *
  *   mpirun -np 3 ./world_hello                     Open MPI, one host
  *   torchrun --nproc-per-node 3 --no-python ./world_hello
@@ -29,46 +28,73 @@
 #define SECOND	1000000000ull
 #define N	4096	/* floats */
 
-static size_t ring_key(char *buf, int src, int dst, const char *edge)
+/* The collectives, one call each; every element checked. */
+static tpu_status collectives(struct tpu_world *w, int me, int n)
 {
-	char s[64], d[64];
-	struct tpu_key k = { .src_incarnation = 1 };
-	size_t len = 0;
+	static float in[N], out[N], all[8 * 16];
+	size_t off, len;
+	tpu_status st;
 
-	snprintf(s, sizeof(s), "/job:worker/replica:0/task:%d/device:CPU:0", src);
-	snprintf(d, sizeof(d), "/job:worker/replica:0/task:%d/device:CPU:0", dst);
-	k.src_device = tpu_str(s);
-	k.dst_device = tpu_str(d);
-	k.edge_name = tpu_str(edge);
-	tpu_key_build(&k, buf, 256, &len);
-	return len;
+	for (int i = 0; i < N; i++)
+		in[i] = (float)(me + i);
+	st = tpu_world_all_reduce(w, in, out, N, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_DIV,
+				  30 * SECOND);
+	if (st)
+		return st;
+	for (int i = 0; i < N; i++)
+		if (out[i] != (float)i + (float)(n - 1) / 2.0f)
+			return -EBADMSG;
+	printf("rank %d: all-reduce of %d floats: the mean of the %d ranks' inputs, as expected\n",
+	       me, N, n);
+
+	/* The last rank's tensor, everywhere. */
+	for (int i = 0; i < N; i++)
+		out[i] = me == n - 1 ? (float)(2 * i) : 0;
+	st = tpu_world_broadcast(w, out, N, TPU_DT_FLOAT32, n - 1, 30 * SECOND);
+	for (int i = 0; !st && i < N; i++)
+		if (out[i] != (float)(2 * i))
+			st = -EBADMSG;
+	/* 16 floats of each rank, side by side in rank order. */
+	if (!st && n <= 8) {
+		st = tpu_world_all_gather(w, in, all, 16, TPU_DT_FLOAT32, 30 * SECOND);
+		for (int i = 0; !st && i < 16 * n; i++)
+			if (all[i] != (float)(i / 16 + i % 16))
+				st = -EBADMSG;
+	}
+	/* The sum of the inputs, each rank keeping its chunk. */
+	if (!st)
+		st = tpu_world_reduce_scatter(w, in, out, N, TPU_DT_FLOAT32, TPU_OP_SUM,
+					      TPU_FINAL_NONE, 30 * SECOND);
+	off = tpu_coll_chunk(N, n, me, &len);
+	for (size_t i = 0; !st && i < len; i++)
+		if (out[i] != (float)((int)(off + i) * n + n * (n - 1) / 2))
+			st = -EBADMSG;
+	if (!st)
+		st = tpu_world_barrier_timeout(w, 30 * SECOND);
+	if (!st)
+		printf("rank %d: broadcast, all-gather, reduce-scatter and barrier as expected\n", me);
+	return st;
 }
 
-/* The tensor's trip: receive from the previous rank (not rank 0), add, send on. */
+/* The token's trip by rank: receive from the previous rank (not rank 0), add, send on. */
 static tpu_status pass_token(struct tpu_world *w, int me, int n)
 {
 	static float token[N];
-	struct tpu_rendezvous *rdv = tpu_world_rendezvous(w);
-	struct tpu_tensor t = { .data = token, .len = sizeof(token) };
 	int next = (me + 1) % n, prev = (me + n - 1) % n;
-	char key[256];
-	size_t klen;
 	tpu_status st;
 
 	if (me != 0) {
-		klen = ring_key(key, prev, me, "token");
-		st = tpu_rendezvous_recv_wait(rdv, key, klen, &t, 30 * SECOND, NULL);
+		st = tpu_world_recv(w, prev, token, sizeof(token), NULL, 30 * SECOND);
 		if (st)
 			return st;
 	}
 	for (int i = 0; i < N; i++)
 		token[i] += (float)(me + 1);
-	klen = ring_key(key, me, next, "token");
-	st = tpu_rendezvous_send_wait(rdv, key, klen, &t, 0, 30 * SECOND);
+	/* A send returns once the next rank has the token, so rank 0 sends first. */
+	st = tpu_world_send(w, next, token, sizeof(token), 30 * SECOND);
 	if (st || me != 0)
 		return st;
-	klen = ring_key(key, prev, me, "token");
-	st = tpu_rendezvous_recv_wait(rdv, key, klen, &t, 30 * SECOND, NULL);
+	st = tpu_world_recv(w, prev, token, sizeof(token), NULL, 30 * SECOND);
 	if (st)
 		return st;
 	for (int i = 0; i < N; i++)
@@ -77,6 +103,55 @@ static tpu_status pass_token(struct tpu_world *w, int me, int n)
 	printf("rank 0: the token came back with %g in every element (1 + 2 + ... + %d)\n",
 	       (double)token[0], n);
 	return 0;
+}
+
+/*
+ * The same hop by hand, as TensorFlow's send and recv ops do it: a key
+ * names the producer's and the consumer's devices, which for a world are
+ * tpu_world_device_name()'s; the world's rendezvous routes by them.
+ */
+static tpu_status key_of(struct tpu_world *w, int src, int dst, char *key, size_t *len)
+{
+	char s[128], d[128];
+	struct tpu_key k = { .src_incarnation = 1, .edge_name = tpu_str("hello") };
+	tpu_status st = tpu_world_device_name(w, src, s, sizeof(s));
+
+	if (!st)
+		st = tpu_world_device_name(w, dst, d, sizeof(d));
+	if (st)
+		return st;
+	k.src_device = tpu_str(s);
+	k.dst_device = tpu_str(d);
+	return tpu_key_build(&k, key, 512, len);
+}
+
+static tpu_status by_key(struct tpu_world *w, int me, int n)
+{
+	struct tpu_rendezvous *rdv = tpu_world_rendezvous(w);
+	char key[512], name[128];
+	int value = 100 + me, got = -1;
+	struct tpu_tensor out = { .data = &value, .len = sizeof(value) };
+	struct tpu_tensor in = { .data = &got, .len = sizeof(got) };
+	size_t klen;
+	tpu_status st = tpu_world_device_name(w, me, name, sizeof(name));
+
+	if (!st)
+		st = key_of(w, me, (me + 1) % n, key, &klen);
+	if (st)
+		return st;
+	printf("rank %d: device %s; to rank %d under the key %s\n", me, name, (me + 1) % n, key);
+	/* A send never blocks: every rank posts, then receives. */
+	st = tpu_rendezvous_send(rdv, key, klen, &out, 0, NULL, NULL);
+	if (!st)
+		st = key_of(w, (me + n - 1) % n, me, key, &klen);
+	if (!st)
+		st = tpu_rendezvous_recv_wait(rdv, key, klen, &in, 30 * SECOND, NULL);
+	if (!st && got != 100 + (me + n - 1) % n)
+		st = -EBADMSG;
+	/* Our own send was taken before we leave: the next barrier says so. */
+	if (!st)
+		st = tpu_world_barrier_timeout(w, 30 * SECOND);
+	return st;
 }
 
 struct wait_one {
@@ -144,49 +219,6 @@ static tpu_status pipe_hello(struct tpu_world *w, int me, int n)
 	return st;
 }
 
-/* All-reduce over the world: rank r gives r + i at element i; every rank gets the mean. */
-static tpu_status all_reduce(struct tpu_world *w, int me, int n)
-{
-	static float in[N], out[N];
-	char names[8][64];
-	const char *devices[8];
-	struct tpu_coll *coll = NULL;
-	struct tpu_coll_exec *exec = NULL;
-	struct tpu_coll_group g = { .group_key = 1, .group_size = n, .device_type = "CPU",
-				    .devices = devices };
-	struct tpu_coll_instance inst = { .instance_key = 1, .type = TPU_COLL_REDUCTION,
-					  .dtype = TPU_DT_FLOAT32, .count = N, .op = TPU_OP_SUM,
-					  .final_op = TPU_FINAL_DIV };
-	struct tpu_coll_member m;
-	tpu_status st;
-
-	if (n > 8)
-		return 0;	/* this example names at most 8 members */
-	for (int r = 0; r < n; r++) {
-		snprintf(names[r], sizeof(names[r]), "/job:worker/replica:0/task:%d/device:CPU:0", r);
-		devices[r] = names[r];
-	}
-	g.num_tasks = n;
-	m = (struct tpu_coll_member){ .device = names[me] };
-	for (int i = 0; i < N; i++)
-		in[i] = (float)(me + i);
-	st = tpu_coll_create(tpu_world_rendezvous(w), &coll);
-	if (!st)
-		st = tpu_coll_exec_create(coll, 1, &exec);
-	if (!st)
-		st = tpu_coll_exec_run(exec, &g, &inst, &m, in, out);
-	tpu_coll_exec_destroy(exec);
-	tpu_coll_destroy(coll);
-	if (st)
-		return st;
-	for (int i = 0; i < N; i++)
-		if (out[i] != (float)i + (float)(n - 1) / 2.0f)
-			return -EBADMSG;
-	printf("rank %d: all-reduce of %d floats: the mean of the %d ranks' inputs, as expected\n",
-	       me, N, n);
-	return 0;
-}
-
 static int run_rank(void)
 {
 	struct tpu_context *ctx = NULL;
@@ -205,11 +237,13 @@ static int run_rank(void)
 	info = tpu_world_get_info(w);
 	printf("rank %d of %d (%s), store %s:%u\n", info->rank, info->size, info->convention,
 	       info->store_host, info->store_port);
-	st = info->size > 1 ? pass_token(w, info->rank, info->size) : 0;
+	st = collectives(w, info->rank, info->size);
+	if (!st && info->size > 1)
+		st = pass_token(w, info->rank, info->size);
+	if (!st && info->size > 1)
+		st = by_key(w, info->rank, info->size);
 	if (!st && info->size > 1)
 		st = pipe_hello(w, info->rank, info->size);
-	if (!st)
-		st = all_reduce(w, info->rank, info->size);
 	if (st)
 		fprintf(stderr, "rank %d: %s\n", info->rank, tpu_strerror(st));
 	tpu_world_destroy(w);

@@ -130,8 +130,13 @@ TPU_API void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug);
 /* Versions                                                            */
 /* ------------------------------------------------------------------ */
 
-#define TPU_VERSION_MAJOR	0
-#define TPU_VERSION_MINOR	1
+/*
+ * The major version is the N of the SONAME libtpu_user.so.N: it goes up
+ * with every change that breaks programs built against an earlier header
+ * (Documentation/abi.rst), the minor with every addition.
+ */
+#define TPU_VERSION_MAJOR	1
+#define TPU_VERSION_MINOR	0
 #define TPU_VERSION_PATCH	0
 /** TPU_VERSION - this header's library version as one comparable number */
 #define TPU_VERSION \
@@ -557,6 +562,7 @@ struct tpu_context;
  *		NULL for all.
  * @channels:	pipes: comma list of the channels allowed ("kmod,cma,basic"),
  *		NULL for all; basic is always allowed.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_context_options {
 	const char *dev_path;
@@ -564,6 +570,7 @@ struct tpu_context_options {
 	unsigned int flags;
 	const char *transports;
 	const char *channels;
+	uint64_t reserved[4];
 };
 
 /**
@@ -699,6 +706,10 @@ struct tpu_device {
  *		primary context, with the same guarantees as any stream (a
  *		synchronous cuMemcpyHtoD from pageable memory may still be
  *		landing there: a send waits for it).  NULL for CPU memory.
+ * @reserved:	zero (room for later fields, whose zero will mean what a
+ *		program written before them expects; -EINVAL otherwise).
+ *
+ * Zero the whole structure before filling it in (an initializer does).
  */
 struct tpu_tensor {
 	void *data;
@@ -706,6 +717,7 @@ struct tpu_tensor {
 	struct tpu_buffer *buffer;
 	struct tpu_device device;
 	void *stream;
+	uint64_t reserved[3];
 };
 
 /** typedef tpu_send_cb - the consumer is done with the source (or @status says why not) */
@@ -924,6 +936,7 @@ struct tpu_remote_task {
  * @peers:	the cluster map so far (this worker's own entry is skipped);
  *		more with tpu_rendezvous_add_peer().
  * @npeers:	their number.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_remote_options {
 	const char *task;
@@ -931,6 +944,7 @@ struct tpu_remote_options {
 	size_t nlisten;
 	const struct tpu_remote_task *peers;
 	size_t npeers;
+	uint64_t reserved[4];
 };
 
 /**
@@ -1070,6 +1084,8 @@ struct tpu_payload {
  *		in place before work queued on it after the read's callback.
  *		Waits are on events, never the whole device.  CPU tensors:
  *		NULL.
+ * @reserved:	zero (room for later fields; a write refuses anything else
+ *		with -EINVAL).  Zero the whole structure before filling it in.
  */
 struct tpu_message_tensor {
 	void *data;
@@ -1081,6 +1097,7 @@ struct tpu_message_tensor {
 	const void *metadata;
 	size_t metadata_len;
 	void *stream;
+	uint64_t reserved[3];
 };
 
 /**
@@ -1317,6 +1334,7 @@ struct tpu_world;
  *		store, waiting for every rank, every store request), and of
  *		each later barrier, tpu_world_pipe() and the destroy's
  *		barrier; 0 for 30 s.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
  */
 struct tpu_world_options {
 	const struct tpu_world_info *info;
@@ -1324,6 +1342,7 @@ struct tpu_world_options {
 	const char *const *listen_urls;
 	size_t nlisten;
 	uint32_t timeout_ms;
+	uint64_t reserved[4];
 };
 
 /**
@@ -1504,6 +1523,7 @@ struct tpu_coll_group {
  *		group_size - 1 (every rank once): rank r's input goes to rank
  *		permutation[r], so a member's output is the input of the rank
  *		that names it; members must agree on it.  Ignored otherwise.
+ * @reserved:	zero (room for later parameters; -EINVAL otherwise).
  */
 struct tpu_coll_instance {
 	int32_t instance_key;
@@ -1519,6 +1539,7 @@ struct tpu_coll_instance {
 	const int32_t *subdiv_offsets;
 	uint64_t timeout_ns;
 	const int32_t *permutation;
+	uint64_t reserved[4];
 };
 
 /**
@@ -1662,6 +1683,130 @@ TPU_API const char *tpu_coll_impl_name(size_t i, enum tpu_coll_type *type);
 TPU_API size_t tpu_coll_chunk(uint64_t count, int n, int rank, size_t *len);
 /** tpu_dtype_size - bytes per element of @dtype, 0 if unknown */
 TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
+
+/* ------------------------------------------------------------------ */
+/* Collectives of a world, by rank                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The common case in one call: collectives and point-to-point transfers
+ * over a world, by rank.  Each is the TensorFlow model above underneath (a
+ * group of the world's ranks, an instance, an executor of one step) set up
+ * and torn down by the call, so every call checks that the ranks
+ * agree (type, data type, count, op, root) through rank 0 before any data
+ * moves.  The devices of the group are the world's,
+ * "/job:JOB/replica:0/task:RANK/device:CPU:0" (tpu_world_device_name()).
+ *
+ * Every rank calls the collectives in the same order, one at a time per
+ * world (another thread's call meanwhile gets -EBUSY).  Buffers are host
+ * memory the call reads and writes before it returns.  @timeout_ns bounds
+ * the whole call, 0 meaning 60 s.  Errors common to them: -EINVAL (bad
+ * argument, a dtype or op out of range), -E2BIG (a world of more than
+ * TPU_COLL_MAX_MEMBERS ranks), -EBUSY, -EDEADLK (on the context's thread),
+ * TPU_E_FORKED (in a child forked after the world was formed),
+ * TPU_E_COLL_MISMATCH (the ranks called different collectives or with
+ * different parameters: every rank gets it, tpu_world_last_reason() says
+ * what differs, and the world stays usable), -ETIMEDOUT, TPU_E_PEER_GONE.
+ * A failure other than a mismatch or a local -EINVAL ends the world's
+ * rendezvous, as a failed step does in TensorFlow: later calls fail too.
+ */
+
+/**
+ * tpu_world_all_reduce - every rank gets the reduction of every rank's @in.
+ * @in:		@count elements of @dtype.
+ * @out:	@count elements; may be @in.
+ * @op:		TPU_OP_SUM, _PROD, _MIN, _MAX.
+ * @final_op:	TPU_FINAL_NONE, or TPU_FINAL_DIV to divide by the world's
+ *		size (with TPU_OP_SUM: the mean).
+ * @timeout_ns:	the whole call; 0 for 60 s.
+ */
+TPU_API tpu_status tpu_world_all_reduce(struct tpu_world *world, const void *in, void *out,
+					uint64_t count, enum tpu_dtype dtype, enum tpu_reduce_op op,
+					enum tpu_final_op final_op, uint64_t timeout_ns);
+/**
+ * tpu_world_broadcast - rank @root's @buf lands in every rank's @buf.
+ * @buf:	@count elements of @dtype: read on @root, written elsewhere.
+ * @root:	the rank that sends; every rank names the same.
+ * @timeout_ns:	the whole call; 0 for 60 s.
+ */
+TPU_API tpu_status tpu_world_broadcast(struct tpu_world *world, void *buf, uint64_t count,
+				       enum tpu_dtype dtype, int root, uint64_t timeout_ns);
+/**
+ * tpu_world_all_gather - rank r's @in lands at block r of every rank's @out.
+ * @in:		@count elements of @dtype.
+ * @out:	size times @count elements, blocks in rank order.
+ * @timeout_ns:	the whole call; 0 for 60 s.
+ */
+TPU_API tpu_status tpu_world_all_gather(struct tpu_world *world, const void *in, void *out,
+					uint64_t count, enum tpu_dtype dtype, uint64_t timeout_ns);
+/**
+ * tpu_world_reduce_scatter - rank r gets chunk r of the reduction.
+ * @in:		@count elements of @dtype.
+ * @out:	room for this rank's chunk: tpu_coll_chunk(@count, size, rank,
+ *		&len) elements (the first @count % size ranks get one more).
+ * @op, @final_op: as tpu_world_all_reduce().
+ * @timeout_ns:	the whole call; 0 for 60 s.
+ */
+TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *world, const void *in, void *out,
+					    uint64_t count, enum tpu_dtype dtype,
+					    enum tpu_reduce_op op, enum tpu_final_op final_op,
+					    uint64_t timeout_ns);
+/**
+ * tpu_world_barrier_timeout - wait until every rank called it, at most
+ * @timeout_ns (0: 60 s).
+ *
+ * Unlike tpu_world_barrier(), which goes through the store, this is a
+ * collective of the world's rendezvous (an all-reduce of one byte), in
+ * order with the other collectives above.
+ */
+TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *world, uint64_t timeout_ns);
+/**
+ * tpu_world_send - send @len bytes of @data to rank @dst; returns once
+ * @dst received them (the source is free again).
+ * @timeout_ns:	how long @dst may take to receive; 0 for 60 s.  On
+ *		-ETIMEDOUT the send is withdrawn and the next send to @dst
+ *		takes its place.
+ *
+ * The n-th send from a rank to @dst meets the n-th tpu_world_recv() of
+ * @dst from that rank, under the key "SRC;1;DST;tpu_world_p2p;0:n" of the
+ * two ranks' device names.  Since a send waits for its receive, two ranks
+ * that exchange either order the calls (one sends first) or send on
+ * another thread.  One send to a given rank at a time (else -EBUSY).
+ * Errors: -EINVAL (bad argument, @dst out of range or this rank), -EBUSY,
+ * -EDEADLK, -ETIMEDOUT, TPU_E_PEER_GONE, and those of
+ * tpu_rendezvous_send_wait().
+ */
+TPU_API tpu_status tpu_world_send(struct tpu_world *world, int dst, const void *data, size_t len,
+				  uint64_t timeout_ns);
+/**
+ * tpu_world_recv - receive the next message of rank @src into @data.
+ * @cap:	room at @data, bytes.
+ * @len:	out, may be NULL: bytes received (the message's length on -EMSGSIZE).
+ * @timeout_ns:	0 for 60 s.  On -ETIMEDOUT or -EMSGSIZE nothing is
+ *		consumed: the next receive from @src waits for the same message.
+ *
+ * One receive from a given rank at a time (else -EBUSY).  Errors: -EINVAL,
+ * -EBUSY, -EDEADLK, -ETIMEDOUT, -EMSGSIZE, TPU_E_PEER_GONE, and those of
+ * tpu_rendezvous_recv_wait().
+ */
+TPU_API tpu_status tpu_world_recv(struct tpu_world *world, int src, void *data, size_t cap,
+				  size_t *len, uint64_t timeout_ns);
+/**
+ * tpu_world_device_name - the device name of @rank in this world's keys,
+ * "/job:JOB/replica:0/task:RANK/device:CPU:0", into @buf.
+ *
+ * These are the names the collectives above use, and the ones to put in
+ * tpu_key's @src_device and @dst_device for the world's rendezvous.
+ * Errors: -EINVAL (bad argument, @rank out of range), -ENOSPC (@size too small).
+ */
+TPU_API tpu_status tpu_world_device_name(const struct tpu_world *world, int rank, char *buf,
+					 size_t size);
+/**
+ * tpu_world_last_reason - why the last failed collective of this rank
+ * failed, in words (a mismatch names what differs and the two ranks); ""
+ * if none.
+ */
+TPU_API void tpu_world_last_reason(struct tpu_world *world, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

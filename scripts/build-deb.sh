@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #
-# Build the Debian packages of debian/ (tensorpipe-dkms, libtpu-user0,
+# Build the Debian packages of debian/ (tensorpipe-dkms, libtpu-user1,
 # libtpu-user-dev, tensorpipe-tools, and the -dbgsym packages) with
 # dpkg-buildpackage -us -uc -b, in a copy of the tree (scripts/copy-tree.sh)
 # so that the build leaves nothing in it.  The .deb, .buildinfo and .changes

@@ -68,6 +68,11 @@ fail() {
 }
 
 version=$("$top/scripts/version.sh")
+# The SONAME's number is the major version, and the library's package is
+# named after it (Documentation/abi.rst).
+sover=${version%%.*}
+soname=libtpu_user.so.$sover
+libpkg=libtpu-user$sover
 multiarch=$(cc -print-multiarch 2>/dev/null || true)
 dkms_src_rel=usr/src/tensorpipe-$version
 
@@ -202,8 +207,8 @@ install_usr() {
 		/usr/include/linux/tensorpipe.h f
 		/usr/include/tpu_user.h f
 		/usr/lib/libtpu_user.a f
-		/usr/lib/libtpu_user.so l libtpu_user.so.0
-		/usr/lib/libtpu_user.so.0 l libtpu_user.so.$version
+		/usr/lib/libtpu_user.so l $soname
+		/usr/lib/$soname l libtpu_user.so.$version
 		/usr/lib/libtpu_user.so.$version f
 		/usr/lib/pkgconfig/tpu_user.pc f
 		/usr/share/man/man1/tpbench.1 f
@@ -213,8 +218,8 @@ install_usr() {
 	diff -u "$work/usr.expected" "$work/usr.list"
 	grep -qx 'prefix=/usr' "$d/usr/lib/pkgconfig/tpu_user.pc" || fail "tpu_user.pc: prefix is not /usr"
 	grep -qx 'libdir=/usr/lib' "$d/usr/lib/pkgconfig/tpu_user.pc" || fail "tpu_user.pc: libdir is not /usr/lib"
-	readelf -d "$d/usr/lib/libtpu_user.so.$version" | grep -q 'SONAME.*\[libtpu_user\.so\.0\]' ||
-		fail "the shared library's SONAME is not libtpu_user.so.0"
+	readelf -d "$d/usr/lib/libtpu_user.so.$version" | grep -qF "Library soname: [$soname]" ||
+		fail "the shared library's SONAME is not $soname"
 	for t in tpbench tpctl tpdemo; do
 		[ -x "$d/usr/bin/$t" ] || fail "$t is not executable"
 	done
@@ -265,8 +270,8 @@ install_local() {
 	[ "$(pc --modversion tpu_user)" = "$version" ] || fail "--modversion is not $version"
 	cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror "${cflags[@]}" -o "$work/rendezvous_hello" \
 		"$tree/examples/rendezvous_hello.c" "${libs[@]}" -pthread
-	readelf -d "$work/rendezvous_hello" | grep -q 'NEEDED.*\[libtpu_user\.so\.0\]' ||
-		fail "rendezvous_hello does not link libtpu_user.so.0"
+	readelf -d "$work/rendezvous_hello" | grep -qF "Shared library: [$soname]" ||
+		fail "rendezvous_hello does not link $soname"
 	LD_LIBRARY_PATH=$d/usr/local/lib timeout 60 "$work/rendezvous_hello" | tee "$work/hello.out"
 	grep -q 'got' "$work/hello.out" || fail "rendezvous_hello printed no 'got'"
 	# The ABI header alone, as the README's raw example uses it.
@@ -292,7 +297,7 @@ debs=$work/deb
 build_debs() {
 	"$top/scripts/build-deb.sh" "$debs"
 	local p
-	for p in tensorpipe-dkms_"$version"_all libtpu-user0_"$version"_* \
+	for p in tensorpipe-dkms_"$version"_all "$libpkg"_"$version"_* \
 		libtpu-user-dev_"$version"_* tensorpipe-tools_"$version"_*; do
 		compgen -G "$debs/$p.deb" >/dev/null || fail "$p.deb was not built"
 	done
@@ -349,12 +354,12 @@ check "tensorpipe-dkms: the DKMS tree make dkms-install installs, udev rule, mod
 
 lib_packages() {
 	local lib dev libdir=usr/lib/$multiarch
-	lib=$(deb_root libtpu-user0)
+	lib=$(deb_root "$libpkg")
 	dev=$(deb_root libtpu-user-dev)
-	[ -f "$lib/$libdir/libtpu_user.so.$version" ] || fail "libtpu-user0: no $libdir/libtpu_user.so.$version"
-	[ -L "$lib/$libdir/libtpu_user.so.0" ] || fail "libtpu-user0: no libtpu_user.so.0 link"
-	readelf -d "$lib/$libdir/libtpu_user.so.$version" | grep -q 'SONAME.*\[libtpu_user\.so\.0\]' ||
-		fail "SONAME is not libtpu_user.so.0"
+	[ -f "$lib/$libdir/libtpu_user.so.$version" ] || fail "$libpkg: no $libdir/libtpu_user.so.$version"
+	[ -L "$lib/$libdir/$soname" ] || fail "$libpkg: no $soname link"
+	readelf -d "$lib/$libdir/libtpu_user.so.$version" | grep -qF "Library soname: [$soname]" ||
+		fail "SONAME is not $soname"
 	for f in usr/include/tpu_user.h usr/include/linux/tensorpipe.h "$libdir/libtpu_user.a" \
 		"$libdir/pkgconfig/tpu_user.pc"; do
 		[ -f "$dev/$f" ] || fail "libtpu-user-dev: no $f"
@@ -362,7 +367,7 @@ lib_packages() {
 	[ -L "$dev/$libdir/libtpu_user.so" ] || fail "libtpu-user-dev: no libtpu_user.so link"
 	grep -qx "libdir=/$libdir" "$dev/$libdir/pkgconfig/tpu_user.pc" || fail "tpu_user.pc: libdir"
 }
-check "libtpu-user0 (SONAME libtpu_user.so.0) and libtpu-user-dev" lib_packages
+check "$libpkg (SONAME $soname) and libtpu-user-dev" lib_packages
 
 tools_package() {
 	local root t

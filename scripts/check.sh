@@ -140,6 +140,10 @@ echo "== layers: lib/'s include graph, its Makefile and file lists (host)"
 scripts/check-layers.py 2>&1 | tee "$logs/layers.log"
 layers_status=${PIPESTATUS[0]}
 
+echo "== abi: libtpu_user.so against its baseline, abidiff (host)"
+scripts/check-abi.sh 2>&1 | tee "$logs/abi.log"
+abi_status=${PIPESTATUS[0]}
+
 echo "== packaging: dkms build per kernel, make install, Debian packages, lintian (host)"
 TP_KVERS="$kvers" scripts/check-packaging.sh 2>&1 | tee "$logs/packaging.log"
 packaging_status=${PIPESTATUS[0]}
@@ -158,5 +162,6 @@ exec tests/summary.sh \
 	"python (host)" "$logs/python.log" "$python_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
 	"layers (host)" "$logs/layers.log" "$layers_status" \
+	"abi (host)" "$logs/abi.log" "$abi_status" \
 	"packaging (host)" "$logs/packaging.log" "$packaging_status" \
 	"fuzz (host)" "$logs/fuzz.log" "$fuzz_status"

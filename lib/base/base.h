@@ -51,6 +51,22 @@ tpu_status tpu__finish(struct tpu__writer *w, size_t *len);
 /* Canonical decimal: digits only, no leading zero, at most @max. */
 bool tpu__parse_dec(struct tpu_str s, uint64_t max, uint64_t *out);
 
+/*
+ * Whether a public structure's reserved tail (@n bytes at @p) is zero, as
+ * Documentation/abi.rst asks: later fields take that room, so a caller
+ * that put something there is refused now rather than misread later.
+ */
+#define tpu__reserved_zero(r) tpu__all_zero((r), sizeof(r))
+static inline bool tpu__all_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
 static inline tpu_status tpu__errno(void)
 {
 	return errno > 0 ? -errno : -EIO;

@@ -33,6 +33,7 @@ void tpu__world_unref(struct tpu_world *w)
 	pthread_mutex_destroy(&w->store_lock);
 	pthread_cond_destroy(&w->cond);
 	free(w->pipes);
+	tpu__world_coll_free(w->coll);
 	free(w->rdv_url);
 	free(w->pipe_url);
 	w->magic = WORLD_DEAD;
@@ -321,7 +322,8 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!ctx || (o->nlisten && !o->listen_urls) || (o->job && !job_ok(o->job)))
+	if (!ctx || (o->nlisten && !o->listen_urls) || (o->job && !job_ok(o->job)) ||
+	    !tpu__reserved_zero(o->reserved))
 		return -EINVAL;
 	if (tpu__ctx_on_thread(ctx))
 		return -EDEADLK;

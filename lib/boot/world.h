@@ -28,6 +28,7 @@
 #define WORLD_HELLO		"tpu-world-hello "
 
 struct world_hello;
+struct world_coll;
 
 struct tpu_world {
 	uint32_t magic;
@@ -54,6 +55,7 @@ struct tpu_world {
 	bool closing;
 	/* ctx thread */
 	struct world_hello *hellos;	/* accepted pipes whose hello is being read */
+	struct world_coll *coll;	/* world_coll.c's, made on first use (under lock) */
 };
 
 /*
@@ -87,5 +89,8 @@ tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, 
 tpu_status tpu__world_pipes_start(struct tpu_world *w);
 /* ctx thread: stop accepting, close every pipe. */
 void tpu__world_pipes_close(struct tpu_world *w);
+
+/* world_coll.c */
+void tpu__world_coll_free(struct world_coll *wc);
 
 #endif /* TPU_WORLD_H */

@@ -75,6 +75,8 @@ static tpu_status check_instance(const struct tpu_coll_instance *in)
 		return -EINVAL;
 	if (in->impl && strlen(in->impl) >= 32)
 		return -EINVAL;
+	if (!tpu__reserved_zero(in->reserved))
+		return -EINVAL;
 	return 0;
 }
 

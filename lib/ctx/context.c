@@ -1030,7 +1030,7 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (opts && (opts->flags & ~TPU_CTX_NO_KMOD))
+	if (opts && ((opts->flags & ~TPU_CTX_NO_KMOD) || !tpu__reserved_zero(opts->reserved)))
 		return -EINVAL;
 	entries = opts && opts->entries ? opts->entries : CTX_DEFAULT_ENTRIES;
 	if (entries > 32768)

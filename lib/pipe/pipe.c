@@ -275,7 +275,7 @@ static tpu_status check_message(const struct tpu_message *m)
 		const struct tpu_message_tensor *t = &m->tensors[i];
 
 		if (t->len > TPU_PIPE_MAX_LEN || (t->len && !t->data) ||
-		    !meta_ok(t->metadata, t->metadata_len))
+		    !meta_ok(t->metadata, t->metadata_len) || !tpu__reserved_zero(t->reserved))
 			return -EINVAL;
 		if (t->device.type > TPU_DEVICE_CUDA || t->target.type > TPU_DEVICE_CUDA)
 			return -EINVAL;

@@ -22,7 +22,7 @@ static const struct tpu_device host = { TPU_DEVICE_CPU, 0 };
 /* A CUDA tensor the rendezvous can take: 0, or why not. */
 static tpu_status device_check(const struct tpu_tensor *t)
 {
-	if (t->device.type != TPU_DEVICE_CUDA || t->buffer)
+	if (t->device.type != TPU_DEVICE_CUDA || t->buffer || !tpu__reserved_zero(t->reserved))
 		return -EINVAL;
 	return tpu__cuda_check_ptr(t->data, t->len, t->device.index);
 }

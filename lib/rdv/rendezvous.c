@@ -214,7 +214,7 @@ static tpu_status check_tensor(const struct tpu_tensor *t)
 {
 	const uint8_t *b, *d;
 
-	if (!t || (!t->data && t->len))
+	if (!t || (!t->data && t->len) || !tpu__reserved_zero(t->reserved))
 		return -EINVAL;
 	/* Device memory is rdv_device.c's; here, host memory only. */
 	if (t->device.type != TPU_DEVICE_CPU || t->device.index || t->stream)

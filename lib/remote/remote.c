@@ -587,7 +587,7 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 		return -EINVAL;
 	*out = NULL;
 	if (!ctx || !opts || !task_ok(opts->task) || (opts->npeers && !opts->peers) ||
-	    (opts->nlisten && !opts->listen_urls))
+	    (opts->nlisten && !opts->listen_urls) || !tpu__reserved_zero(opts->reserved))
 		return -EINVAL;
 	err = tpu__ctx_check(ctx);
 	if (err)

@@ -378,6 +378,151 @@ static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 	return tpupy_tensor_new(out, &m);
 }
 
+/*
+ * The library's one-call collectives and transfers of a world
+ * (tpu_world_reduce_scatter and the rest), each with a timeout.
+ */
+static PyObject *world_raise(tpupy_world *w, tpu_status st, const char *what)
+{
+	char why[256] = "";
+
+	if (st == TPU_E_COLL_MISMATCH)
+		tpu_world_last_reason(w->w, why, sizeof(why));
+	return tpupy_raise(st, why[0] ? why : what);
+}
+
+static PyObject *world_reduce_scatter(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", "op", "timeout", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	const char *opname = "sum";
+	PyObject *t, *tmo = Py_None;
+	const struct tpu_world_info *info;
+	struct tpupy_view v;
+	struct tpupy_meta m;
+	uint64_t ns;
+	size_t len, esize;
+	int op, final, dt;
+	tpu_status st;
+	void *out;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sO:reduce_scatter", kwlist, &t, &opname,
+					 &tmo) ||
+	    world_check(w) < 0 || reduce_op(opname, &op, &final) < 0 ||
+	    tpupy_timeout_arg(tmo, &ns) < 0 || tpupy_view_get(t, false, &v) < 0)
+		return NULL;
+	dt = coll_dtype(v.meta.dtype);
+	if (dt < 0) {
+		tpupy_view_release(&v);
+		PyErr_Format(PyExc_TypeError, "collectives take float32, float64, float16, bfloat16, "
+			     "int32, int64 or uint8, not %s", tpupy_dtype_name(v.meta.dtype));
+		return NULL;
+	}
+	info = tpu_world_get_info(w->w);
+	tpu_coll_chunk(tpupy_meta_count(&v.meta), info->size, info->rank, &len);
+	esize = tpu_dtype_size((enum tpu_dtype)dt);
+	m = v.meta;
+	m.ndim = 1;
+	m.shape[0] = (int64_t)len;
+	m.nbytes = len * esize;
+	out = tpupy_alloc(m.nbytes ? m.nbytes : 1);
+	if (!out) {
+		tpupy_view_release(&v);
+		return PyErr_NoMemory();
+	}
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_reduce_scatter(w->w, v.data, out, tpupy_meta_count(&v.meta),
+				      (enum tpu_dtype)dt, (enum tpu_reduce_op)op,
+				      (enum tpu_final_op)final, ns);
+	Py_END_ALLOW_THREADS
+	tpupy_view_release(&v);
+	if (st) {
+		tpupy_free(out, m.nbytes ? m.nbytes : 1);
+		return world_raise(w, st, "reduce_scatter");
+	}
+	return tpupy_tensor_new(out, &m);
+}
+
+static PyObject *world_send(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", "dst", "timeout", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	PyObject *t, *tmo = Py_None;
+	struct tpupy_view v;
+	uint64_t ns;
+	tpu_status st;
+	int dst;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|O:send", kwlist, &t, &dst, &tmo) ||
+	    world_check(w) < 0 || tpupy_timeout_arg(tmo, &ns) < 0 ||
+	    tpupy_view_get(t, false, &v) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_send(w->w, dst, v.data, v.meta.nbytes, ns);
+	Py_END_ALLOW_THREADS
+	tpupy_view_release(&v);
+	if (st)
+		return world_raise(w, st, "send");
+	Py_RETURN_NONE;
+}
+
+static PyObject *world_recv(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tensor", "src", "timeout", NULL };
+	tpupy_world *w = (tpupy_world *)self;
+	PyObject *t, *tmo = Py_None;
+	struct tpupy_view v;
+	size_t len = 0;
+	uint64_t ns;
+	tpu_status st;
+	int src;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Oi|O:recv", kwlist, &t, &src, &tmo) ||
+	    world_check(w) < 0 || tpupy_timeout_arg(tmo, &ns) < 0 ||
+	    tpupy_view_get(t, true, &v) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_recv(w->w, src, v.data, v.meta.nbytes, &len, ns);
+	Py_END_ALLOW_THREADS
+	tpupy_view_release(&v);
+	if (st)
+		return world_raise(w, st, "recv");
+	return PyLong_FromSize_t(len);
+}
+
+static PyObject *world_barrier_timeout(PyObject *self, PyObject *args)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	PyObject *tmo = Py_None;
+	uint64_t ns;
+	tpu_status st;
+
+	if (!PyArg_ParseTuple(args, "|O:barrier_timeout", &tmo) || world_check(w) < 0 ||
+	    tpupy_timeout_arg(tmo, &ns) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_barrier_timeout(w->w, ns);
+	Py_END_ALLOW_THREADS
+	if (st)
+		return world_raise(w, st, "barrier");
+	Py_RETURN_NONE;
+}
+
+static PyObject *world_device_name(PyObject *self, PyObject *args)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	char name[160];
+	tpu_status st;
+	int rank;
+
+	if (!PyArg_ParseTuple(args, "i:device_name", &rank) || world_check(w) < 0)
+		return NULL;
+	st = tpu_world_device_name(w->w, rank, name, sizeof(name));
+	if (st)
+		return tpupy_raise(st, "device_name");
+	return PyUnicode_FromString(name);
+}
+
 static PyObject *world_close(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -399,6 +544,17 @@ static PyMethodDef world_methods[] = {
 	{ "all_gather", (PyCFunction)(void (*)(void))world_all_gather,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "all_gather(tensor) -> Tensor of shape (size, *tensor.shape)" },
+	{ "reduce_scatter", (PyCFunction)(void (*)(void))world_reduce_scatter,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "reduce_scatter(tensor, op='sum', timeout=None) -> this rank's chunk of the reduction" },
+	{ "send", (PyCFunction)(void (*)(void))world_send, METH_VARARGS | METH_KEYWORDS,
+	  "send(tensor, dst, timeout=None): the tensor's bytes to rank dst, once received" },
+	{ "recv", (PyCFunction)(void (*)(void))world_recv, METH_VARARGS | METH_KEYWORDS,
+	  "recv(tensor, src, timeout=None) -> bytes received from rank src into tensor" },
+	{ "barrier_timeout", world_barrier_timeout, METH_VARARGS,
+	  "barrier_timeout(timeout=None): every rank, through the world's rendezvous" },
+	{ "device_name", world_device_name, METH_VARARGS,
+	  "device_name(rank) -> '/job:worker/replica:0/task:RANK/device:CPU:0'" },
 	{ "close", world_close, METH_NOARGS, "close(): leave (waits for every rank to leave)" },
 	{ NULL, NULL, 0, NULL },
 };

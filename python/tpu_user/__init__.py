@@ -51,7 +51,7 @@ __all__ = [
     "status_name", "dtypes", "empty", "log_library", "INLINE_MAX", "MAX_DIMS",
 ]
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 log = logging.getLogger("tpu_user")
 
@@ -492,8 +492,17 @@ class World:
         """The pipe to rank, made on first use; owned by the world."""
         return Pipe(self._ctx, self._c.pipe(rank))
 
-    def barrier(self) -> None:
-        self._c.barrier()
+    def barrier(self, timeout: Optional[float] = None) -> None:
+        """Wait for every rank: through the store, or, with a timeout (seconds),
+        as a collective of the world's rendezvous bounded by it."""
+        if timeout is None:
+            self._c.barrier()
+        else:
+            self._c.barrier_timeout(timeout)
+
+    def device_name(self, rank: int) -> str:
+        """The device of rank in the world's keys: "/job:worker/replica:0/task:RANK/device:CPU:0"."""
+        return self._c.device_name(rank)
 
     def all_reduce(self, tensor, op: str = "sum"):
         """Reduce tensor over every rank, in place: op sum, prod, min, max or mean."""
@@ -506,6 +515,23 @@ class World:
     def all_gather(self, tensor) -> Tensor:
         """Every rank's tensor, stacked: shape (size, *tensor.shape)."""
         return self._c.all_gather(tensor)
+
+    def reduce_scatter(self, tensor, op: str = "sum",
+                       timeout: Optional[float] = None) -> Tensor:
+        """The reduction of every rank's tensor, of which this rank gets chunk rank
+        (1-D; the first count % size ranks one element more).  timeout: seconds,
+        None for the library's 60 s."""
+        return self._c.reduce_scatter(tensor, op, timeout)
+
+    def send(self, tensor, dst: int, timeout: Optional[float] = None) -> None:
+        """The tensor's bytes to rank dst; returns once dst received them.  The
+        n-th send to dst meets dst's n-th recv from this rank."""
+        self._c.send(tensor, dst, timeout)
+
+    def recv(self, tensor, src: int, timeout: Optional[float] = None) -> int:
+        """The next message of rank src into tensor (writable); its length in
+        bytes.  A timed-out or too-small recv consumes nothing."""
+        return self._c.recv(tensor, src, timeout)
 
     def close(self) -> None:
         """Leave the world (waits until every rank leaves, at most its timeout)."""

@@ -38,6 +38,7 @@ void test_status(void);
 void test_log(void);
 void test_failure(void);
 void test_version(void);
+void test_abi(void);
 void test_device_name(void);
 void test_key(void);
 void test_endpoint_args(void);
@@ -70,6 +71,7 @@ void test_rdv_cma(void);
 void test_boot_env(void);
 void test_store(void);
 void test_world(void);
+void test_world_coll(void);
 void test_coll_dtype(void);
 void test_coll(void);
 
