@@ -56,6 +56,20 @@ static inline tpu_status tpu__errno(void)
 	return errno > 0 ? -errno : -EIO;
 }
 
+/*
+ * Resource bounds (limits.c).  tpu__env_u64: the decimal value of
+ * environment variable @name within @min..@max, else @def (logged).  The
+ * set-up bounds of listeners (pipe and shm): how long a connection may take
+ * to finish its handshake (TPU_SETUP_TIMEOUT_MS), and how many may be in
+ * their handshake at once per listener (TPU_SETUP_MAX; past it the oldest
+ * is dropped).
+ */
+#define TPU__SETUP_TIMEOUT_MS_DEFAULT	10000u
+#define TPU__SETUP_MAX_DEFAULT		64u
+uint64_t tpu__env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max);
+uint64_t tpu__setup_timeout_ns(void);
+unsigned int tpu__setup_max(void);
+
 /* Debug log (TPU_LOG=debug), one line, on stderr (log.c). */
 void tpu__log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool tpu__log_debug_enabled(void);
