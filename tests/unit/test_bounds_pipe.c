@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * What a peer that never finishes its set-up can hold of a pipe listener,
+ * over tcp and shm (Documentation/security.rst, "Resource bounds"): raw
+ * sockets of this process that connect and stay silent are closed after
+ * TPU_SETUP_TIMEOUT_MS; past TPU_SETUP_MAX the oldest are closed at once;
+ * a set-up frame announcing more than 16 KiB is refused at its header, so
+ * that half-sent large frames make the listener allocate nothing.  After
+ * each attack a real pipe still connects.  The knobs are set small here so
+ * that the list runs in seconds.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pipe_harness.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define SILENT_MAX	16
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void set_knobs(unsigned int timeout_ms, unsigned int max)
+{
+	char v[32];
+
+	snprintf(v, sizeof(v), "%u", timeout_ms);
+	setenv("TPU_SETUP_TIMEOUT_MS", v, 1);
+	snprintf(v, sizeof(v), "%u", max);
+	setenv("TPU_SETUP_MAX", v, 1);
+}
+
+static void clear_knobs(void)
+{
+	unsetenv("TPU_SETUP_TIMEOUT_MS");
+	unsetenv("TPU_SETUP_MAX");
+}
+
+/* A raw connection to a listener's tcp:// or shm:// URL; -1 on failure. */
+static int raw_connect(const char *url)
+{
+	int fd = -1;
+
+	if (!strncmp(url, "tcp://", 6)) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+
+		sa.sin_port = htons((uint16_t)atoi(strrchr(url, ':') + 1));
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+			close(fd);
+			fd = -1;
+		}
+	} else if (!strncmp(url, "shm://", 6)) {
+		/* The shm transport's abstract socket name (lib/transport/shm.h). */
+		static const char prefix[] = "tensorpipe-shm/";
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		size_t n = strlen(url + 6);
+
+		memcpy(sa.sun_path + 1, prefix, sizeof(prefix) - 1);
+		memcpy(sa.sun_path + sizeof(prefix), url + 6, n);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sa,
+				       (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+						   sizeof(prefix) + n))) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	return fd;
+}
+
+/* The far end hung up on @fd (EOF or a reset), without waiting. */
+static bool hung_up(int fd)
+{
+	char b;
+	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Wait up to @ms until every fd of @fds[0..n) hung up; how many did. */
+static int wait_hung_up(const int *fds, int n, unsigned int ms)
+{
+	uint64_t end = ms_now() + ms;
+	int done;
+
+	for (;;) {
+		done = 0;
+		for (int i = 0; i < n; i++)
+			done += fds[i] >= 0 && hung_up(fds[i]);
+		if (done == n || ms_now() >= end)
+			return done;
+		usleep(20000);
+	}
+}
+
+static void close_all(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* A real pipe still gets through the listener of @pp. */
+static bool legit_connects(struct pair *pp, const char *url)
+{
+	struct rec r;
+	struct tag t = { &r, 0 };
+	struct tpu_pipe *p = NULL;
+	bool ok;
+
+	rec_init(&r);
+	ok = !tpu_listener_accept(pp->l, on_accept, &t) && !tpu_pipe_connect(pp->b, url, &p) &&
+	     rec_wait(&r, 1) && !r.st[0];
+	tpu_pipe_close(p);
+	if (r.n > 0)
+		tpu_pipe_close(r.pipe);
+	return ok;
+}
+
+static bool open_pair(struct pair *pp, const char *url, char *got, size_t size)
+{
+	return pair_open(pp, url, NULL) && !tpu_listener_url(pp->l, NULL, got, size);
+}
+
+/* Silent connections are closed once the set-up deadline passed. */
+static void silent_connections(const char *url, const char *name)
+{
+	enum { N = 10 };
+	int fds[N];
+	char got[300] = "";
+	struct pair pp;
+	bool up;
+	uint64_t t0;
+	int closed;
+
+	set_knobs(1500, 64);
+	up = open_pair(&pp, url, got, sizeof(got));
+	t0 = ms_now();
+	for (int i = 0; i < N; i++)
+		fds[i] = up ? raw_connect(got) : -1;
+	closed = wait_hung_up(fds, N, 8000);
+	CHECK(up && closed == N, "bounds_%s_silent_connections_are_closed_after_the_setup_deadline "
+	      "(%d of %d, %llu ms)", name, closed, N, (unsigned long long)(ms_now() - t0));
+	close_all(fds, N);
+	CHECK(up && legit_connects(&pp, got), "bounds_%s_a_real_pipe_connects_after_silent_ones",
+	      name);
+	pair_close(&pp);
+	clear_knobs();
+}
+
+/* Past TPU_SETUP_MAX the oldest silent connections go, long before the deadline. */
+static void setup_cap(const char *url, const char *name)
+{
+	enum { CAP = 4, N = 12 };
+	int fds[N];
+	char got[300] = "";
+	struct pair pp;
+	bool up, newest_open = true;
+	int closed;
+
+	set_knobs(60000, CAP);
+	up = open_pair(&pp, url, got, sizeof(got));
+	for (int i = 0; i < N; i++) {
+		fds[i] = up ? raw_connect(got) : -1;
+		/* One at a time, so that the listener sees them in this order. */
+		usleep(20000);
+	}
+	closed = wait_hung_up(fds, N - CAP, 5000);
+	usleep(200000);
+	for (int i = N - CAP; i < N; i++)
+		newest_open &= fds[i] >= 0 && !hung_up(fds[i]);
+	CHECK(up && closed == N - CAP && newest_open,
+	      "bounds_%s_past_the_setup_cap_the_oldest_connections_are_closed (%d of %d, newest %s)",
+	      name, closed, N - CAP, newest_open ? "open" : "closed");
+	CHECK(up && legit_connects(&pp, got), "bounds_%s_a_real_pipe_connects_with_the_cap_full",
+	      name);
+	close_all(fds, N);
+	pair_close(&pp);
+	clear_knobs();
+}
+
+static long rss_kib(void)
+{
+	long pages = -1;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f) {
+		if (fscanf(f, "%*d %ld", &pages) != 1)
+			pages = -1;
+		fclose(f);
+	}
+	return pages < 0 ? -1 : pages * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* A HELLO header announcing @len body bytes. */
+static void hello_hdr(uint8_t h[16], uint32_t len)
+{
+	memset(h, 0, 16);
+	memcpy(h, "TPW1", 4);
+	h[4] = 1;	/* HELLO */
+	h[8] = (uint8_t)len;
+	h[9] = (uint8_t)(len >> 8);
+	h[10] = (uint8_t)(len >> 16);
+	h[11] = (uint8_t)(len >> 24);
+}
+
+/* Large set-up frames are refused at their header: nothing is allocated for them. */
+static void half_sent_frames(void)
+{
+	enum { N = 24, BODY = 512 << 10 };
+	static uint8_t body[BODY];
+	struct timeval tv = { .tv_sec = 2 };
+	uint8_t h[16];
+	int fds[N], one;
+	char got[300] = "";
+	struct pair pp;
+	long before, after;
+	bool up;
+
+	set_knobs(60000, 64);
+	up = open_pair(&pp, "tcp://127.0.0.1:0", got, sizeof(got));
+	/* Over the 16 KiB set-up limit, well under the 1 MiB of any frame. */
+	one = up ? raw_connect(got) : -1;
+	hello_hdr(h, 17u << 10);
+	if (one >= 0 && send(one, h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
+		close(one);
+		one = -1;
+	}
+	CHECK(one >= 0 && wait_hung_up(&one, 1, 3000) == 1,
+	      "bounds_tcp_a_setup_frame_over_16_kib_is_refused_at_its_header");
+	if (one >= 0)
+		close(one);
+
+	before = rss_kib();
+	hello_hdr(h, 1u << 20);
+	for (int i = 0; i < N; i++) {
+		fds[i] = up ? raw_connect(got) : -1;
+		if (fds[i] < 0)
+			continue;
+		setsockopt(fds[i], SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		/* Refused at the header, the body's send fails; before, it was read in. */
+		if (send(fds[i], h, sizeof(h), MSG_NOSIGNAL) == (ssize_t)sizeof(h))
+			(void)!send(fds[i], body, sizeof(body), MSG_NOSIGNAL);
+	}
+	usleep(300000);
+	after = rss_kib();
+	CHECK(up && before > 0 && after - before < 4096,
+	      "bounds_tcp_%d_half_sent_1_mib_hellos_hold_no_memory (rss +%ld KiB)", N,
+	      after - before);
+	CHECK(up && wait_hung_up(fds, N, 3000) == N,
+	      "bounds_tcp_half_sent_1_mib_hellos_are_closed");
+	close_all(fds, N);
+	CHECK(up && legit_connects(&pp, got), "bounds_tcp_a_real_pipe_connects_after_half_sent_frames");
+	pair_close(&pp);
+	clear_knobs();
+}
+
+void test_bounds_pipe(void)
+{
+	char shm[64];
+
+	silent_connections("tcp://127.0.0.1:0", "tcp");
+	snprintf(shm, sizeof(shm), "shm://bounds-silent-%d", (int)getpid());
+	silent_connections(shm, "shm");
+	setup_cap("tcp://127.0.0.1:0", "tcp");
+	snprintf(shm, sizeof(shm), "shm://bounds-cap-%d", (int)getpid());
+	setup_cap(shm, "shm");
+	half_sent_frames();
+}
