@@ -6,20 +6,27 @@
  * TPU_SETUP_TIMEOUT_MS; past TPU_SETUP_MAX the oldest are closed at once;
  * a set-up frame announcing more than 16 KiB is refused at its header, so
  * that half-sent large frames make the listener allocate nothing.  After
- * each attack a real pipe still connects.  The knobs are set small here so
- * that the list runs in seconds.
+ * each attack a real pipe still connects.  A shm listener out of
+ * descriptors (a child process with a low RLIMIT_NOFILE) neither spins nor
+ * gives up.  The knobs are set small here so that the list runs in seconds.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -274,6 +281,154 @@ static void half_sent_frames(void)
 	clear_knobs();
 }
 
+static long cpu_us(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000L + ru.ru_utime.tv_usec +
+	       ru.ru_stime.tv_usec;
+}
+
+/*
+ * The descriptor limit that leaves exactly @spare numbers free below it
+ * (new descriptors take the lowest free number; those open above the
+ * limit stay open).
+ */
+static rlim_t limit_with_spare(int spare)
+{
+	static bool open_fd[4096];
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int lim = 0;
+
+	memset(open_fd, 0, sizeof(open_fd));
+	while (d && (e = readdir(d)))
+		if (atoi(e->d_name) > 0 && atoi(e->d_name) < 4096)
+			open_fd[atoi(e->d_name)] = true;
+	if (d)
+		closedir(d);
+	open_fd[0] = true;
+	for (; lim < 4096 && spare; lim++)
+		spare -= !open_fd[lim];
+	return (rlim_t)lim;
+}
+
+static atomic_int starved_accepts;
+static atomic_int starved_status;
+
+static void starved_on_accept(void *arg, tpu_status st, struct tpu_pipe *p)
+{
+	(void)arg;
+	atomic_store(&starved_status, st);
+	atomic_fetch_add(&starved_accepts, 1);
+	tpu_pipe_close(p);
+}
+
+/*
+ * The child: a shm pipe listener with six descriptors to spare.  It says
+ * when it listens, waits for a byte (the flood is on), sends the CPU time
+ * it used over the next second, then accepts one pipe and sends its status
+ * (-1: none came within 8 s).
+ */
+static void starved_listener(const char *url, int to_parent, int from_parent)
+{
+	struct tpu_context_options o = { .channels = "basic", .transports = "shm" };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rlimit rl;
+	long t0, used;
+	int st = -1;
+	char b;
+
+	if (tpu_context_create(&o, &ctx) || tpu_listener_create(ctx, &url, 1, &l) ||
+	    getrlimit(RLIMIT_NOFILE, &rl))
+		_exit(2);
+	/* Only the soft limit: valgrind refuses to change the hard one. */
+	rl.rlim_cur = limit_with_spare(6);
+	if (setrlimit(RLIMIT_NOFILE, &rl) || write(to_parent, "r", 1) != 1 ||
+	    read(from_parent, &b, 1) != 1)
+		_exit(3);
+	t0 = cpu_us();
+	sleep(1);
+	used = cpu_us() - t0;
+	if (write(to_parent, &used, sizeof(used)) != sizeof(used) ||
+	    tpu_listener_accept(l, starved_on_accept, NULL))
+		_exit(4);
+	for (int i = 0; i < 400 && !atomic_load(&starved_accepts); i++)
+		usleep(20000);
+	if (atomic_load(&starved_accepts))
+		st = atomic_load(&starved_status);
+	if (write(to_parent, &st, sizeof(st)) != sizeof(st))
+		_exit(5);
+	tpu_listener_close(l);
+	tpu_context_destroy(ctx);
+	_exit(0);
+}
+
+/* A shm listener out of descriptors backs off, and accepts again once they are back. */
+static void shm_out_of_descriptors(void)
+{
+	enum { N = 40 };
+	struct tpu_context_options o = { .channels = "basic", .transports = "shm" };
+	struct tpu_context *ctx = NULL;
+	struct tpu_pipe *p = NULL;
+	struct sigaction old_pipe;
+	int up_p[2], down_p[2], fds[N], status, st = -1;
+	long used = -1;
+	char url[64], b;
+	pid_t pid;
+	bool ok;
+
+	for (int i = 0; i < N; i++)
+		fds[i] = -1;
+	snprintf(url, sizeof(url), "shm://bounds-starved-%d", (int)getpid());
+	set_knobs(60000, 64);
+	/* A child that died early must fail a check, not kill this process. */
+	sigaction(SIGPIPE, &(struct sigaction){ .sa_handler = SIG_IGN }, &old_pipe);
+	if (pipe2(up_p, O_CLOEXEC) || pipe2(down_p, O_CLOEXEC)) {
+		CHECK(false, "bounds_shm_pipes_for_the_starved_listener");
+		sigaction(SIGPIPE, &old_pipe, NULL);
+		clear_knobs();
+		return;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(up_p[0]);
+		close(down_p[1]);
+		alarm(60);
+		starved_listener(url, up_p[1], down_p[0]);
+	}
+	close(up_p[1]);
+	close(down_p[0]);
+	ok = pid > 0 && read(up_p[0], &b, 1) == 1;
+	for (int i = 0; ok && i < N; i++)
+		fds[i] = raw_connect(url);
+	/* Time for the listener to take what it can and run out. */
+	usleep(300000);
+	ok = ok && write(down_p[1], "f", 1) == 1 &&
+	     read(up_p[0], &used, sizeof(used)) == sizeof(used);
+	CHECK(ok && used >= 0 && used < 100000,
+	      "bounds_shm_listener_out_of_descriptors_does_not_spin (%ld us of cpu in 1 s)", used);
+	close_all(fds, N);
+	ok = ok && !tpu_context_create(&o, &ctx) && !tpu_pipe_connect(ctx, url, &p) &&
+	     read(up_p[0], &st, sizeof(st)) == sizeof(st);
+	CHECK(ok && st == 0, "bounds_shm_listener_accepts_again_once_descriptors_are_back (%s)",
+	      st == -1 ? "no pipe accepted" : tpu_status_name(st));
+	tpu_pipe_close(p);
+	tpu_context_destroy(ctx);
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status))
+			tap_diag("starved listener: exit %d", WEXITSTATUS(status));
+	}
+	close(up_p[0]);
+	close(down_p[1]);
+	sigaction(SIGPIPE, &old_pipe, NULL);
+	clear_knobs();
+}
+
 void test_bounds_pipe(void)
 {
 	char shm[64];
@@ -285,4 +440,5 @@ void test_bounds_pipe(void)
 	snprintf(shm, sizeof(shm), "shm://bounds-cap-%d", (int)getpid());
 	setup_cap(shm, "shm");
 	half_sent_frames();
+	shm_out_of_descriptors();
 }
