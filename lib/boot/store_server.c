@@ -349,7 +349,10 @@ static void accept_all(struct store_server *s)
 		struct sclient *c;
 
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			bool short_of = errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+					errno == ENOMEM;
+
+			if (short_of) {
 				/* The connection stays in the backlog: come back for it later. */
 				drop_oldest_new(s, "out of descriptors");
 				s->accept_after = now_ms() + STORE_ACCEPT_RETRY_MS;

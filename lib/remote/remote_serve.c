@@ -243,8 +243,8 @@ void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struc
 		if ((!e || !e->send) &&
 		    (p->nreqs >= st->max_reqs ||
 		     p->req_bytes + sizeof(*r) + h->key_len > REMOTE_MAX_REQ_BYTES)) {
-			tpu__log_debug("remote rendezvous %s: a peer has %u requests waiting; refusing more",
-				       st->self, p->nreqs);
+			tpu__log_debug("remote rendezvous %s: a peer has %u requests waiting; "
+				       "refusing more", st->self, p->nreqs);
 			r->status = -ENOBUFS;
 			e = NULL;
 		} else if (!e && !(e = entry_find(st, h->key, h->key_len, true))) {

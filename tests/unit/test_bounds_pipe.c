@@ -196,8 +196,8 @@ static void setup_cap(const char *url, const char *name)
 	for (int i = N - CAP; i < N; i++)
 		newest_open &= fds[i] >= 0 && !hung_up(fds[i]);
 	CHECK(up && closed == N - CAP && newest_open,
-	      "bounds_%s_past_the_setup_cap_the_oldest_connections_are_closed (%d of %d, newest %s)",
-	      name, closed, N - CAP, newest_open ? "open" : "closed");
+	      "bounds_%s_past_the_setup_cap_the_oldest_connections_are_closed "
+	      "(%d of %d, newest %s)", name, closed, N - CAP, newest_open ? "open" : "closed");
 	CHECK(up && legit_connects(&pp, got), "bounds_%s_a_real_pipe_connects_with_the_cap_full",
 	      name);
 	close_all(fds, N);
@@ -276,7 +276,8 @@ static void half_sent_frames(void)
 	CHECK(up && wait_hung_up(fds, N, 3000) == N,
 	      "bounds_tcp_half_sent_1_mib_hellos_are_closed");
 	close_all(fds, N);
-	CHECK(up && legit_connects(&pp, got), "bounds_tcp_a_real_pipe_connects_after_half_sent_frames");
+	CHECK(up && legit_connects(&pp, got),
+	      "bounds_tcp_a_real_pipe_connects_after_half_sent_frames");
 	pair_close(&pp);
 	clear_knobs();
 }

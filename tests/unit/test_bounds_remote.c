@@ -75,7 +75,7 @@ static size_t key_of(char *buf, const char *src, const char *dst, const char *ed
 	return len;
 }
 
-/* Write one rendezvous message on @p (with a tensor if @len); the write's status, or 1 if none came. */
+/* Write one rendezvous message on @p (a tensor if @len); the write's status, 1 if none came. */
 static tpu_status h_write(struct tpu_pipe *p, const struct remote_hdr *h, const void *data,
 			  size_t len, unsigned int wait_ms)
 {
@@ -228,8 +228,8 @@ static void req_flood(void)
 		}
 	}
 	CHECK(up && sent && refused == FLOOD - MAX_REQS && !other && first_refused == MAX_REQS + 1,
-	      "bounds_remote_reqs_past_the_bound_are_answered_enobufs (%d of %d, first id %d, %d other)",
-	      refused, FLOOD - MAX_REQS, first_refused, other);
+	      "bounds_remote_reqs_past_the_bound_are_answered_enobufs "
+	      "(%d of %d, first id %d, %d other)", refused, FLOOD - MAX_REQS, first_refused, other);
 
 	/* A REQ within the bound is still served once its key is sent. */
 	klen = key_of(key, TASK_A, TASK_H, "never-1");
@@ -294,7 +294,9 @@ static void unsolicited_answer(void)
 		      "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
 		hostile_close(&h);
 	} else {
-		CHECK(false, "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
+		hostile_close(&h);
+		CHECK(false,
+		      "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
 	}
 	worker_close(&a);
 	if (zeros)

@@ -27,7 +27,7 @@
 #include "boot_harness.h"
 #include "tap.h"
 
-/* A connection to 127.0.0.1:@port that says nothing; non-blocking, so a full backlog cannot stall us. */
+/* A silent connection to 127.0.0.1:@port; non-blocking, so a full backlog cannot stall us. */
 static int silent_connect(uint16_t port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
