@@ -32,6 +32,13 @@ uint64_t tpu__setup_timeout_ns(void)
 			    3600u * 1000u) * 1000000u;
 }
 
+uint64_t tpu__setup_grace_ns(uint64_t timeout_ns)
+{
+	uint64_t max = TPU__SETUP_GRACE_MAX_MS * 1000000ull;
+
+	return timeout_ns / 10 < max ? timeout_ns / 10 : max;
+}
+
 unsigned int tpu__setup_max(void)
 {
 	return (unsigned int)tpu__env_u64("TPU_SETUP_MAX", TPU__SETUP_MAX_DEFAULT, 1, 1u << 16);

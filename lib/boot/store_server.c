@@ -9,7 +9,10 @@
  *
  * A client that has not finished a request yet has shown nothing: it must
  * finish its first one within TPU_SETUP_TIMEOUT_MS of its accept, and at
- * most TPU_SETUP_MAX such clients are kept (a new one drops the oldest).
+ * most TPU_SETUP_MAX such clients are kept: a new one drops the oldest once
+ * that one had its grace (see base.h), and waits in the backlog until then.
+ * A client is read as soon as it is accepted, so that a real one, which
+ * sends its request at once, is known before the next accept.
  * Out of descriptors, the server drops its oldest such client and stops
  * accepting for STORE_ACCEPT_RETRY_MS instead of polling a listening
  * socket it cannot accept from.
@@ -76,6 +79,7 @@ struct store_server {
 	size_t nnew;			/* clients not known yet */
 	size_t new_max;			/* TPU_SETUP_MAX */
 	uint64_t first_ms;		/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ms;		/* the oldest new client is dropped only after this */
 	uint64_t accept_after;		/* out of descriptors: no accept before (ms) */
 	/* Here rather than on the thread's stack, so that a forked child sees it. */
 	struct pollfd pfd[STORE_MAX_CLIENTS + 2];
@@ -323,28 +327,55 @@ static void client_drop(struct store_server *s, size_t i)
 	s->clients[i] = s->clients[--s->nclients];
 }
 
-/* Drop the client that has been silent the longest without a request; false if none. */
-static bool drop_oldest_new(struct store_server *s, const char *why)
+/* The client without a request accepted first (or a dead one); SIZE_MAX if none. */
+static size_t oldest_new(const struct store_server *s)
 {
 	size_t oldest = SIZE_MAX;
 
 	for (size_t i = 0; i < s->nclients; i++) {
 		const struct sclient *c = s->clients[i];
 
+		/* One that is going anyway comes first. */
+		if (!c->known && c->dead)
+			return i;
 		if (!c->known && (oldest == SIZE_MAX ||
 				  c->first_deadline < s->clients[oldest]->first_deadline))
 			oldest = i;
 	}
+	return oldest;
+}
+
+static void drop_oldest_new(struct store_server *s, const char *why)
+{
+	size_t oldest = oldest_new(s);
+
 	if (oldest == SIZE_MAX)
-		return false;
+		return;
 	tpu__log_debug("store: dropping a client without a request: %s", why);
 	client_drop(s, oldest);
+}
+
+/* Room for one more client without a request; false: try again at accept_after. */
+static bool room_for_new(struct store_server *s)
+{
+	size_t oldest;
+	uint64_t since;
+
+	if (s->nnew < s->new_max)
+		return true;
+	oldest = oldest_new(s);
+	since = s->clients[oldest]->first_deadline - s->first_ms;
+	if (!s->clients[oldest]->dead && now_ms() < since + s->grace_ms) {
+		s->accept_after = since + s->grace_ms;
+		return false;
+	}
+	drop_oldest_new(s, "too many of them");
 	return true;
 }
 
 static void accept_all(struct store_server *s)
 {
-	while (s->nclients < STORE_MAX_CLIENTS) {
+	while (s->nclients < STORE_MAX_CLIENTS && room_for_new(s)) {
 		int one = 1, fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct sclient *c;
 
@@ -364,13 +395,13 @@ static void accept_all(struct store_server *s)
 			close(fd);
 			return;
 		}
-		if (s->nnew >= s->new_max)
-			drop_oldest_new(s, "too many of them");
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->first_deadline = now_ms() + s->first_ms;
 		s->clients[s->nclients++] = c;
 		s->nnew++;
+		/* Its request is likely here already: known now, it holds no place among the new. */
+		client_read(s, c);
 	}
 }
 
@@ -520,6 +551,7 @@ tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store
 	pthread_cond_init(&s->cond, NULL);
 	s->new_max = tpu__setup_max();
 	s->first_ms = tpu__setup_timeout_ns() / 1000000u;
+	s->grace_ms = tpu__setup_grace_ns(s->first_ms * 1000000u) / 1000000u;
 	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->lfd = listen_on(host, port, why, why_size, &st);
 	if (s->wake < 0 || s->lfd < 0) {

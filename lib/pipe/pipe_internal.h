@@ -192,6 +192,7 @@ struct tpu_pipe {
 	/* Listener side: the set-up deadline (holds an io reference while on). */
 	struct tpu__timer setup_timer;
 	bool setup_timer_on;
+	uint64_t setup_since;		/* listener side: its accept (tpu__mono_ns) */
 
 	/* Outbound. */
 	uint64_t next_write_seq;

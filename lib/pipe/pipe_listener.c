@@ -11,9 +11,11 @@
  * is bounded: it must finish its set-up (HELLO, the JOINs, the channel's
  * own set-up) within TPU_SETUP_TIMEOUT_MS of its accept, and at most
  * TPU_SETUP_MAX of them are in set-up at once per listener.  Past that the
- * oldest is dropped, not the newest: a legitimate peer finishes in
- * milliseconds, so a flood of silent connections pushes out its own kind
- * rather than locking everyone out until the deadline.
+ * oldest is dropped, not the newest, once it had its grace
+ * (tpu__setup_grace_ns): a legitimate peer finishes in milliseconds, so a
+ * flood of silent connections pushes out its own kind rather than locking
+ * everyone out until the deadline.  While every one in set-up is younger
+ * than that (a burst of real peers) the newcomer is refused instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@ struct tpu_listener {
 	unsigned int nsetup;
 	unsigned int setup_max;		/* TPU_SETUP_MAX */
 	uint64_t setup_ns;		/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ns;		/* the oldest in set-up is dropped only after this */
 	struct tpu_pipe *ready[LISTENER_BACKLOG];
 	size_t nready;
 	tpu_accept_cb accept_cb;
@@ -154,6 +157,12 @@ static void accepted(void *arg, tpu_status st, struct tpu__conn *conn)
 
 		while (old->join_next)
 			old = old->join_next;
+		if (tpu__mono_ns() - old->setup_since < l->grace_ns) {
+			tpu__log_debug("listener %p: %u pipes in set-up, all young; refusing a new one",
+				       (void *)l, l->nsetup);
+			conn->ops->close(conn);
+			return;
+		}
 		tpu__log_debug("listener %p: %u pipes in set-up; dropping the oldest", (void *)l,
 			       l->nsetup);
 		tpu__pipe_setup_abort(old, -ECONNABORTED);
@@ -168,6 +177,7 @@ static void accepted(void *arg, tpu_status st, struct tpu__conn *conn)
 	p->join_next = l->setup;
 	l->setup = p;
 	l->nsetup++;
+	p->setup_since = tpu__mono_ns();
 	p->setup_timer.fn = setup_expired;
 	p->setup_timer.arg = p;
 	if (tpu__ctx_timer_start(l->ctx, &p->setup_timer, l->setup_ns)) {
@@ -265,6 +275,7 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 	atomic_init(&l->accept_armed, false);
 	l->setup_max = tpu__setup_max();
 	l->setup_ns = tpu__setup_timeout_ns();
+	l->grace_ns = tpu__setup_grace_ns(l->setup_ns);
 	st = tpu__pipe_policy(ctx, &l->policy);
 	if (st) {
 		free(l);

@@ -113,6 +113,7 @@ struct shm_conn {
 	struct shm_conn *lnext;
 	struct tpu__timer hs_timer;	/* acceptor: the handshake's deadline (an inflight) */
 	bool hs_timer_on;
+	uint64_t hs_since;		/* acceptor: its accept (tpu__mono_ns) */
 	struct sockaddr_un addr;
 	socklen_t addr_len;
 	struct shm_hs hs_out, hs_in;
@@ -135,6 +136,7 @@ struct shm_listener {
 	unsigned int npending;
 	unsigned int setup_max;	/* TPU_SETUP_MAX */
 	uint64_t setup_ns;	/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ns;	/* the oldest handshake is dropped only after this */
 	struct tpu__timer retry;
 	char name[SHM_NAME_MAX + 1];
 };

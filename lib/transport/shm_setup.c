@@ -9,7 +9,8 @@
  * Any local user can connect to the abstract socket, so a connection in its
  * handshake is bounded like a pipe's set-up: it must say HELLO within
  * TPU_SETUP_TIMEOUT_MS, and at most TPU_SETUP_MAX are in their handshake
- * per listener (the oldest is dropped for a new one).  Out of descriptors,
+ * per listener (the oldest is dropped for a new one once it had its grace,
+ * else the new one is refused; see base.h).  Out of descriptors,
  * the listener drops its oldest handshake and waits a while before it
  * accepts again, rather than spinning or giving up.
  */
@@ -357,8 +358,19 @@ static void accept_start(struct shm_listener *l, int fd)
 	struct io_uring_sqe *sqe;
 	struct shm_conn *c;
 
-	if (l->npending >= l->setup_max)
-		drop_oldest(l, "too many connections in their handshake");
+	if (l->npending >= l->setup_max) {
+		struct shm_conn *old = l->pending;
+
+		while (old->lnext)
+			old = old->lnext;
+		if (tpu__mono_ns() - old->hs_since < l->grace_ns) {
+			tpu__log_debug("shm: listener %s: handshakes all young; refusing a new one",
+				       l->name);
+			close(fd);
+			return;
+		}
+		accept_drop(old, "too many connections in their handshake");
+	}
 	c = tpu__shm_conn_new(l->ctx);
 	if (!c) {
 		close(fd);
@@ -370,6 +382,7 @@ static void accept_start(struct shm_listener *l, int fd)
 	c->lnext = l->pending;
 	l->pending = c;
 	l->npending++;
+	c->hs_since = tpu__mono_ns();
 	c->hs_timer.fn = hs_expired;
 	c->hs_timer.arg = c;
 	if (tpu__ctx_timer_start(c->ctx, &c->hs_timer, l->setup_ns)) {
@@ -550,6 +563,7 @@ tpu_status tpu__shm_listen(struct tpu_context *ctx, const char *addr, tpu__accep
 	l->arg = arg;
 	l->setup_max = tpu__setup_max();
 	l->setup_ns = tpu__setup_timeout_ns();
+	l->grace_ns = tpu__setup_grace_ns(l->setup_ns);
 	strcpy(l->name, addr);
 	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, len) || listen(l->fd, SHM_BACKLOG)) {

@@ -89,7 +89,7 @@ static void silent_clients_time_out(void)
 	t0 = boot_now_ms();
 	for (int i = 0; i < N; i++)
 		fds[i] = up ? silent_connect(tpu__store_server_port(s)) : -1;
-	while (up && closed < N && boot_now_ms() - t0 < 5000) {
+	while (up && closed < N && boot_now_ms() - t0 < 8000) {
 		usleep(20000);
 		closed = 0;
 		for (int i = 0; i < N; i++)
@@ -171,6 +171,24 @@ static void ranks_meet_behind_a_flood(void)
 	for (int i = 0; i < N; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	tpu__store_server_stop(s);
+	clear_knobs();
+}
+
+/* Real clients come in a burst over the cap: each sends at once, so none is pushed out. */
+static void burst_of_ranks_over_the_cap(void)
+{
+	struct store_server *s = NULL;
+	uint16_t port = 0;
+	char why[256];
+	bool up;
+
+	set_knobs("60000", "2");
+	up = !tpu__store_server_start("127.0.0.1", 0, &s, why, sizeof(why));
+	if (up)
+		port = tpu__store_server_port(s);
+	CHECK(up && boot_run_ranks(12, meeting_rank, &port, 40),
+	      "bounds_store_12_ranks_meet_with_a_setup_cap_of_2");
 	tpu__store_server_stop(s);
 	clear_knobs();
 }
@@ -281,5 +299,6 @@ void test_bounds_store(void)
 {
 	silent_clients_time_out();
 	ranks_meet_behind_a_flood();
+	burst_of_ranks_over_the_cap();
 	out_of_descriptors();
 }
