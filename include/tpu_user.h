@@ -1137,9 +1137,11 @@ typedef void (*tpu_read_cb)(void *arg, tpu_status status, struct tpu_message *ms
  *
  * A connection must finish its set-up within TPU_SETUP_TIMEOUT_MS
  * (milliseconds, 10000 by default) of its accept, and at most
- * TPU_SETUP_MAX (64 by default) are in set-up per listener and transport;
- * past that the oldest is dropped.  Both are read here, from the
- * environment (Documentation/security.rst, "Resource bounds").
+ * TPU_SETUP_MAX (128 by default) are in set-up per listener and transport;
+ * past that the oldest is dropped once it is a tenth of the timeout (at
+ * most 100 ms) old, and the newcomer is refused before that.  Both are
+ * read here, from the environment (Documentation/security.rst, "Resource
+ * bounds").
  *
  * Errors: -EINVAL (bad URL), TPU_E_URL_SCHEME (unknown scheme),
  * TPU_E_URL_PORT (tcp or rdma URL without a port), TPU_E_NO_TRANSPORT (one
