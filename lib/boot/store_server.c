@@ -364,6 +364,8 @@ static bool room_for_new(struct store_server *s)
 	if (s->nnew < s->new_max)
 		return true;
 	oldest = oldest_new(s);
+	if (oldest == SIZE_MAX)
+		return true;
 	since = s->clients[oldest]->first_deadline - s->first_ms;
 	if (!s->clients[oldest]->dead && now_ms() < since + s->grace_ms) {
 		s->accept_after = since + s->grace_ms;
