@@ -950,6 +950,11 @@ struct tpu_remote_options {
 /**
  * tpu_rendezvous_create_remote - this worker's rendezvous of a cluster.
  *
+ * A peer may have TPU_REMOTE_MAX_REQS requests (1024 by default, read here)
+ * for keys not sent yet waiting at this worker; past that, or past 16 MiB
+ * of their keys, its receives fail -ENOBUFS.  An answer is read only for a
+ * request this worker made and only up to the length that request allowed.
+ *
  * Errors: -EINVAL (NULL, a task that is not "/job:J/replica:R/task:T", a
  * peer listed twice with different URLs, a peer URL whose scheme is not
  * tcp://, shm:// or rdma://), those of tpu_listener_create() (-EADDRINUSE
@@ -1161,6 +1166,14 @@ typedef void (*tpu_read_cb)(void *arg, tpu_status status, struct tpu_message *ms
  *		every transport the context allows, on local addresses
  *		("tcp://127.0.0.1:0" and a unique shm name; never rdma).
  *
+ * A connection must finish its set-up within TPU_SETUP_TIMEOUT_MS
+ * (milliseconds, 10000 by default) of its accept, and at most
+ * TPU_SETUP_MAX (128 by default) are in set-up per listener and transport;
+ * past that the oldest is dropped once it is a tenth of the timeout (at
+ * most 100 ms) old, and the newcomer is refused before that.  Both are
+ * read here, from the environment (Documentation/security.rst, "Resource
+ * bounds").
+ *
  * Errors: -EINVAL (bad URL), TPU_E_URL_SCHEME (unknown scheme),
  * TPU_E_URL_PORT (tcp or rdma URL without a port), TPU_E_NO_TRANSPORT (one
  * the context options or TPU_TRANSPORTS rule out), TPU_E_NO_DEVICE (rdma
@@ -1357,6 +1370,9 @@ struct tpu_world_options {
  * says which per rank, and why).  The whole call ends within the timeout.
  * One world per job: its store keys (URLs, who dials which pipe,
  * barriers) are the job's.  Not from a callback of @ctx.
+ * Rank 0's store drops a client that has not finished a request within
+ * TPU_SETUP_TIMEOUT_MS of its accept and keeps at most TPU_SETUP_MAX such
+ * clients (the oldest goes), read when it starts.
  * Errors: those of tpu_world_info_from_env() (the reason also goes to
  * stderr), -ETIMEDOUT (the store did not answer, or a rank did not come,
  * in time), -EEXIST (a rank was started twice: the second process fails,

@@ -72,6 +72,24 @@ static inline tpu_status tpu__errno(void)
 	return errno > 0 ? -errno : -EIO;
 }
 
+/*
+ * Resource bounds (limits.c).  tpu__env_u64: the decimal value of
+ * environment variable @name within @min..@max, else @def (logged).  The
+ * set-up bounds of listeners (pipe, shm, the store): how long a connection
+ * may take to finish its handshake (TPU_SETUP_TIMEOUT_MS), and how many may
+ * be in their handshake at once per listener (TPU_SETUP_MAX).  Past the
+ * cap the oldest is dropped if it had its grace (a tenth of the timeout,
+ * at most TPU__SETUP_GRACE_MAX_MS), else the newcomer waits or is refused:
+ * a burst of real peers finishes in far less than the grace.
+ */
+#define TPU__SETUP_TIMEOUT_MS_DEFAULT	10000u
+#define TPU__SETUP_MAX_DEFAULT		128u
+#define TPU__SETUP_GRACE_MAX_MS		100u
+uint64_t tpu__env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max);
+uint64_t tpu__setup_timeout_ns(void);
+unsigned int tpu__setup_max(void);
+uint64_t tpu__setup_grace_ns(uint64_t timeout_ns);
+
 /* Debug log (TPU_LOG=debug), one line, on stderr (log.c). */
 void tpu__log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool tpu__log_debug_enabled(void);

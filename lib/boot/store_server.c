@@ -7,6 +7,16 @@
  * limits before anything is allocated.  A client that breaks the protocol,
  * or stalls in the middle of a frame for STORE_FRAME_MS, is dropped alone.
  *
+ * A client that has not finished a request yet has shown nothing: it must
+ * finish its first one within TPU_SETUP_TIMEOUT_MS of its accept, and at
+ * most TPU_SETUP_MAX such clients are kept: a new one drops the oldest once
+ * that one had its grace (see base.h), and waits in the backlog until then.
+ * A client is read as soon as it is accepted, so that a real one, which
+ * sends its request at once, is known before the next accept.
+ * Out of descriptors, the server drops its oldest such client and stops
+ * accepting for STORE_ACCEPT_RETRY_MS instead of polling a listening
+ * socket it cannot accept from.
+ *
  * A GET of a key not there yet parks its client (nothing more is read from
  * it meanwhile, which keeps its replies in order) until a SET or ADD of
  * the key or the GET's deadline.
@@ -29,6 +39,8 @@
 #define NBUCKETS	(1u << 14)
 /* Bookkeeping charged per key against STORE_MAX_BYTES. */
 #define ENTRY_COST	64u
+/* Out of descriptors: how long the server leaves its listening socket alone. */
+#define STORE_ACCEPT_RETRY_MS	100u
 
 struct entry {
 	struct entry *next;
@@ -41,6 +53,8 @@ struct entry {
 struct sclient {
 	int fd;
 	bool dead;
+	bool known;			/* it finished a request */
+	uint64_t first_deadline;	/* until known: when it is dropped */
 	uint8_t hdr[STORE_REQ_HDR];
 	size_t hdr_got;
 	struct store_req req;
@@ -62,6 +76,11 @@ struct store_server {
 	size_t nkeys, bytes;
 	struct sclient *clients[STORE_MAX_CLIENTS];
 	size_t nclients;
+	size_t nnew;			/* clients not known yet */
+	size_t new_max;			/* TPU_SETUP_MAX */
+	uint64_t first_ms;		/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ms;		/* the oldest new client is dropped only after this */
+	uint64_t accept_after;		/* out of descriptors: no accept before (ms) */
 	/* Here rather than on the thread's stack, so that a forked child sees it. */
 	struct pollfd pfd[STORE_MAX_CLIENTS + 2];
 	/* For tpu__store_server_drain(): the number of clients, as of the last sweep. */
@@ -279,8 +298,13 @@ static void client_read(struct store_server *s, struct sclient *c)
 			continue;
 		}
 		c->body_got += (size_t)n;
-		if (c->body_got == c->req.key_len + c->req.val_len)
+		if (c->body_got == c->req.key_len + c->req.val_len) {
+			if (!c->known) {
+				c->known = true;
+				s->nnew--;
+			}
 			handle(s, c);
+		}
 	}
 }
 
@@ -292,14 +316,82 @@ static void client_free(struct sclient *c)
 	free(c);
 }
 
+/* Free client @i now (its slot takes the last one). */
+static void client_drop(struct store_server *s, size_t i)
+{
+	struct sclient *c = s->clients[i];
+
+	if (!c->known)
+		s->nnew--;
+	client_free(c);
+	s->clients[i] = s->clients[--s->nclients];
+}
+
+/* The client without a request accepted first (or a dead one); SIZE_MAX if none. */
+static size_t oldest_new(const struct store_server *s)
+{
+	size_t oldest = SIZE_MAX;
+
+	for (size_t i = 0; i < s->nclients; i++) {
+		const struct sclient *c = s->clients[i];
+
+		/* One that is going anyway comes first. */
+		if (!c->known && c->dead)
+			return i;
+		if (!c->known && (oldest == SIZE_MAX ||
+				  c->first_deadline < s->clients[oldest]->first_deadline))
+			oldest = i;
+	}
+	return oldest;
+}
+
+static void drop_oldest_new(struct store_server *s, const char *why)
+{
+	size_t oldest = oldest_new(s);
+
+	if (oldest == SIZE_MAX)
+		return;
+	tpu__log_debug("store: dropping a client without a request: %s", why);
+	client_drop(s, oldest);
+}
+
+/* Room for one more client without a request; false: try again at accept_after. */
+static bool room_for_new(struct store_server *s)
+{
+	size_t oldest;
+	uint64_t since;
+
+	if (s->nnew < s->new_max)
+		return true;
+	oldest = oldest_new(s);
+	if (oldest == SIZE_MAX)
+		return true;
+	since = s->clients[oldest]->first_deadline - s->first_ms;
+	if (!s->clients[oldest]->dead && now_ms() < since + s->grace_ms) {
+		s->accept_after = since + s->grace_ms;
+		return false;
+	}
+	drop_oldest_new(s, "too many of them");
+	return true;
+}
+
 static void accept_all(struct store_server *s)
 {
-	while (s->nclients < STORE_MAX_CLIENTS) {
+	while (s->nclients < STORE_MAX_CLIENTS && room_for_new(s)) {
 		int one = 1, fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		struct sclient *c;
 
-		if (fd < 0)
+		if (fd < 0) {
+			bool short_of = errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+					errno == ENOMEM;
+
+			if (short_of) {
+				/* The connection stays in the backlog: come back for it later. */
+				drop_oldest_new(s, "out of descriptors");
+				s->accept_after = now_ms() + STORE_ACCEPT_RETRY_MS;
+			}
 			return;
+		}
 		c = calloc(1, sizeof(*c));
 		if (!c) {
 			close(fd);
@@ -307,7 +399,11 @@ static void accept_all(struct store_server *s)
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
+		c->first_deadline = now_ms() + s->first_ms;
 		s->clients[s->nclients++] = c;
+		s->nnew++;
+		/* Its request is likely here already: known now, it holds no place among the new. */
+		client_read(s, c);
 	}
 }
 
@@ -327,23 +423,29 @@ static int expire(struct store_server *s)
 			tpu__log_debug("store: dropping a client that stalled inside a frame");
 			c->dead = true;
 		}
+		if (!c->known && c->first_deadline <= now) {
+			tpu__log_debug("store: dropping a client that sent no request in time");
+			c->dead = true;
+		}
+		if (!c->known && c->first_deadline < next)
+			next = c->first_deadline;
 		if (c->parked && c->park_deadline < next)
 			next = c->park_deadline;
 		if (c->frame_deadline && c->frame_deadline < next)
 			next = c->frame_deadline;
 	}
+	if (s->accept_after > now && s->accept_after < next)
+		next = s->accept_after;
 	return next == UINT64_MAX ? -1 : (int)(next - now + 1);
 }
 
 static void sweep(struct store_server *s)
 {
 	for (size_t i = 0; i < s->nclients;) {
-		if (s->clients[i]->dead) {
-			client_free(s->clients[i]);
-			s->clients[i] = s->clients[--s->nclients];
-		} else {
+		if (s->clients[i]->dead)
+			client_drop(s, i);
+		else
 			i++;
-		}
 	}
 	pthread_mutex_lock(&s->lock);
 	if (s->live != s->nclients) {
@@ -360,13 +462,15 @@ static void *serve(void *arg)
 
 	for (;;) {
 		int timeout = expire(s);
+		bool accepting;
 		size_t n;
 
 		sweep(s);
 		n = s->nclients;
+		accepting = n < STORE_MAX_CLIENTS && s->accept_after <= now_ms();
 		pfd[0] = (struct pollfd){ .fd = s->wake, .events = POLLIN };
 		/* A full table stops accepting: new clients wait in the backlog. */
-		pfd[1] = (struct pollfd){ .fd = n < STORE_MAX_CLIENTS ? s->lfd : -1, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = accepting ? s->lfd : -1, .events = POLLIN };
 		for (size_t i = 0; i < n; i++) {
 			struct sclient *c = s->clients[i];
 
@@ -447,6 +551,9 @@ tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store
 		return -ENOMEM;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	s->new_max = tpu__setup_max();
+	s->first_ms = tpu__setup_timeout_ns() / 1000000u;
+	s->grace_ms = tpu__setup_grace_ns(s->first_ms * 1000000u) / 1000000u;
 	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->lfd = listen_on(host, port, why, why_size, &st);
 	if (s->wake < 0 || s->lfd < 0) {

@@ -189,6 +189,10 @@ struct tpu_pipe {
 	uint64_t token;			/* listener: JOIN token of this pipe */
 	struct tpu_listener *listener;	/* listener side, until accepted */
 	struct tpu_pipe *join_next;	/* listener's pipes waiting for their JOIN */
+	/* Listener side: the set-up deadline (holds an io reference while on). */
+	struct tpu__timer setup_timer;
+	bool setup_timer_on;
+	uint64_t setup_since;		/* listener side: its accept (tpu__mono_ns) */
 
 	/* Outbound. */
 	uint64_t next_write_seq;
@@ -272,6 +276,8 @@ void tpu__pipe_reads_free(struct tpu_pipe *p);
 tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport *x,
 				     const char *addr);
 void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn);
+/* Listener side: give up setting @p up (deadline, or the listener is full). */
+void tpu__pipe_setup_abort(struct tpu_pipe *p, tpu_status st);
 
 /* pipe_lanes.c: the lanes of channels with TPU__CHAN_LANES (mtcp) */
 #define PIPE_MTCP_LANES_DEFAULT	4

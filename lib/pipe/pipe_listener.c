@@ -6,6 +6,16 @@
  *
  * Fields marked "any thread" are read by user calls; everything else
  * belongs to the context thread.
+ *
+ * A connection in set-up has not proven anything yet, so what it can hold
+ * is bounded: it must finish its set-up (HELLO, the JOINs, the channel's
+ * own set-up) within TPU_SETUP_TIMEOUT_MS of its accept, and at most
+ * TPU_SETUP_MAX of them are in set-up at once per listener.  Past that the
+ * oldest is dropped, not the newest, once it had its grace
+ * (tpu__setup_grace_ns): a legitimate peer finishes in milliseconds, so a
+ * flood of silent connections pushes out its own kind rather than locking
+ * everyone out until the deadline.  While every one in set-up is younger
+ * than that (a burst of real peers) the newcomer is refused instead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +40,11 @@ struct tpu_listener {
 	struct tpu__xlistener *xl[LISTENER_MAX_URLS];
 	char urls[LISTENER_MAX_URLS][TPU__XPORT_ADDR_MAX + 16];
 
-	struct tpu_pipe *setup;		/* pipes being set up (join_next) */
+	struct tpu_pipe *setup;		/* pipes being set up (join_next), newest first */
+	unsigned int nsetup;
+	unsigned int setup_max;		/* TPU_SETUP_MAX */
+	uint64_t setup_ns;		/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ns;		/* the oldest in set-up is dropped only after this */
 	struct tpu_pipe *ready[LISTENER_BACKLOG];
 	size_t nready;
 	tpu_accept_cb accept_cb;
@@ -50,12 +64,18 @@ tpu_status tpu__listener_url_for(const struct tpu_listener *l, const struct tpu_
 	return TPU_E_NO_TRANSPORT;
 }
 
+/* Out of set-up, whichever way: its deadline no longer applies. */
 static void setup_unlink(struct tpu_listener *l, struct tpu_pipe *p)
 {
+	if (p->setup_timer_on) {
+		p->setup_timer_on = false;
+		tpu__ctx_timer_cancel(l->ctx, &p->setup_timer);
+	}
 	for (struct tpu_pipe **pp = &l->setup; *pp; pp = &(*pp)->join_next) {
 		if (*pp == p) {
 			*pp = p->join_next;
 			p->join_next = NULL;
+			l->nsetup--;
 			return;
 		}
 	}
@@ -110,6 +130,19 @@ void tpu__listener_deliver(struct tpu_listener *l, struct tpu_pipe *p)
 	l->ready[l->nready++] = p;
 }
 
+static void setup_expired(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	/* Cancelled, or it finished (or failed) as the timer ran out. */
+	if (!st && p->setup_timer_on && p->listener) {
+		p->setup_timer_on = false;
+		tpu__log_debug("pipe %p: set-up not finished in time; dropped", (void *)p);
+		tpu__pipe_setup_abort(p, -ETIMEDOUT);
+	}
+	tpu__pipe_io_put(p);
+}
+
 static void accepted(void *arg, tpu_status st, struct tpu__conn *conn)
 {
 	struct tpu_listener *l = arg;
@@ -118,6 +151,21 @@ static void accepted(void *arg, tpu_status st, struct tpu__conn *conn)
 	if (st) {
 		tpu__log_debug("listener %p: accepting failed: %s", (void *)l, tpu_strerror(st));
 		return;
+	}
+	if (l->nsetup >= l->setup_max) {
+		struct tpu_pipe *old = l->setup;
+
+		while (old->join_next)
+			old = old->join_next;
+		if (tpu__mono_ns() - old->setup_since < l->grace_ns) {
+			tpu__log_debug("listener %p: %u pipes in set-up, all young; refusing a new one",
+				       (void *)l, l->nsetup);
+			conn->ops->close(conn);
+			return;
+		}
+		tpu__log_debug("listener %p: %u pipes in set-up; dropping the oldest", (void *)l,
+			       l->nsetup);
+		tpu__pipe_setup_abort(old, -ECONNABORTED);
 	}
 	p = tpu__pipe_new(l->ctx, false);
 	if (!p) {
@@ -128,6 +176,18 @@ static void accepted(void *arg, tpu_status st, struct tpu__conn *conn)
 	p->listener = l;
 	p->join_next = l->setup;
 	l->setup = p;
+	l->nsetup++;
+	p->setup_since = tpu__mono_ns();
+	p->setup_timer.fn = setup_expired;
+	p->setup_timer.arg = p;
+	if (tpu__ctx_timer_start(l->ctx, &p->setup_timer, l->setup_ns)) {
+		/* Without a deadline it could stay for ever: refuse it. */
+		p->conn = conn;
+		tpu__pipe_setup_abort(p, -ENOMEM);
+		return;
+	}
+	p->setup_timer_on = true;
+	tpu__pipe_io_get(p);
 	tpu__pipe_acceptor_start(p, conn);
 }
 
@@ -213,6 +273,9 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 	l->obj.what = "a listener";
 	atomic_init(&l->closed, false);
 	atomic_init(&l->accept_armed, false);
+	l->setup_max = tpu__setup_max();
+	l->setup_ns = tpu__setup_timeout_ns();
+	l->grace_ns = tpu__setup_grace_ns(l->setup_ns);
 	st = tpu__pipe_policy(ctx, &l->policy);
 	if (st) {
 		free(l);

@@ -62,6 +62,9 @@ static void frame_hdr_done(void *arg, tpu_status st)
 	if (!st && (!h.len || (h.type != TPU__WIRE_HELLO && h.type != TPU__WIRE_WELCOME &&
 			       h.type != TPU__WIRE_JOIN)))
 		st = -EPROTO;
+	/* Nothing big is allocated before the peer has said something sensible. */
+	if (!st && h.len > TPU__WIRE_SETUP_MAX)
+		st = -EMSGSIZE;
 	if (!st) {
 		p->in_frame = h;
 		free(p->setup_body);
@@ -538,4 +541,9 @@ void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn)
 	st = read_frame(p);
 	if (st)
 		setup_fail(p, st);
+}
+
+void tpu__pipe_setup_abort(struct tpu_pipe *p, tpu_status st)
+{
+	setup_fail(p, st);
 }

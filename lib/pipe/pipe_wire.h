@@ -56,6 +56,17 @@ enum {
 #define TPU__WIRE_TENSORS_MAX	TPU_PIPE_MAX_TENSORS
 #define TPU__WIRE_LEN_MAX	TPU_PIPE_MAX_LEN	/* one payload or tensor */
 #define TPU__WIRE_LANES_MAX	16		/* extra connections of the mtcp channel */
+/*
+ * Set-up frames (HELLO, WELCOME, JOIN) are small: the largest well-formed
+ * HELLO (every entry at its limits) is under 14 KiB.  A listener reads
+ * nothing longer before the peer is known, so that a peer that never
+ * finishes its frame holds no more than this.
+ */
+#define TPU__WIRE_SETUP_MAX	(16u << 10)
+#define TPU__WIRE_HELLO_MAX	(8u + TPU__WIRE_ENTRIES_MAX * (12u + TPU__WIRE_NAME_MAX + \
+			 TPU__WIRE_DESC_MAX + TPU__WIRE_ADDR_MAX) + 4u + \
+			 TPU__WIRE_ENTRIES_MAX * (16u + TPU__WIRE_NAME_MAX + TPU__WIRE_DESC_MAX))
+_Static_assert(TPU__WIRE_HELLO_MAX <= TPU__WIRE_SETUP_MAX, "a HELLO fits the set-up limit");
 
 struct tpu__wire_hdr {
 	uint16_t type;

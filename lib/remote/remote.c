@@ -599,6 +599,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	atomic_init(&st->hooks_off, false);
 	pthread_mutex_init(&st->lock, NULL);
 	st->ctx = ctx;
+	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
+						  1u << 20);
 	/* The pipes' own context, restricted as the user's is. */
 	po.dev_path = tpu__ctx_dev_path(ctx);
 	po.flags = tpu__ctx_flags(ctx);

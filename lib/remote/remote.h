@@ -102,6 +102,15 @@ struct remote_task {
 #define REMOTE_CONNECT_NS	(30ull * 1000000000ull)
 
 /*
+ * REQs a peer may have waiting in the outbox at once (for keys not sent
+ * yet): TPU_REMOTE_MAX_REQS, and the bytes of their keys.  Past either, a
+ * REQ is answered -ENOBUFS at once, so that a peer asking for keys that
+ * never come cannot grow this worker's memory without end.
+ */
+#define REMOTE_MAX_REQS_DEFAULT	1024u
+#define REMOTE_MAX_REQ_BYTES	(16u << 20)
+
+/*
  * A REQ waiting in the outbox for its send; once decided, what to answer
  * (done after st->lock is dropped).
  */
@@ -137,6 +146,7 @@ struct remote_fetch {
 	struct remote_peer *peer;	/* ctx thread; referenced */
 	struct tpu__op *op;		/* NULL once called back (abandoned) */
 	uint64_t id;
+	uint64_t cap;			/* what its REQ allows: the longest answer taken */
 	int refs;			/* ctx thread: list, timer */
 	bool timer_on;
 	bool timed_out;
@@ -176,6 +186,7 @@ struct remote {
 	struct remote_entry **outbox;	/* hash of keys kept here */
 	size_t nbuckets, nentries;
 	uint64_t next_id;
+	unsigned int max_reqs;		/* TPU_REMOTE_MAX_REQS, per peer */
 	tpu_status aborted;
 	bool closing;
 
@@ -222,6 +233,8 @@ struct remote_peer {
 	int refs;			/* st->peers, the read loop, each write, each REQ */
 	bool dead;
 	bool established;		/* something came through: it is not a failed connect */
+	unsigned int nreqs;		/* its REQs waiting in the outbox (under st->lock) */
+	size_t req_bytes;		/* and what they hold */
 	/* the message being read */
 	struct remote_hdr cur;
 	uint8_t *cur_meta;
@@ -263,8 +276,12 @@ void tpu__remote_serve_free(struct remote *st);
 /* ---- fetches (remote_fetch.c) ---- */
 
 tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src);
-/* ctx thread: a RESP's descriptor; set where its tensor goes. */
-void tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc);
+/*
+ * ctx thread: a RESP's descriptor; set where its tensor goes.  -EPROTO for
+ * a tensor nobody asked for or longer than its REQ allowed (nothing is
+ * allocated for it: the peer ends).
+ */
+tpu_status tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc);
 /* ctx thread: the RESP is read (@status: the read's). */
 void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
 /* Send CANCEL for this member's fetches of @key; returns how many. */

@@ -113,6 +113,7 @@ static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
 	h.key = f->op->key;
 	h.key_len = f->op->key_len;
 	h.len = f->op->tensor.len;
+	f->cap = h.len;
 	tpu__remote_peer_send(p, &h);
 }
 
@@ -242,7 +243,7 @@ static struct remote_fetch *fetch_find(struct remote_peer *p, uint64_t id)
 	return NULL;
 }
 
-void tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
+tpu_status tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc)
 {
 	static uint8_t empty[1];
 	struct remote_fetch *f = fetch_find(p, p->cur.id);
@@ -256,16 +257,32 @@ void tpu__remote_fetch_resp_desc(struct remote_peer *p, struct tpu_message *desc
 		f->refs++;
 	}
 	if (desc->ntensors != 1)
-		return;
+		return 0;
 	t = &desc->tensors[0];
-	op = f ? f->op : NULL;
-	if (op && op->kind == TPU__OP_RECV && t->len <= op->tensor.len) {
-		t->data = t->len ? op->tensor.data : empty;
-		return;
+	/*
+	 * Only an answer to a REQ of ours, with a tensor no longer than that
+	 * REQ allowed, is read: anything else would make us take memory of
+	 * the peer's choosing (a fetch abandoned by abort or destroy is no
+	 * longer known, and its late answer ends the pipe too).
+	 */
+	if (!f || p->cur.status || t->len > f->cap) {
+		tpu__log_debug("remote rendezvous %s: refusing an answer of %llu bytes %s",
+			       p->st->self, (unsigned long long)t->len,
+			       !f ? "to no request" : p->cur.status ? "with an error" :
+			       "over its request's length");
+		if (f && !f->ended)
+			f->ended = -EPROTO;
+		return -EPROTO;
 	}
-	/* recv_buffer, or nobody waits for it any more (abandoned): a new buffer. */
+	op = f->op;
+	if (op && op->kind == TPU__OP_RECV) {
+		t->data = t->len ? op->tensor.data : empty;
+		return 0;
+	}
+	/* recv_buffer (at most the length it stated), or abandoned: a new buffer. */
 	t->data = NULL;
 	t->flags = TPU_TENSOR_WANT_BUFFER;
+	return 0;
 }
 
 void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg)

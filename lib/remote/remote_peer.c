@@ -311,7 +311,7 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 		if (!st)
 			peer_established(p);
 		if (!st && p->cur.type == REMOTE_RESP)
-			tpu__remote_fetch_resp_desc(p, desc);
+			st = tpu__remote_fetch_resp_desc(p, desc);
 		else if (!st && desc->ntensors)
 			st = -EPROTO;
 		if (!st && p->pipe)

@@ -102,6 +102,12 @@ static void entry_drop_if_empty(struct remote *st, struct remote_entry *e)
 	}
 }
 
+/* What a waiting REQ holds against its peer's bound. */
+static size_t req_cost(const struct remote_entry *e)
+{
+	return sizeof(struct remote_req) + e->key_len;
+}
+
 static struct remote_req *req_unlink(struct remote_entry *e, struct remote_req **pp)
 {
 	struct remote_req *r = *pp;
@@ -110,6 +116,8 @@ static struct remote_req *req_unlink(struct remote_entry *e, struct remote_req *
 	if (!*pp)
 		e->reqs_tail = pp;
 	r->next = NULL;
+	r->peer->nreqs--;
+	r->peer->req_bytes -= req_cost(e);
 	return r;
 }
 
@@ -225,15 +233,29 @@ void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struc
 	r->id = h->id;
 	r->cap = h->len;
 	pthread_mutex_lock(&st->lock);
-	if (st->aborted || st->closing)
+	if (st->aborted || st->closing) {
 		r->status = st->aborted ? st->aborted : TPU_E_CLOSED;
-	else if (!h->key_len)
+	} else if (!h->key_len) {
 		r->status = -EINVAL;
-	else if (!(e = entry_find(st, h->key, h->key_len, true)))
-		r->status = -ENOMEM;
+	} else {
+		e = entry_find(st, h->key, h->key_len, false);
+		/* One that would wait counts against the peer's bound. */
+		if ((!e || !e->send) &&
+		    (p->nreqs >= st->max_reqs ||
+		     p->req_bytes + sizeof(*r) + h->key_len > REMOTE_MAX_REQ_BYTES)) {
+			tpu__log_debug("remote rendezvous %s: a peer has %u requests waiting; "
+				       "refusing more", st->self, p->nreqs);
+			r->status = -ENOBUFS;
+			e = NULL;
+		} else if (!e && !(e = entry_find(st, h->key, h->key_len, true))) {
+			r->status = -ENOMEM;
+		}
+	}
 	if (e) {
 		*e->reqs_tail = r;
 		e->reqs_tail = &r->next;
+		p->nreqs++;
+		p->req_bytes += req_cost(e);
 		serve_entry(e, &out);
 		entry_drop_if_empty(st, e);
 	} else {

@@ -24,6 +24,8 @@
 #define SHM_NAME_MAX		(SHM_SUN_PATH - 1 - SHM_PREFIX_LEN)
 #define SHM_RING_CAP		(1u << 20)
 #define SHM_BACKLOG		128
+/* Out of descriptors: how long the listener waits before it accepts again. */
+#define SHM_ACCEPT_RETRY_NS	(100u * 1000000u)
 
 #define SHM_HS_MAGIC		0x314d4853u	/* "SHM1" read as little-endian bytes */
 #define SHM_HS_VERSION		1
@@ -109,6 +111,9 @@ struct shm_conn {
 	struct shm_op *rx_head, **rx_tail;
 	struct shm_listener *listener;	/* acceptor: until handed to the listener's fn */
 	struct shm_conn *lnext;
+	struct tpu__timer hs_timer;	/* acceptor: the handshake's deadline (an inflight) */
+	bool hs_timer_on;
+	uint64_t hs_since;		/* acceptor: its accept (tpu__mono_ns) */
 	struct sockaddr_un addr;
 	socklen_t addr_len;
 	struct shm_hs hs_out, hs_in;
@@ -124,9 +129,15 @@ struct shm_listener {
 	bool closed;		/* by the user */
 	bool stopped;		/* no more accepts (closed, or failed for good) */
 	bool accepting;		/* an ACCEPT is in flight */
+	bool waiting;		/* out of descriptors: the retry timer runs */
 	unsigned int busy;
 	uint64_t accept_ud;
-	struct shm_conn *pending;	/* connections in their handshake */
+	struct shm_conn *pending;	/* connections in their handshake, newest first */
+	unsigned int npending;
+	unsigned int setup_max;	/* TPU_SETUP_MAX */
+	uint64_t setup_ns;	/* TPU_SETUP_TIMEOUT_MS */
+	uint64_t grace_ns;	/* the oldest handshake is dropped only after this */
+	struct tpu__timer retry;
 	char name[SHM_NAME_MAX + 1];
 };
 

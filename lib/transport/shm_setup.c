@@ -5,6 +5,14 @@
  * eventfd; the acceptor checks and maps them and answers WELCOME; the
  * listener accepts on the abstract Unix socket.  All of it through the
  * context's io_uring.
+ *
+ * Any local user can connect to the abstract socket, so a connection in its
+ * handshake is bounded like a pipe's set-up: it must say HELLO within
+ * TPU_SETUP_TIMEOUT_MS, and at most TPU_SETUP_MAX are in their handshake
+ * per listener (the oldest is dropped for a new one once it had its grace,
+ * else the new one is refused; see base.h).  Out of descriptors,
+ * the listener drops its oldest handshake and waits a while before it
+ * accepts again, rather than spinning or giving up.
  */
 #include <fcntl.h>
 #include <liburing.h>
@@ -197,9 +205,14 @@ static void listener_unlink(struct shm_listener *l, struct shm_conn *c)
 {
 	struct shm_conn **pp;
 
+	if (c->hs_timer_on) {
+		c->hs_timer_on = false;
+		tpu__ctx_timer_cancel(c->ctx, &c->hs_timer);
+	}
 	for (pp = &l->pending; *pp; pp = &(*pp)->lnext) {
 		if (*pp == c) {
 			*pp = c->lnext;
+			l->npending--;
 			break;
 		}
 	}
@@ -317,11 +330,48 @@ static void on_hello(void *arg, const struct io_uring_cqe *cqe)
 	tpu__shm_conn_cqe_done(c);
 }
 
+static void hs_expired(void *arg, tpu_status st)
+{
+	struct shm_conn *c = arg;
+
+	/* Cancelled, or the handshake ended as the timer ran out. */
+	if (!st && c->hs_timer_on && c->listener) {
+		c->hs_timer_on = false;
+		accept_drop(c, "no hello in time");
+	}
+	tpu__shm_conn_cqe_done(c);
+}
+
+static void drop_oldest(struct shm_listener *l, const char *why)
+{
+	struct shm_conn *c = l->pending;
+
+	if (!c)
+		return;
+	while (c->lnext)
+		c = c->lnext;
+	accept_drop(c, why);
+}
+
 static void accept_start(struct shm_listener *l, int fd)
 {
 	struct io_uring_sqe *sqe;
-	struct shm_conn *c = tpu__shm_conn_new(l->ctx);
+	struct shm_conn *c;
 
+	if (l->npending >= l->setup_max) {
+		struct shm_conn *old = l->pending;
+
+		while (old->lnext)
+			old = old->lnext;
+		if (tpu__mono_ns() - old->hs_since < l->grace_ns) {
+			tpu__log_debug("shm: listener %s: handshakes all young; refusing a new one",
+				       l->name);
+			close(fd);
+			return;
+		}
+		accept_drop(old, "too many connections in their handshake");
+	}
+	c = tpu__shm_conn_new(l->ctx);
 	if (!c) {
 		close(fd);
 		return;
@@ -331,6 +381,16 @@ static void accept_start(struct shm_listener *l, int fd)
 	c->listener = l;
 	c->lnext = l->pending;
 	l->pending = c;
+	l->npending++;
+	c->hs_since = tpu__mono_ns();
+	c->hs_timer.fn = hs_expired;
+	c->hs_timer.arg = c;
+	if (tpu__ctx_timer_start(c->ctx, &c->hs_timer, l->setup_ns)) {
+		accept_drop(c, "no timer for its deadline");
+		return;
+	}
+	c->hs_timer_on = true;
+	c->inflight++;
 	tpu__shm_msg_prepare(&c->rxm, &c->hs_in, sizeof(c->hs_in), true);
 	sqe = tpu__shm_conn_sqe(c, on_hello);
 	if (!sqe) {
@@ -345,7 +405,7 @@ static void accept_start(struct shm_listener *l, int fd)
 
 static void listener_maybe_free(struct shm_listener *l)
 {
-	if (l->closed && !l->accepting && !l->busy)
+	if (l->closed && !l->accepting && !l->busy && !l->waiting)
 		free(l);
 }
 
@@ -369,6 +429,31 @@ static bool accept_transient(int err)
 	return err == -ECONNABORTED || err == -EINTR || err == -EAGAIN;
 }
 
+/* Out of descriptors or memory: worth another try later, not at once. */
+static bool accept_short(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
+}
+
+static void accept_retry(void *arg, tpu_status status)
+{
+	struct shm_listener *l = arg;
+	tpu_status st = 0;
+
+	(void)status;
+	l->waiting = false;
+	l->busy++;
+	if (!l->stopped)
+		st = listener_arm(l);
+	if (st && !l->stopped) {
+		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
+		l->stopped = true;
+		l->fn(l->arg, st, NULL);
+	}
+	l->busy--;
+	listener_maybe_free(l);
+}
+
 static void on_accept(void *arg, const struct io_uring_cqe *cqe)
 {
 	struct shm_listener *l = arg;
@@ -382,11 +467,22 @@ static void on_accept(void *arg, const struct io_uring_cqe *cqe)
 		return;
 	}
 	l->busy++;
-	if (cqe->res >= 0)
+	if (cqe->res >= 0) {
 		accept_start(l, cqe->res);
-	else if (!accept_transient(cqe->res))
+	} else if (accept_short(cqe->res)) {
+		tpu__log_debug("shm: listener %s: accept: %s; waiting", l->name,
+			       tpu_strerror(cqe->res));
+		drop_oldest(l, "out of descriptors");
+		l->retry.fn = accept_retry;
+		l->retry.arg = l;
+		if (tpu__ctx_timer_start(l->ctx, &l->retry, SHM_ACCEPT_RETRY_NS))
+			st = -ENOMEM;
+		else
+			l->waiting = true;
+	} else if (!accept_transient(cqe->res)) {
 		st = cqe->res;
-	if (!st && !l->stopped)
+	}
+	if (!st && !l->stopped && !l->waiting)
 		st = listener_arm(l);
 	if (st && !l->stopped) {
 		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
@@ -427,6 +523,8 @@ static void shm_listener_close(struct tpu__xlistener *base)
 			tpu__ctx_submit(l->ctx);
 		}
 	}
+	if (l->waiting)
+		tpu__ctx_timer_cancel(l->ctx, &l->retry);
 	/* The name is free once the cancelled ACCEPT let go of the socket too. */
 	tpu__shm_close_fd(&l->fd);
 	l->busy++;
@@ -463,6 +561,9 @@ tpu_status tpu__shm_listen(struct tpu_context *ctx, const char *addr, tpu__accep
 	l->ctx = ctx;
 	l->fn = fn;
 	l->arg = arg;
+	l->setup_max = tpu__setup_max();
+	l->setup_ns = tpu__setup_timeout_ns();
+	l->grace_ns = tpu__setup_grace_ns(l->setup_ns);
 	strcpy(l->name, addr);
 	l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (l->fd < 0 || bind(l->fd, (struct sockaddr *)&sa, len) || listen(l->fd, SHM_BACKLOG)) {

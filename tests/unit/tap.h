@@ -72,6 +72,9 @@ void test_boot_env(void);
 void test_store(void);
 void test_world(void);
 void test_world_coll(void);
+void test_bounds_pipe(void);
+void test_bounds_remote(void);
+void test_bounds_store(void);
 void test_coll_dtype(void);
 void test_coll(void);
 

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * What a hostile peer can make a worker of the remote rendezvous hold
+ * (Documentation/security.rst, "Resource bounds"), with the peer a plain
+ * pipe of this process that speaks the rendezvous's messages itself:
+ *
+ *   - a flood of REQs for keys never sent: past TPU_REMOTE_MAX_REQS the
+ *     excess is answered -ENOBUFS at once, the REQs within the bound are
+ *     still served when their keys come, and another worker is served
+ *     meanwhile;
+ *   - an answer nobody asked for, carrying a large tensor: the worker ends
+ *     that pipe at the descriptor instead of taking a buffer for it;
+ *   - an answer to a real request with a tensor longer than the request
+ *     allowed: the receive fails -EPROTO and the tensor is not read.
+ *
+ * Contexts allow only the basic channel, so that every tensor crosses the
+ * pipe's own stream (no cma read on this side's behalf).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pipe_harness.h"
+#include "remote/remote.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define TASK_A		"/job:worker/replica:0/task:0"
+#define TASK_B		"/job:worker/replica:0/task:1"
+#define TASK_H		"/job:worker/replica:0/task:9"
+#define MAX_REQS	16
+#define FLOOD		40
+#define BIG		(64u << 20)
+
+/* Wait up to @ms for @n callbacks on @r. */
+static bool rec_wait_ms(struct rec *r, int n, unsigned int ms)
+{
+	struct timespec until;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&r->lock);
+	while (r->n < n && !pthread_cond_timedwait(&r->cond, &r->lock, &until))
+		;
+	ok = r->n >= n;
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+/* The TF key of @edge from @src's CPU to @dst's. */
+static size_t key_of(char *buf, const char *src, const char *dst, const char *edge)
+{
+	char s[96], d[96];
+	struct tpu_key k = { .src_incarnation = 7 };
+	size_t len = 0;
+
+	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
+	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
+	k.src_device = (struct tpu_str){ s, strlen(s) };
+	k.dst_device = (struct tpu_str){ d, strlen(d) };
+	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
+	if (tpu_key_build(&k, buf, 512, &len))
+		return 0;
+	return len;
+}
+
+/* Write one rendezvous message on @p (a tensor if @len); the write's status, 1 if none came. */
+static tpu_status h_write(struct tpu_pipe *p, const struct remote_hdr *h, const void *data,
+			  size_t len, unsigned int wait_ms)
+{
+	uint8_t meta[1024];
+	struct tpu_message_tensor t = { .data = (void *)data, .len = len };
+	struct tpu_message m = { .metadata = meta };
+	struct rec r;
+	struct tag tg = { &r, 0 };
+	tpu_status st;
+
+	if (tpu__remote_wire_size(h->key_len) > sizeof(meta))
+		return -EINVAL;
+	tpu__remote_wire_put(h, meta);
+	m.metadata_len = tpu__remote_wire_size(h->key_len);
+	if (len) {
+		m.tensors = &t;
+		m.ntensors = 1;
+	}
+	rec_init(&r);
+	st = tpu_pipe_write(p, &m, on_write, &tg);
+	if (st)
+		return st;
+	/* The message must outlive the write: wait for it in any case. */
+	if (!rec_wait_ms(&r, 1, wait_ms) && !rec_wait(&r, 1))
+		return 1;
+	return r.st[0];
+}
+
+/*
+ * Read the next rendezvous message from @p within @ms: its header into @h
+ * (the key is not kept); a tensor is read into @buf of @size.  0, or what failed.
+ */
+static tpu_status h_read(struct tpu_pipe *p, struct remote_hdr *h, void *buf, size_t size,
+			 unsigned int ms)
+{
+	struct rec r;
+	struct tag tg = { &r, 0 };
+	struct tpu_message *d;
+	tpu_status st;
+
+	rec_init(&r);
+	st = tpu_pipe_read_descriptor(p, on_desc, &tg);
+	if (st)
+		return st;
+	if (!rec_wait_ms(&r, 1, ms))
+		return -ETIMEDOUT;
+	if (r.st[0])
+		return r.st[0];
+	d = r.msg[0];
+	st = tpu__remote_wire_get(d->metadata, d->metadata_len, h);
+	h->key = NULL;
+	if (st || d->ntensors > 1 || (d->ntensors && d->tensors[0].len > size))
+		return -EPROTO;
+	if (d->ntensors)
+		d->tensors[0].data = buf;
+	st = tpu_pipe_read(p, d, on_write, &tg);
+	if (st)
+		return st;
+	if (!rec_wait_ms(&r, 2, ms))
+		return -ETIMEDOUT;
+	return r.st[1];
+}
+
+struct worker {
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	char url[300];
+};
+
+static bool worker_open(struct worker *w, const char *task, const char *peer_url)
+{
+	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	const char *listen = "tcp://127.0.0.1:0";
+	struct tpu_remote_task peer = { TASK_A, peer_url };
+	struct tpu_remote_options ro = {
+		.task = task, .listen_urls = &listen, .nlisten = 1,
+		.peers = peer_url ? &peer : NULL, .npeers = peer_url ? 1 : 0,
+	};
+
+	memset(w, 0, sizeof(*w));
+	return !tpu_context_create(&o, &w->ctx) &&
+	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
+	       !tpu_rendezvous_url(w->rdv, "tcp", w->url, sizeof(w->url));
+}
+
+static void worker_close(struct worker *w)
+{
+	tpu_rendezvous_destroy(w->rdv);
+	tpu_context_destroy(w->ctx);
+}
+
+/* The hostile peer: a context and a pipe to @url, HELLO sent as task @task. */
+struct hostile {
+	struct tpu_context *ctx;
+	struct tpu_pipe *pipe;
+};
+
+static bool hostile_open(struct hostile *h, const char *url)
+{
+	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	struct remote_hdr hello = { .type = REMOTE_HELLO, .key = (const uint8_t *)TASK_H,
+				    .key_len = strlen(TASK_H) };
+
+	memset(h, 0, sizeof(*h));
+	return !tpu_context_create(&o, &h->ctx) && !tpu_pipe_connect(h->ctx, url, &h->pipe) &&
+	       h_write(h->pipe, &hello, NULL, 0, 5000) == 0;
+}
+
+static void hostile_close(struct hostile *h)
+{
+	tpu_pipe_close(h->pipe);
+	tpu_context_destroy(h->ctx);
+}
+
+static void req_flood(void)
+{
+	struct worker a = { 0 }, b = { 0 };
+	struct hostile h = { 0 };
+	char key[512], v[8];
+	size_t klen, len = 0;
+	int refused = 0, first_refused = 0, other = 0;
+	bool up, sent = true;
+	struct remote_hdr got;
+	uint64_t payload = 0x1122334455667788ull, back = 0;
+	struct tpu_tensor t = { .data = &payload, .len = sizeof(payload) };
+	struct tpu_tensor dst = { .data = v, .len = sizeof(v) };
+
+	snprintf(v, sizeof(v), "%d", MAX_REQS);
+	setenv("TPU_REMOTE_MAX_REQS", v, 1);
+	up = worker_open(&a, TASK_A, NULL) && hostile_open(&h, a.url);
+	for (int i = 1; up && i <= FLOOD; i++) {
+		char edge[32];
+		struct remote_hdr req = { .type = REMOTE_REQ, .id = (uint64_t)i, .len = 8 };
+
+		snprintf(edge, sizeof(edge), "never-%d", i);
+		klen = key_of(key, TASK_A, TASK_H, edge);
+		req.key = (const uint8_t *)key;
+		req.key_len = klen;
+		sent &= klen && h_write(h.pipe, &req, NULL, 0, 5000) == 0;
+	}
+	while (up && sent && refused + other < FLOOD - MAX_REQS) {
+		if (h_read(h.pipe, &got, NULL, 0, 5000))
+			break;
+		if (got.type == REMOTE_RESP && got.status == -ENOBUFS) {
+			if (!refused)
+				first_refused = (int)got.id;
+			refused++;
+		} else {
+			other++;
+		}
+	}
+	CHECK(up && sent && refused == FLOOD - MAX_REQS && !other && first_refused == MAX_REQS + 1,
+	      "bounds_remote_reqs_past_the_bound_are_answered_enobufs "
+	      "(%d of %d, first id %d, %d other)", refused, FLOOD - MAX_REQS, first_refused, other);
+
+	/* A REQ within the bound is still served once its key is sent. */
+	klen = key_of(key, TASK_A, TASK_H, "never-1");
+	CHECK(up && !tpu_rendezvous_send(a.rdv, key, klen, &t, 0, NULL, NULL) &&
+	      !h_read(h.pipe, &got, &back, sizeof(back), 5000) && got.type == REMOTE_RESP &&
+	      got.id == 1 && !got.status && back == payload,
+	      "bounds_remote_a_parked_req_within_the_bound_is_still_served");
+
+	/* Another worker is served while the flooding peer holds its bound. */
+	up = up && worker_open(&b, TASK_B, a.url);
+	klen = key_of(key, TASK_A, TASK_B, "legit");
+	CHECK(up && !tpu_rendezvous_send(a.rdv, key, klen, &t, 0, NULL, NULL) &&
+	      !tpu_rendezvous_recv_wait(b.rdv, key, klen, &dst, 10ull * 1000000000ull, &len) &&
+	      len == sizeof(payload) && !memcmp(v, &payload, sizeof(v)),
+	      "bounds_remote_another_worker_is_served_during_the_flood");
+	worker_close(&b);
+	hostile_close(&h);
+	worker_close(&a);
+	unsetenv("TPU_REMOTE_MAX_REQS");
+}
+
+/* Large zero-filled memory that costs nothing until read (the zero page). */
+static void *big_zeros(void)
+{
+	void *p = mmap(NULL, BIG, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void unsolicited_answer(void)
+{
+	struct worker a = { 0 };
+	struct hostile h = { 0 };
+	struct remote_hdr resp = { .type = REMOTE_RESP, .id = 4242, .len = BIG };
+	struct remote_hdr got;
+	void *zeros = big_zeros();
+	tpu_status wst = 1, rst = 1;
+	bool up = zeros && worker_open(&a, TASK_A, NULL) && hostile_open(&h, a.url);
+
+	/* The worker must hang up at the descriptor: the 64 MiB never cross. */
+	if (up) {
+		wst = h_write(h.pipe, &resp, zeros, BIG, 5000);
+		rst = h_read(h.pipe, &got, NULL, 0, 5000);
+	}
+	CHECK(up && wst != 0 && wst != 1 && rst != 0 && rst != -ETIMEDOUT,
+	      "bounds_remote_an_answer_to_no_request_ends_its_pipe_unread (write %s, read %s)",
+	      tpu_status_name(wst), tpu_status_name(rst));
+	hostile_close(&h);
+	/* The worker still serves a well-behaved peer. */
+	memset(&h, 0, sizeof(h));
+	if (up && hostile_open(&h, a.url)) {
+		char key[512];
+		size_t klen = key_of(key, TASK_A, TASK_H, "after");
+		uint64_t payload = 7, back = 0;
+		struct tpu_tensor t = { .data = &payload, .len = sizeof(payload) };
+		struct remote_hdr req = { .type = REMOTE_REQ, .id = 1, .len = 8,
+					  .key = (const uint8_t *)key, .key_len = klen };
+
+		CHECK(!tpu_rendezvous_send(a.rdv, key, klen, &t, 0, NULL, NULL) &&
+		      !h_write(h.pipe, &req, NULL, 0, 5000) &&
+		      !h_read(h.pipe, &got, &back, sizeof(back), 5000) && got.id == 1 && back == 7,
+		      "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
+		hostile_close(&h);
+	} else {
+		hostile_close(&h);
+		CHECK(false,
+		      "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
+	}
+	worker_close(&a);
+	if (zeros)
+		munmap(zeros, BIG);
+}
+
+/* A receive's result, for the test thread to wait on. */
+struct recv_rec {
+	struct rec r;
+	struct tag t;
+	size_t len;
+};
+
+static void on_recv(void *arg, tpu_status st, size_t len)
+{
+	struct recv_rec *rr = arg;
+
+	rr->len = len;
+	rec_post(&rr->t, st, NULL);
+}
+
+static void oversized_answer(void)
+{
+	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	const char *lurl = "tcp://127.0.0.1:0";
+	struct tpu_context *lctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rec acc;
+	struct tag at = { &acc, 0 };
+	struct recv_rec rr;
+	struct worker a = { 0 };
+	struct remote_hdr got, resp = { .type = REMOTE_RESP, .len = BIG };
+	void *zeros = big_zeros();
+	char key[512], dst_buf[16], url[300];
+	size_t klen = key_of(key, TASK_H, TASK_A, "oversized");
+	struct tpu_tensor dst = { .data = dst_buf, .len = sizeof(dst_buf) };
+	struct tpu_pipe *p = NULL;
+	tpu_status wst = 1;
+	bool up, answered;
+
+	rec_init(&acc);
+	rec_init(&rr.r);
+	rr.t = (struct tag){ &rr.r, 0 };
+	up = zeros && worker_open(&a, TASK_A, NULL) && !tpu_context_create(&o, &lctx) &&
+	     !tpu_listener_create(lctx, &lurl, 1, &l) &&
+	     !tpu_listener_url(l, "tcp", url, sizeof(url)) &&
+	     !tpu_rendezvous_add_peer(a.rdv, TASK_H, url) &&
+	     !tpu_listener_accept(l, on_accept, &at) &&
+	     /* The worker's receive asks this peer for at most 16 bytes. */
+	     !tpu_rendezvous_recv(a.rdv, key, klen, &dst, 10ull * 1000000000ull, on_recv, &rr) &&
+	     rec_wait(&acc, 1) && !acc.st[0];
+	p = up ? acc.pipe : NULL;
+	up = up && !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_HELLO &&
+	     !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_REQ && got.len == 16;
+	if (up) {
+		resp.id = got.id;
+		wst = h_write(p, &resp, zeros, BIG, 5000);
+	}
+	answered = up && rec_wait_ms(&rr.r, 1, 5000);
+	CHECK(answered && rr.r.st[0] == -EPROTO,
+	      "bounds_remote_a_receive_answered_past_its_length_fails_eproto (%s)",
+	      tpu_status_name(answered ? rr.r.st[0] : 0));
+	CHECK(up && wst != 0 && wst != 1,
+	      "bounds_remote_an_answer_longer_than_its_request_is_not_read (write %s)",
+	      tpu_status_name(wst));
+	tpu_pipe_close(p);
+	tpu_listener_close(l);
+	worker_close(&a);
+	rec_wait_ms(&rr.r, 1, 5000);
+	tpu_context_destroy(lctx);
+	if (zeros)
+		munmap(zeros, BIG);
+}
+
+void test_bounds_remote(void)
+{
+	req_flood();
+	unsolicited_answer();
+	oversized_answer();
+}
