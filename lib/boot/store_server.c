@@ -7,6 +7,11 @@
  * limits before anything is allocated.  A client that breaks the protocol,
  * or stalls in the middle of a frame for STORE_FRAME_MS, is dropped alone.
  *
+ * With a job secret, a client proves it first (STORE_AUTH, the same
+ * challenge and response as pipes, base/auth.c): until then any other
+ * request is answered -EACCES and its client dropped, before anything is
+ * allocated for its body.
+ *
  * A GET of a key not there yet parks its client (nothing more is read from
  * it meanwhile, which keeps its replies in order) until a SET or ADD of
  * the key or the GET's deadline.
@@ -51,9 +56,13 @@ struct sclient {
 	uint64_t park_deadline;
 	uint8_t *out;			/* reply not yet written */
 	size_t out_len, out_off;
+	/* STORE_AUTH: 0 nothing yet, 1 challenged, 2 proved (or no secret to prove) */
+	int auth;
+	uint8_t nonce_c[TPU__AUTH_NONCE], nonce_s[TPU__AUTH_NONCE];
 };
 
 struct store_server {
+	struct tpu__secret secret;
 	int lfd;
 	int wake;
 	uint16_t port;
@@ -191,6 +200,47 @@ static void wake_parked(struct store_server *s, const struct entry *e)
 	}
 }
 
+static const char label_server[] = "tensorpipe store v1 server";
+static const char label_client[] = "tensorpipe store v1 client";
+
+/* Answer -EACCES and drop the client (the reply is 8 bytes: it goes out at once). */
+static void refuse(struct sclient *c, const char *why)
+{
+	tpu__log_debug("store: refusing a client: %s", why);
+	reply(c, -EACCES, NULL, 0);
+	c->dead = true;
+}
+
+static void auth_step(struct store_server *s, struct sclient *c)
+{
+	uint8_t v[TPU__AUTH_NONCE + TPU__SHA256_LEN], want[TPU__SHA256_LEN];
+
+	if (!s->secret.set) {
+		refuse(c, "it has a job secret, this store has none");
+	} else if (c->req.arg == 1 && c->auth == 0) {
+		memcpy(c->nonce_c, c->body, TPU__AUTH_NONCE);
+		if (tpu__auth_nonce(c->nonce_s)) {
+			c->dead = true;
+			return;
+		}
+		memcpy(v, c->nonce_s, TPU__AUTH_NONCE);
+		tpu__auth_proof(&s->secret, label_server, c->nonce_c, c->nonce_s,
+				v + TPU__AUTH_NONCE);
+		c->auth = 1;
+		reply(c, 0, v, sizeof(v));
+	} else if (c->req.arg == 2 && c->auth == 1) {
+		tpu__auth_proof(&s->secret, label_client, c->nonce_c, c->nonce_s, want);
+		if (!tpu__ct_equal(want, c->body, sizeof(want))) {
+			refuse(c, "a wrong proof of the job secret");
+			return;
+		}
+		c->auth = 2;
+		reply(c, 0, NULL, 0);
+	} else {
+		refuse(c, "authentication out of order");
+	}
+}
+
 static void handle(struct store_server *s, struct sclient *c)
 {
 	const uint8_t *key = c->body, *val = c->body + c->req.key_len;
@@ -199,6 +249,11 @@ static void handle(struct store_server *s, struct sclient *c)
 	tpu_status st;
 	int64_t total;
 
+	if (c->req.op == STORE_AUTH) {
+		auth_step(s, c);
+		end_frame(c);
+		return;
+	}
 	switch (c->req.op) {
 	case STORE_SET:
 		st = put(s, key, c->req.key_len, val, c->req.val_len);
@@ -215,6 +270,8 @@ static void handle(struct store_server *s, struct sclient *c)
 		} else {
 			reply(c, -ETIMEDOUT, NULL, 0);
 		}
+		break;
+	case STORE_AUTH:
 		break;
 	case STORE_ADD:
 		total = e ? (e->val_len == 8 ? tpu__store_wire_get_i64(e->val) : 0) : 0;
@@ -271,6 +328,10 @@ static void client_read(struct store_server *s, struct sclient *c)
 				c->dead = true;
 				return;
 			}
+			if (c->auth != 2 && c->req.op != STORE_AUTH) {
+				refuse(c, "it did not prove the job secret");
+				return;
+			}
 			c->body = malloc(c->req.key_len + c->req.val_len);
 			if (!c->body) {
 				c->dead = true;
@@ -307,6 +368,7 @@ static void accept_all(struct store_server *s)
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
+		c->auth = s->secret.set ? 0 : 2;
 		s->clients[s->nclients++] = c;
 	}
 }
@@ -437,6 +499,13 @@ static int listen_on(const char *host, uint16_t port, char *why, size_t why_size
 tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store_server **out,
 			      char *why, size_t why_size)
 {
+	return tpu__store_server_start_auth(host, port, NULL, out, why, why_size);
+}
+
+tpu_status tpu__store_server_start_auth(const char *host, uint16_t port,
+				       const struct tpu__secret *secret, struct store_server **out,
+				       char *why, size_t why_size)
+{
 	struct store_server *s = calloc(1, sizeof(*s));
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
@@ -445,6 +514,8 @@ tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store
 	*out = NULL;
 	if (!s)
 		return -ENOMEM;
+	if (secret)
+		s->secret = *secret;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	s->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -521,5 +592,6 @@ void tpu__store_server_stop(struct store_server *s)
 	close(s->wake);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->cond);
+	memset(&s->secret, 0, sizeof(s->secret));
 	free(s);
 }

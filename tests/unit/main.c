@@ -39,6 +39,8 @@ static const struct {
 	{ "failure", test_failure },
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
+	{ "auth", test_auth },
+	{ "remote_authz", test_remote_authz },
 	{ "world", test_world },
 	{ "coll_dtype", test_coll_dtype },
 	{ "coll", test_coll },
