@@ -254,52 +254,86 @@ static bool b_to_a(struct tpu_rendezvous *a, struct tpu_rendezvous *b, const cha
 	       !memcmp(got, "REAL", 4);
 }
 
-void test_remote_authz(void)
-{
-	struct tpu_context *ca = NULL, *cb = NULL;
-	struct tpu_rendezvous *a = worker(&ca, TASK(0)), *b = worker(&cb, TASK(1));
-	static struct att x1, x2, x3, x4, x5, x6;
-	char ua[300], ub[300], key[256], got[16];
-	struct done d = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-	struct done s = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-	struct remote_hdr h;
-	uint8_t buf[64];
-	size_t klen, len;
-	bool saw_req = false;
-	tpu_status st;
+struct workers {
+	struct tpu_context *ca, *cb;
+	struct tpu_rendezvous *a, *b;
+	char ua[300], ub[300];
+};
 
-	if (!a || !b || tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
-	    tpu_rendezvous_url(b, "tcp", ub, sizeof(ub)) ||
-	    tpu_rendezvous_add_peer(a, TASK(1), ub) || tpu_rendezvous_add_peer(b, TASK(0), ua) ||
-	    tpu_rendezvous_add_peer(a, TASK(2), "tcp://127.0.0.1:1")) {
+/* A (task 0) and B (task 1) know each other; A's map also has task 2 (never up). */
+static bool workers_up(struct workers *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->a = worker(&w->ca, TASK(0));
+	w->b = worker(&w->cb, TASK(1));
+	return w->a && w->b && !tpu_rendezvous_url(w->a, "tcp", w->ua, sizeof(w->ua)) &&
+	       !tpu_rendezvous_url(w->b, "tcp", w->ub, sizeof(w->ub)) &&
+	       !tpu_rendezvous_add_peer(w->a, TASK(1), w->ub) &&
+	       !tpu_rendezvous_add_peer(w->b, TASK(0), w->ua) &&
+	       !tpu_rendezvous_add_peer(w->a, TASK(2), "tcp://127.0.0.1:1");
+}
+
+static void workers_down(struct workers *w)
+{
+	tpu_rendezvous_destroy(w->a);
+	tpu_rendezvous_destroy(w->b);
+	tpu_context_destroy(w->ca);
+	tpu_context_destroy(w->cb);
+}
+
+/* ABORT from a pipe that never said who it is, and from a task not in the map. */
+static void anonymous_abort(void)
+{
+	static struct att x1, x2, x6;
+	struct workers w;
+
+	if (!workers_up(&w)) {
 		CHECK(false, "remote_authz_setup");
 		goto out;
 	}
-
-	/* ABORT from a pipe that never said who it is, and from a task not in the map. */
-	CHECK(att_open(&x1, ua), "anon_open");
+	CHECK(att_open(&x1, w.ua), "anon_open");
 	att_send(&x1, REMOTE_ABORT, 0, -ECANCELED, 0, NULL, NULL);
 	CHECK(att_closed(&x1, 5000), "anonymous_abort_closes_the_pipe");
-	CHECK(att_open(&x2, ua), "stranger_open");
+	CHECK(att_open(&x2, w.ua), "stranger_open");
 	att_send(&x2, REMOTE_HELLO, 0, 0, 0, TASK(7), NULL);
 	att_send(&x2, REMOTE_ABORT, 0, -ECANCELED, 0, NULL, NULL);
 	CHECK(att_closed(&x2, 5000), "abort_from_a_task_not_in_the_map_closes_the_pipe");
-	CHECK(b_to_a(a, b, "after-abort"), "anonymous_abort_did_not_abort_the_worker");
-
-	/* A REQ before any HELLO: closed. */
-	CHECK(att_open(&x6, ua), "nohello_open");
+	/* A REQ before any HELLO: closed too. */
+	CHECK(att_open(&x6, w.ua), "nohello_open");
 	att_send(&x6, REMOTE_REQ, 1, 0, 64, "k", NULL);
 	CHECK(att_closed(&x6, 5000), "request_before_hello_closes_the_pipe");
+	CHECK(b_to_a(w.a, w.b, "after-abort"), "anonymous_abort_did_not_abort_the_worker");
+out:
+	att_close(&x1);
+	att_close(&x2);
+	att_close(&x6);
+	workers_down(&w);
+}
 
-	/* A HELLO claiming B, to answer A's receives from B with forged bytes. */
-	CHECK(att_open(&x3, ua), "forger_open");
+/* A HELLO claiming B, to answer A's receives from B with forged bytes. */
+static void forged_answer(void)
+{
+	static struct att x3;
+	struct done d = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+	char key[256], got[16] = "";
+	struct remote_hdr h;
+	uint8_t buf[64];
+	bool saw_req = false;
+	struct workers w;
+	size_t klen;
+	tpu_status st;
+
+	if (!workers_up(&w)) {
+		CHECK(false, "remote_authz_setup");
+		goto out;
+	}
+	CHECK(att_open(&x3, w.ua), "forger_open");
 	att_send(&x3, REMOTE_HELLO, 0, 0, 0, TASK(1), NULL);
 	att_send(&x3, REMOTE_REQ, 1, 0, 0, NULL, NULL);	/* answered at once: A read the HELLO */
 	CHECK(att_next(&x3, &h, buf, sizeof(buf), 5000) == 0 && h.type == REMOTE_RESP,
 	      "forger_synced");
 	klen = key_of(key, 1, 0, "forged");
-	memset(got, 0, sizeof(got));
-	CHECK(tpu_rendezvous_recv(a, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
+	CHECK(tpu_rendezvous_recv(w.a, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
 				  10 * SEC, on_recv, &d) == 0, "victim_receive_posted");
 	st = att_next(&x3, &h, buf, sizeof(buf), 1500);
 	if (!st && h.type == REMOTE_REQ) {
@@ -307,49 +341,63 @@ void test_remote_authz(void)
 		att_send(&x3, REMOTE_RESP, h.id, 0, 4, NULL, "EVIL");
 	}
 	CHECK(!saw_req, "forged_hello_draws_no_request");
-	CHECK(tpu_rendezvous_send(b, key, klen, &(struct tpu_tensor){ .data = (void *)"REAL",
-								       .len = 4 }, 0, NULL, NULL) == 0,
+	CHECK(tpu_rendezvous_send(w.b, key, klen, &(struct tpu_tensor){ .data = (void *)"REAL",
+									 .len = 4 }, 0, NULL, NULL) == 0,
 	      "producer_sends");
 	CHECK(done_wait(&d, 10) && d.st == 0 && !memcmp(got, "REAL", 4),
 	      "answer_taken_only_from_the_producer (got %.4s)", got);
-	tpu_pipe_close(x3.p);
-	x3.p = NULL;
-	usleep(300 * 1000);	/* A sees that pipe end before B's own claim comes */
+	CHECK(b_to_a(w.a, w.b, "after-forgery"), "legitimate_workers_served_after_forgery");
+out:
+	att_close(&x3);
+	workers_down(&w);
+}
 
-	/* A member asks for a key that B consumes. */
+/* A member asks for a key that B consumes; then a second claim of B. */
+static void stolen_key(void)
+{
+	static struct att x4, x5;
+	struct done s = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+	char key[256], got[16] = "";
+	struct remote_hdr h = { 0 };
+	uint8_t buf[64] = { 0 };
+	struct workers w;
+	size_t klen, len = 0;
+	tpu_status st;
+
+	if (!workers_up(&w)) {
+		CHECK(false, "remote_authz_setup");
+		goto out;
+	}
 	klen = key_of(key, 0, 1, "stolen");
-	CHECK(tpu_rendezvous_send(a, key, klen, &(struct tpu_tensor){ .data = (void *)"SECRET",
-								       .len = 6 }, 0, on_send, &s) == 0,
+	CHECK(tpu_rendezvous_send(w.a, key, klen, &(struct tpu_tensor){ .data = (void *)"SECRET",
+									 .len = 6 }, 0, on_send, &s) == 0,
 	      "victim_sends");
-	CHECK(att_open(&x5, ua), "thief_open");
+	CHECK(att_open(&x5, w.ua), "thief_open");
 	att_send(&x5, REMOTE_HELLO, 0, 0, 0, TASK(2), NULL);
 	att_send(&x5, REMOTE_REQ, 42, 0, 64, key, NULL);
-	memset(buf, 0, sizeof(buf));
 	st = att_next(&x5, &h, buf, sizeof(buf), 5000);
 	CHECK(st == 0 && h.type == REMOTE_RESP && h.status == -EACCES && h.len == 0 &&
 	      memcmp(buf, "SECRET", 6), "stolen_key_refused (status %d, tensor %d)", h.status,
 	      (int)h.len);
-	len = 0;
-	memset(got, 0, sizeof(got));
-	CHECK(tpu_rendezvous_recv_wait(b, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
+	CHECK(tpu_rendezvous_recv_wait(w.b, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
 				       10 * SEC, &len) == 0 && len == 6 && !memcmp(got, "SECRET", 6),
 	      "consumer_still_served_after_theft_attempt");
 	CHECK(done_wait(&s, 10) && s.st == 0, "victim_send_completed");
 
 	/* B has its pipe to A now: a second claim of task 1 is refused. */
-	CHECK(att_open(&x4, ua), "second_claim_open");
+	CHECK(att_open(&x4, w.ua), "second_claim_open");
 	att_send(&x4, REMOTE_HELLO, 0, 0, 0, TASK(1), NULL);
 	CHECK(att_closed(&x4, 5000), "second_claim_of_a_connected_task_refused");
-	CHECK(b_to_a(a, b, "after-all"), "legitimate_workers_served_after_every_attack");
+	CHECK(b_to_a(w.a, w.b, "after-all"), "legitimate_workers_served_after_every_attack");
 out:
-	att_close(&x1);
-	att_close(&x2);
-	att_close(&x3);
 	att_close(&x4);
 	att_close(&x5);
-	att_close(&x6);
-	tpu_rendezvous_destroy(a);
-	tpu_rendezvous_destroy(b);
-	tpu_context_destroy(ca);
-	tpu_context_destroy(cb);
+	workers_down(&w);
+}
+
+void test_remote_authz(void)
+{
+	anonymous_abort();
+	forged_answer();
+	stolen_key();
 }
