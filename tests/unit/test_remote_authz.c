@@ -142,9 +142,8 @@ static tpu_status att_next(struct att *a, struct remote_hdr *h, void *buf, size_
 	struct tpu_message *d;
 	tpu_status st;
 
-	if (!att_wait(a, &a->ndesc, want, ms)) {
+	if (!att_wait(a, &a->ndesc, want, ms))
 		return -ETIMEDOUT;
-	}
 	if (a->desc_st)
 		return a->desc_st;
 	d = a->desc;
@@ -156,9 +155,10 @@ static tpu_status att_next(struct att *a, struct remote_hdr *h, void *buf, size_
 			return -EMSGSIZE;
 		d->tensors[0].data = buf;
 	}
+	/* Here: whether a tensor came (the descriptor is the pipe's again once read). */
+	h->len = d->ntensors;
 	if (tpu_pipe_read(a->p, d, att_read, a) || !att_wait(a, &a->nread, a->nread + 1, ms))
 		return -EIO;
-	h->len = d->ntensors;	/* here: whether a tensor came */
 	tpu_pipe_read_descriptor(a->p, att_desc, a);
 	return a->read_st;
 }
