@@ -295,6 +295,8 @@ static void handle(struct store_server *s, struct sclient *c)
 /* Read what the client sent, a frame at a time, while it may be answered. */
 static void client_read(struct store_server *s, struct sclient *c)
 {
+	uint8_t scratch[4096];
+
 	while (!c->dead && !c->parked && !c->out) {
 		uint8_t *dst;
 		size_t want;
@@ -306,6 +308,11 @@ static void client_read(struct store_server *s, struct sclient *c)
 		} else {
 			dst = c->body + c->body_got;
 			want = c->req.key_len + c->req.val_len - c->body_got;
+			if (!c->body) {
+				/* Refused: read and drop the frame, so that closing resets nothing. */
+				dst = scratch;
+				want = want < sizeof(scratch) ? want : sizeof(scratch);
+			}
 		}
 		n = recv(c->fd, dst, want, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -328,10 +335,9 @@ static void client_read(struct store_server *s, struct sclient *c)
 				c->dead = true;
 				return;
 			}
-			if (c->auth != 2 && c->req.op != STORE_AUTH) {
-				refuse(c, "it did not prove the job secret");
-				return;
-			}
+			/* Nothing is allocated for a client that has not proved the secret. */
+			if (c->auth != 2 && c->req.op != STORE_AUTH)
+				continue;
 			c->body = malloc(c->req.key_len + c->req.val_len);
 			if (!c->body) {
 				c->dead = true;
@@ -340,7 +346,11 @@ static void client_read(struct store_server *s, struct sclient *c)
 			continue;
 		}
 		c->body_got += (size_t)n;
-		if (c->body_got == c->req.key_len + c->req.val_len)
+		if (c->body_got < c->req.key_len + c->req.val_len)
+			continue;
+		if (!c->body)
+			refuse(c, "it did not prove the job secret");
+		else
 			handle(s, c);
 	}
 }

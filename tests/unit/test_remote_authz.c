@@ -27,6 +27,7 @@ struct att {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int ndesc, nread;
+	int taken;			/* descriptors att_next() handled */
 	tpu_status desc_st, read_st;
 	struct tpu_message *desc;
 	uint8_t meta[512];
@@ -138,12 +139,13 @@ static void att_send(struct att *a, enum remote_msg type, uint64_t id, tpu_statu
  */
 static tpu_status att_next(struct att *a, struct remote_hdr *h, void *buf, size_t cap, int ms)
 {
-	int want = a->ndesc + 1;
+	int want = a->taken + 1, reads = a->nread + 1;
 	struct tpu_message *d;
 	tpu_status st;
 
 	if (!att_wait(a, &a->ndesc, want, ms))
 		return -ETIMEDOUT;
+	a->taken = want;
 	if (a->desc_st)
 		return a->desc_st;
 	d = a->desc;
@@ -157,7 +159,7 @@ static tpu_status att_next(struct att *a, struct remote_hdr *h, void *buf, size_
 	}
 	/* Here: whether a tensor came (the descriptor is the pipe's again once read). */
 	h->len = d->ntensors;
-	if (tpu_pipe_read(a->p, d, att_read, a) || !att_wait(a, &a->nread, a->nread + 1, ms))
+	if (tpu_pipe_read(a->p, d, att_read, a) || !att_wait(a, &a->nread, reads, ms))
 		return -EIO;
 	tpu_pipe_read_descriptor(a->p, att_desc, a);
 	return a->read_st;
