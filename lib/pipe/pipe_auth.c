@@ -34,6 +34,11 @@
 #define AUTH_FRAME	(TPU__WIRE_HDR_LEN + AUTH_BODY)
 /* A WELCOME that refuses is small; anything longer is not one. */
 #define REFUSAL_MAX	256
+/*
+ * A refused peer's frame is read and dropped first (so that closing does
+ * not reset the refusal away), up to this much; a longer one is not.
+ */
+#define DRAIN_MAX	(64u << 10)
 
 static const char label_listener[] = "tensorpipe pipe v1 listener";
 static const char label_connector[] = "tensorpipe pipe v1 connector";
@@ -45,6 +50,7 @@ struct pipe_auth {
 	tpu__pipe_auth_fn done;
 	void *arg;
 	struct tpu__wire_hdr h;
+	uint32_t drain;			/* bytes of a refused frame still to drop */
 	uint8_t nonce_c[TPU__AUTH_NONCE], nonce_l[TPU__AUTH_NONCE];
 	uint8_t out[REFUSAL_MAX];	/* the frame being written */
 	uint8_t in[REFUSAL_MAX];	/* the frame being read */
@@ -221,6 +227,36 @@ static void refuse(struct pipe_auth *a)
 		finish(a, -EACCES);
 }
 
+/* Drop what is left of the refused frame (into a fixed buffer), then refuse. */
+static void drained(void *arg, tpu_status st)
+{
+	struct pipe_auth *a = arg;
+	uint32_t n = a->drain < sizeof(a->in) ? a->drain : (uint32_t)sizeof(a->in);
+
+	if (!step_ok(a, &st)) {
+		finish(a, -EACCES);
+		return;
+	}
+	if (!a->drain) {
+		refuse(a);
+		return;
+	}
+	a->drain -= n;
+	if (auth_read(a, a->in, n, drained))
+		finish(a, -EACCES);
+}
+
+static void refuse_frame(struct pipe_auth *a, uint32_t body_len)
+{
+	if (body_len > DRAIN_MAX) {
+		finish(a, -EACCES);
+		return;
+	}
+	a->drain = body_len;
+	tpu__pipe_io_get(a->p);	/* drained() gives back the reference of a read */
+	drained(a, 0);
+}
+
 static void lis_last_read(void *arg, tpu_status st)
 {
 	struct pipe_auth *a = arg;
@@ -289,7 +325,7 @@ static void lis_hdr_read(void *arg, tpu_status st)
 	st = tpu__wire_hdr_decode(a->in, &a->h);
 	if (!st && (a->h.type == TPU__WIRE_HELLO || a->h.type == TPU__WIRE_JOIN)) {
 		/* A peer without a secret: tell it why, then close. */
-		refuse(a);
+		refuse_frame(a, a->h.len);
 		return;
 	}
 	if (!st && (a->h.type != TPU__WIRE_AUTH || a->h.len != AUTH_BODY))
@@ -328,14 +364,14 @@ tpu_status tpu__pipe_auth(struct tpu_pipe *p, struct tpu__conn *c, bool connecto
 	return st;
 }
 
-tpu_status tpu__pipe_auth_refuse(struct tpu_pipe *p, struct tpu__conn *c, tpu__pipe_auth_fn done,
-				 void *arg)
+tpu_status tpu__pipe_auth_refuse(struct tpu_pipe *p, struct tpu__conn *c, uint32_t body_len,
+				 tpu__pipe_auth_fn done, void *arg)
 {
 	struct pipe_auth *a = calloc(1, sizeof(*a));
 
 	if (!a)
 		return -ENOMEM;
 	*a = (struct pipe_auth){ .p = p, .c = c, .done = done, .arg = arg };
-	refuse(a);
+	refuse_frame(a, body_len);
 	return 0;
 }

@@ -286,9 +286,12 @@ typedef void (*tpu__pipe_auth_fn)(struct tpu_pipe *p, struct tpu__conn *c, tpu_s
 				  void *arg);
 tpu_status tpu__pipe_auth(struct tpu_pipe *p, struct tpu__conn *c, bool connector,
 			  tpu__pipe_auth_fn done, void *arg);
-/* Listener without a secret, AUTH came: answer WELCOME -EACCES; @done(.., -EACCES, ..). */
-tpu_status tpu__pipe_auth_refuse(struct tpu_pipe *p, struct tpu__conn *c, tpu__pipe_auth_fn done,
-				 void *arg);
+/*
+ * Listener without a secret, AUTH came (@body_len bytes follow the header):
+ * drop them, answer WELCOME -EACCES; then @done(.., -EACCES, ..).
+ */
+tpu_status tpu__pipe_auth_refuse(struct tpu_pipe *p, struct tpu__conn *c, uint32_t body_len,
+				 tpu__pipe_auth_fn done, void *arg);
 /* pipe_setup.c: a connection of the connector proved it and sent JOIN; the last one opens. */
 void tpu__pipe_connector_step_done(struct tpu_pipe *p);
 

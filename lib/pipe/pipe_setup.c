@@ -67,7 +67,7 @@ static void frame_hdr_done(void *arg, tpu_status st)
 	if (!st && h.type == TPU__WIRE_AUTH && !p->connector && !p->secret.set) {
 		tpu__log_debug("pipe %p: refusing a peer that has a secret (this context has none)",
 			       (void *)p);
-		st = tpu__pipe_auth_refuse(p, p->conn, auth_refused, NULL);
+		st = tpu__pipe_auth_refuse(p, p->conn, h.len, auth_refused, NULL);
 		if (!st)
 			goto out;
 	}
