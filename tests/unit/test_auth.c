@@ -21,6 +21,7 @@
 
 #include "base.h"
 #include "boot.h"
+#include "boot_harness.h"
 #include "pipe_harness.h"
 #include "pipe_wire.h"
 #include "tap.h"
@@ -163,12 +164,13 @@ static struct tpu_context *ctx_with(const char *secret, const char *transports,
 	return ctx;
 }
 
-/* A listener that accepts for ever, counting (and closing) what it accepts. */
+/* A listener that accepts for ever, keeping what it accepts (closed at the end). */
 struct acceptor {
 	struct tpu_listener *l;
 	pthread_mutex_t lock;
 	int accepted;
 	char xport[8], chan[8];
+	struct tpu_pipe *pipes[16];
 };
 
 static void acceptor_cb(void *arg, tpu_status st, struct tpu_pipe *p)
@@ -178,12 +180,15 @@ static void acceptor_cb(void *arg, tpu_status st, struct tpu_pipe *p)
 	if (st)
 		return;
 	pthread_mutex_lock(&a->lock);
+	if (a->accepted < 16)
+		a->pipes[a->accepted] = p;
+	else
+		tpu_pipe_close(p);
 	a->accepted++;
 	snprintf(a->xport, sizeof(a->xport), "%s", tpu_pipe_transport(p));
 	snprintf(a->chan, sizeof(a->chan), "%s", tpu_pipe_channel(p, TPU_DEVICE_CPU,
 								 TPU_DEVICE_CPU));
 	pthread_mutex_unlock(&a->lock);
-	tpu_pipe_close(p);
 	tpu_listener_accept(a->l, acceptor_cb, a);
 }
 
@@ -384,6 +389,11 @@ static void pipes(void)
 	CHECK_STATUS(try_pipe(good, tcp_url, NULL, 0), 0, "pipe_legitimate_peer_served_after");
 	CHECK(accepted_reaches(&a, n + 1), "pipe_legitimate_peer_accepted_after");
 out:
+	for (int i = 0; i < 16; i++) {
+		tpu_pipe_close(a.pipes[i]);
+		tpu_pipe_close(o.pipes[i]);
+		tpu_pipe_close(m.pipes[i]);
+	}
 	tpu_listener_close(a.l);
 	tpu_listener_close(o.l);
 	tpu_listener_close(m.l);
@@ -472,10 +482,73 @@ out:
 	tpu__store_server_stop(open_s);
 }
 
+/* ---- a world: its ranks share the secret, or one is refused ---- */
+
+struct world_job {
+	uint16_t port;
+	const char *odd;	/* rank 2's secret ("": none) */
+};
+
+static int world_rank(int rank, int n, void *arg)
+{
+	const struct world_job *j = arg;
+	struct tpu_context_options co = { .transports = "tcp" };
+	struct tpu_world_options wo = { .timeout_ms = j->odd ? 3000 : 20000 };
+	const char *secret = rank == 2 && j->odd ? j->odd : "job-secret";
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	char v[32];
+	tpu_status st;
+
+	boot_env_clear();
+	snprintf(v, sizeof(v), "127.0.0.1:%u", j->port);
+	setenv("TPU_STORE_ADDR", v, 1);
+	snprintf(v, sizeof(v), "%d", rank);
+	setenv("RANK", v, 1);
+	setenv("LOCAL_RANK", v, 1);
+	snprintf(v, sizeof(v), "%d", n);
+	setenv("WORLD_SIZE", v, 1);
+	setenv("LOCAL_WORLD_SIZE", v, 1);
+	if (*secret)
+		setenv("TPU_JOB_SECRET", secret, 1);
+	else
+		unsetenv("TPU_JOB_SECRET");
+	R_CHECK(tpu_context_create(&co, &ctx) == 0);
+	st = tpu_world_create(ctx, &wo, &w);
+	if (!j->odd) {
+		R_CHECK(st == 0 && tpu_world_barrier(w) == 0);
+	} else if (rank == 2) {
+		/* The store refuses it: clearly, not after a timeout. */
+		R_CHECK(st == -EACCES);
+	} else {
+		R_CHECK(st != 0);
+	}
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	unsetenv("TPU_JOB_SECRET");
+	return 0;
+}
+
+static void world(void)
+{
+	struct world_job same = { .port = boot_free_port() };
+	struct world_job wrong = { .port = boot_free_port(), .odd = "not-the-job's" };
+	struct world_job none = { .port = boot_free_port(), .odd = "" };
+
+	CHECK(same.port > 1 && boot_run_ranks(3, world_rank, &same, 60),
+	      "world_of_3_with_one_secret_forms");
+	CHECK(wrong.port > 1 && boot_run_ranks(3, world_rank, &wrong, 60),
+	      "world_rank_with_another_secret_refused");
+	CHECK(none.port > 1 && boot_run_ranks(3, world_rank, &none, 60),
+	      "world_rank_without_the_secret_refused");
+	boot_env_clear();
+}
+
 void test_auth(void)
 {
 	vectors();
 	secret_sources();
 	pipes();
 	store();
+	world();
 }
