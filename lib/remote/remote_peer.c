@@ -290,6 +290,30 @@ static tpu_status on_hello(struct remote_peer *p)
 	return 0;
 }
 
+/*
+ * Whether accepted @p is a member: its HELLO named a task of the map.  The
+ * map may have grown since (workers add each other as they learn of
+ * them), so a claim not found then is looked up again.
+ */
+static bool peer_member(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+	struct remote_task *t;
+
+	if (p->member || !p->claim)
+		return p->member;
+	pthread_mutex_lock(&st->lock);
+	t = tpu__remote_task_find(st, p->claim, p->claim_len);
+	pthread_mutex_unlock(&st->lock);
+	if (t && t->inbound && t->inbound != p && !t->inbound->dead)
+		return false;	/* another pipe holds that task's place */
+	if (t) {
+		p->member = t;
+		t->inbound = p;
+	}
+	return p->member;
+}
+
 /* An accepted peer's REQ: for a key this worker produces and that peer consumes. */
 static tpu_status req_allowed(struct remote_peer *p)
 {
@@ -347,7 +371,7 @@ static tpu_status dispatch(struct remote_peer *p)
 		break;
 	case REMOTE_ABORT:
 		/* Members only: the task we connected to, or an accepted one in the map. */
-		if (p->accepted && !p->member) {
+		if (p->accepted && !peer_member(p)) {
 			tpu__log_debug("remote rendezvous %s: ABORT from %s, not a member: refused",
 				       st->self, p->claim);
 			return -EACCES;
