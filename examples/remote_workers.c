@@ -10,8 +10,12 @@
  *                                    picks; they swap URLs over a socketpair
  *   ./remote_workers TASK LISTEN PEER_URL
  *                                    one worker of two on separate hosts:
- *                                    ./remote_workers 0 tcp://0.0.0.0:7000 tcp://hostB:7000
- *                                    ./remote_workers 1 tcp://0.0.0.0:7000 tcp://hostA:7000
+ *                                    ./remote_workers 0 tcp://hostA:7000 tcp://hostB:7000
+ *                                    ./remote_workers 1 tcp://hostB:7000 tcp://hostA:7000
+ *                                    (each listens on the address the other
+ *                                    dials, not on every interface; set
+ *                                    TPU_JOB_SECRET alike on both, see
+ *                                    Documentation/security.rst)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -597,6 +597,33 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
  * Not from a callback of the context.
  */
 TPU_API void tpu_context_destroy(struct tpu_context *ctx);
+/**
+ * tpu_context_set_secret - the job secret this context's connections prove.
+ * @secret:	bytes shared by every member of the job (any bytes), or NULL.
+ * @len:	1 to 4096 bytes; 0 removes the secret.
+ *
+ * With a secret, every pipe connection (each transport, the lanes and
+ * transport switches included), and the world's store, starts with a
+ * mutual challenge and response (HMAC-SHA256 over both ends' fresh
+ * nonces) before any other frame is read; a peer that does not prove the
+ * same secret is refused (its connection closes; the listener logs why at
+ * debug level and carries on), and a connect to it fails -EACCES, as does
+ * one between an end with a secret and an end without.  The remote
+ * rendezvous, the world and tpu_world_pipe() use the secret of the
+ * context they are given.  Documentation/security.rst has the trust model.
+ *
+ * tpu_context_create() takes the secret from the environment:
+ * TPU_JOB_SECRET (its bytes), or TPU_JOB_SECRET_FILE (the bytes of a file
+ * that only its owner, this user or root, may read, one final newline
+ * dropped; a file open to group or others makes tpu_context_create() fail
+ * -EACCES and say so on stderr).  This call replaces it.  It applies to
+ * connections set up after it returns; those already up are not touched.
+ * Any thread.
+ *
+ * Errors: -EINVAL (NULL with @len, @len over 4096, not a context),
+ * TPU_E_DESTROYED.
+ */
+TPU_API tpu_status tpu_context_set_secret(struct tpu_context *ctx, const void *secret, size_t len);
 
 /** struct tpu_buffer - memory for tensors that can move without a copy (opaque) */
 struct tpu_buffer;

@@ -93,6 +93,11 @@ uint64_t tpu__setup_grace_ns(uint64_t timeout_ns);
 /* Debug log (TPU_LOG=debug), one line, on stderr (log.c). */
 void tpu__log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool tpu__log_debug_enabled(void);
+/*
+ * A line logged whether or not debug is on: a setting the user asked for
+ * that the library refuses (an unsafe secret file).  Rare by design.
+ */
+void tpu__log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /*
  * Magic words of the public objects and the quarantine of destroyed ones
@@ -113,5 +118,56 @@ tpu_status tpu__magic_check(const void *obj, const uint32_t *magic, uint32_t wan
 tpu_status tpu__boot_id(char *buf, size_t size);
 /* Inode of /proc/self/ns/<ns>, 0 if unknown. */
 unsigned long tpu__ns_inode(const char *ns);
+
+/*
+ * SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), sha256.c; the job secret
+ * and the proofs made with it, auth.c (Documentation/security.rst).
+ */
+#define TPU__SHA256_LEN		32
+#define TPU__AUTH_NONCE		32
+#define TPU__SECRET_MAX		4096	/* bytes of a secret as given */
+
+struct tpu__sha256 {
+	uint32_t h[8];
+	uint64_t len;
+	uint8_t buf[64];
+	size_t n;
+};
+
+void tpu__sha256_init(struct tpu__sha256 *s);
+void tpu__sha256_update(struct tpu__sha256 *s, const void *data, size_t len);
+/* Writes the digest and wipes @s. */
+void tpu__sha256_final(struct tpu__sha256 *s, uint8_t out[TPU__SHA256_LEN]);
+
+struct tpu__hmac {
+	struct tpu__sha256 inner, outer;
+};
+
+void tpu__hmac_init(struct tpu__hmac *m, const void *key, size_t key_len);
+void tpu__hmac_update(struct tpu__hmac *m, const void *data, size_t len);
+void tpu__hmac_final(struct tpu__hmac *m, uint8_t out[TPU__SHA256_LEN]);
+/* Equal, in a time that depends on @n only. */
+bool tpu__ct_equal(const void *a, const void *b, size_t n);
+
+/* A job secret, as the key proofs are made with; !set: none. */
+struct tpu__secret {
+	bool set;
+	uint8_t key[TPU__SHA256_LEN];
+};
+
+/* @len 0: none. */
+void tpu__secret_from_bytes(struct tpu__secret *out, const void *secret, size_t len);
+/*
+ * TPU_JOB_SECRET or TPU_JOB_SECRET_FILE (none: 0 and !out->set).  Errors,
+ * each logged: -EACCES (a file group or others may read, or another
+ * user's), -EINVAL (both set, empty or too long), the errno of open/read.
+ */
+tpu_status tpu__secret_from_env(struct tpu__secret *out);
+/* Fresh random bytes from getrandom(); never a weaker fallback. */
+tpu_status tpu__auth_nonce(uint8_t out[TPU__AUTH_NONCE]);
+/* HMAC-SHA256(key, @label NUL @nonce_a @nonce_b). */
+void tpu__auth_proof(const struct tpu__secret *s, const char *label,
+		     const uint8_t nonce_a[TPU__AUTH_NONCE], const uint8_t nonce_b[TPU__AUTH_NONCE],
+		     uint8_t out[TPU__SHA256_LEN]);
 
 #endif /* TPU_BASE_H */

@@ -44,20 +44,35 @@ void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug)
 	pthread_mutex_unlock(&log_lock);
 }
 
-void tpu__log_debug(const char *fmt, ...)
+static void log_line(const char *fmt, va_list ap)
 {
 	char line[512];
-	va_list ap;
 
-	if (!tpu__log_debug_enabled())
-		return;
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
 	pthread_mutex_lock(&log_lock);
 	if (log_fn)
 		log_fn(log_arg, line);
 	else	/* one fprintf per line, so lines of several threads do not interleave */
 		fprintf(stderr, "tpu: %s\n", line);
 	pthread_mutex_unlock(&log_lock);
+}
+
+void tpu__log_debug(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!tpu__log_debug_enabled())
+		return;
+	va_start(ap, fmt);
+	log_line(fmt, ap);
+	va_end(ap);
+}
+
+void tpu__log_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_line(fmt, ap);
+	va_end(ap);
 }

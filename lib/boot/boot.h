@@ -47,7 +47,18 @@ enum store_op {
 	STORE_SET = 1,		/* key, value */
 	STORE_GET = 2,		/* key; arg: how long to wait for it, ms */
 	STORE_ADD = 3,		/* key, value: int64 delta */
+	/*
+	 * Proving the job secret, first on a connection, when the server has
+	 * one: arg 1, key the client's nonce; the reply's value is the
+	 * server's nonce and proof.  arg 2, key the client's proof; the reply
+	 * 0.  Anything else before that is answered -EACCES and the client
+	 * dropped; a server without a secret answers AUTH -EACCES.
+	 */
+	STORE_AUTH = 4,
 };
+
+/* Bytes of a nonce or a proof (STORE_AUTH's key). */
+#define STORE_AUTH_LEN		32
 
 #define STORE_REQ_HDR		16
 #define STORE_REPLY_HDR		8
@@ -87,6 +98,10 @@ uint16_t tpu__store_server_port(const struct store_server *s);
  * passes it.  False if some client stayed.
  */
 bool tpu__store_server_drain(struct store_server *s, uint32_t timeout_ms);
+/* The same, with the job secret every client must prove first (NULL or !set: none). */
+tpu_status tpu__store_server_start_auth(const char *host, uint16_t port,
+				       const struct tpu__secret *secret, struct store_server **out,
+				       char *why, size_t why_size);
 /* Close every client and free the server (NULL is ignored). */
 void tpu__store_server_stop(struct store_server *s);
 
@@ -112,6 +127,13 @@ uint64_t tpu__store_now_ms(void);
  * caller's timeout thus bounds a whole call of several requests.
  */
 void tpu__store_client_bound(struct store_client *c, uint64_t deadline);
+/*
+ * Prove @secret to the server and check its proof (first, before any other
+ * request).  -EACCES: the server has another secret or none (then @why
+ * says so and the connection is closed).
+ */
+tpu_status tpu__store_client_auth(struct store_client *c, const struct tpu__secret *secret,
+				  char *why, size_t why_size);
 /* The socket, for getsockname(): which local address reaches the store. */
 int tpu__store_client_fd(const struct store_client *c);
 tpu_status tpu__store_set(struct store_client *c, const char *key, const void *val, size_t len);

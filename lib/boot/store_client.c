@@ -270,6 +270,66 @@ static tpu_status request(struct store_client *c, enum store_op op, const char *
 	return status;
 }
 
+/* One STORE_AUTH step: send @data as the key, read a reply of up to @size bytes. */
+static tpu_status auth_step(struct store_client *c, uint32_t arg, const uint8_t data[STORE_AUTH_LEN],
+			    uint8_t *out, size_t size, size_t *len, tpu_status *status)
+{
+	struct store_req r = { .op = STORE_AUTH, .key_len = STORE_AUTH_LEN, .arg = arg };
+	uint8_t hdr[STORE_REQ_HDR];
+	uint64_t deadline = now_ms() + STORE_REPLY_SLACK_MS;
+	uint32_t got = 0;
+	tpu_status st;
+
+	tpu__store_wire_req_put(&r, hdr);
+	st = send_all(c->fd, hdr, STORE_REQ_HDR);
+	if (!st)
+		st = send_all(c->fd, data, STORE_AUTH_LEN);
+	if (!st)
+		st = recv_all(c->fd, hdr, STORE_REPLY_HDR, deadline);
+	if (!st)
+		st = tpu__store_wire_reply_get(hdr, status, &got);
+	if (!st && got != (*status ? 0 : size))
+		st = -EPROTO;
+	if (!st && got)
+		st = recv_all(c->fd, out, got, deadline);
+	*len = got;
+	return st;
+}
+
+tpu_status tpu__store_client_auth(struct store_client *c, const struct tpu__secret *secret,
+				  char *why, size_t why_size)
+{
+	uint8_t nonce_c[TPU__AUTH_NONCE], v[TPU__AUTH_NONCE + TPU__SHA256_LEN];
+	uint8_t want[TPU__SHA256_LEN];
+	tpu_status st, status = 0;
+	size_t len;
+
+	if (!c || c->fd < 0 || !secret || !secret->set)
+		return -EINVAL;
+	st = tpu__auth_nonce(nonce_c);
+	if (!st)
+		st = auth_step(c, 1, nonce_c, v, sizeof(v), &len, &status);
+	if (!st && !status) {
+		tpu__auth_proof(secret, "tensorpipe store v1 server", nonce_c, v, want);
+		if (!tpu__ct_equal(want, v + TPU__AUTH_NONCE, sizeof(want)))
+			status = -EACCES;
+	}
+	if (!st && !status) {
+		tpu__auth_proof(secret, "tensorpipe store v1 client", nonce_c, v, want);
+		st = auth_step(c, 2, want, NULL, 0, &len, &status);
+	}
+	if (!st)
+		st = status;
+	if (st) {
+		snprintf(why, why_size, "the store %s: %s",
+			 st == -EACCES ? "does not share this job's secret (another one, or none)"
+				       : "failed while proving the job secret", tpu_strerror(st));
+		close(c->fd);
+		c->fd = -1;
+	}
+	return st;
+}
+
 tpu_status tpu__store_set(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	if (!c || !key || (!val && len))

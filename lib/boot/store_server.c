@@ -17,6 +17,12 @@
  * accepting for STORE_ACCEPT_RETRY_MS instead of polling a listening
  * socket it cannot accept from.
  *
+ * With a job secret, a client proves it first (STORE_AUTH, the same
+ * challenge and response as pipes, base/auth.c): until then any other
+ * request is answered -EACCES and its client dropped, before anything is
+ * allocated for its body.  With a secret, a client counts as known (no
+ * longer new) only once it has proved it.
+ *
  * A GET of a key not there yet parks its client (nothing more is read from
  * it meanwhile, which keeps its replies in order) until a SET or ADD of
  * the key or the GET's deadline.
@@ -65,9 +71,13 @@ struct sclient {
 	uint64_t park_deadline;
 	uint8_t *out;			/* reply not yet written */
 	size_t out_len, out_off;
+	/* STORE_AUTH: 0 nothing yet, 1 challenged, 2 proved (or no secret to prove) */
+	int auth;
+	uint8_t nonce_c[TPU__AUTH_NONCE], nonce_s[TPU__AUTH_NONCE];
 };
 
 struct store_server {
+	struct tpu__secret secret;
 	int lfd;
 	int wake;
 	uint16_t port;
@@ -210,6 +220,47 @@ static void wake_parked(struct store_server *s, const struct entry *e)
 	}
 }
 
+static const char label_server[] = "tensorpipe store v1 server";
+static const char label_client[] = "tensorpipe store v1 client";
+
+/* Answer -EACCES and drop the client (the reply is 8 bytes: it goes out at once). */
+static void refuse(struct sclient *c, const char *why)
+{
+	tpu__log_debug("store: refusing a client: %s", why);
+	reply(c, -EACCES, NULL, 0);
+	c->dead = true;
+}
+
+static void auth_step(struct store_server *s, struct sclient *c)
+{
+	uint8_t v[TPU__AUTH_NONCE + TPU__SHA256_LEN], want[TPU__SHA256_LEN];
+
+	if (!s->secret.set) {
+		refuse(c, "it has a job secret, this store has none");
+	} else if (c->req.arg == 1 && c->auth == 0) {
+		memcpy(c->nonce_c, c->body, TPU__AUTH_NONCE);
+		if (tpu__auth_nonce(c->nonce_s)) {
+			c->dead = true;
+			return;
+		}
+		memcpy(v, c->nonce_s, TPU__AUTH_NONCE);
+		tpu__auth_proof(&s->secret, label_server, c->nonce_c, c->nonce_s,
+				v + TPU__AUTH_NONCE);
+		c->auth = 1;
+		reply(c, 0, v, sizeof(v));
+	} else if (c->req.arg == 2 && c->auth == 1) {
+		tpu__auth_proof(&s->secret, label_client, c->nonce_c, c->nonce_s, want);
+		if (!tpu__ct_equal(want, c->body, sizeof(want))) {
+			refuse(c, "a wrong proof of the job secret");
+			return;
+		}
+		c->auth = 2;
+		reply(c, 0, NULL, 0);
+	} else {
+		refuse(c, "authentication out of order");
+	}
+}
+
 static void handle(struct store_server *s, struct sclient *c)
 {
 	const uint8_t *key = c->body, *val = c->body + c->req.key_len;
@@ -218,6 +269,11 @@ static void handle(struct store_server *s, struct sclient *c)
 	tpu_status st;
 	int64_t total;
 
+	if (c->req.op == STORE_AUTH) {
+		auth_step(s, c);
+		end_frame(c);
+		return;
+	}
 	switch (c->req.op) {
 	case STORE_SET:
 		st = put(s, key, c->req.key_len, val, c->req.val_len);
@@ -234,6 +290,8 @@ static void handle(struct store_server *s, struct sclient *c)
 		} else {
 			reply(c, -ETIMEDOUT, NULL, 0);
 		}
+		break;
+	case STORE_AUTH:
 		break;
 	case STORE_ADD:
 		total = e ? (e->val_len == 8 ? tpu__store_wire_get_i64(e->val) : 0) : 0;
@@ -257,6 +315,8 @@ static void handle(struct store_server *s, struct sclient *c)
 /* Read what the client sent, a frame at a time, while it may be answered. */
 static void client_read(struct store_server *s, struct sclient *c)
 {
+	uint8_t scratch[4096];
+
 	while (!c->dead && !c->parked && !c->out) {
 		uint8_t *dst;
 		size_t want;
@@ -268,6 +328,11 @@ static void client_read(struct store_server *s, struct sclient *c)
 		} else {
 			dst = c->body + c->body_got;
 			want = c->req.key_len + c->req.val_len - c->body_got;
+			if (!c->body) {
+				/* Refused: read and drop the frame, so that closing resets nothing. */
+				dst = scratch;
+				want = want < sizeof(scratch) ? want : sizeof(scratch);
+			}
 		}
 		n = recv(c->fd, dst, want, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -290,6 +355,9 @@ static void client_read(struct store_server *s, struct sclient *c)
 				c->dead = true;
 				return;
 			}
+			/* Nothing is allocated for a client that has not proved the secret. */
+			if (c->auth != 2 && c->req.op != STORE_AUTH)
+				continue;
 			c->body = malloc(c->req.key_len + c->req.val_len);
 			if (!c->body) {
 				c->dead = true;
@@ -298,12 +366,15 @@ static void client_read(struct store_server *s, struct sclient *c)
 			continue;
 		}
 		c->body_got += (size_t)n;
-		if (c->body_got == c->req.key_len + c->req.val_len) {
-			if (!c->known) {
-				c->known = true;
-				s->nnew--;
-			}
+		if (c->body_got < c->req.key_len + c->req.val_len)
+			continue;
+		if (!c->body)
+			refuse(c, "it did not prove the job secret");
+		else
 			handle(s, c);
+		if (!c->known && c->auth == 2) {
+			c->known = true;
+			s->nnew--;
 		}
 	}
 }
@@ -400,6 +471,7 @@ static void accept_all(struct store_server *s)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->first_deadline = now_ms() + s->first_ms;
+		c->auth = s->secret.set ? 0 : 2;
 		s->clients[s->nclients++] = c;
 		s->nnew++;
 		/* Its request is likely here already: known now, it holds no place among the new. */
@@ -541,6 +613,13 @@ static int listen_on(const char *host, uint16_t port, char *why, size_t why_size
 tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store_server **out,
 			      char *why, size_t why_size)
 {
+	return tpu__store_server_start_auth(host, port, NULL, out, why, why_size);
+}
+
+tpu_status tpu__store_server_start_auth(const char *host, uint16_t port,
+				       const struct tpu__secret *secret, struct store_server **out,
+				       char *why, size_t why_size)
+{
 	struct store_server *s = calloc(1, sizeof(*s));
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
@@ -549,6 +628,8 @@ tpu_status tpu__store_server_start(const char *host, uint16_t port, struct store
 	*out = NULL;
 	if (!s)
 		return -ENOMEM;
+	if (secret)
+		s->secret = *secret;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	s->new_max = tpu__setup_max();
@@ -628,5 +709,6 @@ void tpu__store_server_stop(struct store_server *s)
 	close(s->wake);
 	pthread_mutex_destroy(&s->lock);
 	pthread_cond_destroy(&s->cond);
+	memset(&s->secret, 0, sizeof(s->secret));
 	free(s);
 }

@@ -45,6 +45,9 @@ tpu_status tpu__store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct stor
 		return r->val_len || r->arg > STORE_GET_MAX_MS ? -EPROTO : 0;
 	case STORE_ADD:
 		return r->val_len != 8 || r->arg ? -EPROTO : 0;
+	case STORE_AUTH:
+		return r->key_len != STORE_AUTH_LEN || r->val_len || (r->arg != 1 && r->arg != 2)
+		       ? -EPROTO : 0;
 	}
 	return -EPROTO;
 }

@@ -315,6 +315,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	static const struct tpu_world_options none;
 	const struct tpu_world_options *o = opts ? opts : &none;
 	char why[256] = "";
+	struct tpu__secret secret;
 	struct tpu_world *w;
 	uint64_t deadline;
 	tpu_status st;
@@ -362,14 +363,17 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 		st = -ENOMEM;
 		goto fail;
 	}
+	/* The store and every pipe of the world prove the context's secret, if it has one. */
+	tpu__ctx_secret(ctx, &secret);
 	if (w->info.rank == 0)
-		st = tpu__store_server_start(w->info.store_host, w->info.store_port, &w->server,
-					why, sizeof(why));
+		st = tpu__store_server_start_auth(w->info.store_host, w->info.store_port, &secret,
+						  &w->server, why, sizeof(why));
 	if (st == -EADDRINUSE) {
 		/* Perhaps the store of this world, and this a second rank 0. */
-		tpu_status again = tpu__world_rank0_again(w, deadline);
+		tpu_status again = tpu__world_rank0_again(w, &secret, deadline);
 
 		if (again != -EADDRINUSE) {
+			memset(&secret, 0, sizeof(secret));
 			st = again;
 			goto fail;
 		}
@@ -377,6 +381,9 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (!st)
 		st = tpu__store_client_connect(w->info.store_host, w->info.store_port, w->timeout_ms,
 					  &w->store, why, sizeof(why));
+	if (!st && secret.set)
+		st = tpu__store_client_auth(w->store, &secret, why, sizeof(why));
+	memset(&secret, 0, sizeof(secret));
 	if (st) {
 		/* Rank 0 started twice finds the first one's store on its port. */
 		fprintf(stderr, "tpu: world: rank %d: %s%s\n", w->info.rank, why,

@@ -73,9 +73,11 @@ tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline);
 /*
  * Rank 0 whose store port is taken: if a rank 0 of this world already
  * claimed it there, join as the second one, which breaks the world for
- * all (-EEXIST); else -EADDRINUSE.  Sets w->store when it joins.
+ * all (-EEXIST); else -EADDRINUSE.  Sets w->store when it joins, after
+ * proving @secret when one is set.
  */
-tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline);
+tpu_status tpu__world_rank0_again(struct tpu_world *w, const struct tpu__secret *secret,
+				  uint64_t deadline);
 /* Mark the world broken for every rank (and say why on stderr); returns @st. */
 tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -151,7 +151,8 @@ tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline)
 	return tpu__world_check(w);
 }
 
-tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline)
+tpu_status tpu__world_rank0_again(struct tpu_world *w, const struct tpu__secret *secret,
+				  uint64_t deadline)
 {
 	uint64_t now = tpu__store_now_ms();
 	uint64_t until = deadline < now + RANK0_PROBE_MS ? deadline : now + RANK0_PROBE_MS;
@@ -165,7 +166,9 @@ tpu_status tpu__world_rank0_again(struct tpu_world *w, uint64_t deadline)
 		return -EADDRINUSE;
 	/* Only a store whose rank 0 has claimed its rank is this world's. */
 	tpu__store_client_bound(w->store, until);
-	st = tpu__store_get(w->store, "tpu/world/claim/0", val, sizeof(val), &len,
+	st = secret->set ? tpu__store_client_auth(w->store, secret, why, sizeof(why)) : 0;
+	if (!st)
+		st = tpu__store_get(w->store, "tpu/world/claim/0", val, sizeof(val), &len,
 			    (uint32_t)(until - now));
 	if (st) {
 		tpu__store_client_close(w->store);

@@ -122,7 +122,8 @@ struct tpu_context {
 	uint64_t generation;
 	bool stopping;			/* under progress_lock */
 
-	pthread_mutex_t lock;		/* endpoint and rendezvous list */
+	pthread_mutex_t lock;		/* endpoint and rendezvous list, secret */
+	struct tpu__secret secret;	/* the job's (TPU_JOB_SECRET*, tpu_context_set_secret) */
 	struct tpu__ep_ref *ep;
 	bool ep_tried;
 	bool ep_claimed;
@@ -957,6 +958,7 @@ static void ctx_free(struct tpu_context *ctx)
 	free(ctx->dev_path);
 	free(ctx->transports);
 	free(ctx->channels);
+	memset(&ctx->secret, 0, sizeof(ctx->secret));
 	tpu__quarantine(ctx, &ctx->magic);
 }
 
@@ -1059,6 +1061,12 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx->spin_cur = ctx->spin_ns;
 	atomic_init(&ctx->asleep, false);
 	ctx->flags = opts ? opts->flags : 0;
+	/* A secret file others may read is refused rather than used or ignored. */
+	st = tpu__secret_from_env(&ctx->secret);
+	if (st) {
+		ctx_free(ctx);
+		return st;
+	}
 	if (opts && opts->dev_path && !(ctx->dev_path = strdup(opts->dev_path))) {
 		ctx_free(ctx);
 		return -ENOMEM;
@@ -1100,6 +1108,35 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 		return st;
 	}
 	*out = ctx;
+	return 0;
+}
+
+void tpu__ctx_secret(struct tpu_context *ctx, struct tpu__secret *out)
+{
+	pthread_mutex_lock(&ctx->lock);
+	*out = ctx->secret;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+void tpu__ctx_set_secret(struct tpu_context *ctx, const struct tpu__secret *s)
+{
+	pthread_mutex_lock(&ctx->lock);
+	ctx->secret = *s;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+TPU_API tpu_status tpu_context_set_secret(struct tpu_context *ctx, const void *secret, size_t len)
+{
+	struct tpu__secret s;
+	tpu_status st = tpu__ctx_check(ctx);
+
+	if (st)
+		return st;
+	if ((!secret && len) || len > TPU__SECRET_MAX)
+		return -EINVAL;
+	tpu__secret_from_bytes(&s, secret, len);
+	tpu__ctx_set_secret(ctx, &s);
+	memset(&s, 0, sizeof(s));
 	return 0;
 }
 

@@ -206,6 +206,12 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
  * context was made: its thread and ring stayed in the parent).
  */
 tpu_status tpu__ctx_check(const struct tpu_context *ctx);
+/*
+ * The job secret (a copy; !set: none), any thread.  Connections set up
+ * after a change use the new one; those already up stay.
+ */
+void tpu__ctx_secret(struct tpu_context *ctx, struct tpu__secret *out);
+void tpu__ctx_set_secret(struct tpu_context *ctx, const struct tpu__secret *s);
 /* Pipes: the context options' transport and channel lists (NULL: all). */
 const char *tpu__ctx_transports(const struct tpu_context *ctx);
 const char *tpu__ctx_channels(const struct tpu_context *ctx);

@@ -187,6 +187,8 @@ struct tpu_pipe {
 	uint8_t *setup_frame;		/* HELLO or WELCOME being written */
 	uint8_t *setup_body;
 	uint64_t token;			/* listener: JOIN token of this pipe */
+	struct tpu__secret secret;	/* the context's when set-up began (pipe_auth.c) */
+	unsigned int auth_pending;	/* connector: connections proving it, before JOIN */
 	struct tpu_listener *listener;	/* listener side, until accepted */
 	struct tpu_pipe *join_next;	/* listener's pipes waiting for their JOIN */
 	/* Listener side: the set-up deadline (holds an io reference while on). */
@@ -278,6 +280,26 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn);
 /* Listener side: give up setting @p up (deadline, or the listener is full). */
 void tpu__pipe_setup_abort(struct tpu_pipe *p, tpu_status st);
+
+/*
+ * pipe_auth.c: prove p->secret on @c, a connection of @p (@connector: the
+ * end that connected), and check the peer's proof; then @done(p, c, 0,
+ * arg), or an error (-EACCES: the peer has another secret or none).  One
+ * transport operation of @c in flight at a time, each with an io
+ * reference of @p.  Errors returned: nothing was queued, @done is not called.
+ */
+typedef void (*tpu__pipe_auth_fn)(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st,
+				  void *arg);
+tpu_status tpu__pipe_auth(struct tpu_pipe *p, struct tpu__conn *c, bool connector,
+			  tpu__pipe_auth_fn done, void *arg);
+/*
+ * Listener without a secret, AUTH came (@body_len bytes follow the header):
+ * drop them, answer WELCOME -EACCES; then @done(.., -EACCES, ..).
+ */
+tpu_status tpu__pipe_auth_refuse(struct tpu_pipe *p, struct tpu__conn *c, uint32_t body_len,
+				 tpu__pipe_auth_fn done, void *arg);
+/* pipe_setup.c: a connection of the connector proved it and sent JOIN; the last one opens. */
+void tpu__pipe_connector_step_done(struct tpu_pipe *p);
 
 /* pipe_lanes.c: the lanes of channels with TPU__CHAN_LANES (mtcp) */
 #define PIPE_MTCP_LANES_DEFAULT	4

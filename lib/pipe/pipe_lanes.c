@@ -9,7 +9,8 @@
  * side) with a token; the connector opens them to the address it connected
  * to and sends JOIN (token, lane 1..n) first on each; the listener hands
  * the pipe to the user once every lane joined.  The frames stay on the
- * pipe's own connection.
+ * pipe's own connection.  With a job secret each lane proves it first
+ * (pipe_auth.c), and JOIN follows the proof.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,36 @@ static void lane_join_written(void *arg, tpu_status st)
 	tpu__pipe_io_put(p);
 }
 
+static tpu_status lane_join(struct tpu_pipe *p, unsigned int i)
+{
+	long len = tpu__wire_join_encode(NULL, 0, &(struct tpu__wire_join){ 0, 1 });
+	uint8_t *frame = p->lane_frames + (size_t)len * i;
+	tpu_status st;
+
+	tpu__pipe_io_get(p);
+	st = p->link.lanes[i]->ops->write(p->link.lanes[i], &(struct iovec){ frame, (size_t)len }, 1,
+					  lane_join_written, p);
+	if (st)
+		tpu__pipe_io_cancel(p);
+	return st;
+}
+
+static void lane_authed(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg)
+{
+	unsigned int i = (unsigned int)(uintptr_t)arg;
+
+	if (p->state == PIPE_FAILED)
+		return;
+	if (!st && (i >= p->link.nlanes || p->link.lanes[i] != c))
+		st = -EPROTO;
+	if (!st)
+		st = lane_join(p, i);
+	if (st)
+		tpu__pipe_fail(p, st);
+	else
+		tpu__pipe_connector_step_done(p);
+}
+
 tpu_status tpu__mtcp_connect(struct tpu_pipe *p, const char *addr, uint64_t token, unsigned int n)
 {
 	long len = tpu__wire_join_encode(NULL, 0, &(struct tpu__wire_join){ token, 1 });
@@ -62,13 +93,16 @@ tpu_status tpu__mtcp_connect(struct tpu_pipe *p, const char *addr, uint64_t toke
 		if (st)
 			return st;
 		p->link.nlanes = i + 1;
-		tpu__pipe_io_get(p);
-		st = p->link.lanes[i]->ops->write(p->link.lanes[i], &(struct iovec){ frame, (size_t)len }, 1,
-					     lane_join_written, p);
-		if (st) {
-			tpu__pipe_io_cancel(p);
-			return st;
+		if (p->secret.set) {
+			p->auth_pending++;
+			st = tpu__pipe_auth(p, p->link.lanes[i], true, lane_authed, (void *)(uintptr_t)i);
+			if (st)
+				p->auth_pending--;
+		} else {
+			st = lane_join(p, i);
 		}
+		if (st)
+			return st;
 	}
 	tpu__log_debug("pipe %p: %u mtcp lanes to %s", (void *)p, n, addr);
 	return 0;

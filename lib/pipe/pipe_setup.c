@@ -3,6 +3,8 @@
  * Setting a pipe up (context thread only).
  *
  *   connector				listener
+ *   [with a job secret, on every connection: AUTH both ways first, see
+ *    pipe_auth.c]
  *   HELLO (its transports, channels)  ->
  *				       <- WELCOME (status, transport, token,
  *					  channel per device pair)
@@ -50,6 +52,8 @@ static tpu_status setup_write(struct tpu_pipe *p, uint8_t *frame, size_t len, tp
 /* Read a frame header, then its body into p->setup_body; then call @next. */
 static void frame_body_done(void *arg, tpu_status st);
 
+static void auth_refused(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg);
+
 static void frame_hdr_done(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
@@ -59,6 +63,14 @@ static void frame_hdr_done(void *arg, tpu_status st)
 		goto out;
 	if (!st)
 		st = tpu__wire_hdr_decode(p->hdr, &h);
+	/* A peer with a secret, we have none: say so rather than hang it up. */
+	if (!st && h.type == TPU__WIRE_AUTH && !p->connector && !p->secret.set) {
+		tpu__log_debug("pipe %p: refusing a peer that has a secret (this context has none)",
+			       (void *)p);
+		st = tpu__pipe_auth_refuse(p, p->conn, h.len, auth_refused, NULL);
+		if (!st)
+			goto out;
+	}
 	if (!st && (!h.len || (h.type != TPU__WIRE_HELLO && h.type != TPU__WIRE_WELCOME &&
 			       h.type != TPU__WIRE_JOIN)))
 		st = -EPROTO;
@@ -91,6 +103,23 @@ static void setup_written(void *arg, tpu_status st)
 	if (st && p->state != PIPE_FAILED)
 		setup_fail(p, st);
 	tpu__pipe_io_put(p);
+}
+
+/* Bytes of the whole frame at @f (a header we encoded). */
+static size_t frame_len(const uint8_t *f)
+{
+	struct tpu__wire_hdr h = { 0 };
+
+	tpu__wire_hdr_decode(f, &h);
+	return TPU__WIRE_HDR_LEN + h.len;
+}
+
+static void auth_refused(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg)
+{
+	(void)c;
+	(void)arg;
+	if (p->state != PIPE_FAILED)
+		setup_fail(p, st);
 }
 
 /* ---- the channel's own set-up --------------------------------------- */
@@ -144,6 +173,22 @@ static void acceptor_finish(struct tpu_pipe *p)
 
 /* ---- connector ---------------------------------------------------------- */
 
+/* The connection of a transport switch proved the secret: JOIN on it. */
+static void switch_authed(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg)
+{
+	(void)arg;
+	if (p->state == PIPE_FAILED)
+		return;
+	if (!st && c != p->conn)
+		st = -EPROTO;
+	if (!st)
+		st = setup_write(p, p->setup_frame, frame_len(p->setup_frame), setup_written);
+	if (st)
+		tpu__pipe_fail(p, st);
+	else
+		tpu__pipe_connector_step_done(p);
+}
+
 static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_welcome *w)
 {
 	char name[TPU__WIRE_NAME_MAX + 1], addr[TPU__WIRE_ADDR_MAX + 1];
@@ -181,6 +226,8 @@ static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_w
 	if (chan->flags & TPU__CHAN_LANES ? !w->lanes || !w->token : w->lanes)
 		return -EPROTO;
 	p->chan = chan;
+	/* Held until the end here; each connection proving the secret holds one more. */
+	p->auth_pending = 1;
 	if (chan->flags & TPU__CHAN_LANES) {
 		const char *lane_addr = p->connect_addr;
 
@@ -218,16 +265,34 @@ static tpu_status connector_welcome(struct tpu_pipe *p, const struct tpu__wire_w
 		if (!p->setup_frame)
 			return -ENOMEM;
 		tpu__wire_join_encode(p->setup_frame, (size_t)len, &join);
-		st = setup_write(p, p->setup_frame, (size_t)len, setup_written);
+		if (p->secret.set) {
+			/* JOIN, and anything after it, waits for the proof on the new connection. */
+			p->auth_pending++;
+			st = tpu__pipe_auth(p, p->conn, true, switch_authed, NULL);
+			if (st)
+				p->auth_pending--;
+		} else {
+			st = setup_write(p, p->setup_frame, (size_t)len, setup_written);
+		}
 		if (st)
 			return st;
 	}
+	tpu__pipe_connector_step_done(p);
+	return 0;
+}
+
+void tpu__pipe_connector_step_done(struct tpu_pipe *p)
+{
+	tpu_status st;
+
+	if (p->state == PIPE_FAILED || --p->auth_pending)
+		return;
 	/* The connector does not wait for the channel: its pipe is open now. */
 	st = chan_setup(p, setup_written);
 	if (st)
-		return st;
-	tpu__pipe_opened(p);
-	return 0;
+		tpu__pipe_fail(p, st);
+	else
+		tpu__pipe_opened(p);
 }
 
 static void connector_frame(struct tpu_pipe *p)
@@ -241,6 +306,25 @@ static void connector_frame(struct tpu_pipe *p)
 		st = connector_welcome(p, &w);
 	free(p->setup_body);
 	p->setup_body = NULL;
+	if (st)
+		tpu__pipe_fail(p, st);
+}
+
+static tpu_status send_hello(struct tpu_pipe *p)
+{
+	tpu_status st = setup_write(p, p->setup_frame, frame_len(p->setup_frame), setup_written);
+
+	return st ? st : read_frame(p);
+}
+
+static void hello_authed(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg)
+{
+	(void)c;
+	(void)arg;
+	if (p->state == PIPE_FAILED)
+		return;
+	if (!st)
+		st = send_hello(p);
 	if (st)
 		tpu__pipe_fail(p, st);
 }
@@ -297,9 +381,11 @@ tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport
 	if (st)
 		return st;
 	p->xport = x;
-	st = setup_write(p, p->setup_frame, (size_t)len, setup_written);
-	if (!st)
-		st = read_frame(p);
+	tpu__ctx_secret(p->ctx, &p->secret);
+	if (p->secret.set)
+		st = tpu__pipe_auth(p, p->conn, true, hello_authed, NULL);
+	else
+		st = send_hello(p);
 	if (st)
 		tpu__pipe_fail(p, st);
 	return 0;
@@ -532,13 +618,30 @@ out:
 	tpu__pipe_io_put(p);
 }
 
+static void acceptor_authed(struct tpu_pipe *p, struct tpu__conn *c, tpu_status st, void *arg)
+{
+	(void)c;
+	(void)arg;
+	if (p->state == PIPE_FAILED)
+		return;
+	if (!st)
+		st = read_frame(p);
+	if (st)
+		setup_fail(p, st);
+}
+
 void tpu__pipe_acceptor_start(struct tpu_pipe *p, struct tpu__conn *conn)
 {
 	tpu_status st;
 
 	p->conn = conn;
 	p->xport = conn->xport;
-	st = read_frame(p);
+	/* With a secret, nothing but AUTH is read before the peer proved it. */
+	tpu__ctx_secret(p->ctx, &p->secret);
+	if (p->secret.set)
+		st = tpu__pipe_auth(p, conn, false, acceptor_authed, NULL);
+	else
+		st = read_frame(p);
 	if (st)
 		setup_fail(p, st);
 }

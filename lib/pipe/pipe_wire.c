@@ -113,7 +113,7 @@ tpu_status tpu__wire_hdr_decode(const uint8_t in[TPU__WIRE_HDR_LEN], struct tpu_
 
 	if (ld32(in) != TPU__WIRE_MAGIC || ld16(in + 6) != 0 || ld32(in + 12) != 0)
 		return -EPROTO;
-	if (type < TPU__WIRE_HELLO || type > TPU__WIRE_ACK)
+	if (type < TPU__WIRE_HELLO || type > TPU__WIRE_AUTH)
 		return -EPROTO;
 	if (len > TPU__WIRE_BODY_MAX)
 		return -EMSGSIZE;

@@ -42,6 +42,8 @@ enum {
 	TPU__WIRE_JOIN = 3,	/* connector -> listener, on the chosen transport */
 	TPU__WIRE_MSG = 4,	/* a message descriptor (inline bytes follow) */
 	TPU__WIRE_ACK = 5,	/* the reader is done with a tensor (cma channel) */
+	TPU__WIRE_AUTH = 6,	/* either way, before HELLO or JOIN: proving the job secret
+				 * (pipe_auth.c; only with a secret) */
 };
 
 /* Limits (also in tpu_user.h for users: TPU_PIPE_MAX_*). */

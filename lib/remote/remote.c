@@ -71,7 +71,7 @@ bool tpu__remote_is_self(const struct remote *st, struct tpu_str task)
 }
 
 /* A task name: a full device name once "/device:CPU:0" is added. */
-static bool task_ok(const char *task)
+bool tpu__remote_task_ok(const char *task)
 {
 	char dev[REMOTE_TASK_MAX + 16];
 	struct tpu_device_name dn;
@@ -114,7 +114,7 @@ static tpu_status task_add(struct remote *st, const char *task, const char *url)
 {
 	struct remote_task *t;
 
-	if (!task_ok(task) || !url_ok(url))
+	if (!tpu__remote_task_ok(task) || !url_ok(url))
 		return -EINVAL;
 	if (strcmp(task, st->self) == 0)
 		return 0;
@@ -586,7 +586,7 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!ctx || !opts || !task_ok(opts->task) || (opts->npeers && !opts->peers) ||
+	if (!ctx || !opts || !tpu__remote_task_ok(opts->task) || (opts->npeers && !opts->peers) ||
 	    (opts->nlisten && !opts->listen_urls) || !tpu__reserved_zero(opts->reserved))
 		return -EINVAL;
 	err = tpu__ctx_check(ctx);
@@ -616,6 +616,14 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	}
 	if (!err)
 		err = tpu_context_create(&po, &st->pctx);
+	if (!err) {
+		/* Our pipes prove the secret of the user's context. */
+		struct tpu__secret sec;
+
+		tpu__ctx_secret(ctx, &sec);
+		tpu__ctx_set_secret(st->pctx, &sec);
+		memset(&sec, 0, sizeof(sec));
+	}
 	if (!err)
 		atomic_init(&st->lend_spin_ns, tpu__ctx_spin_ns(st->pctx));
 	if (!err)
@@ -682,11 +690,17 @@ static void path_on_ctx(void *arg)
 	pthread_mutex_unlock(&q->st->lock);
 	if (!t) {
 		q->err = -EHOSTUNREACH;
-	} else if (!t->peer || t->peer->dead || !t->peer->pipe) {
-		q->err = -ENOTCONN;
 	} else {
-		q->transport = tpu_pipe_transport(t->peer->pipe);
-		q->channel = tpu_pipe_channel(t->peer->pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+		/* Ours to it, else the one it opened to us. */
+		struct remote_peer *p = t->peer && !t->peer->dead && t->peer->pipe ? t->peer
+					: t->inbound && !t->inbound->dead ? t->inbound : NULL;
+
+		if (!p || !p->pipe) {
+			q->err = -ENOTCONN;
+		} else {
+			q->transport = tpu_pipe_transport(p->pipe);
+			q->channel = tpu_pipe_channel(p->pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU);
+		}
 	}
 }
 

@@ -90,7 +90,8 @@ struct remote_task {
 	char *task;
 	char *url;
 	/* ctx thread */
-	struct remote_peer *peer;	/* its pipe, once there is one */
+	struct remote_peer *peer;	/* the pipe we opened to its URL, once there is one */
+	struct remote_peer *inbound;	/* the accepted pipe whose HELLO named it, if any */
 	struct remote_fetch *parked;	/* fetches waiting for the next connect */
 	struct tpu__timer retry;
 	bool retry_on;
@@ -217,6 +218,8 @@ void tpu__remote_put(struct remote *st);
 bool tpu__remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 		      struct tpu_str *dst);
 bool tpu__remote_is_self(const struct remote *st, struct tpu_str task);
+/* A task name this rendezvous accepts ("/job:J/replica:R/task:T"). */
+bool tpu__remote_task_ok(const char *task);
 /* Under st->lock. */
 struct remote_task *tpu__remote_task_find(struct remote *st, const char *task, size_t len);
 /* The map's first task; the list only grows at its head, so it can be walked after. */
@@ -231,6 +234,16 @@ struct remote_peer {
 	struct remote_task *task;	/* the map entry it serves, if any */
 	struct remote_fetch *fetches;	/* waiting for their RESP */
 	int refs;			/* st->peers, the read loop, each write, each REQ */
+	/*
+	 * Roles (remote_peer.c): on a pipe this worker opened to a task's URL
+	 * it asks and the other end answers; on an accepted one the other
+	 * end says HELLO first, then only asks.  claim: that HELLO's task
+	 * (NULL before); member: its map entry, if it is in the map.
+	 */
+	bool accepted;
+	char *claim;
+	size_t claim_len;
+	struct remote_task *member;
 	bool dead;
 	bool established;		/* something came through: it is not a failed connect */
 	unsigned int nreqs;		/* its REQs waiting in the outbox (under st->lock) */

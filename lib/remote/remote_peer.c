@@ -1,8 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * One pipe per pair of workers, used both ways: the worker that first needs
- * it connects and says HELLO with its task; the other end adopts the pipe
- * for its own requests to that task unless it has one already.  Each pipe
+ * The pipes between workers.  A worker asks another for tensors only over
+ * a pipe it opened itself to that task's URL in the map, and says HELLO
+ * with its task first; the other end only answers on it.  So an answer is
+ * taken only from the worker the key names as the producer (as far as the
+ * map's URL, and with a job secret the pipe's proof, say who that is), and
+ * a process that connects and claims to be a task cannot draw our requests
+ * to it.  On an accepted pipe, HELLO must come first and once; its task
+ * must be a valid name other than ours, and one task has one accepted pipe
+ * at a time (a second claim is refused while the first lives).  Only the
+ * task that HELLO named gets the tensors whose key names it as the
+ * consumer, and only members (tasks in the map) may abort us.  Each pipe
  * has one read loop (descriptor, read, dispatch, next descriptor) for as
  * long as it lives.  Context thread only.
  */
@@ -32,6 +40,7 @@ void tpu__remote_peer_unref(struct remote_peer *p)
 
 	if (--p->refs)
 		return;
+	free(p->claim);
 	free(p->cur_meta);
 	free(p);
 	tpu__remote_put(st);
@@ -114,6 +123,8 @@ void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 	p->dead = true;
 	if (t)
 		t->peer = NULL;
+	if (p->member && p->member->inbound == p)
+		p->member->inbound = NULL;
 	if (t && !p->established && status == TPU_E_PEER_GONE && retry_later(st, t)) {
 		tpu__log_debug("remote rendezvous %s: %s at %s does not answer yet; trying again",
 			       st->self, t->task, t->url);
@@ -130,8 +141,10 @@ void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 				tpu__remote_fetch_park(f);
 		}
 	}
-	tpu__log_debug("remote rendezvous %s: pipe to %s ends: %s", st->self,
-		       p->task ? p->task->task : "an accepted peer", tpu_strerror(status));
+	tpu__log_debug("remote rendezvous %s: pipe %s %s ends: %s", st->self,
+		       p->accepted ? "from" : "to",
+		       p->task ? p->task->task : p->claim ? p->claim : "an unnamed peer",
+		       tpu_strerror(status));
 	while (p->fetches)
 		tpu__remote_fetch_end(p->fetches, status);
 	tpu__remote_serve_drop_peer(st, p);
@@ -238,36 +251,117 @@ void tpu__remote_peers_abort(struct remote *st, tpu_status status)
 
 /* ---- the read loop ---- */
 
-static void on_hello(struct remote_peer *p)
+static tpu_status on_hello(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+	const struct remote_hdr *h = &p->cur;
+	char task[REMOTE_TASK_MAX];
+	struct remote_task *t;
+
+	if (!p->accepted || p->claim || !h->key_len || h->key_len >= sizeof(task))
+		return -EPROTO;
+	memcpy(task, h->key, h->key_len);
+	task[h->key_len] = 0;
+	if (strlen(task) != h->key_len || !tpu__remote_task_ok(task) ||
+	    tpu__remote_is_self(st, (struct tpu_str){ task, h->key_len })) {
+		tpu__log_debug("remote rendezvous %s: refusing a hello that names %s", st->self,
+			       tpu__remote_task_ok(task) ? "this worker" : "no task");
+		return -EACCES;
+	}
+	pthread_mutex_lock(&st->lock);
+	t = tpu__remote_task_find(st, task, h->key_len);
+	pthread_mutex_unlock(&st->lock);
+	if (t && t->inbound && !t->inbound->dead) {
+		tpu__log_debug("remote rendezvous %s: a second pipe claims %s while its first is up: "
+			       "refused", st->self, task);
+		return -EACCES;
+	}
+	p->claim = strdup(task);
+	if (!p->claim)
+		return -ENOMEM;
+	p->claim_len = h->key_len;
+	if (t) {
+		p->member = t;
+		t->inbound = p;
+	} else {
+		tpu__log_debug("remote rendezvous %s: hello from %s, not in the map (served the keys "
+			       "it consumes, not a member)", st->self, task);
+	}
+	return 0;
+}
+
+/*
+ * Whether accepted @p is a member: its HELLO named a task of the map.  The
+ * map may have grown since (workers add each other as they learn of
+ * them), so a claim not found then is looked up again.
+ */
+static bool peer_member(struct remote_peer *p)
 {
 	struct remote *st = p->st;
 	struct remote_task *t;
 
+	if (p->member || !p->claim)
+		return p->member;
 	pthread_mutex_lock(&st->lock);
-	t = tpu__remote_task_find(st, (const char *)p->cur.key, p->cur.key_len);
+	t = tpu__remote_task_find(st, p->claim, p->claim_len);
 	pthread_mutex_unlock(&st->lock);
-	if (!t) {
-		tpu__log_debug("remote rendezvous %s: hello from %.*s, not in the map (serving it only)",
-			       st->self, (int)p->cur.key_len, (const char *)p->cur.key);
-		return;
+	if (t && t->inbound && t->inbound != p && !t->inbound->dead)
+		return false;	/* another pipe holds that task's place */
+	if (t) {
+		p->member = t;
+		t->inbound = p;
 	}
-	if (!p->task)
-		p->task = t;
-	/* Adopted for requests to that task, unless it has a pipe of its own. */
-	if (!t->peer)
-		t->peer = p;
+	return p->member;
 }
 
-static void dispatch(struct remote_peer *p)
+/* An accepted peer's REQ: for a key this worker produces and that peer consumes. */
+static tpu_status req_allowed(struct remote_peer *p)
+{
+	struct tpu_str src, dst;
+
+	if (!p->cur.key_len || !tpu__remote_key_tasks(p->cur.key, p->cur.key_len, &src, &dst))
+		return TPU_E_BAD_KEY;
+	if (!tpu__remote_is_self(p->st, src))
+		return -EXDEV;
+	if (dst.len != p->claim_len || memcmp(dst.ptr, p->claim, dst.len)) {
+		tpu__log_debug("remote rendezvous %s: %s asked for a key consumed by %.*s: refused",
+			       p->st->self, p->claim, (int)dst.len, dst.ptr);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/*
+ * Whether @p may send a message of @type: HELLO first and only on an
+ * accepted pipe, then REQ, CANCEL, ABORT; answers (RESP) and ABORT only
+ * on a pipe we opened.  -EPROTO ends the pipe.
+ */
+static tpu_status msg_allowed(const struct remote_peer *p, enum remote_msg type)
+{
+	if (!p->accepted)
+		return type == REMOTE_RESP || type == REMOTE_ABORT ? 0 : -EPROTO;
+	if (!p->claim)
+		return type == REMOTE_HELLO ? 0 : -EPROTO;
+	return type == REMOTE_REQ || type == REMOTE_CANCEL || type == REMOTE_ABORT ? 0 : -EPROTO;
+}
+
+static tpu_status dispatch(struct remote_peer *p)
 {
 	struct remote *st = p->st;
 	const struct remote_hdr *h = &p->cur;
+	tpu_status err;
 
 	switch (h->type) {
 	case REMOTE_HELLO:
-		on_hello(p);
-		break;
+		return on_hello(p);
 	case REMOTE_REQ:
+		err = req_allowed(p);
+		if (err) {
+			struct remote_hdr no = { .type = REMOTE_RESP, .id = h->id, .status = err };
+
+			tpu__remote_peer_send(p, &no);
+			break;
+		}
 		tpu__remote_serve_req(st, p, h);
 		break;
 	case REMOTE_RESP:
@@ -276,12 +370,19 @@ static void dispatch(struct remote_peer *p)
 		tpu__remote_serve_cancel_req(st, p, h->id);
 		break;
 	case REMOTE_ABORT:
-		tpu__log_debug("remote rendezvous %s: aborted by a peer: %s", st->self,
-			       tpu_strerror(h->status));
+		/* Members only: the task we connected to, or an accepted one in the map. */
+		if (p->accepted && !peer_member(p)) {
+			tpu__log_debug("remote rendezvous %s: ABORT from %s, not a member: refused",
+				       st->self, p->claim);
+			return -EACCES;
+		}
+		tpu__log_debug("remote rendezvous %s: aborted by %s: %s", st->self,
+			       p->accepted ? p->claim : p->task->task, tpu_strerror(h->status));
 		if (!st->destroyed && st->rdv && h->status < 0 && h->status >= -EHWPOISON)
 			tpu_rendezvous_abort(st->rdv, h->status);
 		break;
 	}
+	return 0;
 }
 
 static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
@@ -293,8 +394,8 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 		tpu__remote_fetch_resp_done(p, status, msg);
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
-	else if (!p->dead)
-		dispatch(p);
+	else if (!p->dead && (status = dispatch(p)) != 0)
+		tpu__remote_peer_end(p, status);
 	if (!p->dead)
 		read_next(p);
 	tpu__remote_peer_unref(p);	/* the read loop's */
@@ -308,6 +409,9 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 	if (!st && !p->dead) {
 		st = tpu__remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
 		p->cur_fetch = NULL;
+		/* Before anything is made for it: an answer we did not ask this pipe for is refused. */
+		if (!st)
+			st = msg_allowed(p, p->cur.type);
 		if (!st)
 			peer_established(p);
 		if (!st && p->cur.type == REMOTE_RESP)
@@ -397,5 +501,6 @@ void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe)
 		tpu_pipe_close(pipe);
 		return;
 	}
+	p->accepted = true;
 	read_next(p);
 }

@@ -127,6 +127,25 @@ static PyObject *context_fileno(PyObject *self, PyObject *unused)
 	return PyLong_FromLong(c->queue.efd);
 }
 
+static PyObject *context_set_secret(PyObject *self, PyObject *args)
+{
+	tpupy_context *c = (tpupy_context *)self;
+	Py_buffer b;
+	tpu_status st;
+
+	if (!PyArg_ParseTuple(args, "y*:set_secret", &b))
+		return NULL;
+	if (c->pid != getpid()) {
+		PyBuffer_Release(&b);
+		return tpupy_raise(TPU_E_FORKED, "this context was created in the parent process");
+	}
+	st = c->ctx ? tpu_context_set_secret(c->ctx, b.buf, (size_t)b.len) : TPU_E_DESTROYED;
+	PyBuffer_Release(&b);
+	if (st)
+		return tpupy_raise(st, "tpu_context_set_secret");
+	Py_RETURN_NONE;
+}
+
 static PyObject *context_closed(PyObject *self, void *unused)
 {
 	(void)unused;
@@ -146,6 +165,8 @@ static PyMethodDef context_methods[] = {
 	  "_drain(timeout=None) -> list of finished ops (internal)" },
 	{ "fileno", context_fileno, METH_NOARGS,
 	  "fileno() -> an eventfd readable when an operation finished" },
+	{ "set_secret", context_set_secret, METH_VARARGS,
+	  "set_secret(secret: bytes): the job secret (b'' removes it)" },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -167,6 +167,15 @@ class Context:
         _flush_library_log()
         log.debug("context created (pid %d, no_kmod=%s)", self._c.pid, no_kmod)
 
+    def set_secret(self, secret) -> None:
+        """The job secret every connection of this context proves
+        (tpu_context_set_secret; bytes or str, b"" removes it).  Without a
+        call, TPU_JOB_SECRET or TPU_JOB_SECRET_FILE decides; see
+        Documentation/security.rst."""
+        if isinstance(secret, str):
+            secret = secret.encode()
+        self._c.set_secret(bytes(secret))
+
     # -- completions ---------------------------------------------------
     def _dispatch(self) -> None:
         while not self._c.closed:

@@ -153,3 +153,29 @@ def test_accept_timeout(ctx):
     with pytest.raises(TimeoutError):
         lst.accept(timeout=0.2)
     lst.close()
+
+
+def test_job_secret():
+    """Same secret: a pipe opens; another secret: the connect's pipe fails EACCES."""
+    with tpu_user.Context(transports="tcp") as lc, tpu_user.Context(transports="tcp") as good, \
+            tpu_user.Context(transports="tcp") as bad:
+        lc.set_secret(b"alpha")
+        good.set_secret("alpha")
+        bad.set_secret(b"beta")
+        lst = lc.listen(["tcp://127.0.0.1:0"])
+        acc = lst.accept_async()
+        url = lst.url("tcp")
+        p = bad.connect(url)
+        with pytest.raises(tpu_user.Error) as e:
+            p.write_async([np.zeros(4, np.uint8)]).result(10)
+        assert e.value.status_name == "EACCES"
+        p.close()
+        a = good.connect(url)
+        b = acc.result(10)
+        a.write_async([np.arange(4, dtype=np.uint8)], b"ok").result(10)
+        assert b.read(timeout=10).metadata == b"ok"
+        a.close()
+        b.close()
+        lst.close()
+        with pytest.raises(tpu_user.Error):
+            good.set_secret(b"x" * 4097)

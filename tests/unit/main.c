@@ -40,6 +40,8 @@ static const struct {
 	{ "failure", test_failure },
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
+	{ "auth", test_auth },
+	{ "remote_authz", test_remote_authz },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
 	{ "bounds_pipe", test_bounds_pipe },

@@ -70,6 +70,8 @@ void test_cma_viability(void);
 void test_rdv_cma(void);
 void test_boot_env(void);
 void test_store(void);
+void test_auth(void);
+void test_remote_authz(void);
 void test_world(void);
 void test_world_coll(void);
 void test_bounds_pipe(void);

@@ -279,8 +279,8 @@ static void header(void)
 
 	tpu__wire_hdr_encode(b, 0, 0);
 	CHECK_STATUS(tpu__wire_hdr_decode(b, &h), -EPROTO, "wire_header_type_0_is_eproto");
-	tpu__wire_hdr_encode(b, TPU__WIRE_ACK + 1, 0);
-	CHECK_STATUS(tpu__wire_hdr_decode(b, &h), -EPROTO, "wire_header_type_after_ack_is_eproto");
+	tpu__wire_hdr_encode(b, TPU__WIRE_AUTH + 1, 0);
+	CHECK_STATUS(tpu__wire_hdr_decode(b, &h), -EPROTO, "wire_header_type_after_auth_is_eproto");
 	tpu__wire_hdr_encode(b, UINT16_MAX, 0);
 	CHECK_STATUS(tpu__wire_hdr_decode(b, &h), -EPROTO, "wire_header_type_ffff_is_eproto");
 
