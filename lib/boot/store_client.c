@@ -280,10 +280,12 @@ static tpu_status auth_step(struct store_client *c, uint32_t arg, const uint8_t 
 	uint32_t got = 0;
 	tpu_status st;
 
+	if (c->bound && deadline > c->bound + STORE_BOUND_GRACE_MS)
+		deadline = c->bound + STORE_BOUND_GRACE_MS;
 	tpu__store_wire_req_put(&r, hdr);
-	st = send_all(c->fd, hdr, STORE_REQ_HDR);
+	st = send_all(c->fd, hdr, STORE_REQ_HDR, deadline);
 	if (!st)
-		st = send_all(c->fd, data, STORE_AUTH_LEN);
+		st = send_all(c->fd, data, STORE_AUTH_LEN, deadline);
 	if (!st)
 		st = recv_all(c->fd, hdr, STORE_REPLY_HDR, deadline);
 	if (!st)
