@@ -804,6 +804,7 @@ const struct tpu__xport tpu__xport_shm = {
 	.name = "shm",
 	.priority = 200,
 	.passes_fds = true,
+	.proves_peer = true,
 	.compat_descriptor = shm_compat_descriptor,
 	.listen = tpu__shm_listen,
 	.connect = tpu__shm_connect,
