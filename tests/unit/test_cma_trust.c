@@ -24,6 +24,7 @@
 #include "cma_viability.h"
 #include "pipe_harness.h"
 #include "pipe_wire.h"
+#include "remote/remote.h"
 #include "tap.h"
 
 /* Over TPU_PIPE_INLINE_MAX, so that the tensor may take the channel. */
@@ -111,30 +112,38 @@ static void connect_task(void *arg)
 	r->ret = r->xp->connect(r->ctx, r->addr, &r->c);
 }
 
+/* A hostile peer's end of a pipe: its context, its connection, its next MSG's seq. */
+struct hostile {
+	struct tpu_context *ctx;
+	struct tpu__conn *c;
+	const struct tpu__chan *cma;
+	uint64_t seq;
+};
+
 /*
- * The hostile peer: HELLO offering cma (and basic), the WELCOME, then one
- * message of one SECRET_LEN tensor whose cma descriptor names @pid and
- * @addr.  Writes 'C' to @report when cma was chosen, 'N' when not, then
- * waits for the parent to close @report.
+ * Connect over @xp to @addr and set a pipe up as a connector would: HELLO
+ * offering cma (with a valid compatibility descriptor) and basic, then the
+ * WELCOME.  0 and *cma_chosen, or a nonzero code.
  */
-static int hostile(const struct tpu__xport *xp, const char *addr, pid_t pid, uint64_t target,
-		   int report)
+static int hostile_open(struct hostile *hp, const struct tpu__xport *xp, const char *addr,
+			bool *cma_chosen)
 {
 	char xcompat[TPU__XPORT_COMPAT_MAX], ccompat[256], bcompat[256], name[64];
-	const struct tpu__chan *cma = tpu__chan_by_name("cma", 3);
 	const struct tpu__chan *basic = tpu__chan_by_name("basic", 5);
 	struct tpu__wire_hello h = { .version = TPU__WIRE_VERSION, .nxports = 1, .nchans = 2 };
 	struct tpu__wire_welcome w;
 	struct tpu__wire_hdr hdr;
 	struct connect_req cr = { .xp = xp, .addr = addr };
-	uint8_t hbuf[TPU__WIRE_HDR_LEN], desc[12], *frame, *body;
+	uint8_t hbuf[TPU__WIRE_HDR_LEN], *frame, *body;
 	long len;
-	char verdict;
 
+	memset(hp, 0, sizeof(*hp));
+	hp->cma = tpu__chan_by_name("cma", 3);
 	if (tpu_context_create(NULL, &cr.ctx) || xp->compat_descriptor(xcompat, sizeof(xcompat)) ||
-	    cma->descriptor(cr.ctx, ccompat, sizeof(ccompat)) ||
+	    hp->cma->descriptor(cr.ctx, ccompat, sizeof(ccompat)) ||
 	    basic->descriptor(cr.ctx, bcompat, sizeof(bcompat)))
 		return 2;
+	hp->ctx = cr.ctx;
 	h.xports[0] = (struct tpu__wire_xport_entry){ blob(xp->name), blob(xcompat), { 0 } };
 	h.chans[0] = (struct tpu__wire_chan_entry){ blob("cma"), 0, 0, blob(ccompat) };
 	h.chans[1] = (struct tpu__wire_chan_entry){ blob("basic"), 0, 0, blob(bcompat) };
@@ -142,6 +151,7 @@ static int hostile(const struct tpu__xport *xp, const char *addr, pid_t pid, uin
 	frame = malloc((size_t)len);
 	tpu__wire_hello_encode(frame, (size_t)len, &h);
 	tpu__ctx_run_sync(cr.ctx, connect_task, &cr);
+	hp->c = cr.c;
 	if (cr.ret || hostile_io(cr.ctx, cr.c, true, frame, (size_t)len) ||
 	    hostile_io(cr.ctx, cr.c, false, hbuf, sizeof(hbuf)) ||
 	    tpu__wire_hdr_decode(hbuf, &hdr) || hdr.type != TPU__WIRE_WELCOME)
@@ -152,32 +162,145 @@ static int hostile(const struct tpu__xport *xp, const char *addr, pid_t pid, uin
 	    tpu__wire_welcome_decode(body, hdr.len, &w) || w.status || !w.nchans ||
 	    tpu__wire_blob_str(w.chans[0].name, name, sizeof(name)))
 		return 4;
-	verdict = strcmp(name, "cma") ? 'N' : 'C';
+	*cma_chosen = !strcmp(name, "cma");
 	free(body);
+	return 0;
+}
 
-	/* Sent whatever was chosen: a peer that does not follow the rules. */
+/*
+ * A MSG with @meta and, if @len, one tensor of @len bytes on the cma
+ * channel whose descriptor names @pid and @target (sent whatever channel
+ * was chosen: a peer that does not follow the rules).
+ */
+static tpu_status hostile_send(struct hostile *hp, const void *meta, size_t meta_len,
+			       uint64_t len, pid_t pid, uint64_t target)
+{
+	uint8_t desc[12], *frame;
+	struct tpu__wire_tensor t = {
+		.len = len, .channel = hp->cma->wire_id, .chan_desc = { desc, sizeof(desc) },
+	};
+	struct tpu__wire_msg m = {
+		.seq = hp->seq++, .meta = { meta, (uint32_t)meta_len },
+		.ntensors = len ? 1 : 0, .tensors = len ? &t : NULL,
+	};
+	long n;
+	tpu_status st;
+
 	tpu__chan_put_le(desc, (uint32_t)pid, 4);
 	tpu__chan_put_le(desc + 4, target, 8);
-	{
-		struct tpu__wire_tensor t = {
-			.len = SECRET_LEN, .channel = cma->wire_id,
-			.chan_desc = { desc, sizeof(desc) },
-		};
-		struct tpu__wire_msg m = { .seq = 0, .ntensors = 1, .tensors = &t };
+	n = tpu__wire_msg_encode(NULL, 0, &m);
+	if (n < 0)
+		return (tpu_status)n;
+	frame = malloc((size_t)n);
+	if (!frame)
+		return -ENOMEM;
+	tpu__wire_msg_encode(frame, (size_t)n, &m);
+	st = hostile_io(hp->ctx, hp->c, true, frame, (size_t)n);
+	free(frame);
+	return st;
+}
 
-		len = tpu__wire_msg_encode(NULL, 0, &m);
-		frame = malloc((size_t)len);
-		tpu__wire_msg_encode(frame, (size_t)len, &m);
-		if (hostile_io(cr.ctx, cr.c, true, frame, (size_t)len))
-			verdict = 'E';
-		free(frame);
+/*
+ * The next MSG from the victim that carries no payload or tensor: its
+ * body in *body (the caller frees it), its metadata in *meta.
+ */
+static tpu_status hostile_recv(struct hostile *hp, uint8_t **body, struct tpu__wire_blob *meta)
+{
+	uint8_t hbuf[TPU__WIRE_HDR_LEN];
+	struct tpu__wire_hdr hdr;
+	struct tpu__wire_msg m = { 0 };
+	uint32_t np, nt;
+	tpu_status st;
+
+	*body = NULL;
+	st = hostile_io(hp->ctx, hp->c, false, hbuf, sizeof(hbuf));
+	if (!st)
+		st = tpu__wire_hdr_decode(hbuf, &hdr);
+	if (!st && hdr.type != TPU__WIRE_MSG)
+		st = -EPROTO;
+	if (!st) {
+		*body = malloc(hdr.len);
+		st = *body ? hostile_io(hp->ctx, hp->c, false, *body, hdr.len) : -ENOMEM;
 	}
+	if (!st)
+		st = tpu__wire_msg_counts(*body, hdr.len, &np, &nt);
+	if (!st && (np || nt))
+		st = -EPROTO;
+	if (!st)
+		st = tpu__wire_msg_decode(*body, hdr.len, &m);
+	*meta = m.meta;
+	return st;
+}
+
+/* Tell the parent @verdict, then wait until it is done (EOF). */
+static void hostile_wait(int report, char verdict)
+{
 	if (write(report, &verdict, 1) != 1)
-		return 5;
-	/* Until the parent is done (EOF). */
+		_exit(1);
 	while (read(report, &verdict, 1) > 0)
 		;
 	_exit(0);
+}
+
+/*
+ * The hostile pipe peer: one message of one SECRET_LEN tensor whose cma
+ * descriptor names @pid and @target.  Tells 'C' when cma was chosen, 'N'
+ * when not.
+ */
+static int hostile(const struct tpu__xport *xp, const char *addr, pid_t pid, uint64_t target,
+		   int report)
+{
+	struct hostile hp;
+	bool cma_chosen = false;
+	int rc = hostile_open(&hp, xp, addr, &cma_chosen);
+
+	if (rc)
+		return rc;
+	if (hostile_send(&hp, NULL, 0, SECRET_LEN, pid, target))
+		return 5;
+	hostile_wait(report, cma_chosen ? 'C' : 'N');
+	return 0;
+}
+
+/*
+ * The hostile worker of a remote rendezvous: it connects to the victim's
+ * rendezvous, says HELLO as task @task, waits for the victim's REQ and
+ * answers it with a tensor whose cma descriptor names the victim's
+ * secret.  Tells 'H' after its HELLO, then 'A' after its answer.
+ */
+static int hostile_worker(const char *addr, const char *task, pid_t victim, int report)
+{
+	uint8_t hello[512], resp[64], *body;
+	struct remote_hdr h = { .type = REMOTE_HELLO, .key = (const uint8_t *)task,
+				.key_len = strlen(task) };
+	struct tpu__wire_blob meta;
+	struct hostile hp;
+	bool cma_chosen = false;
+	int rc = hostile_open(&hp, &tpu__xport_shm, addr, &cma_chosen);
+	char b = 'H';
+
+	if (rc)
+		return rc;
+	if (!cma_chosen)
+		return 6;
+	tpu__remote_wire_put(&h, hello);
+	if (hostile_send(&hp, hello, tpu__remote_wire_size(h.key_len), 0, 0, 0) ||
+	    write(report, &b, 1) != 1)
+		return 7;
+	for (;;) {
+		if (hostile_recv(&hp, &body, &meta) || tpu__remote_wire_get(meta.data, meta.len, &h))
+			return 8;
+		free(body);
+		if (h.type == REMOTE_REQ)
+			break;
+	}
+	h = (struct remote_hdr){ .type = REMOTE_RESP, .id = h.id, .len = SECRET_LEN };
+	tpu__remote_wire_put(&h, resp);
+	if (hostile_send(&hp, resp, tpu__remote_wire_size(0), SECRET_LEN, victim,
+			 (uint64_t)(uintptr_t)secret))
+		return 9;
+	hostile_wait(report, 'A');
+	return 0;
 }
 
 /* A third process of the same user: its own secret at the same address. */
@@ -247,7 +370,7 @@ static char wait_byte(int fd)
 
 /* What a forked child does; fd is its end of a socket pair with this process. */
 struct child_args {
-	int kind;		/* 0 third, 1 hostile, 2 legit */
+	int kind;		/* 0 third, 1 hostile, 2 legit, 3 hostile worker */
 	const struct tpu__xport *xp;
 	const char *addr, *url;
 	pid_t pid;
@@ -264,6 +387,12 @@ static void child_main(void *arg)
 		/* A failure before the verdict is told as its code, for the diagnostics. */
 		char code = (char)('0' + hostile(a->xp, a->addr, a->pid,
 					      (uint64_t)(uintptr_t)secret, a->fd));
+
+		if (write(a->fd, &code, 1) != 1)
+			_exit(1);
+		_exit(0);
+	} else if (a->kind == 3) {
+		char code = (char)('0' + hostile_worker(a->addr, a->url, a->pid, a->fd));
 
 		if (write(a->fd, &code, 1) != 1)
 			_exit(1);
@@ -413,6 +542,93 @@ static void attack(const char *url, bool use_third)
 	free(lwant);
 }
 
+static void recv_done(void *arg, tpu_status st, size_t len)
+{
+	struct tag *t = arg;
+
+	(void)len;
+	rec_post(t, st, NULL);
+}
+
+/*
+ * The remote rendezvous: a hostile process joins as a worker of the map
+ * (its HELLO), and answers this worker's receive with a tensor whose cma
+ * descriptor names this process's secret.  The receive must not complete
+ * with those bytes.
+ */
+static void remote_forged_answer(void)
+{
+	static const char me[] = "/job:trust/replica:0/task:0";
+	static const char them[] = "/job:trust/replica:0/task:1";
+	char url[96], nobody[96], laddr[300], key[512];
+	const char *urls[1] = { url };
+	struct tpu_remote_task peers[1] = { { them, nobody } };
+	struct tpu_remote_options o = { .task = me, .listen_urls = urls, .nlisten = 1,
+					.peers = peers, .npeers = 1 };
+	char s[96], d[96];
+	struct tpu_key k = { .src_incarnation = 1,
+			     .src_device = { s, 0 }, .dst_device = { d, 0 },
+			     .edge_name = { "forged", 6 } };
+	uint8_t *got = calloc(1, SECRET_LEN), *want = malloc(SECRET_LEN);
+	struct tpu_tensor dst = { .data = got, .len = SECRET_LEN };
+	struct child_args h_args = { .kind = 3 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_rendezvous *rdv = NULL;
+	const char *tr = "", *ch = "";
+	struct rec r;
+	struct tag tr_tag = { &r, 0 };
+	size_t klen = 0;
+	pid_t hpid = -1;
+	int hfd = -1;
+	char said = 0, answered = 0;
+	bool ok;
+
+	rec_init(&r);
+	snprintf(url, sizeof(url), "shm://tpu-unit-cma-trust-rv-%d", (int)getpid());
+	snprintf(nobody, sizeof(nobody), "shm://tpu-unit-cma-trust-nobody-%d", (int)getpid());
+	snprintf(s, sizeof(s), "%s/device:CPU:0", them);
+	snprintf(d, sizeof(d), "%s/device:CPU:0", me);
+	k.src_device.len = strlen(s);
+	k.dst_device.len = strlen(d);
+	pattern(secret, SECRET_LEN, 0xa3);
+	if (want)
+		pattern(want, SECRET_LEN, 0xa3);
+	ok = got && want && !tpu_key_build(&k, key, sizeof(key), &klen) &&
+	     !tpu_context_create(NULL, &ctx) && !tpu_rendezvous_create_remote(ctx, &o, &rdv) &&
+	     !tpu_rendezvous_url(rdv, "shm", laddr, sizeof(laddr));
+	if (ok) {
+		h_args.addr = strstr(laddr, "://") + 3;
+		h_args.url = them;
+		h_args.pid = getpid();
+		hpid = spawn_child(&h_args, &hfd);
+		ok = hpid > 0 && (said = wait_byte(hfd)) == 'H';
+	}
+	/* Its pipe is adopted for requests to its task once its HELLO was read. */
+	for (int ms = 0; ok && ms < WAIT_S * 1000; ms += 5) {
+		if (!tpu_rendezvous_peer_path(rdv, them, &tr, &ch) && !strcmp(ch, "cma"))
+			break;
+		usleep(5000);
+	}
+	ok = ok && !strcmp(ch, "cma");
+	if (ok)
+		ok = !tpu_rendezvous_recv(rdv, key, klen, &dst, 10ull * 1000000000ull, recv_done,
+					  &tr_tag);
+	if (ok) {
+		answered = wait_byte(hfd);
+		ok = rec_wait(&r, 1);
+	}
+	CHECK(ok && answered == 'A' && r.st[0] && memcmp(got, want, SECRET_LEN),
+	      "cma_trust_remote_forged_answer_naming_the_receivers_memory_fails (hostile %c%c, "
+	      "channel %s, receive %s)", said ? said : '-', answered ? answered : '-', ch,
+	      r.n ? tpu_status_name(r.st[0]) : "not done");
+	reap(hpid, hfd);
+	tpu_rendezvous_destroy(rdv);
+	if (ctx)
+		tpu_context_destroy(ctx);
+	free(got);
+	free(want);
+}
+
 void test_cma_trust(void)
 {
 	char shm[64];
@@ -427,4 +643,5 @@ void test_cma_trust(void)
 	snprintf(shm, sizeof(shm), "shm://tpu-unit-cma-trust-%d", (int)getpid());
 	attack(shm, false);
 	attack(shm, true);
+	remote_forged_answer();
 }
