@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "channel/channel.h"
+#include "cuda_harness.h"
 #include "cma_viability.h"
-#include "pipe_harness.h"
 #include "pipe_wire.h"
 #include "remote/remote.h"
 #include "tap.h"
@@ -116,17 +116,19 @@ static void connect_task(void *arg)
 struct hostile {
 	struct tpu_context *ctx;
 	struct tpu__conn *c;
-	const struct tpu__chan *cma;
+	const struct tpu__chan *chan;	/* the channel it offers (besides basic) */
+	uint32_t src, dst;		/* for this device pair */
 	uint64_t seq;
 };
 
 /*
  * Connect over @xp to @addr and set a pipe up as a connector would: HELLO
- * offering cma (with a valid compatibility descriptor) and basic, then the
- * WELCOME.  0 and *cma_chosen, or a nonzero code.
+ * offering channel @chan for device pair @src -> @dst (with a valid
+ * compatibility descriptor) and basic, then the WELCOME.  0 and whether
+ * @chan was chosen for that pair, or a nonzero code.
  */
-static int hostile_open(struct hostile *hp, const struct tpu__xport *xp, const char *addr,
-			bool *cma_chosen)
+static int hostile_open_chan(struct hostile *hp, const struct tpu__xport *xp, const char *addr,
+			     const char *chan, uint32_t src, uint32_t dst, bool *chosen)
 {
 	char xcompat[TPU__XPORT_COMPAT_MAX], ccompat[256], bcompat[256], name[64];
 	const struct tpu__chan *basic = tpu__chan_by_name("basic", 5);
@@ -138,14 +140,16 @@ static int hostile_open(struct hostile *hp, const struct tpu__xport *xp, const c
 	long len;
 
 	memset(hp, 0, sizeof(*hp));
-	hp->cma = tpu__chan_by_name("cma", 3);
+	hp->chan = tpu__chan_by_name(chan, strlen(chan));
+	hp->src = src;
+	hp->dst = dst;
 	if (tpu_context_create(NULL, &cr.ctx) || xp->compat_descriptor(xcompat, sizeof(xcompat)) ||
-	    hp->cma->descriptor(cr.ctx, ccompat, sizeof(ccompat)) ||
+	    hp->chan->descriptor(cr.ctx, ccompat, sizeof(ccompat)) ||
 	    basic->descriptor(cr.ctx, bcompat, sizeof(bcompat)))
 		return 2;
 	hp->ctx = cr.ctx;
 	h.xports[0] = (struct tpu__wire_xport_entry){ blob(xp->name), blob(xcompat), { 0 } };
-	h.chans[0] = (struct tpu__wire_chan_entry){ blob("cma"), 0, 0, blob(ccompat) };
+	h.chans[0] = (struct tpu__wire_chan_entry){ blob(chan), src, dst, blob(ccompat) };
 	h.chans[1] = (struct tpu__wire_chan_entry){ blob("basic"), 0, 0, blob(bcompat) };
 	len = tpu__wire_hello_encode(NULL, 0, &h);
 	frame = malloc((size_t)len);
@@ -159,35 +163,44 @@ static int hostile_open(struct hostile *hp, const struct tpu__xport *xp, const c
 	free(frame);
 	body = malloc(hdr.len);
 	if (hostile_io(cr.ctx, cr.c, false, body, hdr.len) ||
-	    tpu__wire_welcome_decode(body, hdr.len, &w) || w.status || !w.nchans ||
-	    tpu__wire_blob_str(w.chans[0].name, name, sizeof(name)))
+	    tpu__wire_welcome_decode(body, hdr.len, &w) || w.status)
 		return 4;
-	*cma_chosen = !strcmp(name, "cma");
+	*chosen = false;
+	for (uint32_t i = 0; i < w.nchans; i++)
+		if (w.chans[i].src_type == src && w.chans[i].dst_type == dst &&
+		    !tpu__wire_blob_str(w.chans[i].name, name, sizeof(name)) && !strcmp(name, chan))
+			*chosen = true;
 	free(body);
 	return 0;
 }
 
-/*
- * A MSG with @meta and, if @len, one tensor of @len bytes on the cma
- * channel whose descriptor names @pid and @target (sent whatever channel
- * was chosen: a peer that does not follow the rules).
- */
-static tpu_status hostile_send(struct hostile *hp, const void *meta, size_t meta_len,
-			       uint64_t len, pid_t pid, uint64_t target)
+/* The same with cma for CPU tensors. */
+static int hostile_open(struct hostile *hp, const struct tpu__xport *xp, const char *addr,
+			bool *cma_chosen)
 {
-	uint8_t desc[12], *frame;
+	return hostile_open_chan(hp, xp, addr, "cma", TPU_DEVICE_CPU, TPU_DEVICE_CPU, cma_chosen);
+}
+
+/*
+ * A MSG with @meta and, if @len, one tensor of @len bytes on the hostile's
+ * channel with descriptor @desc (sent whatever channel was chosen: a peer
+ * that does not follow the rules).
+ */
+static tpu_status hostile_send_desc(struct hostile *hp, const void *meta, size_t meta_len,
+				    uint64_t len, const uint8_t *desc, uint32_t desc_len)
+{
 	struct tpu__wire_tensor t = {
-		.len = len, .channel = hp->cma->wire_id, .chan_desc = { desc, sizeof(desc) },
+		.len = len, .src_type = hp->src, .dst_type = hp->dst,
+		.channel = hp->chan->wire_id, .chan_desc = { desc, desc_len },
 	};
 	struct tpu__wire_msg m = {
 		.seq = hp->seq++, .meta = { meta, (uint32_t)meta_len },
 		.ntensors = len ? 1 : 0, .tensors = len ? &t : NULL,
 	};
+	uint8_t *frame;
 	long n;
 	tpu_status st;
 
-	tpu__chan_put_le(desc, (uint32_t)pid, 4);
-	tpu__chan_put_le(desc + 4, target, 8);
 	n = tpu__wire_msg_encode(NULL, 0, &m);
 	if (n < 0)
 		return (tpu_status)n;
@@ -198,6 +211,17 @@ static tpu_status hostile_send(struct hostile *hp, const void *meta, size_t meta
 	st = hostile_io(hp->ctx, hp->c, true, frame, (size_t)n);
 	free(frame);
 	return st;
+}
+
+/* The same with a cma descriptor naming @pid and @target. */
+static tpu_status hostile_send(struct hostile *hp, const void *meta, size_t meta_len,
+			       uint64_t len, pid_t pid, uint64_t target)
+{
+	uint8_t desc[12];
+
+	tpu__chan_put_le(desc, (uint32_t)pid, 4);
+	tpu__chan_put_le(desc + 4, target, 8);
+	return hostile_send_desc(hp, meta, meta_len, len, desc, sizeof(desc));
 }
 
 /*
@@ -303,6 +327,39 @@ static int hostile_worker(const char *addr, const char *task, pid_t victim, int 
 	return 0;
 }
 
+/*
+ * cuda_ipc's descriptor (chan_cuda_ipc.c): IPC handle (64 bytes), offset,
+ * pid, device, address, kind (0: an IPC handle), descriptor, mapping size.
+ */
+#define IPC_D_PID	72
+#define IPC_D_ADDRESS	80
+#define IPC_DESC_LEN	104
+#define CUDA_LEN	4096
+
+/*
+ * The hostile cuda_ipc peer: one message of one CUDA_LEN tensor from CUDA
+ * memory whose descriptor names @pid and device address @target.  Tells
+ * 'C' when cuda_ipc was chosen, 'N' when not.
+ */
+static int hostile_cuda(const struct tpu__xport *xp, const char *addr, pid_t pid,
+			uint64_t target, int report)
+{
+	uint8_t desc[IPC_DESC_LEN] = { 0 };
+	struct hostile hp;
+	bool chosen = false;
+	int rc = hostile_open_chan(&hp, xp, addr, "cuda_ipc", TPU_DEVICE_CUDA, TPU_DEVICE_CPU,
+				   &chosen);
+
+	if (rc)
+		return rc;
+	tpu__chan_put_le(desc + IPC_D_PID, (uint32_t)pid, 4);
+	tpu__chan_put_le(desc + IPC_D_ADDRESS, target, 8);
+	if (hostile_send_desc(&hp, NULL, 0, CUDA_LEN, desc, sizeof(desc)))
+		return 5;
+	hostile_wait(report, chosen ? 'C' : 'N');
+	return 0;
+}
+
 /* A third process of the same user: its own secret at the same address. */
 static void third(int report)
 {
@@ -370,7 +427,8 @@ static char wait_byte(int fd)
 
 /* What a forked child does; fd is its end of a socket pair with this process. */
 struct child_args {
-	int kind;		/* 0 third, 1 hostile, 2 legit, 3 hostile worker */
+	int kind;		/* 0 third, 1 hostile, 2 legit, 3 hostile worker, 4 cuda */
+	uint64_t target;	/* 4: the device address */
 	const struct tpu__xport *xp;
 	const char *addr, *url;
 	pid_t pid;
@@ -387,6 +445,12 @@ static void child_main(void *arg)
 		/* A failure before the verdict is told as its code, for the diagnostics. */
 		char code = (char)('0' + hostile(a->xp, a->addr, a->pid,
 					      (uint64_t)(uintptr_t)secret, a->fd));
+
+		if (write(a->fd, &code, 1) != 1)
+			_exit(1);
+		_exit(0);
+	} else if (a->kind == 4) {
+		char code = (char)('0' + hostile_cuda(a->xp, a->addr, a->pid, a->target, a->fd));
 
 		if (write(a->fd, &code, 1) != 1)
 			_exit(1);
@@ -629,6 +693,73 @@ static void remote_forged_answer(void)
 	free(want);
 }
 
+/*
+ * cuda_ipc: a hostile peer names this process's pid and a device address of
+ * its own memory (the copy between two pipes of one process), over tcp
+ * and over shm.  The reader must not end up with those bytes.
+ */
+static void cuda_ipc_attack(const char *url)
+{
+	const char *xname = strncmp(url, "shm", 3) ? "tcp" : "shm";
+	const struct tpu__xport *xp = strcmp(xname, "shm") ? &tpu__xport_tcp : &tpu__xport_shm;
+	tpu__cu_ptr d = dev_filled(0, CUDA_LEN, 77);
+	uint8_t *got = calloc(1, CUDA_LEN);
+	struct child_args h_args = { .kind = 4 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rec r;
+	struct tag ta = { &r, 0 }, td = { &r, 1 }, trd = { &r, 2 };
+	tpu_status read_st = 1;
+	char laddr[300], verdict = 0;
+	pid_t hpid = -1;
+	int hfd = -1;
+	bool ok;
+
+	rec_init(&r);
+	ok = d && got && !tpu_context_create(NULL, &ctx) &&
+	     !tpu_listener_create(ctx, &url, 1, &l) &&
+	     !tpu_listener_url(l, NULL, laddr, sizeof(laddr)) &&
+	     !tpu_listener_accept(l, on_accept, &ta);
+	if (ok) {
+		h_args.xp = xp;
+		h_args.addr = strstr(laddr, "://") + 3;
+		h_args.pid = getpid();
+		h_args.target = (uint64_t)d;
+		hpid = spawn_child(&h_args, &hfd);
+		ok = hpid > 0 && rec_wait(&r, 1);
+		verdict = ok ? wait_byte(hfd) : 0;
+	}
+	if (ok && !r.st[0] && !tpu_pipe_read_descriptor(r.pipe, on_desc, &td) && rec_wait(&r, 2) &&
+	    !r.st[1]) {
+		struct tpu_message *m = r.msg[1];
+
+		if (m->ntensors == 1 && m->tensors[0].len == CUDA_LEN) {
+			m->tensors[0].data = got;
+			if (!tpu_pipe_read(r.pipe, m, on_write, &trd) && rec_wait(&r, 3))
+				read_st = r.st[2];
+		}
+	}
+	CHECK(ok && (verdict == 'N' || verdict == 'C') && !pat_holds(got, CUDA_LEN, 77) &&
+	      (verdict == 'N' || read_st == -EPERM),
+	      "cma_trust_cuda_ipc_%s_peer_naming_the_readers_device_memory_gets_nothing "
+	      "(cuda_ipc %s, read %s)", xname,
+	      verdict == 'C' ? "negotiated" : verdict == 'N' ? "not negotiated" : "?",
+	      read_st == 1 ? "not done" : tpu_status_name(read_st));
+	if (!strcmp(xname, "tcp"))
+		CHECK(ok && verdict == 'N', "cma_trust_cuda_ipc_never_negotiated_over_tcp");
+	if (r.n > 0 && !r.st[0])
+		tpu_pipe_close(r.pipe);
+	reap(hpid, hfd);
+	tpu_listener_close(l);
+	if (ctx)
+		tpu_context_destroy(ctx);
+	if (d) {
+		tpu__cuda_enter(0);
+		cu->mem_free(d);
+	}
+	free(got);
+}
+
 void test_cma_trust(void)
 {
 	char shm[64];
@@ -644,4 +775,10 @@ void test_cma_trust(void)
 	attack(shm, false);
 	attack(shm, true);
 	remote_forged_answer();
+	if (cuda_harness_open("cma_trust")) {
+		snprintf(shm, sizeof(shm), "shm://tpu-unit-cma-trust-cu-%d", (int)getpid());
+		cuda_ipc_attack("tcp://127.0.0.1:0");
+		cuda_ipc_attack(shm);
+		cuda_harness_close();
+	}
 }
