@@ -16,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "cma_viability.h"
 #include "pipe_wire.h"
 #include "remote/remote.h"
+#include "shm.h"
 #include "tap.h"
 
 /* Over TPU_PIPE_INLINE_MAX, so that the tensor may take the channel. */
@@ -110,6 +113,13 @@ static void connect_task(void *arg)
 	struct connect_req *r = arg;
 
 	r->ret = r->xp->connect(r->ctx, r->addr, &r->c);
+}
+
+static void close_task(void *arg)
+{
+	struct tpu__conn *c = arg;
+
+	c->ops->close(c);
 }
 
 /* A hostile peer's end of a pipe: its context, its connection, its next MSG's seq. */
@@ -760,6 +770,112 @@ static void cuda_ipc_attack(const char *url)
 	free(got);
 }
 
+struct peer_pid_req {
+	struct tpu__conn *c;
+	int pid;
+};
+
+static void peer_pid_task(void *arg)
+{
+	struct peer_pid_req *r = arg;
+
+	r->pid = r->c->ops->peer_pid(r->c);
+}
+
+/*
+ * The shm listener's end in process B, which answers the handshake by hand;
+ * the listening socket was made by B's parent A, which then exited.
+ */
+static void handed_on_b(int l, int report)
+{
+	struct shm_hs hs, w = { .magic = SHM_HS_MAGIC, .version = SHM_HS_VERSION,
+				.type = SHM_HS_WELCOME };
+	struct shm_msg m;
+	int s = accept(l, NULL, NULL), fds[SHM_MAX_FDS], e = eventfd(0, EFD_CLOEXEC);
+	unsigned int n;
+	char b = 'W';
+
+	tpu__shm_msg_prepare(&m, &hs, sizeof(hs), true);
+	if (s < 0 || e < 0 || recvmsg(s, &m.msg, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof(hs))
+		_exit(1);
+	n = tpu__shm_msg_take_fds(&m, fds, SHM_MAX_FDS);
+	tpu__shm_close_fds(fds, n);
+	tpu__shm_msg_prepare(&m, &w, sizeof(w), false);
+	tpu__shm_msg_put_fds(&m, &e, 1);
+	if (sendmsg(s, &m.msg, MSG_NOSIGNAL) != (ssize_t)sizeof(w))
+		_exit(2);
+	if (write(report, &b, 1) != 1)
+		_exit(3);
+	while (read(report, &b, 1) > 0)
+		;
+	_exit(0);
+}
+
+/*
+ * SO_PEERCRED gives the connector the pid of the process that called
+ * listen().  When that process is gone (its socket handed on), the pid
+ * may belong to anyone of our user by now: the connection must not name it.
+ */
+static void handed_on_listener(void)
+{
+	char name[64];
+	struct sockaddr_un sa;
+	struct connect_req cr = { .xp = &tpu__xport_shm, .addr = name };
+	struct peer_pid_req pr = { 0 };
+	socklen_t len;
+	int sv[2] = { -1, -1 }, status = 0;
+	pid_t a = -1, b = -1;
+	bool ok;
+
+	snprintf(name, sizeof(name), "tpu-unit-cma-trust-ho-%d", (int)getpid());
+	ok = !tpu__shm_sockaddr(name, &sa, &len) &&
+	     !socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+	if (ok) {
+		a = fork();
+		if (a == 0) {
+			int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+			close(sv[0]);
+			if (l < 0 || bind(l, (struct sockaddr *)&sa, len) || listen(l, 4))
+				_exit(1);
+			b = fork();
+			if (b == 0)
+				handed_on_b(l, sv[1]);
+			/* B's pid, for the parent to reap it. */
+			if (write(sv[1], &b, sizeof(b)) != (ssize_t)sizeof(b))
+				_exit(2);
+			_exit(0);
+		}
+		close(sv[1]);
+		sv[1] = -1;
+		ok = a > 0 && waitpid(a, &status, 0) == a && WIFEXITED(status) &&
+		     !WEXITSTATUS(status) && read(sv[0], &b, sizeof(b)) == (ssize_t)sizeof(b);
+	}
+	ok = ok && !tpu_context_create(NULL, &cr.ctx);
+	if (ok) {
+		tpu__ctx_run_sync(cr.ctx, connect_task, &cr);
+		ok = !cr.ret && wait_byte(sv[0]) == 'W';
+	}
+	if (ok) {
+		/* The connector took the credentials when its connect completed, before B answered. */
+		pr.c = cr.c;
+		tpu__ctx_run_sync(cr.ctx, peer_pid_task, &pr);
+	}
+	CHECK(ok && pr.pid == 0,
+	      "cma_trust_shm_connector_does_not_name_a_listener_that_exited (listen()ed by %d, "
+	      "now %d)", (int)a, pr.pid);
+	if (cr.c)
+		tpu__ctx_run_sync(cr.ctx, close_task, cr.c);
+	if (cr.ctx)
+		tpu_context_destroy(cr.ctx);
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (b > 0) {
+		kill(b, SIGKILL);
+		waitpid(b, NULL, 0);
+	}
+}
+
 void test_cma_trust(void)
 {
 	char shm[64];
@@ -774,6 +890,7 @@ void test_cma_trust(void)
 	snprintf(shm, sizeof(shm), "shm://tpu-unit-cma-trust-%d", (int)getpid());
 	attack(shm, false);
 	attack(shm, true);
+	handed_on_listener();
 	remote_forged_answer();
 	if (cuda_harness_open("cma_trust")) {
 		snprintf(shm, sizeof(shm), "shm://tpu-unit-cma-trust-cu-%d", (int)getpid());
