@@ -1043,10 +1043,13 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
  *		tensor lies in a tpu_buffer of the writer's context and the
  *		reader asks for a buffer), shm transport only (it passes the
  *		kernel domain's descriptor)
- *   cma	process_vm_readv by the reader, same machine and permissions
+ *   cma	process_vm_readv by the reader, same machine and permissions,
+ *		shm transport only: the reader pulls only from the pid the
+ *		kernel gives the socket, never one the peer names
  *   basic	inline through the transport (always available)
- *   cuda_ipc	CUDA memory at the writer, same machine: the reader copies
- *		through a CUDA IPC handle (Documentation/cuda.rst)
+ *   cuda_ipc	CUDA memory at the writer, same machine, shm transport only
+ *		(as cma): the reader copies through a CUDA IPC handle
+ *		(Documentation/cuda.rst)
  *   cuda_staged  CUDA memory on either side, any transport: inline,
  *		through page-locked host memory
  * Tensors of at most TPU_PIPE_INLINE_MAX bytes always travel inline.

@@ -7,6 +7,15 @@
  *
  * Compatibility descriptor: boot id, pid namespace (pids travel in
  * descriptors), uid.
+ *
+ * Trust: the pid in a descriptor is only the peer's claim.  The reader
+ * pulls from the pid the kernel gave the transport for this connection
+ * (SO_PEERCRED, ->peer_pid), so cma goes only beside transports that have
+ * one (->proves_peer: shm, not tcp or rdma), and a descriptor naming any
+ * other pid is a forgery that fails the read and the pipe.  The address
+ * and length stay the peer's word: the length is the reader's own buffer's,
+ * and the address is looked up in the peer's own memory, so the worst a
+ * peer can make us read is its own bytes.  Documentation/security.rst.
  */
 #include <stdio.h>
 #include <unistd.h>
@@ -17,13 +26,8 @@
 
 static void cma_describe(const struct tpu__chan_xfer *x, uint8_t *d)
 {
-	uint32_t pid = (uint32_t)getpid();
-	uint64_t addr = (uint64_t)(uintptr_t)x->t->data;
-
-	for (int b = 0; b < 4; b++)
-		d[b] = (uint8_t)(pid >> (8 * b));
-	for (int b = 0; b < 8; b++)
-		d[4 + b] = (uint8_t)(addr >> (8 * b));
+	tpu__chan_put_le(d, (uint32_t)getpid(), 4);
+	tpu__chan_put_le(d + 4, (uint64_t)(uintptr_t)x->t->data, 8);
 }
 
 /* Nothing to send: the writer waits for the reader's ACK. */
@@ -37,15 +41,17 @@ static tpu_status cma_send(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 /* Pull the tensor now and tell the writer its memory is free again. */
 static tpu_status cma_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 {
-	uint32_t pid = 0;
-	uint64_t addr = 0;
+	int peer = l->conn ? l->conn->ops->peer_pid(l->conn) : 0;
+	uint32_t pid = (uint32_t)tpu__chan_get_le(x->desc, 4);
+	uint64_t addr = tpu__chan_get_le(x->desc + 4, 8);
 
-	(void)l;
-	for (int b = 0; b < 4; b++)
-		pid |= (uint32_t)x->desc[b] << (8 * b);
-	for (int b = 0; b < 8; b++)
-		addr |= (uint64_t)x->desc[4 + b] << (8 * b);
-	return x->ack(x, tpu_cma_read((pid_t)pid, addr, x->t->data, x->t->len));
+	/* The recv's error fails this read and the pipe: the peer broke the protocol. */
+	if (peer <= 0 || pid != (uint32_t)peer) {
+		tpu__log_debug("pipe: cma: the peer (pid %d, as the kernel says) named pid %u "
+			       "for a tensor: refused", peer, pid);
+		return -EPERM;
+	}
+	return x->ack(x, tpu_cma_read((pid_t)peer, addr, x->t->data, x->t->len));
 }
 
 static tpu_status cma_descriptor(struct tpu_context *ctx, char *buf, size_t size)
@@ -69,8 +75,12 @@ static tpu_status cma_descriptor(struct tpu_context *ctx, char *buf, size_t size
 static bool cma_supports(const struct tpu__xport *x, enum tpu_device_type src,
 			 enum tpu_device_type dst)
 {
-	(void)x;
-	return src == TPU_DEVICE_CPU && dst == TPU_DEVICE_CPU;
+	if (src != TPU_DEVICE_CPU || dst != TPU_DEVICE_CPU)
+		return false;
+	if (!x->proves_peer)
+		tpu__log_debug("pipe: no cma channel over %s: it cannot prove the peer's pid",
+			       x->name);
+	return x->proves_peer;
 }
 
 const struct tpu__chan tpu__chan_cma = {

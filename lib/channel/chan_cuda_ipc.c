@@ -23,6 +23,12 @@
  *
  * Compatibility descriptor: boot id, pid namespace, uid (one host, one
  * user), and a CUDA driver with a device on this end.
+ *
+ * Trust: as for cma, the pid in a descriptor is only the peer's claim; it
+ * must be the pid the transport proved (shm's SO_PEERCRED), or the read
+ * fails with -EPERM and the pipe with it.  Otherwise a peer could name our
+ * own pid and an address (the one-process copy) or another process of our
+ * user (pidfd_getfd).  So the channel goes only beside shm.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -250,7 +256,15 @@ static tpu_status ipc_copy(struct tpu__chan_xfer *x)
 
 static tpu_status ipc_recv(struct tpu__chan_link *l, struct tpu__chan_xfer *x)
 {
-	(void)l;
+	int peer = l->conn ? l->conn->ops->peer_pid(l->conn) : 0;
+	uint32_t pid = (uint32_t)tpu__chan_get_le(x->desc + D_PID, 4);
+
+	/* The recv's error fails this read and the pipe: the peer broke the protocol. */
+	if (peer <= 0 || pid != (uint32_t)peer) {
+		tpu__log_debug("pipe: cuda_ipc: the peer (pid %d, as the kernel says) named pid %u "
+			       "for a tensor: refused", peer, pid);
+		return -EPERM;
+	}
 	return x->ack(x, ipc_copy(x));
 }
 
@@ -277,9 +291,8 @@ static tpu_status ipc_descriptor(struct tpu_context *ctx, char *buf, size_t size
 static bool ipc_supports(const struct tpu__xport *x, enum tpu_device_type src,
 			 enum tpu_device_type dst)
 {
-	(void)x;
 	(void)dst;
-	return src == TPU_DEVICE_CUDA;
+	return src == TPU_DEVICE_CUDA && x->proves_peer;
 }
 
 const struct tpu__chan tpu__chan_cuda_ipc = {

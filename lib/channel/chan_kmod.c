@@ -140,6 +140,18 @@ static void kmod_fd_received(void *arg, tpu_status st)
 		st = TPU_E_CLOSED;
 	if (!st) {
 		st = tpu_rendezvous_join(l->ctx, l->fd, &r);
+		/*
+		 * join takes a cma table too, whose members name pids that we
+		 * would pull from: only a module domain copies between the
+		 * two ends' own memory (Documentation/security.rst).
+		 */
+		if (!st && tpu_rendezvous_impl(r) != TPU_RDV_KMOD) {
+			tpu__log_debug("pipe: kmod: the peer passed a %s rendezvous, not a "
+				       "module domain: refused",
+				       tpu_rendezvous_impl(r) == TPU_RDV_CMA ? "cma" : "non-kmod");
+			tpu_rendezvous_destroy(r);
+			st = -EPROTO;
+		}
 		if (!st)
 			l->state = r;
 	}

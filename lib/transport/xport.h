@@ -71,8 +71,10 @@ struct tpu__conn_ops {
 	tpu_status (*send_fd)(struct tpu__conn *c, int fd, tpu__io_cb cb, void *arg);
 	tpu_status (*recv_fd)(struct tpu__conn *c, int *fd, tpu__io_cb cb, void *arg);
 	/*
-	 * Process id of the peer as seen by this process (SO_PEERCRED), or 0
-	 * when unknown (tcp).
+	 * Process id of the peer as seen by this process, or 0 when unknown
+	 * (tcp, rdma).  Where the transport sets proves_peer the kernel
+	 * vouches for it (SO_PEERCRED); channels that act on a pid (cma,
+	 * cuda_ipc) use only this one, never a pid the peer wrote.
 	 */
 	int (*peer_pid)(struct tpu__conn *c);
 	/*
@@ -117,6 +119,7 @@ struct tpu__xport {
 	const char *name;		/* "tcp", "shm": the URL scheme too */
 	int priority;			/* higher is preferred when both sides have it */
 	bool passes_fds;		/* its connections have send_fd and recv_fd */
+	bool proves_peer;		/* ->peer_pid is the kernel's word, not the peer's */
 	/*
 	 * Two contexts can use this transport iff their descriptors are
 	 * equal: shm writes the boot id and network namespace (the Unix

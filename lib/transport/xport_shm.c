@@ -43,6 +43,7 @@
  * that may call back is on the stack (busy); so a callback may close its
  * own connection, or another one in the middle of a poll pass.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
@@ -52,6 +53,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -567,14 +569,48 @@ struct shm_conn *tpu__shm_conn_new(struct tpu_context *ctx)
 	return c;
 }
 
+/* Linux 6.5; the value of asm-generic/socket.h, which these architectures use. */
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__aarch64__) || \
+			       defined(__i386__) || defined(__riscv))
+#define SO_PEERPIDFD 77
+#endif
+
+/*
+ * SO_PEERCRED names the process that called connect() (seen by the
+ * listener's side) or listen() (seen by the connector's side); that process
+ * may have handed the socket on and exited, and its pid gone to another
+ * process of our user.  SO_PEERPIDFD refers to the same process, not to its
+ * number: while that process is alive (a null signal reaches it) its pid
+ * names it and nothing else.  Gone: 0, unproven.  Kernels before 6.5 lack
+ * it, and then the pid is taken as SO_PEERCRED says (Documentation/
+ * security.rst says what that leaves open).
+ */
 int tpu__shm_sock_peer_pid(int sock)
 {
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
+	int pid;
 
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) || len != sizeof(cred))
 		return 0;
-	return cred.pid;
+	pid = cred.pid > 0 ? cred.pid : 0;
+#if defined(SO_PEERPIDFD) && defined(SYS_pidfd_send_signal)
+	{
+		int pidfd = -1;
+
+		len = sizeof(pidfd);
+		if (pid && !getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) &&
+		    len == sizeof(pidfd) && pidfd >= 0) {
+			if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) && errno == ESRCH) {
+				tpu__log_debug("shm: the peer's process %d is gone: its pid is "
+					       "unproven", pid);
+				pid = 0;
+			}
+			close(pidfd);
+		}
+	}
+#endif
+	return pid;
 }
 
 bool tpu__shm_hs_ok(const struct shm_hs *hs, int res, uint16_t type)
@@ -804,6 +840,7 @@ const struct tpu__xport tpu__xport_shm = {
 	.name = "shm",
 	.priority = 200,
 	.passes_fds = true,
+	.proves_peer = true,
 	.compat_descriptor = shm_compat_descriptor,
 	.listen = tpu__shm_listen,
 	.connect = tpu__shm_connect,

@@ -35,6 +35,7 @@ static const struct {
 	{ "xport_shm", test_xport_shm },
 	{ "xport_rdma", test_xport_rdma },
 	{ "pipe_core", test_pipe_core },
+	{ "cma_trust", test_cma_trust },
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "pipe_rdma", test_pipe_rdma },
 	{ "failure", test_failure },

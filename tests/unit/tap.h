@@ -67,6 +67,7 @@ void test_rendezvous(void);
 void test_ctx_lend(void);
 void test_cma_table(void);
 void test_cma_viability(void);
+void test_cma_trust(void);
 void test_rdv_cma(void);
 void test_boot_env(void);
 void test_store(void);
