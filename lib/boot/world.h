@@ -18,7 +18,6 @@
 #include "ctx/ctx.h"
 
 #define WORLD_MAGIC		0x3011d0beU
-#define WORLD_DEAD		0xdead3011U
 #define WORLD_URL_MAX		300
 #define WORLD_TASK_MAX		128	/* "/job:JOB/replica:0/task:RANK" */
 #define WORLD_DEFAULT_MS	30000u
@@ -28,7 +27,8 @@
 struct world_hello;
 
 struct tpu_world {
-	uint32_t magic;
+	uint32_t magic;			/* WORLD_MAGIC; TPU__MAGIC_DEAD once destroyed */
+	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
 	atomic_int refs;
 	struct tpu_context *ctx;
 	struct tpu_world_info info;
@@ -53,6 +53,8 @@ struct tpu_world {
 	struct world_hello *hellos;	/* accepted pipes whose hello is being read */
 };
 
+/* -EINVAL (NULL, not a world), TPU_E_DESTROYED, or TPU_E_FORKED (a child forked since). */
+tpu_status tpu__world_check(const struct tpu_world *w);
 void tpu__world_ref(struct tpu_world *w);
 void tpu__world_unref(struct tpu_world *w);
 

@@ -248,10 +248,13 @@ TPU_API tpu_status tpu_coll_resolved(struct tpu_coll *coll, int32_t group_key,
 				     int32_t instance_key, struct tpu_coll_resolved *out)
 {
 	struct tpu__coll_cached *c;
-	tpu_status err = -ENOENT;
+	tpu_status err = tpu__coll_check(coll);
 
-	if (!coll || coll->magic != TPU__MAGIC_COLL || !out)
+	if (err)
+		return err;
+	if (!out)
 		return -EINVAL;
+	err = -ENOENT;
 	pthread_mutex_lock(&coll->lock);
 	c = find(coll, group_key, instance_key, -1);
 	if (c && !c->resolving) {
