@@ -1400,10 +1400,13 @@ TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
  * step id as frame; so any rendezvous serves: inprocess between threads,
  * remote between workers, over whichever channel their pipes chose.
  *
- * The first run of an instance resolves its parameters among the members:
- * each sends what it knows to rank 0, which checks them, picks the
+ * Every run of an instance resolves its parameters among the members:
+ * each sends what it knows to rank 0, which checks them (and, from the
+ * second run on, against the instance's first run), picks the
  * implementation and sends the verdict back; disagreement fails every
- * member with TPU_E_COLL_MISMATCH.  The result is cached in the tpu_coll.
+ * member with TPU_E_COLL_MISMATCH, promptly and with a reason
+ * (tpu_coll_last_reason), and leaves the rendezvous usable.  The result
+ * is cached in the tpu_coll (the newest 4096 instances).
  * A failure during a run aborts the rendezvous (tpu_rendezvous_abort with
  * -ECONNABORTED) so the other members fail promptly instead of waiting:
  * as in TensorFlow, a failed step ends the rendezvous.  See

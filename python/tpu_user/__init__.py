@@ -530,19 +530,26 @@ class World:
         return Pipe(self._ctx, self._c.pipe(rank))
 
     def barrier(self) -> None:
+        """Wait for every rank, at most the world's timeout (ctx.world(timeout=...))."""
         self._c.barrier()
 
-    def all_reduce(self, tensor, op: str = "sum"):
+    # Collectives: every rank calls them in the same order.  A rank whose
+    # tensor (size, dtype), op, source or collective differs from the
+    # others' makes every rank raise Error (status TPU_E_COLL_MISMATCH) at
+    # once, naming the difference; the world stays usable.  timeout
+    # (seconds; None: 60) bounds the call: one that runs out raises
+    # TimeoutError, and the world is done (its rendezvous was aborted).
+    def all_reduce(self, tensor, op: str = "sum", timeout: Optional[float] = None):
         """Reduce tensor over every rank, in place: op sum, prod, min, max or mean."""
-        return self._c.all_reduce(tensor, op)
+        return self._c.all_reduce(tensor, op, timeout)
 
-    def broadcast(self, tensor, src: int = 0):
+    def broadcast(self, tensor, src: int = 0, timeout: Optional[float] = None):
         """src's tensor into every rank's, in place."""
-        return self._c.broadcast(tensor, src)
+        return self._c.broadcast(tensor, src, timeout)
 
-    def all_gather(self, tensor) -> Tensor:
+    def all_gather(self, tensor, timeout: Optional[float] = None) -> Tensor:
         """Every rank's tensor, stacked: shape (size, *tensor.shape)."""
-        return self._c.all_gather(tensor)
+        return self._c.all_gather(tensor, timeout)
 
     def close(self) -> None:
         """Leave the world (waits until every rank leaves, at most its timeout)."""
