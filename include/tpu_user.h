@@ -668,6 +668,15 @@ TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd);
 /**
  * tpu_rendezvous_join - join the rendezvous behind @fd (from share); @fd stays the caller's.
  *
+ * A member that dies (cma, kmod) fails what the others have pending with
+ * TPU_E_PEER_GONE.  A receive started after the death knows its producer
+ * is dead only where the dead member had posted that key: with cma it
+ * then ends TPU_E_PEER_GONE at once (kmod drops such a send with its
+ * endpoint, and the receive waits for its timeout).  Members are
+ * processes, not tasks: a key the dead member never posted still waits.
+ * The remote rendezvous fails a receive from a worker that answered once
+ * and no longer does with TPU_E_PEER_GONE at once.
+ *
  * Errors: -EBADF, -EINVAL (@fd is not a shared rendezvous), those of create.
  */
 TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
