@@ -124,13 +124,18 @@ static void on_coll_ignore(void *arg, tpu_status st)
 	(void)st;
 }
 
+static int forked_child_rc;
+
 /*
  * The child's verdict: bit i set when check i failed.  Each family refuses
  * with TPU_E_FORKED; destroying them all takes well under a second.
  */
 static int forked_child(struct pair *pp, struct tpu_rendezvous *rdv, struct tpu_buffer *buf,
-			struct tpu_coll *coll, struct tpu_coll_exec *exec, struct tpu_world *w)
+			struct tpu_coll *coll, struct tpu_coll_exec *exec, struct tpu_world *w,
+			struct tpu_rendezvous *remote)
 {
+	const char *tr, *ch;
+	char url[256];
 	struct tpu_coll_instance inst = { .type = TPU_COLL_REDUCTION, .instance_key = 1,
 					  .dtype = TPU_DT_FLOAT32, .count = 1,
 					  .op = TPU_OP_SUM };
@@ -171,6 +176,12 @@ static int forked_child(struct pair *pp, struct tpu_rendezvous *rdv, struct tpu_
 		rc |= 1 << 11;
 	if (tpu_coll_resolved(coll, 1, 1, &(struct tpu_coll_resolved){ 0 }) != TPU_E_FORKED)
 		rc |= 1 << 12;
+	if (remote && (tpu_rendezvous_url(remote, NULL, url, sizeof(url)) != TPU_E_FORKED ||
+		       tpu_rendezvous_add_peer(remote, "/job:m/replica:0/task:1",
+					       "tcp://127.0.0.1:1") != TPU_E_FORKED ||
+		       tpu_rendezvous_peer_path(remote, "/job:m/replica:0/task:1", &tr, &ch) !=
+		       TPU_E_FORKED))
+		rc |= 1 << 14;
 	t0 = now_ms();
 	tpu_world_destroy(w);
 	tpu_coll_exec_destroy(exec);
@@ -179,10 +190,12 @@ static int forked_child(struct pair *pp, struct tpu_rendezvous *rdv, struct tpu_
 	tpu_pipe_close(pp->client);
 	tpu_listener_close(pp->l);
 	tpu_rendezvous_destroy(rdv);
+	tpu_rendezvous_destroy(remote);
 	tpu_context_destroy(pp->a);
 	tpu_context_destroy(pp->b);
 	if (now_ms() - t0 > 2000)
 		rc |= 1 << 13;
+	forked_child_rc = rc;
 	return rc;
 }
 
@@ -194,29 +207,35 @@ static void fork_every_family(void)
 	struct tpu_coll *coll = NULL;
 	struct tpu_coll_exec *exec = NULL;
 	struct tpu_world *w = NULL;
+	struct tpu_rendezvous *remote = NULL;
+	struct tpu_remote_options ro = { .task = "/job:m/replica:0/task:0" };
 	bool ok = pair_open(&pp, "tcp://127.0.0.1:0", NULL);
 	int ws = 0;
 	pid_t pid;
 
 	ok = ok && !tpu_rendezvous_create(pp.a, TPU_RDV_INPROCESS, &rdv) &&
 	     !tpu_buffer_alloc(pp.a, 4096, &buf) && !tpu_coll_create(rdv, &coll) &&
-	     !tpu_coll_exec_create(coll, 1, &exec) && (w = world_of_one(pp.b)) != NULL;
+	     !tpu_coll_exec_create(coll, 1, &exec) && (w = world_of_one(pp.b)) != NULL &&
+	     !tpu_rendezvous_create_remote(pp.a, &ro, &remote);
 	CHECK(ok, "fork_families_set_up");
 	if (!ok)
 		goto out;
 	memset(tpu_buffer_data(buf), 0x5a, 4096);
 	pid = fork();
 	if (pid == 0)
-		_exit(forked_child(&pp, rdv, buf, coll, exec, w));
+		/* An exit status has 8 bits: the first failed check's number, plus one. */
+		_exit(forked_child(&pp, rdv, buf, coll, exec, w, remote) ?
+		      __builtin_ctz((unsigned int)forked_child_rc) + 1 : 0);
 	CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
 	      "fork_every_family_refuses_use_in_a_child_and_its_destroy_returns "
-	      "(status %#x: failed checks are bits of the exit code)", ws);
+	      "(status %#x: the exit code is the first failed check's number plus one)", ws);
 	/* The parent's objects still work. */
 	CHECK(tpu_world_barrier(w) == 0 && tpu_buffer_size(buf) == 4096 &&
 	      ((unsigned char *)tpu_buffer_data(buf))[4095] == 0x5a &&
 	      tpu_coll_rendezvous(coll) == rdv,
 	      "fork_the_parent_keeps_working_after_its_child_destroyed_its_copies");
 out:
+	tpu_rendezvous_destroy(remote);
 	tpu_world_destroy(w);
 	tpu_coll_exec_destroy(exec);
 	tpu_coll_destroy(coll);
