@@ -465,11 +465,14 @@ class Listener:
             fut = self._new_accept()
         try:
             return fut.result(timeout)
-        except BaseException:
-            if not fut.done():
-                with self._armed_lock:
-                    if self._armed is None:
-                        self._armed = fut
+        except BaseException as e:
+            if fut.done():
+                raise
+            with self._armed_lock:
+                if self._armed is None:
+                    self._armed = fut
+            if isinstance(e, TimeoutError):
+                raise _timeout_error("accept") from None
             raise
 
     def accept_async(self) -> Future:
