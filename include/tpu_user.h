@@ -670,10 +670,11 @@ TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd);
  *
  * A member that dies (cma, kmod) fails what the others have pending with
  * TPU_E_PEER_GONE.  A receive started after the death knows its producer
- * is dead only where the dead member had posted that key: with cma it
- * then ends TPU_E_PEER_GONE at once (kmod drops such a send with its
- * endpoint, and the receive waits for its timeout).  Members are
- * processes, not tasks: a key the dead member never posted still waits.
+ * is dead where the dead member had posted that key and nobody took it:
+ * it then ends TPU_E_PEER_GONE at once (kmod: once the module released
+ * the dead member's endpoint; until then the tensor is still delivered).
+ * Members are processes, not tasks: a key the dead member never posted
+ * still waits (give it a timeout).
  * The remote rendezvous fails a receive from a worker that answered once
  * and no longer does with TPU_E_PEER_GONE at once.
  *
