@@ -78,9 +78,23 @@ enum {
 	TPU_E_CLOSED		= -10007,
 	/** the process at the other end died (a rendezvous peer, see tpu_rendezvous_create) */
 	TPU_E_PEER_GONE		= -10008,
-	/** a context, rendezvous, pipe or listener used after its destroy or close, or twice destroyed */
+	/**
+	 * an object (context, rendezvous, pipe, listener, buffer, world, coll,
+	 * executor) used after its destroy, free or close.  Destroying one
+	 * twice is harmless (ignored); an endpoint closed twice likewise.
+	 * The check reads the object's own poisoned memory, kept for a while
+	 * after it goes away: use long after destroy is undefined as ever.
+	 */
 	TPU_E_DESTROYED		= -10009,
-	/** a context used in a child forked after its creation (contexts do not survive fork) */
+	/**
+	 * an object used in a child forked after its creation: no object
+	 * survives fork(), everything but endpoints refuses use there.
+	 * Destroying one in the child returns at once and releases only the
+	 * child's copy (memory, mappings, descriptors), never what the parent
+	 * shares; a context's, world's or executor's copy may stay allocated.
+	 * An endpoint is the module's descriptor: the child shares it as any
+	 * inherited descriptor, and closing it closes the child's copy only.
+	 */
 	TPU_E_FORKED		= -10010,
 	/** a URL whose scheme names no transport of this library (tcp://, shm://, rdma://) */
 	TPU_E_URL_SCHEME	= -10011,
@@ -637,11 +651,15 @@ struct tpu_buffer;
  * memfd.
  */
 TPU_API tpu_status tpu_buffer_alloc(struct tpu_context *ctx, size_t len, struct tpu_buffer **out);
-/** tpu_buffer_data - the buffer's address */
+/** tpu_buffer_data - the buffer's address; NULL for NULL, a freed buffer, or in a forked child */
 TPU_API void *tpu_buffer_data(const struct tpu_buffer *buf);
-/** tpu_buffer_size - the buffer's length in bytes */
+/** tpu_buffer_size - the buffer's length in bytes; 0 where tpu_buffer_data() is NULL */
 TPU_API size_t tpu_buffer_size(const struct tpu_buffer *buf);
-/** tpu_buffer_free - unmap and free a buffer (NULL is ignored); not while a send uses it */
+/**
+ * tpu_buffer_free - unmap and free a buffer (NULL is ignored); not while a
+ * send uses it.  Twice is ignored; in a forked child only the child's
+ * mapping goes.
+ */
 TPU_API void tpu_buffer_free(struct tpu_buffer *buf);
 
 /** enum tpu_rdv_impl - implementations of the rendezvous */
@@ -683,6 +701,16 @@ TPU_API tpu_status tpu_rendezvous_create(struct tpu_context *ctx, enum tpu_rdv_i
 TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd);
 /**
  * tpu_rendezvous_join - join the rendezvous behind @fd (from share); @fd stays the caller's.
+ *
+ * A member that dies (cma, kmod) fails what the others have pending with
+ * TPU_E_PEER_GONE.  A receive started after the death knows its producer
+ * is dead where the dead member had posted that key and nobody took it:
+ * it then ends TPU_E_PEER_GONE at once (kmod: once the module released
+ * the dead member's endpoint; until then the tensor is still delivered).
+ * Members are processes, not tasks: a key the dead member never posted
+ * still waits (give it a timeout).
+ * The remote rendezvous fails a receive from a worker that answered once
+ * and no longer does with TPU_E_PEER_GONE at once.
  *
  * Errors: -EBADF, -EINVAL (@fd is not a shared rendezvous), those of create.
  */
@@ -1424,7 +1452,9 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
  * rank 0 keeps the store up while others still need it; then closes the
  * world's pipes, destroys its rendezvous and, on rank 0, stops the store
  * once every other rank has hung up.  Before the world's context is
- * destroyed; not from a callback of the context.
+ * destroyed; not from a callback of the context.  Twice is ignored.  In a
+ * child forked after the world was made it returns at once: the child is
+ * not a rank (its barrier and pipe calls return TPU_E_FORKED).
  */
 TPU_API void tpu_world_destroy(struct tpu_world *world);
 /** tpu_world_get_info - the world's info (rank, size, ...); NULL for NULL */
@@ -1477,10 +1507,13 @@ TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
  * step id as frame; so any rendezvous serves: inprocess between threads,
  * remote between workers, over whichever channel their pipes chose.
  *
- * The first run of an instance resolves its parameters among the members:
- * each sends what it knows to rank 0, which checks them, picks the
+ * Every run of an instance resolves its parameters among the members:
+ * each sends what it knows to rank 0, which checks them (and, from the
+ * second run on, against the instance's first run), picks the
  * implementation and sends the verdict back; disagreement fails every
- * member with TPU_E_COLL_MISMATCH.  The result is cached in the tpu_coll.
+ * member with TPU_E_COLL_MISMATCH, promptly and with a reason
+ * (tpu_coll_last_reason), and leaves the rendezvous usable.  The result
+ * is cached in the tpu_coll (the newest 4096 instances).
  * A failure during a run aborts the rendezvous (tpu_rendezvous_abort with
  * -ECONNABORTED) so the other members fail promptly instead of waiting:
  * as in TensorFlow, a failed step ends the rendezvous.  See
@@ -1640,7 +1673,8 @@ TPU_API tpu_status tpu_coll_create_cluster(struct tpu_context *ctx,
 TPU_API struct tpu_rendezvous *tpu_coll_rendezvous(struct tpu_coll *coll);
 /**
  * tpu_coll_destroy - free @coll (NULL is ignored); its executors must be
- * destroyed first.  A rendezvous it created is destroyed too.
+ * destroyed first.  A rendezvous it created is destroyed too.  Twice is
+ * ignored; in a forked child it returns at once (TPU_E_FORKED otherwise).
  */
 TPU_API void tpu_coll_destroy(struct tpu_coll *coll);
 
@@ -1649,13 +1683,16 @@ TPU_API void tpu_coll_destroy(struct tpu_coll *coll);
  *
  * Members run an instance in the same step: the step id is part of every
  * key, so a step id is used for at most one run of each instance.
- * Errors: -EINVAL, -ENOMEM.
+ * Errors: -EINVAL, -ENOMEM, TPU_E_DESTROYED (@coll destroyed),
+ * TPU_E_FORKED (@coll made before this child was forked).
  */
 TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
 					struct tpu_coll_exec **out);
 /**
  * tpu_coll_exec_destroy - wait for the step's runs to finish (their
  * callbacks ran), then free it (NULL is ignored).  Not from a callback.
+ * Twice is ignored; in a forked child it returns at once without waiting
+ * (the runs are the parent's threads).
  */
 TPU_API void tpu_coll_exec_destroy(struct tpu_coll_exec *exec);
 

@@ -20,6 +20,7 @@ static void tp_domain_destroy(struct kref *ref)
 
 	/* Every slot holds its producer, and every producer the domain. */
 	WARN_ON_ONCE(dom->nr_slots || dom->nr_waiters);
+	tp_domain_orphans_free(dom);
 	tp_debugfs_remove_domain(dom);
 	mutex_destroy(&dom->lock);
 	tp_stat_add(TP_STAT_DOMAINS, -1);
@@ -73,6 +74,7 @@ int tp_domain_create(struct tp_domain_create *arg, void __user *uarg)
 	mutex_init(&dom->lock);
 	hash_init(dom->slots);
 	hash_init(dom->waiters);
+	INIT_LIST_HEAD(&dom->orphans);
 	dom->id = atomic64_inc_return(&tp_domain_ids);
 	tp_stat_add(TP_STAT_DOMAINS, 1);
 	tp_debugfs_add_domain(dom);
@@ -239,4 +241,76 @@ void tp_domain_member_died(struct tp_endpoint *ep)
 		tp_stat_add(TP_STAT_ERR_MEMBER_DIED, 1);
 		tp_slot_complete(slot, -EOWNERDEAD, 0);
 	}
+}
+
+/**
+ * tp_domain_orphan_add() - remember the key of a dead producer's SEND.
+ * @dom:	the domain; caller holds its lock.
+ * @key:	the key.
+ * @key_len:	its length.
+ * @hash:	tp_key_hash() of the key.
+ *
+ * Without memory the key is not remembered: its RECV then waits, as it
+ * did before keys were remembered at all.
+ */
+void tp_domain_orphan_add(struct tp_domain *dom, const u8 *key, u32 key_len,
+			  u32 hash)
+{
+	struct tp_orphan *o;
+
+	lockdep_assert_held(&dom->lock);
+	if (dom->nr_orphans >= TP_DOMAIN_ORPHANS) {
+		o = list_first_entry(&dom->orphans, struct tp_orphan, node);
+		list_del(&o->node);
+		dom->nr_orphans--;
+		kfree(o);
+	}
+	o = kmalloc(struct_size(o, key, key_len), GFP_KERNEL_ACCOUNT);
+	if (!o)
+		return;
+	o->hash = hash;
+	o->key_len = key_len;
+	memcpy(o->key, key, key_len);
+	list_add_tail(&o->node, &dom->orphans);
+	dom->nr_orphans++;
+}
+
+/**
+ * tp_domain_orphan_take() - forget a remembered key.
+ * @dom:	the domain; caller holds its lock.
+ * @key:	the key.
+ * @key_len:	its length.
+ * @hash:	tp_key_hash() of the key.
+ *
+ * Return: true if @key was remembered (its producer died).
+ */
+bool tp_domain_orphan_take(struct tp_domain *dom, const u8 *key, u32 key_len,
+			   u32 hash)
+{
+	struct tp_orphan *o;
+
+	lockdep_assert_held(&dom->lock);
+	list_for_each_entry(o, &dom->orphans, node) {
+		if (o->hash != hash || !tp_key_eq(o->key, o->key_len, key, key_len))
+			continue;
+		list_del(&o->node);
+		dom->nr_orphans--;
+		kfree(o);
+		return true;
+	}
+	return false;
+}
+
+/**
+ * tp_domain_orphans_free() - forget every remembered key.
+ * @dom:	a domain nobody else can reach any more.
+ */
+void tp_domain_orphans_free(struct tp_domain *dom)
+{
+	struct tp_orphan *o, *tmp;
+
+	list_for_each_entry_safe(o, tmp, &dom->orphans, node)
+		kfree(o);
+	INIT_LIST_HEAD(&dom->orphans);
+	dom->nr_orphans = 0;
 }

@@ -196,6 +196,23 @@ struct tp_endpoint {
 };
 
 #define TP_DOMAIN_HASH_BITS	8
+/* Keys of a dead producer's SENDs remembered per domain (the oldest go). */
+#define TP_DOMAIN_ORPHANS	1024
+
+/**
+ * struct tp_orphan - the key of a SEND whose producer died before a RECV
+ * took it.
+ * @node:	in tp_domain.orphans.
+ * @hash:	tp_key_hash() of @key.
+ * @key_len:	length of @key.
+ * @key:	the key.
+ */
+struct tp_orphan {
+	struct list_head node;
+	u32 hash;
+	u32 key_len;
+	u8 key[];
+};
 
 /**
  * struct tp_domain_stats - per-domain counters, protected by tp_domain.lock.
@@ -222,6 +239,10 @@ struct tp_domain_stats {
  * @nr_slots:	entries in @slots, limited by tp_max_slots.
  * @nr_waiters:	entries in @waiters.
  * @abort_status: 0, or the negative errno of TP_IOC_ABORT.
+ * @orphans:	keys of unclaimed SENDs withdrawn because their producer, a
+ *		member, died (struct tp_orphan, oldest first): a RECV of one
+ *		that finds no slot fails with -EOWNERDEAD instead of waiting.
+ * @nr_orphans:	entries in @orphans, at most TP_DOMAIN_ORPHANS.
  * @stats:	counters for debugfs.
  * @debugfs:	this domain's debugfs file of counters.
  * @debugfs_keys: this domain's debugfs file listing its pending keys.
@@ -235,6 +256,8 @@ struct tp_domain {
 	unsigned int nr_slots;
 	unsigned int nr_waiters;
 	int abort_status;
+	struct list_head orphans;
+	unsigned int nr_orphans;
 	struct tp_domain_stats stats;
 	struct dentry *debugfs;
 	struct dentry *debugfs_keys;
@@ -392,6 +415,11 @@ int tp_domain_attach(struct tp_endpoint *ep, struct tp_domain_attach *arg);
 void tp_domain_put(struct tp_domain *dom);
 int tp_domain_abort(struct tp_endpoint *ep, const struct tp_abort *arg);
 void tp_domain_member_died(struct tp_endpoint *ep);
+void tp_domain_orphan_add(struct tp_domain *dom, const u8 *key, u32 key_len,
+			  u32 hash);
+bool tp_domain_orphan_take(struct tp_domain *dom, const u8 *key, u32 key_len,
+			   u32 hash);
+void tp_domain_orphans_free(struct tp_domain *dom);
 
 /* tp_key.c */
 int tp_key_check(u32 len);

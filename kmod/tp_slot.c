@@ -229,6 +229,8 @@ int tp_send(struct tp_endpoint *ep, const struct tp_send *arg,
 	slot->cmd = cmd;
 	if (cmd)
 		tp_uring_track_send(ep, slot);
+	/* A live producer's SEND of the key: its dead one is history. */
+	tp_domain_orphan_take(dom, slot->key, slot->key_len, slot->hash);
 	hash_add(dom->slots, &slot->node, slot->hash);
 	list_add_tail(&slot->ep_node, &ep->sends);
 	dom->nr_slots++;
@@ -382,8 +384,9 @@ int tp_recv_deliver(struct tp_domain *dom, struct tp_endpoint *ep,
  * @arg:	the RECV; on -EMSGSIZE its @len is set to the tensor's.
  * @slotp:	out: the claimed slot.
  *
- * Return: 0 with *@slotp claimed, -EAGAIN if absent, -EMSGSIZE, or the
- * domain's abort status.
+ * Return: 0 with *@slotp claimed, -EAGAIN if absent, -EOWNERDEAD if absent
+ * because its producer died with it unclaimed (once: the key is forgotten),
+ * -EMSGSIZE, or the domain's abort status.
  */
 int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
 		  u32 hash, struct tp_recv *arg, struct tp_slot **slotp)
@@ -393,6 +396,9 @@ int tp_recv_claim(struct tp_domain *dom, const u8 *key, u32 key_len,
 	if (dom->abort_status)
 		return dom->abort_status;
 	slot = tp_slot_find(dom, key, key_len, hash);
+	/* Its producer posted it and died: nobody else will. */
+	if (!slot && tp_domain_orphan_take(dom, key, key_len, hash))
+		return -EOWNERDEAD;
 	if (!slot || slot->claimed)
 		return -EAGAIN;
 	if (slot->len > arg->len) {
@@ -639,8 +645,13 @@ void tp_slot_withdraw_all(struct tp_endpoint *ep)
 	mutex_lock(&dom->lock);
 	ep->withdrawn = true;
 	list_for_each_entry_safe(slot, tmp, &ep->sends, ep_node) {
-		if (!slot->claimed)
-			tp_slot_unpublish(dom, slot, &gone);
+		if (slot->claimed)
+			continue;
+		/* A member that died: a RECV of the key must not wait for it. */
+		if (ep->died)
+			tp_domain_orphan_add(dom, slot->key, slot->key_len,
+					     slot->hash);
+		tp_slot_unpublish(dom, slot, &gone);
 	}
 	mutex_unlock(&dom->lock);
 

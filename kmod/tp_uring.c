@@ -25,6 +25,7 @@
 #include <linux/io_uring_types.h>
 #include <linux/percpu-refcount.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include "tp_compat.h"
 #include "tp_internal.h"
@@ -73,6 +74,23 @@ static void *tp_pdu_get(struct io_uring_cmd *cmd)
 
 	memcpy(&obj, cmd->pdu, sizeof(obj));
 	return obj;
+}
+
+/*
+ * Whether @task, the submitter of a command of @ep being ended, is its
+ * member's process dying: its commands end before the descriptor table
+ * goes, so before tp_domain_member_died() sets @ep->died.  A thread that
+ * leaves a live process, or an exec, is no death.
+ */
+static bool tp_uring_member_dying(struct tp_endpoint *ep,
+				  struct task_struct *task)
+{
+	if (ep->died)
+		return true;
+	return ep->member && (task->flags & PF_EXITING) &&
+	       task_tgid(task) == ep->tgid &&
+	       ((task->signal->flags & SIGNAL_GROUP_EXIT) ||
+		thread_group_empty(task));
 }
 
 #ifdef TP_URING_KERNEL_CANCELS
@@ -427,6 +445,9 @@ static void tp_uring_cancel(struct io_uring_cmd *cmd)
 	}
 	list_for_each_entry(slot, &ep->sends, ep_node) {
 		if (slot->cmd == cmd && !slot->claimed) {
+			if (tp_uring_member_dying(ep, current))
+				tp_domain_orphan_add(dom, slot->key,
+						     slot->key_len, slot->hash);
 			tp_slot_unpublish(dom, slot, NULL);
 			gone = slot;
 			break;
@@ -486,6 +507,10 @@ static void tp_uring_monitor(struct work_struct *work)
 			pending = true;
 			continue;
 		}
+		if (tp_uring_member_dying(ep,
+					  cmd_to_io_kiocb(slot->cmd)->task))
+			tp_domain_orphan_add(dom, slot->key, slot->key_len,
+					     slot->hash);
 		tp_slot_unpublish(dom, slot, &orphans);
 	}
 	mutex_unlock(&dom->lock);

@@ -109,10 +109,21 @@ void tpu__log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define TPU__MAGIC_RDV		0x7d0ec0deU
 #define TPU__MAGIC_PIPE		0x7919e001U
 #define TPU__MAGIC_LISTENER	0x71157e2eU
+#define TPU__MAGIC_BUFFER	0x7b0ff3e5U
+#define TPU__MAGIC_EXEC		0x7e7ec0deU
+#define TPU__MAGIC_ENDPOINT	0x7e9d9017U
 /* Poison *@magic, keep @obj for a while, then free() it. */
 void tpu__quarantine(void *obj, uint32_t *magic);
 /* 0 when *@magic is @want; TPU_E_DESTROYED when poisoned; -EINVAL otherwise or for NULL. */
 tpu_status tpu__magic_check(const void *obj, const uint32_t *magic, uint32_t want);
+
+/*
+ * fork() generations (fork.c): an object keeps tpu__fork_gen() from its
+ * creation; tpu__forked_since() that value is true in any child forked
+ * since, where the object must refuse use (TPU_E_FORKED).
+ */
+unsigned int tpu__fork_gen(void);
+bool tpu__forked_since(unsigned int gen);
 
 /* Facts about this machine, for compatibility descriptors (host_id.c). */
 tpu_status tpu__boot_id(char *buf, size_t size);

@@ -36,13 +36,21 @@ void tpu__world_unref(struct tpu_world *w)
 	tpu__world_coll_free(w->coll);
 	free(w->rdv_url);
 	free(w->pipe_url);
-	w->magic = WORLD_DEAD;
-	free(w);
+	tpu__quarantine(w, &w->magic);
+}
+
+tpu_status tpu__world_check(const struct tpu_world *w)
+{
+	tpu_status st = tpu__magic_check(w, w ? &w->magic : NULL, WORLD_MAGIC);
+
+	if (!st && tpu__forked_since(w->fork_gen))
+		st = TPU_E_FORKED;
+	return st;
 }
 
 static bool world_ok(const struct tpu_world *w)
 {
-	return w && w->magic == WORLD_MAGIC;
+	return !tpu__world_check(w);
 }
 
 char tpu__world_host_salt[16];
@@ -264,7 +272,7 @@ static tpu_status exchange(struct tpu_world *w, uint64_t deadline)
 		st = tpu_rendezvous_add_peer(w->rdv, task, w->rdv_url[r]);
 	}
 	/* A conflict found by a rank that came after the others were read. */
-	return st ? st : tpu__world_check(w);
+	return st ? st : tpu__world_broken(w);
 }
 
 static bool job_ok(const char *job)
@@ -305,7 +313,7 @@ static void teardown(struct tpu_world *w)
 		tpu__log_debug("world: stopping the store with clients still connected");
 	tpu__store_server_stop(w->server);
 	w->server = NULL;
-	w->magic = WORLD_DEAD;
+	w->magic = TPU__MAGIC_DEAD;
 	tpu__world_unref(w);
 }
 
@@ -332,6 +340,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (!w)
 		return -ENOMEM;
 	w->magic = WORLD_MAGIC;
+	w->fork_gen = tpu__fork_gen();
 	atomic_init(&w->refs, 1);
 	w->ctx = ctx;
 	pthread_mutex_init(&w->lock, NULL);
@@ -417,10 +426,28 @@ fail:
 
 TPU_API void tpu_world_destroy(struct tpu_world *w)
 {
-	tpu_status st;
+	tpu_status st = tpu__world_check(w);
 
-	if (!world_ok(w))
+	if (st == TPU_E_FORKED) {
+		/*
+		 * A child's copy: no barrier (the child is not a rank), no store
+		 * server (its thread is the parent's), no pipes or rendezvous
+		 * (the parent's context).  Only the child's descriptor of the
+		 * store connection and its copies of the arrays go.
+		 */
+		tpu__store_client_close(w->store);
+		free(w->pipes);
+		free(w->rdv_url);
+		free(w->pipe_url);
+		tpu__quarantine(w, &w->magic);
 		return;
+	}
+	if (st) {
+		if (w)
+			tpu__log_debug("tpu_world_destroy(%p): %s; ignored", (void *)w,
+				       tpu_strerror(st));
+		return;
+	}
 	st = tpu_world_barrier(w);
 	if (st)
 		tpu__log_debug("world: rank %d leaves without the others: %s", w->info.rank,
@@ -448,15 +475,15 @@ static tpu_status barrier(struct tpu_world *w)
 	if (st == -EMSGSIZE)
 		st = 0;
 	/* A rank that joined twice, found since the world formed. */
-	return st ? st : tpu__world_check(w);
+	return st ? st : tpu__world_broken(w);
 }
 
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *w)
 {
-	tpu_status st;
+	tpu_status st = tpu__world_check(w);
 
-	if (!world_ok(w))
-		return -EINVAL;
+	if (st)
+		return st;
 	if (tpu__ctx_on_thread(w->ctx))
 		return -EDEADLK;
 	pthread_mutex_lock(&w->store_lock);

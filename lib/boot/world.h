@@ -18,7 +18,6 @@
 #include "ctx/ctx.h"
 
 #define WORLD_MAGIC		0x3011d0beU
-#define WORLD_DEAD		0xdead3011U
 #define WORLD_URL_MAX		300
 #define WORLD_TASK_MAX		128	/* "/job:JOB/replica:0/task:RANK" */
 #define WORLD_DEFAULT_MS	30000u
@@ -31,7 +30,8 @@ struct world_hello;
 struct world_coll;
 
 struct tpu_world {
-	uint32_t magic;
+	uint32_t magic;			/* WORLD_MAGIC; TPU__MAGIC_DEAD once destroyed */
+	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
 	atomic_int refs;
 	struct tpu_context *ctx;
 	struct tpu_world_info info;
@@ -64,6 +64,8 @@ struct tpu_world {
  */
 extern char tpu__world_host_salt[16];
 
+/* -EINVAL (NULL, not a world), TPU_E_DESTROYED, or TPU_E_FORKED (a child forked since). */
+tpu_status tpu__world_check(const struct tpu_world *w);
 void tpu__world_ref(struct tpu_world *w);
 void tpu__world_unref(struct tpu_world *w);
 
@@ -82,7 +84,7 @@ tpu_status tpu__world_rank0_again(struct tpu_world *w, const struct tpu__secret 
 tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* 0, or the status the world was broken with. */
-tpu_status tpu__world_check(struct tpu_world *w);
+tpu_status tpu__world_broken(struct tpu_world *w);
 /* tpu__store_get() until @deadline, failing early if the world broke. */
 tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, size_t size,
 			       size_t *len, uint64_t deadline);

@@ -57,7 +57,7 @@ tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt,
  * 0 if nobody broke the world, else the status it was broken with (only
  * those this file sets are believed; anything else is -EPROTO).
  */
-tpu_status tpu__world_check(struct tpu_world *w)
+tpu_status tpu__world_broken(struct tpu_world *w)
 {
 	char val[256];
 	size_t len = 0;
@@ -93,7 +93,7 @@ tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, 
 		/* A reply that never came closed the stream: that is the timeout too. */
 		if (st != -ETIMEDOUT || tpu__store_client_fd(w->store) < 0)
 			return st;
-		st = tpu__world_check(w);
+		st = tpu__world_broken(w);
 		if (st)
 			return st;
 		if (tpu__store_now_ms() >= deadline)
@@ -148,7 +148,7 @@ tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline)
 		return tpu__world_break(w, -EEXIST, "rank %d joined twice: another process of this "
 					"job was started as rank %d too", w->info.rank,
 					w->info.rank);
-	return tpu__world_check(w);
+	return tpu__world_broken(w);
 }
 
 tpu_status tpu__world_rank0_again(struct tpu_world *w, const struct tpu__secret *secret,

@@ -205,8 +205,10 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!w || w->magic != WORLD_MAGIC || rank < 0 || rank >= w->info.size ||
-	    rank == w->info.rank)
+	st = tpu__world_check(w);
+	if (st)
+		return st;
+	if (rank < 0 || rank >= w->info.size || rank == w->info.rank)
 		return -EINVAL;
 	if (tpu__ctx_on_thread(w->ctx))
 		return -EDEADLK;

@@ -78,7 +78,8 @@ struct tpu__coll_cached {
 };
 
 struct tpu_coll {
-	uint32_t magic;
+	uint32_t magic;			/* TPU__MAGIC_COLL; poisoned by destroy */
+	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
 	struct tpu_rendezvous *rdv;
 	bool owns_rdv;
 	pthread_mutex_t lock;
@@ -88,6 +89,8 @@ struct tpu_coll {
 };
 
 struct tpu_coll_exec {
+	uint32_t magic;			/* TPU__MAGIC_EXEC; poisoned by destroy */
+	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
 	struct tpu_coll *coll;
 	int64_t step_id;
 	pthread_mutex_t lock;
@@ -97,6 +100,13 @@ struct tpu_coll_exec {
 };
 
 struct tpu__coll_run;
+
+/*
+ * At every public entry: NULL or not one (-EINVAL), destroyed
+ * (TPU_E_DESTROYED), or made before the fork() of this child
+ * (TPU_E_FORKED).
+ */
+tpu_status tpu__coll_check(const struct tpu_coll *coll);
 
 /* One send or receive of a run; listed on the run until it completed and was reaped. */
 struct tpu__coll_op {

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "coll.h"
+#include "rdv/rdv.h"
 
 #define COLL_PEER_FAILED	(-ECONNABORTED)
 
@@ -24,6 +25,7 @@ static tpu_status coll_new(struct tpu_rendezvous *rdv, bool owns, struct tpu_col
 	if (!coll)
 		return -ENOMEM;
 	coll->magic = TPU__MAGIC_COLL;
+	coll->fork_gen = tpu__fork_gen();
 	coll->rdv = rdv;
 	coll->owns_rdv = owns;
 	pthread_mutex_init(&coll->lock, NULL);
@@ -32,11 +34,33 @@ static tpu_status coll_new(struct tpu_rendezvous *rdv, bool owns, struct tpu_col
 	return 0;
 }
 
+tpu_status tpu__coll_check(const struct tpu_coll *coll)
+{
+	tpu_status st = tpu__magic_check(coll, coll ? &coll->magic : NULL, TPU__MAGIC_COLL);
+
+	if (!st && tpu__forked_since(coll->fork_gen))
+		st = TPU_E_FORKED;
+	return st;
+}
+
+static tpu_status exec_check(const struct tpu_coll_exec *exec)
+{
+	tpu_status st = tpu__magic_check(exec, exec ? &exec->magic : NULL, TPU__MAGIC_EXEC);
+
+	if (!st && tpu__forked_since(exec->fork_gen))
+		st = TPU_E_FORKED;
+	return st;
+}
+
 TPU_API tpu_status tpu_coll_create(struct tpu_rendezvous *rdv, struct tpu_coll **out)
 {
+	tpu_status st;
+
 	if (!rdv || !out)
 		return -EINVAL;
-	return coll_new(rdv, false, out);
+	*out = NULL;
+	st = tpu__rdv_check(rdv);
+	return st ? st : coll_new(rdv, false, out);
 }
 
 TPU_API tpu_status tpu_coll_create_cluster(struct tpu_context *ctx,
@@ -59,20 +83,35 @@ TPU_API tpu_status tpu_coll_create_cluster(struct tpu_context *ctx,
 
 TPU_API struct tpu_rendezvous *tpu_coll_rendezvous(struct tpu_coll *coll)
 {
-	return coll && coll->magic == TPU__MAGIC_COLL ? coll->rdv : NULL;
+	return tpu__coll_check(coll) ? NULL : coll->rdv;
 }
 
 TPU_API void tpu_coll_destroy(struct tpu_coll *coll)
 {
-	if (!coll || coll->magic != TPU__MAGIC_COLL)
+	tpu_status st;
+
+	if (!coll)
 		return;
+	st = tpu__coll_check(coll);
+	if (st == TPU_E_FORKED) {
+		/*
+		 * The child's copy of the struct goes; its lock may have been
+		 * held by a parent thread, and its rendezvous is the parent's.
+		 */
+		tpu__quarantine(coll, &coll->magic);
+		return;
+	}
+	if (st) {
+		tpu__log_debug("tpu_coll_destroy(%p): %s; ignored", (void *)coll, tpu_strerror(st));
+		return;
+	}
 	coll->magic = TPU__MAGIC_DEAD;
 	if (coll->owns_rdv)
 		tpu_rendezvous_destroy(coll->rdv);
 	tpu__coll_forget_all(coll);
 	pthread_mutex_destroy(&coll->lock);
 	pthread_cond_destroy(&coll->cond);
-	free(coll);
+	tpu__quarantine(coll, &coll->magic);
 }
 
 TPU_API void tpu_coll_last_reason(struct tpu_coll *coll, char *buf, size_t size)
@@ -80,7 +119,7 @@ TPU_API void tpu_coll_last_reason(struct tpu_coll *coll, char *buf, size_t size)
 	if (!buf || !size)
 		return;
 	buf[0] = 0;
-	if (!coll || coll->magic != TPU__MAGIC_COLL)
+	if (tpu__coll_check(coll))
 		return;
 	pthread_mutex_lock(&coll->lock);
 	snprintf(buf, size, "%s", coll->last_reason);
@@ -91,12 +130,21 @@ TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
 					struct tpu_coll_exec **out)
 {
 	struct tpu_coll_exec *exec;
+	tpu_status st;
 
-	if (!coll || coll->magic != TPU__MAGIC_COLL || !out || step_id < 0)
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	st = tpu__coll_check(coll);
+	if (st)
+		return st;
+	if (step_id < 0)
 		return -EINVAL;
 	exec = calloc(1, sizeof(*exec));
 	if (!exec)
 		return -ENOMEM;
+	exec->magic = TPU__MAGIC_EXEC;
+	exec->fork_gen = tpu__fork_gen();
 	exec->coll = coll;
 	exec->step_id = step_id;
 	pthread_mutex_init(&exec->lock, NULL);
@@ -107,20 +155,38 @@ TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
 
 TPU_API void tpu_coll_exec_destroy(struct tpu_coll_exec *exec)
 {
+	tpu_status st;
+
 	if (!exec)
 		return;
+	st = exec_check(exec);
+	if (st == TPU_E_FORKED) {
+		/* The runs it counts are the parent's threads: nothing to wait for here. */
+		tpu__quarantine(exec, &exec->magic);
+		return;
+	}
+	if (st) {
+		tpu__log_debug("tpu_coll_exec_destroy(%p): %s; ignored", (void *)exec,
+			       tpu_strerror(st));
+		return;
+	}
 	pthread_mutex_lock(&exec->lock);
 	while (exec->running)
 		pthread_cond_wait(&exec->cond, &exec->lock);
+	exec->magic = TPU__MAGIC_DEAD;
 	pthread_mutex_unlock(&exec->lock);
 	pthread_mutex_destroy(&exec->lock);
 	pthread_cond_destroy(&exec->cond);
-	free(exec);
+	tpu__quarantine(exec, &exec->magic);
 }
 
 TPU_API tpu_status tpu_coll_exec_abort(struct tpu_coll_exec *exec, tpu_status status)
 {
-	if (!exec || status >= 0 || status < -TPU_ERRNO_MAX)
+	tpu_status st = exec_check(exec);
+
+	if (st)
+		return st;
+	if (status >= 0 || status < -TPU_ERRNO_MAX)
 		return -EINVAL;
 	pthread_mutex_lock(&exec->lock);
 	if (!exec->aborted)
@@ -199,7 +265,12 @@ static tpu_status run_new(struct tpu_coll_exec *exec, const struct tpu_coll_grou
 	pthread_condattr_t cattr;
 	tpu_status err;
 
-	if (!exec || !done)
+	err = exec_check(exec);
+	if (!err)
+		err = tpu__coll_check(exec->coll);
+	if (err)
+		return err;
+	if (!done)
 		return -EINVAL;
 	pthread_mutex_lock(&exec->lock);
 	err = exec->aborted;

@@ -1,19 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * Parameter resolution (TF's CompleteParamsAsync), over the rendezvous
- * like the data: on an instance's first run every member sends rank 0 a
- * record of what it knows; rank 0 compares each with its own, completes
- * what is left to choose (implementation, subdivisions, source rank) and
- * sends every member the verdict.  A disagreement is a verdict too, so
- * every member fails with the same status and reason instead of waiting
- * for data that will not come.  Resolved instances are cached per
- * tpu_coll; a later run checks its parameters against the record alone.
+ * like the data: on every run each member sends rank 0 a record of what
+ * it knows; rank 0 compares each with its own (and, for an instance run
+ * before, with the record of its first run), completes what is left to
+ * choose (implementation, subdivisions, source rank) and sends every
+ * member the verdict.  A disagreement is a verdict too, so every member
+ * fails with the same status and reason instead of waiting for data that
+ * will not come, and the rendezvous stays usable.  A member that alone
+ * changed an instance's parameters used to be refused alone, from its
+ * cache, leaving the others waiting out their timeouts: hence a record on
+ * every run, which costs one round trip to rank 0 before the data moves.
+ * Resolved instances are cached per tpu_coll (the newest
+ * COLL_CACHE_MAX), for tpu_coll_resolved() and the first-run rule.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
+
+#define COLL_CACHE_MAX	4096
 
 static const char *type_name(int32_t t)
 {
@@ -23,13 +30,13 @@ static const char *type_name(int32_t t)
 	return t >= 0 && t <= TPU_COLL_PERMUTE ? names[t] : "?";
 }
 
-/* Why @b (rank @r) disagrees with rank 0's @a, or NULL. */
+/* Why @b (rank @r) disagrees with @a (@whose: "rank 0", "its first run"), or false. */
 static bool differs(const struct tpu__coll_record *a, const struct tpu__coll_record *b, int r,
-		    char *why, size_t size)
+		    const char *whose, char *why, size_t size)
 {
 #define FIELD(f, what) \
 	if (a->f != b->f) { \
-		snprintf(why, size, "%s: rank 0 has %lld, rank %d has %lld", what, \
+		snprintf(why, size, "%s: %s has %lld, rank %d has %lld", what, whose, \
 			 (long long)a->f, r, (long long)b->f); \
 		return true; \
 	}
@@ -53,21 +60,24 @@ static bool differs(const struct tpu__coll_record *a, const struct tpu__coll_rec
 		FIELD(permutation[i], "permutation")
 #undef FIELD
 	if (strcmp(a->impl, b->impl)) {
-		snprintf(why, size, "implementation: rank 0 has \"%.31s\", rank %d has \"%.31s\"",
-			 a->impl, r, b->impl);
+		snprintf(why, size, "implementation: %s has \"%.31s\", rank %d has \"%.31s\"",
+			 whose, a->impl, r, b->impl);
 		return true;
 	}
 	if (strcmp(a->device_type, b->device_type)) {
-		snprintf(why, size, "device type: rank 0 has %.31s, rank %d has %.31s",
-			 a->device_type, r, b->device_type);
+		snprintf(why, size, "device type: %s has %.31s, rank %d has %.31s",
+			 whose, a->device_type, r, b->device_type);
 		return true;
 	}
 	return false;
 }
 
-/* Rank 0: check every record and complete the parameters. */
+/*
+ * Rank 0: check every record (against @first too, the instance's first
+ * run here, if any) and complete the parameters.
+ */
 static void judge(const struct tpu__coll_run *run, const struct tpu__coll_record *recs,
-		  struct tpu__coll_verdict *v)
+		  const struct tpu__coll_record *first, struct tpu__coll_verdict *v)
 {
 	const struct tpu__coll_record *me = &recs[0];
 	struct tpu_coll_resolved *res = &v->res;
@@ -78,7 +88,9 @@ static void judge(const struct tpu__coll_run *run, const struct tpu__coll_record
 	res->source_rank = -1;
 	res->num_tasks = me->num_tasks;
 	for (int r = 0; r < run->n; r++) {
-		if (r && differs(me, &recs[r], r, v->reason, sizeof(v->reason))) {
+		if ((r && differs(me, &recs[r], r, "rank 0", v->reason, sizeof(v->reason))) ||
+		    (first && differs(first, &recs[r], r, "the instance's first run", v->reason,
+				      sizeof(v->reason)))) {
 			v->status = TPU_E_COLL_MISMATCH;
 			return;
 		}
@@ -117,7 +129,7 @@ static void judge(const struct tpu__coll_run *run, const struct tpu__coll_record
 }
 
 static tpu_status exchange(struct tpu__coll_run *run, const struct tpu__coll_record *mine,
-			   struct tpu__coll_verdict *v)
+			   const struct tpu__coll_record *first, struct tpu__coll_verdict *v)
 {
 	struct tpu__coll_record *recs;
 	struct tpu__coll_op **ops;
@@ -152,7 +164,7 @@ static tpu_status exchange(struct tpu__coll_run *run, const struct tpu__coll_rec
 		err = err ? err : e;
 	}
 	if (!err) {
-		judge(run, recs, v);
+		judge(run, recs, first, v);
 		for (int r = 1; r < run->n && !err; r++)
 			err = tpu__coll_post_send(run, r, "ver", 0, (uint64_t)r, v, sizeof(*v), -1);
 		e = tpu__coll_wait_sends(run, 0, -1);
@@ -183,41 +195,58 @@ static void forget(struct tpu_coll *coll, struct tpu__coll_cached *gone)
 		}
 }
 
+/* Keep the newest COLL_CACHE_MAX entries (new ones go in front). */
+static void trim(struct tpu_coll *coll)
+{
+	struct tpu__coll_cached *c = coll->cache, *old;
+	size_t n = 0;
+
+	for (; c && ++n < COLL_CACHE_MAX; c = c->next)
+		;
+	if (!c)
+		return;
+	while ((old = c->next)) {
+		if (old->resolving) {
+			c = old;
+			continue;
+		}
+		c->next = old->next;
+		free(old);
+	}
+}
+
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 {
 	struct tpu_coll *coll = run->coll;
-	struct tpu__coll_record mine;
+	struct tpu__coll_record mine, first;
 	struct tpu__coll_verdict v;
 	struct tpu__coll_cached *c;
+	bool had;
 	tpu_status err;
 
 	tpu__coll_record_of(run, &mine);
 	pthread_mutex_lock(&coll->lock);
 	while ((c = find(coll, mine.group_key, mine.instance_key, mine.rank)) && c->resolving)
 		pthread_cond_wait(&coll->cond, &coll->lock);
+	had = c != NULL;
 	if (c) {
-		/* Cached: this member must still describe the instance as it did. */
-		err = memcmp(&c->rec, &mine, sizeof(mine)) ? -EINVAL : 0;
-		if (err)
-			snprintf(run->reason, sizeof(run->reason),
-				 "instance %d of group %d: parameters differ from its first run",
-				 (int)mine.instance_key, (int)mine.group_key);
-		run->res = c->res;
-		pthread_mutex_unlock(&coll->lock);
-		return err;
+		first = c->rec;
+	} else {
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			pthread_mutex_unlock(&coll->lock);
+			return -ENOMEM;
+		}
+		c->rec = mine;
+		c->next = coll->cache;
+		coll->cache = c;
+		trim(coll);
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		pthread_mutex_unlock(&coll->lock);
-		return -ENOMEM;
-	}
-	c->rec = mine;
 	c->resolving = true;
-	c->next = coll->cache;
-	coll->cache = c;
 	pthread_mutex_unlock(&coll->lock);
 
-	err = exchange(run, &mine, &v);
+	/* Every run asks rank 0, even a cached one: its peers may have changed. */
+	err = exchange(run, &mine, had && run->rank == 0 ? &first : NULL, &v);
 	if (!err && v.status) {
 		err = v.status;
 		snprintf(run->reason, sizeof(run->reason), "instance %d of group %d: %s",
@@ -225,12 +254,12 @@ tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 		tpu__log_debug("collective: %s", run->reason);
 	}
 	pthread_mutex_lock(&coll->lock);
-	if (err) {
+	c->resolving = false;
+	if (err && !had) {
 		forget(coll, c);
-	} else {
+	} else if (!err) {
 		c->res = v.res;
 		c->res.default_rank = run->rank;
-		c->resolving = false;
 		run->res = c->res;
 	}
 	pthread_cond_broadcast(&coll->cond);
@@ -248,10 +277,13 @@ TPU_API tpu_status tpu_coll_resolved(struct tpu_coll *coll, int32_t group_key,
 				     int32_t instance_key, struct tpu_coll_resolved *out)
 {
 	struct tpu__coll_cached *c;
-	tpu_status err = -ENOENT;
+	tpu_status err = tpu__coll_check(coll);
 
-	if (!coll || coll->magic != TPU__MAGIC_COLL || !out)
+	if (err)
+		return err;
+	if (!out)
 		return -EINVAL;
+	err = -ENOENT;
 	pthread_mutex_lock(&coll->lock);
 	c = find(coll, group_key, instance_key, -1);
 	if (c && !c->resolving) {

@@ -21,6 +21,8 @@ static struct tpu_buffer *buffer_new(enum tpu__buffer_kind kind, size_t len)
 
 	if (!buf)
 		return NULL;
+	buf->magic = TPU__MAGIC_BUFFER;
+	buf->fork_gen = tpu__fork_gen();
 	buf->kind = kind;
 	buf->len = len;
 	buf->memfd = -1;
@@ -143,27 +145,62 @@ tpu_status tpu__buffer_alloc_heap(size_t len, struct tpu_buffer **out)
 	return 0;
 }
 
+/*
+ * A buffer freed already (TPU_E_DESTROYED) or made before this process was
+ * forked from its maker (TPU_E_FORKED: a memfd or module region is shared
+ * with the parent, whose tensor it may be).
+ */
+static tpu_status buffer_check(const struct tpu_buffer *buf)
+{
+	tpu_status st = tpu__magic_check(buf, buf ? &buf->magic : NULL, TPU__MAGIC_BUFFER);
+
+	if (!st && tpu__forked_since(buf->fork_gen))
+		st = TPU_E_FORKED;
+	return st;
+}
+
 TPU_API void *tpu_buffer_data(const struct tpu_buffer *buf)
 {
-	return buf ? buf->data : NULL;
+	return buffer_check(buf) ? NULL : buf->data;
 }
 
 TPU_API size_t tpu_buffer_size(const struct tpu_buffer *buf)
 {
-	return buf ? buf->len : 0;
+	return buffer_check(buf) ? 0 : buf->len;
 }
 
 void tpu__buffer_unmap_for_donate(struct tpu_buffer *buf)
 {
 	munmap(buf->data, buf->len);
 	tpu__ep_ref_put(buf->ep);
-	free(buf);
+	tpu__quarantine(buf, &buf->magic);
 }
 
 TPU_API void tpu_buffer_free(struct tpu_buffer *buf)
 {
+	tpu_status st;
+
 	if (!buf)
 		return;
+	st = buffer_check(buf);
+	if (st == TPU_E_FORKED) {
+		/*
+		 * The child's copy: its mapping and descriptor go, the module
+		 * region (the parent's, on a shared endpoint) stays.
+		 */
+		if (buf->kind != TPU__BUF_HEAP && buf->kind != TPU__BUF_DMABUF)
+			munmap(buf->data, buf->len);
+		if (buf->kind == TPU__BUF_MEMFD)
+			close(buf->memfd);
+		if (buf->kind == TPU__BUF_HEAP)
+			free(buf->data);
+		tpu__quarantine(buf, &buf->magic);
+		return;
+	}
+	if (st) {
+		tpu__log_debug("tpu_buffer_free(%p): %s; ignored", (void *)buf, tpu_strerror(st));
+		return;
+	}
 	switch (buf->kind) {
 	case TPU__BUF_KMOD:
 		munmap(buf->data, buf->len);
@@ -182,5 +219,5 @@ TPU_API void tpu_buffer_free(struct tpu_buffer *buf)
 		tpu__ep_ref_put(buf->ep);
 		break;
 	}
-	free(buf);
+	tpu__quarantine(buf, &buf->magic);
 }

@@ -962,27 +962,13 @@ static void ctx_free(struct tpu_context *ctx)
 	tpu__quarantine(ctx, &ctx->magic);
 }
 
-/* Bumped in every child fork() makes: a context remembers the value it was made under. */
-static atomic_uint fork_gen;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
-static void fork_child(void)
-{
-	atomic_fetch_add(&fork_gen, 1);
-}
-
-static void fork_hook(void)
-{
-	pthread_atfork(NULL, NULL, fork_child);
-}
-
 tpu_status tpu__ctx_check(const struct tpu_context *ctx)
 {
 	tpu_status st = tpu__magic_check(ctx, ctx ? &ctx->magic : NULL, TPU__MAGIC_CONTEXT);
 
 	if (st)
 		return st;
-	if (ctx->fork_gen != atomic_load(&fork_gen)) {
+	if (tpu__forked_since(ctx->fork_gen)) {
 		tpu__log_debug("context %p: used in a child forked after its creation; "
 			       "its thread and ring stayed in the parent", (const void *)ctx);
 		return TPU_E_FORKED;
@@ -1040,9 +1026,8 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return -ENOMEM;
-	pthread_once(&fork_once, fork_hook);
 	ctx->magic = TPU__MAGIC_CONTEXT;
-	ctx->fork_gen = atomic_load(&fork_gen);
+	ctx->fork_gen = tpu__fork_gen();
 	ctx->wake_fd = -1;
 	pthread_mutex_init(&ctx->sq_lock, NULL);
 	pthread_mutex_init(&ctx->done_lock, NULL);

@@ -264,6 +264,8 @@ enum tpu__buffer_kind {
 };
 
 struct tpu_buffer {
+	uint32_t magic;			/* TPU__MAGIC_BUFFER; poisoned when freed */
+	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
 	void *data;
 	size_t len;
 	enum tpu__buffer_kind kind;

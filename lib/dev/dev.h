@@ -14,6 +14,7 @@
 
 /* Grows with the rendezvous context (io_uring, completion thread). */
 struct tpu_endpoint {
+	uint32_t magic;			/* TPU__MAGIC_ENDPOINT; poisoned by close */
 	int fd;
 };
 

@@ -56,6 +56,7 @@ TPU_API tpu_status tpu_endpoint_open(const char *dev_path, struct tpu_endpoint *
 	ep = calloc(1, sizeof(*ep));
 	if (!ep)
 		return -ENOMEM;
+	ep->magic = TPU__MAGIC_ENDPOINT;
 	st = tpu__open_device(dev_path, &ep->fd);
 	if (st) {
 		free(ep);
@@ -75,10 +76,19 @@ TPU_API tpu_status tpu_endpoint_open(const char *dev_path, struct tpu_endpoint *
 
 TPU_API void tpu_endpoint_close(struct tpu_endpoint *ep)
 {
+	tpu_status st;
+
 	if (!ep)
 		return;
+	st = tpu__magic_check(ep, &ep->magic, TPU__MAGIC_ENDPOINT);
+	if (st) {
+		tpu__log_debug("tpu_endpoint_close(%p): %s; ignored", (void *)ep, tpu_strerror(st));
+		return;
+	}
+	/* In a forked child this closes the child's descriptor only. */
 	close(ep->fd);
-	free(ep);
+	ep->fd = -1;
+	tpu__quarantine(ep, &ep->magic);
 }
 
 TPU_API int tpu_endpoint_fd(const struct tpu_endpoint *ep)

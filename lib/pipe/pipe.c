@@ -32,6 +32,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
 	p->link.fd = -1;
 	p->writes_tail = &p->writes;
 	p->reads_tail = &p->reads;
+	pthread_mutex_init(&p->reads_lock, NULL);
 	atomic_init(&p->user_closed, false);
 	atomic_init(&p->broken, false);
 	atomic_init(&p->fail_status, 0);
@@ -53,6 +54,7 @@ static void pipe_free(struct tpu_pipe *p)
 	free(p->desc_calls);
 	if (p->link.fd >= 0)
 		close(p->link.fd);
+	pthread_mutex_destroy(&p->reads_lock);
 	tpu__quarantine(p, &p->magic);
 }
 
@@ -329,6 +331,54 @@ TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descripto
 	return pipe_call(pipe, PIPE_CALL_READ_DESC, NULL, (void (*)(void))done, arg);
 }
 
+/*
+ * Whether @msg is a descriptor of @pipe that no read started yet, and the
+ * rest of its checks.  @msg is not looked into before it is found among
+ * the pipe's descriptors: one read already (or never delivered) may be
+ * freed memory.
+ */
+static tpu_status read_check(struct tpu_pipe *pipe, struct tpu_message *msg)
+{
+	tpu_status st = -EINVAL;
+	struct pipe_read *rd;
+
+	pthread_mutex_lock(&pipe->reads_lock);
+	for (rd = pipe->reads; rd; rd = rd->next)
+		if (&rd->msg == msg && !rd->started)
+			break;
+	if (!rd) {
+		tpu__log_debug("pipe %p: tpu_pipe_read(%p): not a descriptor waiting to be read "
+			       "(read already?)", (void *)pipe, (void *)msg);
+		goto out;
+	}
+	for (size_t i = 0; i < msg->npayloads; i++)
+		if (msg->payloads[i].len && !msg->payloads[i].data)
+			goto out;
+	for (size_t i = 0; i < msg->ntensors; i++) {
+		const struct tpu_message_tensor *t = &msg->tensors[i];
+
+		if (t->flags & ~TPU_TENSOR_WANT_BUFFER)
+			goto out;
+		/* A tensor needs room, or asks for a buffer. */
+		if (t->flags & TPU_TENSOR_WANT_BUFFER ? t->data != NULL : t->len && !t->data)
+			goto out;
+		if (t->device.type > TPU_DEVICE_CUDA || (t->device.type == TPU_DEVICE_CPU && t->stream))
+			goto out;
+		if (t->device.type == TPU_DEVICE_CUDA) {
+			tpu_status st2 = tpu__cuda_check_ptr(t->data, t->len, t->device.index);
+
+			if (st2 || (t->flags & TPU_TENSOR_WANT_BUFFER)) {
+				st = st2 ? st2 : -EINVAL;
+				goto out;
+			}
+		}
+	}
+	st = 0;
+out:
+	pthread_mutex_unlock(&pipe->reads_lock);
+	return st;
+}
+
 TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 				 tpu_read_cb done, void *arg)
 {
@@ -338,26 +388,9 @@ TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 		return st;
 	if (!msg || !done)
 		return -EINVAL;
-	for (size_t i = 0; i < msg->npayloads; i++)
-		if (msg->payloads[i].len && !msg->payloads[i].data)
-			return -EINVAL;
-	for (size_t i = 0; i < msg->ntensors; i++) {
-		const struct tpu_message_tensor *t = &msg->tensors[i];
-
-		if (t->flags & ~TPU_TENSOR_WANT_BUFFER)
-			return -EINVAL;
-		/* A tensor needs room, or asks for a buffer. */
-		if (t->flags & TPU_TENSOR_WANT_BUFFER ? t->data != NULL : t->len && !t->data)
-			return -EINVAL;
-		if (t->device.type > TPU_DEVICE_CUDA || (t->device.type == TPU_DEVICE_CPU && t->stream))
-			return -EINVAL;
-		if (t->device.type == TPU_DEVICE_CUDA) {
-			tpu_status st2 = tpu__cuda_check_ptr(t->data, t->len, t->device.index);
-
-			if (st2 || (t->flags & TPU_TENSOR_WANT_BUFFER))
-				return st2 ? st2 : -EINVAL;
-		}
-	}
+	st = read_check(pipe, msg);
+	if (st)
+		return st;
 	return pipe_call(pipe, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
 }
 

@@ -21,6 +21,7 @@
 #ifndef TPU_PIPE_INTERNAL_H
 #define TPU_PIPE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -207,6 +208,13 @@ struct tpu_pipe {
 	uint64_t next_read_seq;
 	struct pipe_read *held;		/* descriptor read ahead, not asked for yet */
 	struct pipe_read *reads, **reads_tail;	/* handed out, until called back */
+	/*
+	 * Guards the reads list and each read's started flag, so that
+	 * tpu_pipe_read() can tell on the caller's thread whether its message
+	 * is a descriptor still waiting to be read before it looks inside it
+	 * (a message read already is freed memory).
+	 */
+	pthread_mutex_t reads_lock;
 	unsigned int inline_next;	/* PIPE_IN_INLINE: index of the next inline part */
 	struct pipe_read *inline_rd;
 	/* read_descriptor calls not served yet, in order. */

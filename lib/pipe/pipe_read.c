@@ -40,9 +40,11 @@ static void reads_complete(struct tpu_pipe *p)
 	while (p->reads && p->reads->started && p->reads->waiting == 0) {
 		struct pipe_read *rd = p->reads;
 
+		pthread_mutex_lock(&p->reads_lock);
 		p->reads = rd->next;
 		if (!p->reads)
 			p->reads_tail = &p->reads;
+		pthread_mutex_unlock(&p->reads_lock);
 		if (rd->status) {
 			/* Buffers the pipe made for the reader go back with the failure. */
 			for (size_t i = 0; i < rd->msg.ntensors; i++) {
@@ -79,8 +81,10 @@ static void deliver(struct tpu_pipe *p)
 	c = p->desc_calls[0];
 	memmove(p->desc_calls, p->desc_calls + 1, --p->ndesc_calls * sizeof(*p->desc_calls));
 	rd->delivered = true;
+	pthread_mutex_lock(&p->reads_lock);
 	*p->reads_tail = rd;
 	p->reads_tail = &rd->next;
+	pthread_mutex_unlock(&p->reads_lock);
 	c->cb.desc(c->arg, 0, &rd->msg);
 	free(c);
 }
@@ -507,7 +511,9 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 	rd->cb = c->cb.read;
 	rd->arg = c->arg;
 	free(c);
+	pthread_mutex_lock(&p->reads_lock);
 	rd->started = true;
+	pthread_mutex_unlock(&p->reads_lock);
 	if (p->state != PIPE_OPEN) {
 		rd->status = p->error;
 		if (p->held == rd)

@@ -692,6 +692,7 @@ tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
 {
 	uint64_t hash = key_hash(key, key_len);
 	uint32_t i, end = scan_end(t);
+	bool orphan = false;
 
 	if (key_len > TPU__CMA_MAX_KEY)
 		return -ENAMETOOLONG;
@@ -703,7 +704,9 @@ tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
 		if (s->state == TPU__CMA_CLAIMED && tpu__cma_member_alive(t, s->consumer))
 			continue;
 		if (!tpu__cma_member_alive(t, s->producer)) {
+			/* Its producer posted this very key, then died: nobody else will. */
 			slot_free(t, s);
+			orphan = true;
 			continue;
 		}
 		s->consumer = NO_MEMBER;
@@ -732,7 +735,7 @@ tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
 		}
 		return 0;
 	}
-	return -EAGAIN;
+	return orphan ? TPU_E_PEER_GONE : -EAGAIN;
 }
 
 const void *tpu__cma_inline_bytes(const struct tpu__cma_table *t, const struct tpu__cma_claim *c)

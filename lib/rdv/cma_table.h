@@ -206,8 +206,10 @@ tpu_status tpu__cma_post_inline(struct tpu__cma_table *t, struct tpu__cma_who me
 /*
  * Claim the tensor of @key if it fits @capacity: 0 (now CLAIMED by @me),
  * -EAGAIN (none posted), -EMSGSIZE (too long: @out->len is its length, the
- * slot stays POSTED).  Slots of dead producers are dropped on the way and
- * slots claimed by dead consumers taken over.
+ * slot stays POSTED), TPU_E_PEER_GONE (none posted but one of @key whose
+ * producer died, dropped now: nobody else will post it).  Slots of dead
+ * producers are dropped on the way and slots claimed by dead consumers
+ * taken over.
  */
 tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, const uint8_t *key,
 			  size_t key_len, uint64_t capacity, struct tpu__cma_claim *out);

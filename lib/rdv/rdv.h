@@ -239,4 +239,10 @@ tpu_status tpu__rdv_device_recv(struct tpu_rendezvous *rdv, const void *key, siz
 				const struct tpu_tensor *dst, uint64_t timeout_ns,
 				tpu_recv_cb done, void *arg, size_t *wait_len, bool wait);
 
+/*
+ * What every public call checks first: NULL or not a rendezvous (-EINVAL),
+ * destroyed (TPU_E_DESTROYED), or in a child forked since (TPU_E_FORKED).
+ */
+tpu_status tpu__rdv_check(const struct tpu_rendezvous *rdv);
+
 #endif /* TPU_RDV_H */

@@ -51,7 +51,9 @@
  * a SEND posted, a SEND whose consumer died while pulling, a RECV whose
  * producer died while it pulled), apart from pulls by and from live
  * members, which complete.  Operations started later behave as usual: a
- * dead producer's slots are dropped, a dead consumer's claim is undone.
+ * dead producer's slots are dropped, a dead consumer's claim is undone;
+ * a receive that finds its key only in a dead producer's slot ends with
+ * TPU_E_PEER_GONE there and then (nobody else will post it).
  * Without pidfds (before Linux 5.3) the death is noticed when the table is
  * next looked at.
  *

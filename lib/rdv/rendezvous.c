@@ -28,7 +28,7 @@ TPU_API const char *tpu_rdv_impl_name(enum tpu_rdv_impl impl)
 }
 
 /* At every public entry: NULL, destroyed (TPU_E_DESTROYED), or in a forked child. */
-static tpu_status rdv_check(const struct tpu_rendezvous *rdv)
+tpu_status tpu__rdv_check(const struct tpu_rendezvous *rdv)
 {
 	tpu_status st = tpu__magic_check(rdv, rdv ? &rdv->magic : NULL, TPU__MAGIC_RDV);
 
@@ -37,7 +37,7 @@ static tpu_status rdv_check(const struct tpu_rendezvous *rdv)
 
 #define RDV_CHECK(rdv)                                  \
 	do {                                            \
-		tpu_status check_ = rdv_check(rdv);     \
+		tpu_status check_ = tpu__rdv_check(rdv);     \
 		if (check_)                             \
 			return check_;                  \
 	} while (0)
@@ -109,7 +109,7 @@ tpu_status tpu__rdv_create_with(struct tpu_context *ctx, const struct tpu__rdv_o
 
 bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *ops)
 {
-	return !rdv_check(rdv) && rdv->ops == ops;
+	return !tpu__rdv_check(rdv) && rdv->ops == ops;
 }
 
 TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
@@ -143,7 +143,7 @@ TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd)
 
 TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv)
 {
-	return rdv_check(rdv) ? TPU_RDV_AUTO : rdv->ops->impl;
+	return tpu__rdv_check(rdv) ? TPU_RDV_AUTO : rdv->ops->impl;
 }
 
 static bool rdv_idle(void *arg)
@@ -165,7 +165,7 @@ TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 
 	if (!rdv)
 		return;
-	st = rdv_check(rdv);
+	st = tpu__rdv_check(rdv);
 	if (st) {
 		/* Twice destroyed, or in a forked child (the parent's context would hang). */
 		tpu__log_debug("tpu_rendezvous_destroy(%p): %s; ignored", (void *)rdv,

@@ -647,14 +647,22 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	return 0;
 }
 
+/* A live remote rendezvous: 0, or its check's status (TPU_E_FORKED...), else -EINVAL. */
+static tpu_status remote_check(const struct tpu_rendezvous *rdv)
+{
+	tpu_status st = tpu__rdv_check(rdv);
+
+	return st ? st : tpu__rdv_is(rdv, &tpu__remote_ops) ? 0 : -EINVAL;
+}
+
 TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const char *task,
 					   const char *url)
 {
 	struct remote *st;
-	tpu_status err;
+	tpu_status err = remote_check(rdv);
 
-	if (!tpu__rdv_is(rdv, &tpu__remote_ops))
-		return -EINVAL;
+	if (err)
+		return err;
 	st = rdv->impl_state;
 	pthread_mutex_lock(&st->lock);
 	err = task_add(st, task, url);
@@ -666,8 +674,11 @@ TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const ch
 				      char *buf, size_t size)
 {
 	const struct remote *st;
+	tpu_status err = remote_check(rdv);
 
-	if (!tpu__rdv_is(rdv, &tpu__remote_ops) || !buf)
+	if (err)
+		return err;
+	if (!buf)
 		return -EINVAL;
 	st = rdv->impl_state;
 	return tpu_listener_url(st->listener, transport, buf, size);
@@ -708,8 +719,11 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 					    const char **transport, const char **channel)
 {
 	struct path_query q = { .task = task };
+	tpu_status err = remote_check(rdv);
 
-	if (!tpu__rdv_is(rdv, &tpu__remote_ops) || !task || !transport || !channel)
+	if (err)
+		return err;
+	if (!task || !transport || !channel)
 		return -EINVAL;
 	q.st = rdv->impl_state;
 	/* The peers are the context thread's. */

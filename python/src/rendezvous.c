@@ -25,18 +25,25 @@ int tpupy_key_arg(PyObject *obj, const char **buf, Py_ssize_t *len)
 {
 	if (PyUnicode_Check(obj)) {
 		*buf = PyUnicode_AsUTF8AndSize(obj, len);
-		return *buf ? 0 : -1;
-	}
-	if (PyBytes_Check(obj)) {
+		if (!*buf)
+			return -1;
+	} else if (PyBytes_Check(obj)) {
 		char *b;
 
 		if (PyBytes_AsStringAndSize(obj, &b, len) < 0)
 			return -1;
 		*buf = b;
-		return 0;
+	} else {
+		PyErr_Format(PyExc_TypeError, "a key is str or bytes, not %S",
+			     (PyObject *)Py_TYPE(obj));
+		return -1;
 	}
-	PyErr_Format(PyExc_TypeError, "a key is str or bytes, not %S", (PyObject *)Py_TYPE(obj));
-	return -1;
+	/* As the library: an empty key names nothing (its meta key would not be empty). */
+	if (!*len) {
+		tpupy_raise(-EINVAL, "an empty key names nothing: give a non-empty str or bytes.");
+		return -1;
+	}
+	return 0;
 }
 
 int tpupy_timeout_arg(PyObject *obj, uint64_t *ns)

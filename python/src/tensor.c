@@ -137,6 +137,14 @@ static int view_from_buffer(PyObject *obj, bool writable, struct tpupy_view *v)
 	}
 	if (PyObject_GetBuffer(obj, b, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
 		free(b);
+		/* bytes, a read-only memoryview, a read-only array: say what is wanted. */
+		if (writable && PyErr_ExceptionMatches(PyExc_BufferError)) {
+			PyErr_Clear();
+			PyErr_Format(PyExc_TypeError,
+				     "the destination must be a writable buffer (bytearray, a "
+				     "writable NumPy array or memoryview), not the read-only %S",
+				     (PyObject *)Py_TYPE(obj));
+		}
 		return -1;
 	}
 	cap = PyCapsule_New(b, "tpu_user.buffer", buffer_holder_free);

@@ -5,9 +5,13 @@
  * the world's rendezvous: all_reduce, broadcast, all_gather.
  *
  * Every rank calls the collectives in the same order.  Each call is one
- * step (its id counts up); an instance key names each distinct
- * (type, dtype, count, op) the first time it is used, in call order, so
- * that every rank picks the same keys without talking.
+ * step (its id counts up) and an instance of its own (its key from the
+ * step), so that every rank picks the same keys without talking whatever
+ * it passes: the library's resolution then compares what the ranks pass
+ * on every call, and a mismatch (sizes, dtypes, op, source, collective)
+ * fails every rank at once with the reason, leaving the world usable.
+ * (Keys per distinct parameters, as before, let ranks that disagree wait
+ * on different instances until the timeout aborted the world.)
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,11 +21,6 @@
 
 PyTypeObject *tpupy_WorldType;
 
-struct inst_key {
-	int type, dtype, op, final;
-	uint64_t count;
-};
-
 typedef struct {
 	PyObject_HEAD
 	tpupy_context *ctx;
@@ -29,8 +28,7 @@ typedef struct {
 	struct tpu_coll *coll;
 	char job[64];
 	int64_t step;
-	struct inst_key *keys;
-	size_t nkeys;
+	int64_t calls;			/* collectives run on w->coll */
 	char (*names)[160];
 	const char **devices;
 } tpupy_world;
@@ -72,7 +70,6 @@ static void world_dealloc(PyObject *self)
 	PyTypeObject *tp = Py_TYPE(self);
 
 	world_close_now(w);
-	free(w->keys);
 	free(w->names);
 	free(w->devices);
 	Py_CLEAR(w->ctx);
@@ -206,24 +203,12 @@ static int coll_dtype(DLDataType dt)
 	}
 }
 
-static int instance_key(tpupy_world *w, const struct inst_key *k)
-{
-	struct inst_key *keys;
-
-	for (size_t i = 0; i < w->nkeys; i++)
-		if (!memcmp(&w->keys[i], k, sizeof(*k)))
-			return (int)i + 1;
-	keys = realloc(w->keys, (w->nkeys + 1) * sizeof(*keys));
-	if (!keys)
-		return -1;
-	w->keys = keys;
-	w->keys[w->nkeys] = *k;
-	return (int)++w->nkeys;
-}
+/* A tpu_coll keeps what it resolved: a new one now and then bounds that (every rank alike). */
+#define COLL_RENEW	1024
 
 /* One collective on the caller's thread, GIL released. */
 static PyObject *run_coll(tpupy_world *w, enum tpu_coll_type type, const struct tpupy_view *in,
-			  void *out, int op, int final, int src)
+			  void *out, int op, int final, int src, uint64_t timeout_ns)
 {
 	const struct tpu_world_info *info = tpu_world_get_info(w->w);
 	struct tpu_coll_group g = { .group_key = 1, .group_size = info->size,
@@ -231,7 +216,6 @@ static PyObject *run_coll(tpupy_world *w, enum tpu_coll_type type, const struct 
 	struct tpu_coll_instance inst = { 0 };
 	struct tpu_coll_member m = { .device = w->names[info->rank],
 				     .is_source = info->rank == src };
-	struct inst_key k = { 0 };
 	struct tpu_coll_exec *exec = NULL;
 	const void *src_data = in->data;
 	char why[256] = "";
@@ -243,24 +227,28 @@ static PyObject *run_coll(tpupy_world *w, enum tpu_coll_type type, const struct 
 			     "int32, int64 or uint8, not %s", tpupy_dtype_name(in->meta.dtype));
 		return NULL;
 	}
-	k = (struct inst_key){ .type = type, .dtype = dt, .op = op, .final = final,
-			       .count = tpupy_meta_count(&in->meta) };
-	inst.instance_key = instance_key(w, &k);
-	if (inst.instance_key < 0)
-		return PyErr_NoMemory();
 	inst.type = type;
 	inst.dtype = (enum tpu_dtype)dt;
-	inst.count = k.count;
+	inst.count = tpupy_meta_count(&in->meta);
 	inst.op = (enum tpu_reduce_op)op;
 	inst.final_op = (enum tpu_final_op)final;
+	inst.timeout_ns = timeout_ns;
 	if (type == TPU_COLL_BROADCAST && info->rank != src)
 		src_data = NULL;
+	if (w->coll && w->calls >= COLL_RENEW) {
+		tpu_coll_destroy(w->coll);
+		w->coll = NULL;
+	}
 	if (!w->coll) {
 		st = tpu_coll_create(tpu_world_rendezvous(w->w), &w->coll);
 		if (st)
 			return tpupy_raise(st, "collectives");
+		w->calls = 0;
 	}
-	st = tpu_coll_exec_create(w->coll, ++w->step, &exec);
+	w->calls++;
+	++w->step;
+	inst.instance_key = (int32_t)(w->step % INT32_MAX);
+	st = tpu_coll_exec_create(w->coll, w->step, &exec);
 	if (st)
 		return tpupy_raise(st, "collectives");
 	Py_BEGIN_ALLOW_THREADS
@@ -295,18 +283,20 @@ static int reduce_op(const char *name, int *op, int *final)
 
 static PyObject *world_all_reduce(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "tensor", "op", NULL };
+	static char *kwlist[] = { "tensor", "op", "timeout", NULL };
 	tpupy_world *w = (tpupy_world *)self;
 	const char *opname = "sum";
 	struct tpupy_view v;
-	PyObject *t, *r;
+	PyObject *t, *r, *tmo = Py_None;
+	uint64_t tns;
 	int op, final;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s:all_reduce", kwlist, &t, &opname) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sO:all_reduce", kwlist, &t, &opname, &tmo) ||
+	    tpupy_timeout_arg(tmo, &tns) < 0 ||
 	    world_check(w) < 0 || reduce_op(opname, &op, &final) < 0 ||
 	    tpupy_view_get(t, true, &v) < 0)
 		return NULL;
-	r = run_coll(w, TPU_COLL_REDUCTION, &v, v.data, op, final, -1);
+	r = run_coll(w, TPU_COLL_REDUCTION, &v, v.data, op, final, -1, tns);
 	tpupy_view_release(&v);
 	if (!r)
 		return NULL;
@@ -316,14 +306,15 @@ static PyObject *world_all_reduce(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "tensor", "src", NULL };
+	static char *kwlist[] = { "tensor", "src", "timeout", NULL };
 	tpupy_world *w = (tpupy_world *)self;
 	struct tpupy_view v;
-	PyObject *t, *r;
+	PyObject *t, *r, *tmo = Py_None;
+	uint64_t tns;
 	int src = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:broadcast", kwlist, &t, &src) ||
-	    world_check(w) < 0)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iO:broadcast", kwlist, &t, &src, &tmo) ||
+	    tpupy_timeout_arg(tmo, &tns) < 0 || world_check(w) < 0)
 		return NULL;
 	if (src < 0 || src >= tpu_world_get_info(w->w)->size) {
 		PyErr_Format(PyExc_ValueError, "src %d is not a rank of this world", src);
@@ -331,7 +322,7 @@ static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
 	}
 	if (tpupy_view_get(t, true, &v) < 0)
 		return NULL;
-	r = run_coll(w, TPU_COLL_BROADCAST, &v, v.data, 0, 0, src);
+	r = run_coll(w, TPU_COLL_BROADCAST, &v, v.data, 0, 0, src, tns);
 	tpupy_view_release(&v);
 	if (!r)
 		return NULL;
@@ -341,15 +332,17 @@ static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "tensor", NULL };
+	static char *kwlist[] = { "tensor", "timeout", NULL };
 	tpupy_world *w = (tpupy_world *)self;
 	struct tpupy_view v;
 	struct tpupy_meta m;
-	PyObject *t, *r;
+	PyObject *t, *r, *tmo = Py_None;
+	uint64_t tns;
 	int n;
 	void *out;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O:all_gather", kwlist, &t) ||
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:all_gather", kwlist, &t, &tmo) ||
+	    tpupy_timeout_arg(tmo, &tns) < 0 ||
 	    world_check(w) < 0 || tpupy_view_get(t, false, &v) < 0)
 		return NULL;
 	n = tpu_world_get_info(w->w)->size;
@@ -368,7 +361,7 @@ static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 		tpupy_view_release(&v);
 		return PyErr_NoMemory();
 	}
-	r = run_coll(w, TPU_COLL_GATHER, &v, out, 0, 0, -1);
+	r = run_coll(w, TPU_COLL_GATHER, &v, out, 0, 0, -1, tns);
 	tpupy_view_release(&v);
 	if (!r) {
 		tpupy_free(out, m.nbytes);
@@ -538,12 +531,13 @@ static PyMethodDef world_methods[] = {
 	{ "barrier", world_barrier, METH_NOARGS, "barrier(): wait for every rank" },
 	{ "all_reduce", (PyCFunction)(void (*)(void))world_all_reduce,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "all_reduce(tensor, op='sum') -> tensor, reduced in place (sum, prod, min, max, mean)" },
+	  "all_reduce(tensor, op='sum', timeout=None) -> tensor, reduced in place (sum, prod, min, "
+	  "max, mean)" },
 	{ "broadcast", (PyCFunction)(void (*)(void))world_broadcast, METH_VARARGS | METH_KEYWORDS,
-	  "broadcast(tensor, src=0) -> tensor, src's values in place" },
+	  "broadcast(tensor, src=0, timeout=None) -> tensor, src's values in place" },
 	{ "all_gather", (PyCFunction)(void (*)(void))world_all_gather,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "all_gather(tensor) -> Tensor of shape (size, *tensor.shape)" },
+	  "all_gather(tensor, timeout=None) -> Tensor of shape (size, *tensor.shape)" },
 	{ "reduce_scatter", (PyCFunction)(void (*)(void))world_reduce_scatter,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "reduce_scatter(tensor, op='sum', timeout=None) -> this rank's chunk of the reduction" },

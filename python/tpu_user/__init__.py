@@ -20,6 +20,7 @@ import concurrent.futures
 import errno as _errno
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -74,13 +75,26 @@ class Future(concurrent.futures.Future):
             _settle(ctx._c._drain(0))
             _resolve(op)
 
-    def result(self, timeout=None):
+    # One deadline for both waits (the operation's, then the future's): a
+    # timeout t bounds the whole call to about t, not 2t.  A wait that ends
+    # unresolved raises tpu_user.TimeoutError, which is also the built-in
+    # TimeoutError (and so concurrent.futures.TimeoutError, Python 3.11+).
+    def _wait_both(self, timeout, get):
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         self._wait_op(timeout)
-        return super().result(timeout)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return get(left)
+        except concurrent.futures.TimeoutError:
+            if self.done():
+                raise  # the operation's own outcome
+            raise _timeout_error("future") from None
+
+    def result(self, timeout=None):
+        return self._wait_both(timeout, super().result)
 
     def exception(self, timeout=None):
-        self._wait_op(timeout)
-        return super().exception(timeout)
+        return self._wait_both(timeout, super().exception)
 
     def __await__(self):
         return asyncio.wrap_future(self).__await__()
@@ -440,17 +454,43 @@ class Listener:
     def __init__(self, ctx: Context, c):
         self._ctx = ctx
         self._c = c
+        # The library arms one accept at a time: one that timed out in
+        # accept() stays armed here, and the next accept takes it over.
+        self._armed: Optional[Future] = None
+        self._armed_lock = threading.Lock()
 
     def url(self, transport: Optional[str] = None) -> str:
         """The URL peers connect to ("tcp", "shm"; None: the first)."""
         return self._c.url(transport)
 
     def accept(self, timeout: Optional[float] = None) -> Pipe:
-        """Wait for the next pipe."""
-        return self.accept_async().result(timeout)
+        """Wait for the next pipe.
+
+        A timeout raises tpu_user.TimeoutError and leaves the accept armed:
+        the next accept() (or accept_async()) gets the pipe it brings."""
+        with self._armed_lock:
+            fut, self._armed = self._armed, None
+        if fut is None:
+            fut = self._new_accept()
+        try:
+            return fut.result(timeout)
+        except BaseException as e:
+            if fut.done():
+                raise
+            with self._armed_lock:
+                if self._armed is None:
+                    self._armed = fut
+            if isinstance(e, TimeoutError):
+                raise _timeout_error("accept") from None
+            raise
 
     def accept_async(self) -> Future:
         """The next pipe, as a future."""
+        with self._armed_lock:
+            fut, self._armed = self._armed, None
+        return fut if fut is not None else self._new_accept()
+
+    def _new_accept(self) -> Future:
         fut = self._ctx._future(self._c._accept_op())
         pipe_fut = Future()
         pipe_fut.set_running_or_notify_cancel()
@@ -513,17 +553,23 @@ class World:
         """The device of rank in the world's keys: "/job:worker/replica:0/task:RANK/device:CPU:0"."""
         return self._c.device_name(rank)
 
-    def all_reduce(self, tensor, op: str = "sum"):
+    # Collectives: every rank calls them in the same order.  A rank whose
+    # tensor (size, dtype), op, source or collective differs from the
+    # others' makes every rank raise Error (status TPU_E_COLL_MISMATCH) at
+    # once, naming the difference; the world stays usable.  timeout
+    # (seconds; None: 60) bounds the call: one that runs out raises
+    # TimeoutError, and the world is done (its rendezvous was aborted).
+    def all_reduce(self, tensor, op: str = "sum", timeout: Optional[float] = None):
         """Reduce tensor over every rank, in place: op sum, prod, min, max or mean."""
-        return self._c.all_reduce(tensor, op)
+        return self._c.all_reduce(tensor, op, timeout)
 
-    def broadcast(self, tensor, src: int = 0):
+    def broadcast(self, tensor, src: int = 0, timeout: Optional[float] = None):
         """src's tensor into every rank's, in place."""
-        return self._c.broadcast(tensor, src)
+        return self._c.broadcast(tensor, src, timeout)
 
-    def all_gather(self, tensor) -> Tensor:
+    def all_gather(self, tensor, timeout: Optional[float] = None) -> Tensor:
         """Every rank's tensor, stacked: shape (size, *tensor.shape)."""
-        return self._c.all_gather(tensor)
+        return self._c.all_gather(tensor, timeout)
 
     def reduce_scatter(self, tensor, op: str = "sum",
                        timeout: Optional[float] = None) -> Tensor:

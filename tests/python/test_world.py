@@ -114,3 +114,77 @@ def test_world_bad_rank(ctx, monkeypatch):
     with pytest.raises(tpu_user.Error) as e:
         ctx.world(timeout=1)
     assert e.value.errno is not None
+
+
+MISMATCH = r'''
+import sys, time, numpy as np, tpu_user
+with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
+    r, n = w.rank, w.size
+    x = np.ones(4, dtype=np.float32)
+    w.all_reduce(x, timeout=20)
+    assert (x == n).all()
+
+    def mismatched(call, what):
+        t0 = time.monotonic()
+        try:
+            call()
+        except tpu_user.Error as e:
+            took = time.monotonic() - t0
+            assert e.status_name == "TPU_E_COLL_MISMATCH", e
+            assert what in str(e), (what, str(e))
+            assert took < 5, took
+        else:
+            raise AssertionError("a mismatch was not reported: " + what)
+
+    # Rank 1 passes more elements than the previous instance, the others as before.
+    mismatched(lambda: w.all_reduce(np.ones(8 if r == 1 else 4, dtype=np.float32),
+                                    timeout=20), "element count")
+    # Another dtype on rank 0 only.
+    mismatched(lambda: w.all_reduce(np.ones(4, dtype=np.int32 if r == 0 else np.float32),
+                                    timeout=20), "data type")
+    # Another op, another collective.
+    mismatched(lambda: w.all_reduce(np.ones(4, dtype=np.float32),
+                                    op="max" if r == 1 else "sum", timeout=20), "merge op")
+    mismatched(lambda: (w.broadcast(np.ones(4), timeout=20) if r == 0 else
+                        w.all_gather(np.ones(4), timeout=20)), "collective type")
+    # The world still works, with the same and with new sizes.
+    x = np.ones(4, dtype=np.float32)
+    w.all_reduce(x, timeout=20)
+    assert (x == n).all()
+    y = np.full(16, r, dtype=np.int64)
+    w.all_reduce(y, op="max", timeout=20)
+    assert (y == n - 1).all()
+    w.barrier()
+print("rank", r, "ok", flush=True)
+'''
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_collective_mismatch_is_reported_on_every_rank_and_the_world_survives(n):
+    procs, results = start_ranks(MISMATCH, n)
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out
+
+
+TIMEOUT = r'''
+import sys, time, numpy as np, tpu_user
+with tpu_user.Context() as ctx, ctx.world(timeout=30) as w:
+    if w.rank == 0:
+        t0 = time.monotonic()
+        try:
+            w.all_reduce(np.ones(4), timeout=0.5)
+        except tpu_user.TimeoutError:
+            assert time.monotonic() - t0 < 3
+        else:
+            raise AssertionError("no timeout")
+    w.barrier()
+print("rank", w.rank, "ok", flush=True)
+'''
+
+
+def test_collective_timeout_argument():
+    procs, results = start_ranks(TIMEOUT, 2)
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out

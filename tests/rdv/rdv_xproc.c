@@ -504,11 +504,120 @@ out:
 	munmap(buf, BIG_LEN);
 }
 
+/*
+ * A member posts a tensor (large, then small: pulled and inline) and dies
+ * before anyone asked for it; a receive of that key started afterwards,
+ * without a timeout, ends TPU_E_PEER_GONE at once (it waited for ever).
+ */
+static int orphan_child(const struct rdv_impl *impl, int sock)
+{
+	static uint8_t big[1 << 16], small[8];
+	struct tpu_tensor tb = { .data = big, .len = sizeof(big) };
+	struct tpu_tensor ts = { .data = small, .len = sizeof(small) };
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	int fd;
+
+	if (tpu_fd_recv(sock, &fd))
+		return XS_FD;
+	if (tpu_context_create(&o, &ctx))
+		return XS_CTX;
+	if (tpu_rendezvous_join(ctx, fd, &rdv))
+		return XS_JOIN;
+	if (tpu_rendezvous_send(rdv, "orphan-big", 10, &tb, 0, NULL, NULL) ||
+	    tpu_rendezvous_send(rdv, "orphan-small", 12, &ts, 0, NULL, NULL))
+		return XS_SEND;
+	/* Posted (the send is in the table before the call returns for cma). */
+	usleep(200 * 1000);
+	if (write(sock, "p", 1) != 1)
+		return XS_FD;
+	raise(SIGKILL);
+	return XS_OK;
+}
+
+static void orphan_run(const struct rdv_impl *impl)
+{
+	static const char *const keys[] = { "orphan-big", "orphan-small" };
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	uint8_t dst[1 << 16];
+	struct tpu_tensor d = { .data = dst, .len = sizeof(dst) };
+	int sv[2], fd = -1, status = 0;
+	char c = 0;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) ||
+	    tpu_context_create(&o, &ctx)) {
+		CHECK(false, "%s_orphan_set_up", impl->name);
+		return;
+	}
+	if (tpu_rendezvous_create(ctx, impl->impl, &rdv) || tpu_rendezvous_share(rdv, &fd)) {
+		CHECK(false, "%s_orphan_rendezvous_created", impl->name);
+		tpu_context_destroy(ctx);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		close(sv[0]);
+		_exit(orphan_child(impl, sv[1]));
+	}
+	close(sv[1]);
+	if (tpu_fd_send(sv[0], fd) || read(sv[0], &c, 1) != 1)
+		kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	CHECK(c == 'p' && WIFSIGNALED(status), "%s_producer_posted_then_was_killed", impl->name);
+	/* kmod: give the module time to release the dead member's endpoint. */
+	if (impl->impl == TPU_RDV_KMOD)
+		usleep(1000 * 1000);
+	for (int i = 0; i < 2; i++) {
+		struct death_rec rr = { 0, 1 };
+		uint64_t t0 = now_ns();
+		bool came;
+
+		CHECK_STATUS(tpu_rendezvous_recv(rdv, keys[i], strlen(keys[i]), &d, 0,
+						 death_recv_cb, &rr), 0,
+			     "%s_recv_of_a_dead_producers_key_posted (%s)", impl->name, keys[i]);
+		came = death_wait(&rr, 5 * SEC);
+		if (!came)
+			tpu_rendezvous_cancel(rdv, keys[i], strlen(keys[i]));
+		/*
+		 * kmod: until the dead member's endpoint is released (its
+		 * io_uring lets go of it a little after the exit) the SEND is
+		 * still there and its pinned pages are delivered; after, the
+		 * module remembers the key.  Either way, no wait.
+		 */
+		CHECK(came && (rr.status == TPU_E_PEER_GONE ||
+			       (impl->impl == TPU_RDV_KMOD && rr.status == 0)),
+		      "%s_recv_started_after_its_producer_died_is_peer_gone_at_once (%s: %s, "
+		      "%.1f ms)", impl->name, keys[i], came ? tpu_status_name(rr.status) : "waits",
+		      (double)(now_ns() - t0) / 1e6);
+		death_wait(&rr, 5 * SEC);
+	}
+	/* The key is free again: a live member's tensor of it goes through. */
+	{
+		uint8_t src[8] = { 7 };
+		struct tpu_tensor s1 = { .data = src, .len = sizeof(src) };
+		struct tpu_tensor d1 = { .data = dst, .len = sizeof(src) };
+
+		CHECK(!tpu_rendezvous_send(rdv, "orphan-small", 12, &s1, 0, NULL, NULL) &&
+		      !tpu_rendezvous_recv_wait(rdv, "orphan-small", 12, &d1, 20 * SEC, NULL) &&
+		      dst[0] == 7, "%s_a_dead_producers_key_can_be_sent_again", impl->name);
+	}
+	close(fd);
+	close(sv[0]);
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+}
+
 void rdv_xproc_death_run(const struct rdv_impl *impl)
 {
 	tap_diag("members that die, over %s", impl->name);
 	death_run(impl, true);
 	death_run(impl, false);
+	orphan_run(impl);
 	/*
 	 * A cma pull lands page by page in untouched memory, which is what the
 	 * killer watches.  kmod pins the destination, faulting it all in before

@@ -196,6 +196,52 @@ TEST_F(member, operations_after_a_death_behave_as_usual)
 	EXPECT_EQ(0, c.status);
 }
 
+/*
+ * A member posts a SEND and dies before anyone took it: the module
+ * remembers the key, so the first RECV of it afterwards fails with
+ * -EOWNERDEAD at once (it waited), the next one waits as for any key,
+ * and a live member's SEND of the key goes through.
+ */
+TEST_F(member, recv_of_a_dead_members_unclaimed_send_fails_eownerdead_at_once)
+{
+	uint64_t t0, len = 0;
+	uint32_t h;
+	pid_t pid;
+	int st;
+
+	TPT_REQUIRE_FEATURES(self->p.info, TP_FEAT_MEMBER_DEATH);
+	pid = tpt_fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		int ep = tpt_open();
+
+		if (ep < 0 || tpt_domain_attach_flags(ep, self->p.domain_fd,
+						      TP_DOMAIN_ATTACH_MEMBER, NULL) ||
+		    tpt_alloc(ep, LEN, &h, NULL) || tpt_send(ep, "orphan", h, 0, LEN, 1))
+			_exit(1);
+		if (tpt_notify(self->ready[1]) ||
+		    tpt_wait_notify(self->go[0], TPT_SAFETY_TIMEOUT_MS))
+			_exit(2);
+		raise(SIGKILL);
+		_exit(3);
+	}
+	ASSERT_EQ(0, tpt_wait_notify(self->ready[0], TPT_SAFETY_TIMEOUT_MS));
+	ASSERT_EQ(0, tpt_notify(self->go[1]));
+	ASSERT_EQ(0, tpt_wait_child(pid, TPT_SAFETY_TIMEOUT_MS, &st));
+	ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	t0 = tpt_now_ns();
+	EXPECT_EQ(-EOWNERDEAD, tpt_recv(self->p.cons, "orphan", self->p.dst, 0, LEN,
+					TPT_SAFETY_TIMEOUT_NS, &len));
+	EXPECT_GT(TPT_SAFETY_TIMEOUT_NS / 2, tpt_now_ns() - t0);
+	/* Told once: the key is forgotten. */
+	EXPECT_EQ(-ETIMEDOUT, tpt_recv(self->p.cons, "orphan", self->p.dst, 0, LEN,
+				       50 * 1000 * 1000, &len));
+	ASSERT_EQ(0, tpt_send(self->p.prod, "orphan", self->p.src, 0, LEN, 5));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "orphan", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, &len));
+	EXPECT_EQ(LEN, len);
+}
+
 TEST_F(member, a_member_that_closed_its_endpoint_first_left_in_order)
 {
 	uint64_t len = 0;

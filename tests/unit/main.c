@@ -39,6 +39,7 @@ static const struct {
 	{ "pipe_mtcp", test_pipe_mtcp },
 	{ "pipe_rdma", test_pipe_rdma },
 	{ "failure", test_failure },
+	{ "misuse", test_misuse },
 	{ "boot_env", test_boot_env },
 	{ "store", test_store },
 	{ "auth", test_auth },

@@ -34,11 +34,21 @@ void rec_post(struct tag *t, tpu_status st, struct tpu_message *m)
 
 bool rec_wait(struct rec *r, int n)
 {
+	return rec_wait_ms(r, n, WAIT_S * 1000);
+}
+
+bool rec_wait_ms(struct rec *r, int n, int ms)
+{
 	struct timespec until;
 	bool ok;
 
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += WAIT_S;
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
 	pthread_mutex_lock(&r->lock);
 	while (r->n < n && pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
 		;

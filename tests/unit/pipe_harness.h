@@ -43,6 +43,8 @@ void rec_init(struct rec *r);
 void rec_post(struct tag *t, tpu_status st, struct tpu_message *m);
 /* Wait until @n callbacks were recorded; false after WAIT_S seconds. */
 bool rec_wait(struct rec *r, int n);
+/* The same with a deadline of @ms milliseconds. */
+bool rec_wait_ms(struct rec *r, int n, int ms);
 /* Callbacks that record into the struct tag their arg points to. */
 void on_write(void *arg, tpu_status st, struct tpu_message *m);
 void on_desc(void *arg, tpu_status st, struct tpu_message *d);

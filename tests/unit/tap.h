@@ -37,6 +37,7 @@ int count_fds(void);
 void test_status(void);
 void test_log(void);
 void test_failure(void);
+void test_misuse(void);
 void test_version(void);
 void test_abi(void);
 void test_device_name(void);

@@ -542,15 +542,21 @@ static void producer_death(void)
 	CHECK(wait_child(pid) == 0 && tpu__cma_used(&t) == 3, "cma_table_child_posted_and_died");
 	CHECK(!tpu__cma_members_look_alive(&t),
 	      "cma_table_members_do_not_look_alive_while_a_death_waits_to_be_noticed");
-	/* Its bytes are in the table, but a dead producer's tensors are dropped all the same. */
+	/*
+	 * Its bytes are in the table, but a dead producer's tensors are
+	 * dropped all the same, and the claim says why nothing will come.
+	 */
 	CHECK(tpu__cma_peek_key(&t, KEY("orphan3")), "cma_table_dead_producers_inline_slot_is_seen");
-	CHECK_STATUS(claim_into(&t, me, KEY("orphan3"), (char[16]){ 0 }, 16, &c), -EAGAIN,
-		     "cma_table_inline_post_of_a_dead_producer_is_not_claimed");
+	CHECK_STATUS(claim_into(&t, me, KEY("orphan3"), (char[16]){ 0 }, 16, &c), TPU_E_PEER_GONE,
+		     "cma_table_inline_post_of_a_dead_producer_is_not_claimed_but_peer_gone");
 	CHECK(tpu__cma_used(&t) == 2 && !tpu__cma_peek_key(&t, KEY("orphan3")),
 	      "cma_table_dead_producers_inline_slot_is_dropped_by_the_claim");
 	CHECK(tpu__cma_members_look_alive(&t), "cma_table_members_look_alive_once_the_death_is_noticed");
+	CHECK_STATUS(claim(&t, me, KEY("orphan"), 100, &c), TPU_E_PEER_GONE,
+		     "cma_table_post_of_a_dead_producer_is_not_claimed_but_peer_gone");
+	/* Dropped by that claim: the next one waits as for any key (-EAGAIN). */
 	CHECK_STATUS(claim(&t, me, KEY("orphan"), 100, &c), -EAGAIN,
-		     "cma_table_post_of_a_dead_producer_is_not_claimed");
+		     "cma_table_dead_producers_key_is_unknown_after_one_peer_gone");
 	CHECK(tpu__cma_used(&t) == 1, "cma_table_dead_producers_slot_is_dropped_by_the_claim");
 	CHECK_STATUS(post(&t, me, KEY("orphan2"), "x", 1, &ref), 0,
 		     "cma_table_key_of_a_dead_producer_can_be_posted_again");

@@ -727,9 +727,25 @@ static void mismatch(struct worker *w)
 					   .dtype = TPU_DT_FLOAT32, .count = 16 };
 	fill(TPU_DT_FLOAT32, TPU_OP_SUM, w->me, in, 16);
 	W_CHECK(run_one(w, 1, &inst, false, in, out) == 0);
-	/* A member that runs it again with other parameters is refused, alone. */
+	/*
+	 * One member runs it again with other parameters, the others as
+	 * before: every member hears of it at once, with the reason (the
+	 * others waited out their timeouts, then the world was aborted).
+	 */
+	t0 = now_ns();
+	inst.count = w->me == w->n - 1 ? 8 : 16;
+	W_CHECK(run_one(w, 2, &inst, false, in, out) == TPU_E_COLL_MISMATCH);
+	tpu_coll_last_reason(w->coll, why, sizeof(why));
+	W_CHECK(strstr(why, "element count") != NULL);
+	/* All of them changing it is refused too (an instance's parameters are its first run's). */
 	inst.count = 8;
-	W_CHECK(run_one(w, 2, &inst, false, in, out) == -EINVAL);
+	W_CHECK(run_one(w, 3, &inst, false, in, out) == TPU_E_COLL_MISMATCH);
+	tpu_coll_last_reason(w->coll, why, sizeof(why));
+	W_CHECK(strstr(why, "element count") != NULL && strstr(why, "first run") != NULL);
+	W_CHECK(now_ns() - t0 < 5000000000ull);
+	/* And the instance, as it was, still runs. */
+	inst.count = 16;
+	W_CHECK(run_one(w, 4, &inst, false, in, out) == 0);
 	/* Bad arguments are refused before anything is sent. */
 	struct tpu_coll_exec *exec;
 	struct tpu_coll_member stranger = { .device = "/job:worker/replica:0/task:99/device:CPU:0" };

@@ -45,7 +45,11 @@
  * other members' endpoints had pending at that moment ends with
  * -EOWNERDEAD: their waiting RECVs return it and their unclaimed SENDs
  * complete with it.  A RECV copying from the dead member's pages, which stay
- * pinned, still completes.  Operations started afterwards behave as usual.
+ * pinned, still completes.  Operations started afterwards behave as usual,
+ * but for one thing: the dead member's own SENDs that nobody had claimed
+ * are withdrawn, and the first RECV of such a key afterwards that finds no
+ * SEND of it returns -EOWNERDEAD at once instead of waiting (the domain
+ * remembers the last 1024 such keys; a new SEND of the key forgets it).
  * Endpoints attached without the flag neither report nor hear of deaths
  * (TP_FEAT_MEMBER_DEATH).
  *
