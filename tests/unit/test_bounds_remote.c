@@ -37,27 +37,6 @@
 #define FLOOD		40
 #define BIG		(64u << 20)
 
-/* Wait up to @ms for @n callbacks on @r. */
-static bool rec_wait_ms(struct rec *r, int n, unsigned int ms)
-{
-	struct timespec until;
-	bool ok;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&r->lock);
-	while (r->n < n && !pthread_cond_timedwait(&r->cond, &r->lock, &until))
-		;
-	ok = r->n >= n;
-	pthread_mutex_unlock(&r->lock);
-	return ok;
-}
-
 /* The TF key of @edge from @src's CPU to @dst's. */
 static size_t key_of(char *buf, const char *src, const char *dst, const char *edge)
 {
