@@ -88,12 +88,22 @@ bool pair_open(struct pair *pp, const char *url, const char *channels)
 	if (tpu_context_create(&o, &pp->a) || tpu_context_create(&o, &pp->b) ||
 	    tpu_listener_create(pp->a, &url, 1, &pp->l) ||
 	    tpu_listener_url(pp->l, NULL, got, sizeof(got)) ||
-	    tpu_listener_accept(pp->l, on_accept, &t) || tpu_pipe_connect(pp->b, got, &pp->client))
+	    tpu_listener_accept(pp->l, on_accept, &t))
 		return false;
-	if (!rec_wait(&r, 1) || r.st[0])
-		return false;
-	pp->server = r.pipe;
-	return true;
+	if (!tpu_pipe_connect(pp->b, got, &pp->client) && rec_wait(&r, 1) && !r.st[0]) {
+		pp->server = r.pipe;
+		return true;
+	}
+	/*
+	 * The accept may still be pending, its callback aimed at this frame's
+	 * @r: closing the listener calls it back now, before the frame goes.
+	 */
+	tpu_listener_close(pp->l);
+	pp->l = NULL;
+	rec_wait(&r, 1);
+	if (r.n > 0 && !r.st[0])
+		tpu_pipe_close(r.pipe);
+	return false;
 }
 
 void pair_close(struct pair *pp)
