@@ -91,13 +91,10 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
 {
 	struct world_coll *wc;
 
-	/* tpu_world_rendezvous() is NULL for anything but a live world. */
-	if (!tpu_world_rendezvous(w)) {
-		*st = -EINVAL;
-		return NULL;
-	}
-	/* A forked child's context (TPU_E_FORKED) cannot carry these calls. */
-	*st = tpu__ctx_check(w->ctx);
+	/* Not a world, a destroyed one, or a forked child's copy (TPU_E_FORKED). */
+	*st = tpu__world_check(w);
+	if (!*st)
+		*st = tpu__ctx_check(w->ctx);
 	if (!*st && tpu__ctx_on_thread(w->ctx))
 		*st = -EDEADLK;
 	if (*st)
