@@ -526,6 +526,11 @@ static const struct vm_operations_struct tp_vm_ops = {
  * @ep:		the endpoint the file belongs to.
  * @vma:	the new mapping; vm_pgoff encodes handle and page offset.
  *
+ * Only shared mappings (VM_SHARED, or VM_MAYSHARE alone for MAP_SHARED of
+ * a descriptor opened read-only, which mmap() already keeps from writing):
+ * a private one would copy a page at its first write and then silently
+ * stop following the region.  The region's dma-bufs follow the same rule.
+ *
  * Return: 0 or -EINVAL (private mapping, unknown or registered region,
  * range past the region's end).
  */
@@ -536,7 +541,8 @@ int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma)
 	struct tp_region *r;
 	int err = -EINVAL;
 
-	if (!(vma->vm_flags & VM_SHARED) || handle > TP_HANDLE_MAX)
+	if (!(vma->vm_flags & (VM_SHARED | VM_MAYSHARE)) ||
+	    handle > TP_HANDLE_MAX)
 		return -EINVAL;
 	xa_lock(&ep->regions);
 	r = xa_load(&ep->regions, handle);
