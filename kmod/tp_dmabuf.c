@@ -60,12 +60,13 @@ static struct sg_table *tp_dmabuf_map(struct dma_buf_attachment *at,
 	struct sg_table *sgt;
 	int err;
 
-	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	/* Sized by the region: charged to the task that maps it. */
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL_ACCOUNT);
 	if (!sgt)
 		return ERR_PTR(-ENOMEM);
 	err = sg_alloc_table_from_pages(sgt, r->pages, r->nr_pages, 0,
 					(u64)r->nr_pages << PAGE_SHIFT,
-					GFP_KERNEL);
+					GFP_KERNEL_ACCOUNT);
 	if (err)
 		goto free;
 	err = dma_map_sgtable(at->dev, sgt, dir, 0);

@@ -237,10 +237,19 @@ struct tp_region_register {
  * @flags:	in: must be 0.
  * @handle:	out: region handle; the region has READ and WRITE access.
  * @mmap_offset: out: offset to pass to mmap(2) on this endpoint's fd.
- *		Mappings must be MAP_SHARED; they are not inherited by fork
+ *		Mappings must be MAP_SHARED (MAP_PRIVATE fails with -EINVAL:
+ *		a private copy would stop following the region at its first
+ *		write); through an endpoint opened read-only they map
+ *		without PROT_WRITE only.  They are not inherited by fork
  *		children, and their pages are ordinary pages that
  *		pin_user_pages, O_DIRECT and ibv_reg_mr accept.
  * @reserved:	must be 0.
+ *
+ * Besides RLIMIT_MEMLOCK, the pages (and the table that lists them) are
+ * charged to the memory cgroup of the allocating task, as kernel memory,
+ * and stay charged there until they are freed, even when donated to or
+ * shared with a task of another cgroup.  Above the cgroup's memory.max
+ * the allocation fails with -ENOMEM rather than calling the OOM killer.
  */
 struct tp_region_alloc {
 	__u64 len;
@@ -632,7 +641,7 @@ struct tp_completion {
  *
  * Errors: -EINVAL (flags or reserved non-zero, len 0), -E2BIG (len above
  * max_region_bytes), -ENOSPC (max_regions reached), -ENOMEM (RLIMIT_MEMLOCK
- * exceeded, or out of memory).
+ * exceeded, the memory cgroup's limit reached, or out of memory).
  */
 #define TP_IOC_REGION_ALLOC	_IOWR(TP_IOC_MAGIC, 0x02, struct tp_region_alloc)
 
