@@ -483,10 +483,11 @@ struct tp_abort {
 };
 
 /**
- * define TP_REGION_EXPORT_READ_ONLY - the dma-buf's descriptor is opened
- * read-only (O_RDONLY): it maps only without PROT_WRITE and imports only
- * with TP_ACCESS_READ, wherever it is passed; the region's owner still
- * writes through its own handle and mappings
+ * define TP_REGION_EXPORT_READ_ONLY - hand the buffer out for reading only
+ *
+ * The new descriptor is open O_RDONLY: wherever it is passed, it maps only
+ * without PROT_WRITE and imports only with TP_ACCESS_READ.  The region's
+ * owner still writes through its own handle and mappings.
  */
 #define TP_REGION_EXPORT_READ_ONLY	_BITUL(0)
 /**
