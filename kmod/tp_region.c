@@ -8,7 +8,7 @@
  * could be escaped by exec), and shown in mm->pinned_vm of the process that
  * created the region, as "VmPin" in /proc/PID/status.
  *
- * Allocated pages and every page table sized by the user are also charged
+ * Allocated pages and every array sized by the user are also charged
  * to the memory cgroup of the allocating task (__GFP_ACCOUNT), so that a
  * container's memory.max bounds them and its OOM killer counts them.  The
  * charge stays with the pages, wherever they are donated or exported.
@@ -35,7 +35,7 @@
 /* Memory whose size the caller chose: charged, may fail, no warning. */
 #define TP_GFP_USER_SIZED	(__GFP_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN)
 
-/* The page table of a region of @n pages, charged like the pages. */
+/* The array of a region's @n page pointers, charged like the pages. */
 static struct page **tp_region_page_array(unsigned long n)
 {
 	return kvcalloc(n, sizeof(struct page *), GFP_KERNEL | TP_GFP_USER_SIZED);
