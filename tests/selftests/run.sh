@@ -32,8 +32,10 @@ if [ "$(id -u)" -eq 0 ]; then
 		mount -t debugfs none /sys/kernel/debug ||
 			echo "# could not mount debugfs; its tests will skip"
 	fi
-	# memcg_test needs a cgroup2 hierarchy (a bare VM has none mounted).
-	if ! grep -qs ' cgroup2 ' /proc/mounts; then
+	# memcg_test needs a cgroup2 hierarchy (a bare VM has none mounted);
+	# never mount over a cgroup v1 tree.
+	if ! grep -qs ' cgroup2 ' /proc/mounts &&
+	   ! grep -qs ' /sys/fs/cgroup ' /proc/mounts; then
 		mount -t cgroup2 none /sys/fs/cgroup ||
 			echo "# could not mount cgroup2; memcg_test will skip"
 	fi
