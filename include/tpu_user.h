@@ -234,7 +234,12 @@ TPU_API tpu_status tpu_endpoint_info(struct tpu_endpoint *ep, struct tpu_info *i
 /** tpu_region_register - pin [addr, addr + len) as a region (TP_IOC_REGION_REGISTER) */
 TPU_API tpu_status tpu_region_register(struct tpu_endpoint *ep, const void *addr, size_t len,
 				       unsigned int access, uint32_t *handle);
-/** tpu_region_alloc - allocate a zeroed kernel buffer to mmap (TP_IOC_REGION_ALLOC) */
+/**
+ * tpu_region_alloc - allocate a zeroed kernel buffer to mmap (TP_IOC_REGION_ALLOC).
+ *
+ * The pages count against RLIMIT_MEMLOCK and the caller's memory cgroup:
+ * -ENOMEM past either limit (or when memory runs out), never the OOM killer.
+ */
 TPU_API tpu_status tpu_region_alloc(struct tpu_endpoint *ep, size_t len, uint32_t *handle,
 				    uint64_t *mmap_offset);
 /** tpu_region_release - drop a region handle (TP_IOC_REGION_RELEASE) */
@@ -269,7 +274,9 @@ TPU_API tpu_status tpu_region_alloc_mapped(struct tpu_endpoint *ep, size_t len, 
  * @fd:		out: a new close-on-exec dma-buf descriptor; the caller closes it.
  * @size:	out, may be NULL: the dma-buf's size (whole pages).
  *
- * Needs TPU_FEAT_DMABUF (else -ENOTTY from an older module).
+ * Needs TPU_FEAT_DMABUF (else -ENOTTY from an older module).  The
+ * descriptor is open for reading and writing; the dma-buf maps MAP_SHARED
+ * only (MAP_PRIVATE: -EINVAL).
  */
 TPU_API tpu_status tpu_region_export(struct tpu_endpoint *ep, uint32_t handle, int *fd,
 				     uint64_t *size);
@@ -284,7 +291,10 @@ TPU_API tpu_status tpu_region_export(struct tpu_endpoint *ep, uint32_t handle, i
  *
  * -EOPNOTSUPP when the exporter offers the CPU no mapping of the buffer
  * (the module copies with the CPU); -EBADF/-EINVAL for a descriptor that
- * is not a dma-buf.
+ * is not a dma-buf; -EACCES when @access asks for more than @fd's open mode
+ * allows (TPU_ACCESS_WRITE of a descriptor opened read-only, such as a
+ * dma-buf heap buffer allocated O_RDONLY, or TPU_ACCESS_READ of a
+ * write-only one).
  */
 TPU_API tpu_status tpu_region_import(struct tpu_endpoint *ep, int fd, unsigned int access,
 				     uint32_t *handle, uint64_t *len);

@@ -28,6 +28,8 @@
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/mm.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -58,12 +60,13 @@ static struct sg_table *tp_dmabuf_map(struct dma_buf_attachment *at,
 	struct sg_table *sgt;
 	int err;
 
-	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	/* Sized by the region: charged to the task that maps it. */
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL_ACCOUNT);
 	if (!sgt)
 		return ERR_PTR(-ENOMEM);
 	err = sg_alloc_table_from_pages(sgt, r->pages, r->nr_pages, 0,
 					(u64)r->nr_pages << PAGE_SHIFT,
-					GFP_KERNEL);
+					GFP_KERNEL_ACCOUNT);
 	if (err)
 		goto free;
 	err = dma_map_sgtable(at->dev, sgt, dir, 0);
@@ -112,6 +115,13 @@ static int tp_dmabuf_mmap(struct dma_buf *db, struct vm_area_struct *vma)
 {
 	struct tp_region *r = ((struct tp_export *)db->priv)->region;
 
+	/*
+	 * Only shared mappings: a private one would copy a page on its first
+	 * write and then silently stop seeing the region.  VM_MAYSHARE without
+	 * VM_SHARED is MAP_SHARED of a read-only descriptor, which is fine.
+	 */
+	if (!(vma->vm_flags & (VM_SHARED | VM_MAYSHARE)))
+		return -EINVAL;
 	/* dma_buf_mmap_internal() checked the range against the size. */
 	kref_get(&r->ref);
 	return tp_region_map_vma(r, vma);
@@ -183,7 +193,11 @@ int tp_region_export(struct tp_endpoint *ep, struct tp_region_export *arg,
 	e->region = r;
 	info.ops = &tp_dmabuf_ops;
 	info.size = (u64)r->nr_pages << PAGE_SHIFT;
-	info.flags = O_RDWR | O_CLOEXEC;
+	/* The file's mode bounds its mmap() and its imports (tp_region_import). */
+	if (arg->flags & TP_REGION_EXPORT_READ_ONLY)
+		info.flags = O_RDONLY | O_CLOEXEC;
+	else
+		info.flags = O_RDWR | O_CLOEXEC;
 	info.priv = e;
 	db = dma_buf_export(&info);
 	if (IS_ERR(db)) {
@@ -228,6 +242,24 @@ static void tp_import_move_notify(struct dma_buf_attachment *at)
 	synchronize_srcu(&tp_dmabuf_srcu);
 }
 
+/*
+ * Grant no access the dma-buf's descriptor does not have, as mmap() and
+ * read()/write() would not: a buffer handed out read-only must not be
+ * written through the module.  A dma-buf has a single struct file, shared
+ * by all its descriptors (dup, SCM_RIGHTS), so its mode is the one the
+ * exporter gave the buffer.
+ */
+static int tp_dmabuf_check_mode(const struct dma_buf *db, u32 access)
+{
+	fmode_t mode = db->file->f_mode;
+
+	if ((access & TP_ACCESS_READ) && !(mode & FMODE_READ))
+		return -EACCES;
+	if ((access & TP_ACCESS_WRITE) && !(mode & FMODE_WRITE))
+		return -EACCES;
+	return 0;
+}
+
 static const struct dma_buf_attach_ops tp_import_ops = {
 	.allow_peer2peer = false,
 	.move_notify = tp_import_move_notify,
@@ -253,6 +285,9 @@ int tp_region_import(struct tp_endpoint *ep, struct tp_region_import *arg)
 	db = dma_buf_get(arg->fd);
 	if (IS_ERR(db))
 		return PTR_ERR(db);
+	err = tp_dmabuf_check_mode(db, arg->access);
+	if (err)
+		goto put_db;
 	err = tp_region_check_len(db->size);
 	if (err)
 		goto put_db;

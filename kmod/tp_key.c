@@ -7,6 +7,7 @@
 #include <linux/jhash.h>
 #include <linux/slab.h>
 #include <linux/string.h>
+#include <linux/uaccess.h>
 #include "tp_internal.h"
 
 /**
@@ -33,7 +34,16 @@ int tp_key_check(u32 len)
  */
 u8 *tp_key_copy(u64 uptr, u32 len)
 {
-	return memdup_user(u64_to_user_ptr(uptr), len);
+	/* A waiting RECV may hold it long: charge it to the caller's cgroup. */
+	u8 *key = kmalloc(len, GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+
+	if (!key)
+		return ERR_PTR(-ENOMEM);
+	if (copy_from_user(key, u64_to_user_ptr(uptr), len)) {
+		kfree(key);
+		return ERR_PTR(-EFAULT);
+	}
+	return key;
 }
 
 /**

@@ -7,6 +7,14 @@
  * opener's user, against RLIMIT_MEMLOCK (see tp_user.c: a per-process charge
  * could be escaped by exec), and shown in mm->pinned_vm of the process that
  * created the region, as "VmPin" in /proc/PID/status.
+ *
+ * Allocated pages and every array sized by the user are also charged
+ * to the memory cgroup of the allocating task (__GFP_ACCOUNT), so that a
+ * container's memory.max bounds them and its OOM killer counts them.  The
+ * charge stays with the pages, wherever they are donated or exported.
+ * These allocations may fail (__GFP_RETRY_MAYFAIL) rather than wake the
+ * OOM killer: an ioctl asking for more than is left gets -ENOMEM, and
+ * quietly (__GFP_NOWARN), as the size is the caller's.
  */
 #include <linux/gfp.h>
 #include <linux/mm.h>
@@ -24,6 +32,14 @@
 #define TP_PIN_BATCH		BIT(16)
 /* 2 MiB chunks: one allocation per huge page worth of memory. */
 #define TP_ALLOC_MAX_ORDER	min_t(unsigned int, 9, TP_MAX_PAGE_ORDER)
+/* Memory whose size the caller chose: charged, may fail, no warning. */
+#define TP_GFP_USER_SIZED	(__GFP_ACCOUNT | __GFP_RETRY_MAYFAIL | __GFP_NOWARN)
+
+/* The array of a region's @n page pointers, charged like the pages. */
+static struct page **tp_region_page_array(unsigned long n)
+{
+	return kvcalloc(n, sizeof(struct page *), GFP_KERNEL | TP_GFP_USER_SIZED);
+}
 
 static void tp_region_uncharge(struct tp_region *r)
 {
@@ -155,19 +171,21 @@ static int tp_region_pin(struct tp_region *r, unsigned long start)
 /* Fill an allocated region with zeroed pages, high-order chunks when possible. */
 static int tp_region_alloc_pages(struct tp_region *r)
 {
-	const gfp_t gfp = GFP_HIGHUSER | __GFP_ZERO | __GFP_ACCOUNT;
+	const gfp_t gfp = GFP_HIGHUSER | __GFP_ZERO | TP_GFP_USER_SIZED;
 	unsigned long done = 0, i;
 	unsigned int order;
 	struct page *page;
 
-	r->pages = kvcalloc(r->nr_pages, sizeof(*r->pages), GFP_KERNEL_ACCOUNT);
+	r->pages = tp_region_page_array(r->nr_pages);
 	if (!r->pages)
 		return -ENOMEM;
 	while (done < r->nr_pages) {
 		order = min_t(unsigned int, TP_ALLOC_MAX_ORDER,
 			      ilog2(r->nr_pages - done));
 		for (;;) {
-			gfp_t g = order ? gfp | __GFP_NORETRY | __GFP_NOWARN : gfp;
+			/* Large chunks are a bonus: give up on them early. */
+			gfp_t g = order ? (gfp & ~__GFP_RETRY_MAYFAIL) |
+					  __GFP_NORETRY : gfp;
 
 			page = alloc_pages(g, order);
 			if (page || !order)
@@ -294,7 +312,7 @@ int tp_region_register(struct tp_endpoint *ep, struct tp_region_register *arg)
 	err = tp_region_charge(r, ep);
 	if (err)
 		goto unreserve;
-	r->pages = kvcalloc(r->nr_pages, sizeof(*r->pages), GFP_KERNEL_ACCOUNT);
+	r->pages = tp_region_page_array(r->nr_pages);
 	if (!r->pages) {
 		err = -ENOMEM;
 		goto unreserve;
@@ -526,6 +544,11 @@ static const struct vm_operations_struct tp_vm_ops = {
  * @ep:		the endpoint the file belongs to.
  * @vma:	the new mapping; vm_pgoff encodes handle and page offset.
  *
+ * Only shared mappings (VM_SHARED, or VM_MAYSHARE alone for MAP_SHARED of
+ * a descriptor opened read-only, which mmap() already keeps from writing):
+ * a private one would copy a page at its first write and then silently
+ * stop following the region.  The region's dma-bufs follow the same rule.
+ *
  * Return: 0 or -EINVAL (private mapping, unknown or registered region,
  * range past the region's end).
  */
@@ -536,7 +559,8 @@ int tp_region_mmap(struct tp_endpoint *ep, struct vm_area_struct *vma)
 	struct tp_region *r;
 	int err = -EINVAL;
 
-	if (!(vma->vm_flags & VM_SHARED) || handle > TP_HANDLE_MAX)
+	if (!(vma->vm_flags & (VM_SHARED | VM_MAYSHARE)) ||
+	    handle > TP_HANDLE_MAX)
 		return -EINVAL;
 	xa_lock(&ep->regions);
 	r = xa_load(&ep->regions, handle);

@@ -6,7 +6,8 @@
  * as source and destination of transfers, every byte checked through the
  * exporter's own mapping; lifetimes (an export outliving its handle, an
  * import outliving its descriptor), the memory-lock charge and descriptor
- * leaks.  udmabuf and the system heap exist from Debian's 6.12 kernel on;
+ * leaks; the access a descriptor's open mode allows, and only shared
+ * mappings.  udmabuf and the system heap exist from Debian's 6.12 kernel on;
  * their tests skip, saying so, where they are missing.
  */
 #include <dirent.h>
@@ -40,6 +41,17 @@ static int do_export(int fd, uint32_t handle, int *dmabuf, uint64_t *size)
 		if (size)
 			*size = e.size;
 	}
+	return ret;
+}
+
+static int do_export_flags(int fd, uint32_t handle, uint32_t flags,
+			   int *dmabuf)
+{
+	struct tp_region_export e = { .handle = handle, .flags = flags };
+	int ret = tpt_ioctl(fd, TP_IOC_REGION_EXPORT, &e);
+
+	if (!ret)
+		*dmabuf = e.fd;
 	return ret;
 }
 
@@ -123,30 +135,40 @@ static void udma_close(struct udma *u, size_t len)
 		close(u->memfd);
 }
 
-/* A buffer of the system heap; its own mmap shows its bytes. */
-static int heap_alloc(size_t len, int *dmabuf, uint8_t **map)
+/* A buffer of the system heap whose descriptor has the open mode @mode. */
+static int heap_alloc_mode(size_t len, int mode, int *dmabuf)
 {
 	struct dma_heap_allocation_data a = {
-		.len = len, .fd_flags = O_RDWR | O_CLOEXEC,
+		.len = len, .fd_flags = mode | O_CLOEXEC,
 	};
 	int heap = open("/dev/dma_heap/system", O_RDONLY | O_CLOEXEC);
-	void *m;
+	int err = 0;
 
 	if (heap < 0)
 		return -ENODEV;
-	if (ioctl(heap, DMA_HEAP_IOCTL_ALLOC, &a)) {
-		int err = -errno;
+	if (ioctl(heap, DMA_HEAP_IOCTL_ALLOC, &a))
+		err = -errno;
+	else
+		*dmabuf = a.fd;
+	close(heap);
+	return err;
+}
 
-		close(heap);
+/* A buffer of the system heap; its own mmap shows its bytes. */
+static int heap_alloc(size_t len, int *dmabuf, uint8_t **map)
+{
+	int fd, err = heap_alloc_mode(len, O_RDWR, &fd);
+	void *m;
+
+	if (err)
+		return err;
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED) {
+		err = -errno;
+		close(fd);
 		return err;
 	}
-	close(heap);
-	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
-	if (m == MAP_FAILED) {
-		close(a.fd);
-		return -errno;
-	}
-	*dmabuf = a.fd;
+	*dmabuf = fd;
 	*map = m;
 	return 0;
 }
@@ -197,7 +219,9 @@ static void round_trip(struct __test_metadata *_metadata, struct tpt_pair *p,
 
 TEST_F(dmabuf, export_with_flags_or_reserved_fails_einval)
 {
-	struct tp_region_export e = { .flags = 1 };
+	struct tp_region_export e = {
+		.flags = (uint32_t)~TP_REGION_EXPORT_FLAGS_ALL,
+	};
 	uint32_t h;
 
 	REQUIRE_DMABUF(&self->p);
@@ -395,6 +419,130 @@ TEST_F(dmabuf, an_import_keeps_its_access_and_is_neither_mapped_nor_donated)
 	/* An import is not an allocated region: it cannot be exported. */
 	EXPECT_EQ(-EINVAL, do_export(self->p.cons, imp, &db, NULL));
 	close(db);
+}
+
+/* ---- what a descriptor allows ------------------------------------------- */
+
+/* The open mode of a descriptor: O_RDONLY, O_WRONLY or O_RDWR. */
+static int fd_mode(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 ? -errno : (fl & O_ACCMODE);
+}
+
+TEST_F(dmabuf, export_refuses_private_mappings_einval)
+{
+	uint32_t h;
+	int db;
+
+	REQUIRE_DMABUF(&self->p);
+	ASSERT_EQ(0, tpt_alloc(self->p.prod, LEN, &h, NULL));
+	ASSERT_EQ(0, do_export(self->p.prod, h, &db, NULL));
+	/* A private copy would stop following the region at its first write. */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE, db, 0));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, LEN, PROT_READ, MAP_PRIVATE, db, 0));
+	EXPECT_EQ(EINVAL, errno);
+	close(db);
+}
+
+/*
+ * A read-only export (the module's own way to hand a buffer out for
+ * reading; works on every kernel) maps only for reading and imports only
+ * with TP_ACCESS_READ: no RECV can write through it.
+ */
+TEST_F(dmabuf, read_only_export_is_never_written_through_an_import)
+{
+	uint32_t h, imp;
+	uint64_t off;
+	uint8_t *rm, *dm;
+	int db;
+
+	REQUIRE_DMABUF(&self->p);
+	ASSERT_EQ(0, tpt_alloc(self->p.prod, LEN, &h, &off));
+	rm = tpt_map_region(self->p.prod, off, LEN, PROT_READ | PROT_WRITE);
+	ASSERT_NE(NULL, rm);
+	tpt_fill(rm, LEN, SEED_A);
+	ASSERT_EQ(0, do_export_flags(self->p.prod, h,
+				     TP_REGION_EXPORT_READ_ONLY, &db));
+	EXPECT_EQ(O_RDONLY, fd_mode(db));
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+				   MAP_SHARED, db, 0));
+	EXPECT_EQ(EACCES, errno);
+	dm = mmap(NULL, LEN, PROT_READ, MAP_SHARED, db, 0);
+	ASSERT_NE(MAP_FAILED, dm);
+	EXPECT_TRUE(tpt_check(dm, LEN, SEED_A));
+	munmap(dm, LEN);
+
+	EXPECT_EQ(-EACCES, do_import(self->p.cons, db, TP_ACCESS_WRITE, NULL,
+				     NULL));
+	EXPECT_EQ(-EACCES, do_import(self->p.cons, db,
+				     TP_ACCESS_READ | TP_ACCESS_WRITE, NULL,
+				     NULL));
+	/* Reading is what it was handed out for. */
+	ASSERT_EQ(0, do_import(self->p.cons, db, TP_ACCESS_READ, &imp, NULL));
+	ASSERT_EQ(0, tpt_send(self->p.cons, "ro", imp, 0, LEN, 1));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "ro", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, NULL));
+	EXPECT_TRUE(tpt_check(self->p.dbuf, LEN, SEED_A));
+	/* Nothing wrote the exporter's bytes. */
+	EXPECT_TRUE(tpt_check(rm, LEN, SEED_A));
+	ASSERT_EQ(0, tpt_release(self->p.cons, imp));
+	munmap(rm, LEN);
+	close(db);
+}
+
+/*
+ * The system heap hands out descriptors of the open mode asked for: a
+ * read-only one imports for reading only, a write-only one for writing only.
+ */
+TEST_F(dmabuf, dma_heap_descriptor_mode_bounds_the_import)
+{
+	uint64_t got = 0;
+	uint32_t imp;
+	uint8_t *m;
+	int ro, wo, ret;
+
+	REQUIRE_DMABUF(&self->p);
+	ret = heap_alloc_mode(LEN, O_RDONLY, &ro);
+	if (ret == -ENODEV)
+		SKIP(return, "no /dev/dma_heap/system (in Debian's 6.12, absent from 6.1)");
+	ASSERT_EQ(0, ret);
+	ASSERT_EQ(O_RDONLY, fd_mode(ro));
+	/* The kernel itself lets no writable mapping of it exist... */
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+				   MAP_SHARED, ro, 0));
+	/* ...and the module lets no RECV write it. */
+	EXPECT_EQ(-EACCES, do_import(self->p.cons, ro, TP_ACCESS_WRITE, NULL,
+				     NULL));
+	EXPECT_EQ(-EACCES, do_import(self->p.cons, ro,
+				     TP_ACCESS_READ | TP_ACCESS_WRITE, NULL,
+				     NULL));
+	ASSERT_EQ(0, do_import(self->p.cons, ro, TP_ACCESS_READ, &imp, NULL));
+	ASSERT_EQ(0, tpt_send(self->p.cons, "ro", imp, 0, LEN, 1));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "ro", self->p.dst, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, &got));
+	EXPECT_EQ(LEN, got);
+	EXPECT_TRUE(tpt_all_bytes(self->p.dbuf, LEN, 0));
+	ASSERT_EQ(0, tpt_release(self->p.cons, imp));
+	m = mmap(NULL, LEN, PROT_READ, MAP_SHARED, ro, 0);
+	ASSERT_NE(MAP_FAILED, m);
+	EXPECT_TRUE(tpt_all_bytes(m, LEN, 0));
+	munmap(m, LEN);
+	close(ro);
+
+	ASSERT_EQ(0, heap_alloc_mode(LEN, O_WRONLY, &wo));
+	ASSERT_EQ(O_WRONLY, fd_mode(wo));
+	EXPECT_EQ(-EACCES, do_import(self->p.cons, wo, TP_ACCESS_READ, NULL,
+				     NULL));
+	ASSERT_EQ(0, do_import(self->p.cons, wo, TP_ACCESS_WRITE, &imp, NULL));
+	ASSERT_EQ(0, tpt_send(self->p.prod, "wo", self->p.src, 0, LEN, 2));
+	ASSERT_EQ(0, tpt_recv(self->p.cons, "wo", imp, 0, LEN,
+			      TPT_SAFETY_TIMEOUT_NS, NULL));
+	ASSERT_EQ(0, tpt_release(self->p.cons, imp));
+	close(wo);
 }
 
 /* ---- revocation ---------------------------------------------------------- */

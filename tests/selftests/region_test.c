@@ -387,6 +387,36 @@ TEST_F(region, mmap_private_fails_einval)
 	EXPECT_EQ(EINVAL, errno);
 }
 
+/*
+ * MAP_SHARED of a descriptor opened read-only leaves the mapping VM_MAYSHARE
+ * but not VM_SHARED: it is still shared, maps for reading, and mmap() itself
+ * refuses PROT_WRITE (and mprotect() cannot add it later).
+ */
+TEST_F(region, read_only_endpoint_maps_shared_for_reading_only)
+{
+	uint64_t off;
+	uint8_t *ro;
+	int fd;
+
+	TPT_REQUIRE_FEATURES(self->info, TP_FEAT_REGION_ALLOC);
+	fd = open(TP_DEVICE_PATH, O_RDONLY | O_CLOEXEC);
+	ASSERT_LE(0, fd);
+	ASSERT_EQ(0, tpt_alloc(fd, self->page, NULL, &off));
+	ro = tpt_map_region(fd, off, self->page, PROT_READ);
+	ASSERT_NE(NULL, ro) TH_LOG("MAP_SHARED, PROT_READ: %s", strerror(errno));
+	EXPECT_EQ(NULL, tpt_map_region(fd, off, self->page,
+				       PROT_READ | PROT_WRITE));
+	EXPECT_EQ(EACCES, errno);
+	EXPECT_EQ(-1, mprotect(ro, self->page, PROT_READ | PROT_WRITE));
+	EXPECT_EQ(EACCES, errno);
+	EXPECT_EQ(MAP_FAILED, mmap(NULL, self->page, PROT_READ, MAP_PRIVATE,
+				   fd, (off_t)off));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_TRUE(tpt_all_bytes(ro, self->page, 0));
+	munmap(ro, self->page);
+	close(fd);
+}
+
 TEST_F(region, mmap_of_unknown_region_fails_einval)
 {
 	uint64_t off;

@@ -3,7 +3,7 @@
 #
 # Runs the tensorpipe selftests and prints their TAP.  Needs the module
 # loaded (insmod kmod/tensorpipe.ko); run as root so that the tests needing
-# debugfs, module parameters or a privilege drop do not skip.
+# debugfs, module parameters, a cgroup or a privilege drop do not skip.
 #
 #   tests/selftests/run.sh [test_binary ...]
 #
@@ -18,8 +18,8 @@ bindir=${TP_SELFTEST_DIR:-$here}
 limit=${TP_SELFTEST_TIMEOUT:-1800}
 params=/sys/module/tensorpipe/parameters
 all="info_test region_test domain_test slot_test slot_errors_test \
-completion_test donate_test dmabuf_test member_test uring_test stress_test compat_test \
-fault_test"
+completion_test donate_test dmabuf_test memcg_test member_test uring_test stress_test \
+compat_test fault_test"
 
 if [ ! -c /dev/tensorpipe ]; then
 	echo "Bail out! /dev/tensorpipe missing: load the module first" \
@@ -31,6 +31,13 @@ if [ "$(id -u)" -eq 0 ]; then
 	if ! grep -qs ' /sys/kernel/debug debugfs ' /proc/mounts; then
 		mount -t debugfs none /sys/kernel/debug ||
 			echo "# could not mount debugfs; its tests will skip"
+	fi
+	# memcg_test needs a cgroup2 hierarchy (a bare VM has none mounted);
+	# never mount over a cgroup v1 tree.
+	if ! grep -qs ' cgroup2 ' /proc/mounts &&
+	   ! grep -qs ' /sys/fs/cgroup ' /proc/mounts; then
+		mount -t cgroup2 none /sys/fs/cgroup ||
+			echo "# could not mount cgroup2; memcg_test will skip"
 	fi
 else
 	echo "# not root: tests needing debugfs or module parameters will skip"

@@ -241,10 +241,19 @@ struct tp_region_register {
  * @flags:	in: must be 0.
  * @handle:	out: region handle; the region has READ and WRITE access.
  * @mmap_offset: out: offset to pass to mmap(2) on this endpoint's fd.
- *		Mappings must be MAP_SHARED; they are not inherited by fork
+ *		Mappings must be MAP_SHARED (MAP_PRIVATE fails with -EINVAL:
+ *		a private copy would stop following the region at its first
+ *		write); through an endpoint opened read-only they map
+ *		without PROT_WRITE only.  They are not inherited by fork
  *		children, and their pages are ordinary pages that
  *		pin_user_pages, O_DIRECT and ibv_reg_mr accept.
  * @reserved:	must be 0.
+ *
+ * Besides RLIMIT_MEMLOCK, the pages (and the table that lists them) are
+ * charged to the memory cgroup of the allocating task, as kernel memory,
+ * and stay charged there until they are freed, even when donated to or
+ * shared with a task of another cgroup.  Above the cgroup's memory.max
+ * the allocation fails with -ENOMEM rather than calling the OOM killer.
  */
 struct tp_region_alloc {
 	__u64 len;
@@ -478,16 +487,26 @@ struct tp_abort {
 };
 
 /**
- * define TP_REGION_EXPORT_FLAGS_ALL - flags of struct tp_region_export (none yet)
+ * define TP_REGION_EXPORT_READ_ONLY - hand the buffer out for reading only
+ *
+ * The new descriptor is open O_RDONLY: wherever it is passed, it maps only
+ * without PROT_WRITE and imports only with TP_ACCESS_READ.  The region's
+ * owner still writes through its own handle and mappings.
  */
-#define TP_REGION_EXPORT_FLAGS_ALL	0
+#define TP_REGION_EXPORT_READ_ONLY	_BITUL(0)
+/**
+ * define TP_REGION_EXPORT_FLAGS_ALL - every TP_REGION_EXPORT_* flag; a new
+ * flag must join it
+ */
+#define TP_REGION_EXPORT_FLAGS_ALL	TP_REGION_EXPORT_READ_ONLY
 
 /**
  * struct tp_region_export - a region as a dma-buf (TP_IOC_REGION_EXPORT).
  * @handle:	in: an allocated region of this endpoint (TP_IOC_REGION_ALLOC
  *		or a donating RECV).
- * @flags:	in: 0.
- * @fd:		out: a new dma-buf file descriptor, close-on-exec.
+ * @flags:	in: 0 or TP_REGION_EXPORT_READ_ONLY.
+ * @fd:		out: a new dma-buf file descriptor, close-on-exec, open for
+ *		reading and writing unless TP_REGION_EXPORT_READ_ONLY.
  * @reserved:	must be 0.
  * @size:	out: the dma-buf's size, the region's length rounded up to
  *		whole pages.
@@ -497,7 +516,9 @@ struct tp_abort {
  * import it with TP_IOC_REGION_IMPORT.  It holds the region: the pages stay,
  * and stay charged to the region's user, until the handle is released and
  * the last reference to the dma-buf is gone.  An exported region cannot be
- * donated (-EBUSY).
+ * donated (-EBUSY).  The dma-buf maps only shared (MAP_SHARED; MAP_PRIVATE
+ * fails with -EINVAL, as for udmabuf): a private copy would stop following
+ * the region at its first write.
  */
 struct tp_region_export {
 	__u32 handle;
@@ -554,7 +575,10 @@ struct tp_region_revoke {
  * nothing touches the old memory again.  The
  * exporter's memory is not charged to RLIMIT_MEMLOCK again.  An imported
  * region cannot be mapped through the endpoint (mmap the dma-buf itself) or
- * donated.
+ * donated.  The access asked for must be one @fd's open mode allows, as
+ * for mmap(): TP_ACCESS_READ needs a descriptor open for reading,
+ * TP_ACCESS_WRITE one open for writing (-EACCES otherwise), so a dma-buf
+ * handed out read-only is never written through the module.
  */
 struct tp_region_import {
 	__s32 fd;
@@ -622,7 +646,7 @@ struct tp_completion {
  *
  * Errors: -EINVAL (flags or reserved non-zero, len 0), -E2BIG (len above
  * max_region_bytes), -ENOSPC (max_regions reached), -ENOMEM (RLIMIT_MEMLOCK
- * exceeded, or out of memory).
+ * exceeded, the memory cgroup's limit reached, or out of memory).
  */
 #define TP_IOC_REGION_ALLOC	_IOWR(TP_IOC_MAGIC, 0x02, struct tp_region_alloc)
 
@@ -710,9 +734,9 @@ struct tp_completion {
 /**
  * define TP_IOC_REGION_EXPORT - export an allocated region as a DMA buffer
  *
- * Errors: -EINVAL (flags or reserved non-zero; the region is pinned user
- * memory or an import, not an allocated region), -ENOENT (no such region),
- * -EMFILE (no free descriptor), -ENOMEM.
+ * Errors: -EINVAL (unknown flags or reserved non-zero; the region is pinned
+ * user memory or an import, not an allocated region), -ENOENT (no such
+ * region), -EMFILE (no free descriptor), -ENOMEM.
  */
 #define TP_IOC_REGION_EXPORT	_IOWR(TP_IOC_MAGIC, 0x0A, struct tp_region_export)
 
@@ -720,7 +744,9 @@ struct tp_completion {
  * define TP_IOC_REGION_IMPORT - register a DMA buffer as a region
  *
  * Errors: -EINVAL (flags non-zero, access 0 or unknown bits, @fd is not a
- * dma-buf), -EBADF (@fd is not open), -E2BIG (dma-buf larger than
+ * dma-buf), -EBADF (@fd is not open), -EACCES (@fd is not open for reading
+ * and TP_ACCESS_READ was asked, or not for writing and TP_ACCESS_WRITE
+ * was), -E2BIG (dma-buf larger than
  * max_region_bytes), -ENOSPC (max_regions reached), -EOPNOTSUPP (the
  * exporter offers no kernel mapping, or only I/O memory), -ENOMEM.
  */
