@@ -53,25 +53,38 @@ run_vm() {
 	return "${PIPESTATUS[0]}"
 }
 
-run_vm a 10.77.0.1 10.77.0.2 --link-listen &
-pid_a=$!
-# The connecting VM needs the listener's socket to exist.
-for _ in $(seq 100); do
-	[ -S "$sock" ] && break
-	sleep 0.1
-done
-if [ ! -S "$sock" ]; then
-	echo "pair.sh: VM a did not open $sock" >&2
-	wait $pid_a
-	exit 1
-fi
-run_vm b 10.77.0.2 10.77.0.1 --link-connect &
-pid_b=$!
+# Both VMs, once; sets status_a and status_b.
+run_pair() {
+	rm -f "$sock"
+	run_vm a 10.77.0.1 10.77.0.2 --link-listen &
+	pid_a=$!
+	# The connecting VM needs the listener's socket to exist.
+	for _ in $(seq 100); do
+		[ -S "$sock" ] && break
+		sleep 0.1
+	done
+	if [ ! -S "$sock" ]; then
+		echo "pair.sh: VM a did not open $sock" >&2
+		wait $pid_a
+		exit 1
+	fi
+	run_vm b 10.77.0.2 10.77.0.1 --link-connect &
+	pid_b=$!
 
-wait $pid_a
-status_a=$?
-wait $pid_b
-status_b=$?
+	wait $pid_a
+	status_a=$?
+	wait $pid_b
+	status_b=$?
+}
+
+run_pair
+# A kernel that died before /init (75, see run.sh) ran nothing of ours, but
+# took the link with it: both VMs boot once more, as run.sh does for one.
+if [ $status_a -eq 75 ] || [ $status_b -eq 75 ]; then
+	echo "pair.sh: a kernel died while booting (VM a exited $status_a, VM b $status_b);" \
+	     "booting the pair once more"
+	run_pair
+fi
 # run.sh's own build directory (TP_VM_OUT, build/vm by default).
 powered_off() { # ROLE
 	grep -q 'reboot: Power down' "${TP_VM_OUT:-$repo/build/vm}/$name-$1/serial.log" 2>/dev/null

@@ -33,7 +33,8 @@
 # The command's output streams here from a second 9p share; the kernel's
 # serial console goes to build/vm/NAME/serial.log.  The exit status is the
 # command's, or non-zero when the VM crashed, timed out, or the kernel logged
-# a BUG, Oops, WARNING or stack trace.
+# a BUG, Oops, WARNING or stack trace; 75 when a linked VM's kernel died
+# before /init (see pair.sh).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -215,12 +216,19 @@ boot
 # the module nor the command: the debug kernel under TCG has done so once in
 # its early interrupt set-up.  That boot's report is printed and kept, and
 # the VM boots once more; a second such death fails the run as any other.
+# A VM linked to another cannot boot again alone (its peer's end of the
+# link went with the first QEMU): it exits 75 and pair.sh boots the pair
+# once more.
 if ! grep -q 'Run /init as init process' "$out/serial.log" && [ ! -s "$out/status" ] &&
    [ $qemu_status -ne 124 ] && [ $qemu_status -ne 137 ]; then
 	mv "$out/serial.log" "$out/serial.boot1.log"
 	echo "tests/vm: the kernel died while booting, before /init (nothing of ours ran);" \
 	     "its log is $out/serial.boot1.log:"
 	"$here/check-serial-log.sh" "$out/serial.boot1.log" | sed 's/^/  /' || true
+	if [ -n "$link" ]; then
+		echo "tests/vm: linked to another VM: the pair boots once more, not this VM alone"
+		exit 75
+	fi
 	echo "tests/vm: booting once more"
 	: >"$out/guest.log"
 	boot
