@@ -435,6 +435,16 @@ static bool accept_short(int err)
 	return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
 }
 
+/* Accepting ended with @st (0: it did not): stop and tell the user, once. */
+static void listener_failed(struct shm_listener *l, tpu_status st)
+{
+	if (!st || l->stopped)
+		return;
+	tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
+	l->stopped = true;
+	l->fn(l->arg, st, NULL);
+}
+
 static void accept_retry(void *arg, tpu_status status)
 {
 	struct shm_listener *l = arg;
@@ -445,11 +455,7 @@ static void accept_retry(void *arg, tpu_status status)
 	l->busy++;
 	if (!l->stopped)
 		st = listener_arm(l);
-	if (st && !l->stopped) {
-		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
-		l->stopped = true;
-		l->fn(l->arg, st, NULL);
-	}
+	listener_failed(l, st);
 	l->busy--;
 	listener_maybe_free(l);
 }
@@ -484,11 +490,7 @@ static void on_accept(void *arg, const struct io_uring_cqe *cqe)
 	}
 	if (!st && !l->stopped && !l->waiting)
 		st = listener_arm(l);
-	if (st && !l->stopped) {
-		tpu__log_debug("shm: listener %s: accepting failed: %s", l->name, tpu_strerror(st));
-		l->stopped = true;
-		l->fn(l->arg, st, NULL);
-	}
+	listener_failed(l, st);
 	l->busy--;
 	listener_maybe_free(l);
 }
