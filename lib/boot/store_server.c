@@ -499,6 +499,9 @@ static int expire(struct store_server *s)
 			tpu__log_debug("store: dropping a client that sent no request in time");
 			c->dead = true;
 		}
+		/* A deadline passed already must not make the next poll's timeout. */
+		if (c->dead)
+			continue;
 		if (!c->known && c->first_deadline < next)
 			next = c->first_deadline;
 		if (c->parked && c->park_deadline < next)
@@ -508,7 +511,9 @@ static int expire(struct store_server *s)
 	}
 	if (s->accept_after > now && s->accept_after < next)
 		next = s->accept_after;
-	return next == UINT64_MAX ? -1 : (int)(next - now + 1);
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)(next - now + 1);
 }
 
 static void sweep(struct store_server *s)

@@ -108,6 +108,42 @@ static void silent_clients_time_out(void)
 	clear_knobs();
 }
 
+/*
+ * Two silent clients 200 ms apart: when the first one's deadline passes,
+ * the server must still wake for the second's (a passed deadline once made
+ * its poll() wait for ever, so the second stayed until some other traffic).
+ */
+static void staggered_silent_clients(void)
+{
+	struct store_server *s = NULL;
+	char why[256];
+	int a = -1, b = -1;
+	uint64_t t0;
+	bool up, b_gone = false;
+
+	set_knobs("500", "64");
+	up = !tpu__store_server_start("127.0.0.1", 0, &s, why, sizeof(why));
+	if (up) {
+		a = silent_connect(tpu__store_server_port(s));
+		usleep(200000);
+		b = silent_connect(tpu__store_server_port(s));
+	}
+	t0 = boot_now_ms();
+	while (up && b >= 0 && !b_gone && boot_now_ms() - t0 < 3000) {
+		usleep(20000);
+		b_gone = hung_up(b);
+	}
+	CHECK(up && a >= 0 && hung_up(a) && b_gone,
+	      "bounds_store_a_later_silent_client_is_dropped_at_its_own_deadline (%llu ms)",
+	      (unsigned long long)(boot_now_ms() - t0));
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	tpu__store_server_stop(s);
+	clear_knobs();
+}
+
 /* What a rank does with the store when a world forms: publish, read the others', meet. */
 static int meeting_rank(int rank, int n, void *arg)
 {
@@ -298,6 +334,7 @@ static void out_of_descriptors(void)
 void test_bounds_store(void)
 {
 	silent_clients_time_out();
+	staggered_silent_clients();
 	ranks_meet_behind_a_flood();
 	burst_of_ranks_over_the_cap();
 	out_of_descriptors();
