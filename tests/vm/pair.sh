@@ -79,12 +79,14 @@ run_pair() {
 
 run_pair
 # A kernel that died before /init (75, see run.sh) ran nothing of ours, but
-# took the link with it: both VMs boot once more, as run.sh does for one.
-if [ $status_a -eq 75 ] || [ $status_b -eq 75 ]; then
+# took the link with it: both VMs boot again, up to three times in all, as
+# run.sh does for one.
+for _ in 1 2; do
+	[ $status_a -eq 75 ] || [ $status_b -eq 75 ] || break
 	echo "pair.sh: a kernel died while booting (VM a exited $status_a, VM b $status_b);" \
 	     "booting the pair once more"
 	run_pair
-fi
+done
 # run.sh's own build directory (TP_VM_OUT, build/vm by default).
 powered_off() { # ROLE
 	grep -q 'reboot: Power down' "${TP_VM_OUT:-$repo/build/vm}/$name-$1/serial.log" 2>/dev/null
