@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <dirent.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "tap.h"
 
@@ -56,4 +58,12 @@ int count_fds(void)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return n - 1;	/* the directory's own */
+}
+
+bool hung_up(int fd)
+{
+	char b;
+	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }

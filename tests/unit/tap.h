@@ -16,6 +16,8 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tap_finish(void);
 /* The descriptors this process has open (-1 if /proc says nothing), for leak checks. */
 int count_fds(void);
+/* The far end hung up on socket @fd (EOF or a reset), without waiting. */
+bool hung_up(int fd);
 
 #define TAP_STR2(x) #x
 #define TAP_STR(x) TAP_STR2(x)

@@ -94,15 +94,6 @@ static int raw_connect(const char *url)
 	return fd;
 }
 
-/* The far end hung up on @fd (EOF or a reset), without waiting. */
-static bool hung_up(int fd)
-{
-	char b;
-	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
-
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
 /* Wait up to @ms until every fd of @fds[0..n) hung up; how many did. */
 static int wait_hung_up(const int *fds, int n, unsigned int ms)
 {

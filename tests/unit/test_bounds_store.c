@@ -41,14 +41,6 @@ static int silent_connect(uint16_t port)
 	return fd;
 }
 
-static bool hung_up(int fd)
-{
-	char b;
-	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
-
-	return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
 static void set_knobs(const char *timeout_ms, const char *max)
 {
 	setenv("TPU_SETUP_TIMEOUT_MS", timeout_ms, 1);
