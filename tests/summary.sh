@@ -6,7 +6,8 @@
 #   tests/summary.sh NAME LOG STATUS [NAME LOG STATUS]...
 #
 # LOG is a suite's output (TAP mixed with anything else), STATUS its exit
-# status.  Prints one line per suite, then exactly one line
+# status.  Prints one line per suite, the failing test points (the first
+# 20, each with its suite), then exactly one line
 # "N passed, N failed" (", N skipped" appended when there are any), and exits
 # 1 when anything failed.
 #
@@ -24,7 +25,8 @@ if [ $# -eq 0 ] || [ $(($# % 3)) -ne 0 ]; then
 	exit 2
 fi
 
-# Prints "passed failed skipped" for one log.
+# Prints "FAIL<tab>line" for each failing test point, then
+# "passed failed skipped" for one log.
 count_tap() {
 	awk '
 	function depth_of(prefix,    d, spaces) {
@@ -61,12 +63,14 @@ count_tap() {
 			if (fail && !child_failed) {
 				failed++
 				fail_mark(d)
+				print "FAIL\t" rest
 			}
 		} else if (directive ~ /^#[ \t]*([Ss][Kk][Ii][Pp]|[Tt][Oo][Dd][Oo])/) {
 			skipped++
 		} else if (fail) {
 			failed++
 			fail_mark(d)
+			print "FAIL\t" rest
 		} else {
 			passed++
 		}
@@ -82,12 +86,17 @@ count_tap() {
 }
 
 total_passed=0 total_failed=0 total_skipped=0
+failures=()
 while [ $# -gt 0 ]; do
 	name=$1 log=$2 status=$3
 	shift 3
 	note=
 	if [ -r "$log" ]; then
-		read -r passed failed skipped < <(count_tap "$log")
+		counted=$(count_tap "$log")
+		read -r passed failed skipped < <(tail -n 1 <<<"$counted")
+		while IFS= read -r fail_line; do
+			failures+=("$name: ${fail_line#FAIL	}")
+		done < <(grep '^FAIL	' <<<"$counted" || true)
 	else
 		passed=0 failed=0 skipped=0
 	fi
@@ -98,6 +107,7 @@ while [ $# -gt 0 ]; do
 		failed=1
 		note=" (no test results)"
 	fi
+	[ -n "$note" ] && failures+=("$name:$note")
 	line="$passed passed, $failed failed"
 	[ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 	printf '  %-24s %s%s\n' "$name:" "$line" "$note"
@@ -105,6 +115,14 @@ while [ $# -gt 0 ]; do
 	total_failed=$((total_failed + failed))
 	total_skipped=$((total_skipped + skipped))
 done
+
+# The failures again, just above the totals, where a log's tail shows them.
+if [ ${#failures[@]} -gt 0 ]; then
+	echo "failures (${#failures[@]}, the first 20):"
+	for f in "${failures[@]:0:20}"; do
+		printf '  %s\n' "$f"
+	done
+fi
 
 line="$total_passed passed, $total_failed failed"
 [ $total_skipped -gt 0 ] && line+=", $total_skipped skipped"
