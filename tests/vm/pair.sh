@@ -53,6 +53,16 @@ run_vm() {
 	return "${PIPESTATUS[0]}"
 }
 
+# A process and everything it started (run.sh, its QEMU, the sed).
+kill_tree() { # PID
+	local child children
+	children=$(pgrep -P "$1")
+	kill "$1" 2>/dev/null || true
+	for child in $children; do
+		kill_tree "$child"
+	done
+}
+
 # Both VMs, once; sets status_a and status_b.
 run_pair() {
 	rm -f "$sock"
@@ -71,10 +81,22 @@ run_pair() {
 	run_vm b 10.77.0.2 10.77.0.1 --link-connect &
 	pid_b=$!
 
-	wait $pid_a
-	status_a=$?
-	wait $pid_b
-	status_b=$?
+	# A VM whose kernel died while booting (75) took the link with it: its
+	# partner would only wait out its own deadlines, so it goes at once.
+	local first status
+	wait -n -p first $pid_a $pid_b
+	status=$?
+	if [ "$first" = "$pid_a" ]; then
+		status_a=$status
+		[ $status_a -eq 75 ] && kill_tree $pid_b
+		wait $pid_b
+		status_b=$?
+	else
+		status_b=$status
+		[ $status_b -eq 75 ] && kill_tree $pid_a
+		wait $pid_a
+		status_a=$?
+	fi
 }
 
 run_pair
