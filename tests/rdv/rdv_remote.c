@@ -46,6 +46,12 @@ struct world {
 	} \
 } while (0)
 
+/* A hang's watchdog, longer in a VM under TCG (tests/vm/run.sh sets TP_TEST_EMULATED). */
+static unsigned int worker_watchdog_s(void)
+{
+	return getenv("TP_TEST_EMULATED") ? 300 : 60;
+}
+
 static void task_name(int i, char *buf, size_t size)
 {
 	snprintf(buf, size, "/job:worker/replica:0/task:%d", i);
@@ -705,7 +711,7 @@ static void run_scenario(const struct scenario *sc, int serial, const char *tran
 			for (int j = 0; j < i; j++)
 				close(socks[j]);
 			close(sv[0]);
-			alarm(60);
+			alarm(worker_watchdog_s());
 			worker_start(&w, serial);
 			sc->fn(&w);
 			worker_end(&w);
@@ -792,7 +798,7 @@ static void late_worker_run(unsigned int ctx_flags)
 	for (int i = 0; i < 2; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0) {
-			alarm(60);
+			alarm(worker_watchdog_s());
 			_exit(late_worker(i, ctx_flags));
 		}
 	}

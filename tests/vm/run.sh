@@ -151,6 +151,8 @@ fi
 	echo "TP_REPO='$repo'"
 	echo "TP_MODULE='${guest_module:-}'"
 	echo "TP_INTERACTIVE=$interactive"
+	# Under emulation the tests' watchdogs (alarm) allow for a slower CPU.
+	[ "$accel" = tcg ] && guest_env="$guest_env TP_TEST_EMULATED=1"
 	echo "TP_GUEST_ENV='${guest_env# }'"
 	echo "TP_TERM='${TERM:-linux}'"
 } >"$out/settings"
