@@ -19,6 +19,7 @@ static const struct {
 	{ "abi", test_abi },
 	{ "device_name", test_device_name },
 	{ "key", test_key },
+	{ "spin_policy", test_spin_policy },
 	{ "endpoint_args", test_endpoint_args },
 	{ "fdpass", test_fdpass },
 	{ "cma", test_cma },

@@ -44,6 +44,7 @@ void test_version(void);
 void test_abi(void);
 void test_device_name(void);
 void test_key(void);
+void test_spin_policy(void);
 void test_endpoint_args(void);
 void test_fdpass(void);
 void test_pipe_wire(void);
