@@ -13,25 +13,39 @@
  *    for a quiet period: 1 ms at first, doubled at each further back-off up
  *    to TPU_SPIN_BACKOFF_US (50 ms; 0: never back off), back to 1 ms once a
  *    spin of that thread is answered.  Only that thread backs off.
+ *  - A thread that waited for a core (runnable, not running: the run delay
+ *    of /proc/thread-self/schedstat) for more than 1/16 of the time since
+ *    it last looked, at most every 2 ms, backs off too: on oversubscribed
+ *    cores its spin would hold a core that the thread it waits for needs.
+ *    That is this thread's own experience of the load, not the machine's:
+ *    busy processes on cores it does not use do not count.
  *  - At most one spinner fewer than the cores this process may run on spin
  *    at once, so that the thread they wait for (often one of ours) finds a
  *    core; on a single core nothing spins.
  */
+#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include "base.h"
 #include "waitword.h"
 
 #define BACKOFF_MIN_NS		1000000ull
 #define BACKOFF_MAX_US_DEFAULT	50000u
+#define RQ_CHECK_NS		2000000ull	/* a thread reads its run delay at most this often */
+#define RQ_SHARE		16		/* waiting more than 1/16 of the time: contended */
 
 struct spin_thread {
 	bool init;
 	uint32_t budget_ns;		/* this thread's spin; 0: sleep at once */
 	uint64_t quiet_until_ns;	/* no spinning before this */
 	uint64_t backoff_ns;		/* the next quiet period */
+	bool rq_unknown;		/* no schedstat: the run delay is not looked at */
+	uint64_t rq_checked_ns;		/* when the run delay was last read; 0: never */
+	uint64_t rq_delay_ns;		/* what it read then */
 };
 
 static _Thread_local struct spin_thread me;
@@ -71,9 +85,56 @@ static void back_off(struct spin_thread *t, uint64_t now_ns)
 	t->backoff_ns = len * 2 < max ? len * 2 : max;
 }
 
+/* This thread's run delay so far (ns); false when the kernel does not say. */
+static bool read_run_delay(uint64_t *out)
+{
+	char buf[96];
+	unsigned long long run, wait;
+	ssize_t len;
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return false;
+	buf[len] = '\0';
+	/* "run_ns wait_ns timeslices" */
+	if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
+		return false;
+	*out = wait;
+	return true;
+}
+
+/* Whether this thread waited for a core for much of the time since its last look. */
+static bool waited_for_core(struct spin_thread *t, uint64_t now_ns)
+{
+	uint64_t delay, since = now_ns - t->rq_checked_ns, before = t->rq_delay_ns;
+	bool first = !t->rq_checked_ns;
+
+	if (t->rq_unknown || (!first && since < RQ_CHECK_NS))
+		return false;
+	if (!read_run_delay(&delay)) {
+		t->rq_unknown = true;
+		return false;
+	}
+	t->rq_checked_ns = now_ns;
+	t->rq_delay_ns = delay;
+	return !first && delay > before && (delay - before) * RQ_SHARE > since;
+}
+
 bool tpu__spin_contended(uint64_t now_ns)
 {
-	return now_ns < self()->quiet_until_ns;
+	struct spin_thread *t = self();
+
+	if (now_ns < t->quiet_until_ns)
+		return true;
+	if (waited_for_core(t, now_ns)) {
+		back_off(t, now_ns);
+		return true;
+	}
+	return false;
 }
 
 void tpu__spin_preempted(uint64_t now_ns)
@@ -85,7 +146,7 @@ uint64_t tpu__spin_budget_ns(uint64_t now_ns)
 {
 	struct spin_thread *t = self();
 
-	if (now_ns < t->quiet_until_ns)
+	if (tpu__spin_contended(now_ns))
 		return 0;
 	/* A quiet period after a collapse is over: try a short spin again. */
 	if (!t->budget_ns)

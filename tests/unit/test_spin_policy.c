@@ -183,6 +183,59 @@ static void slow_handoffs_back_off_one_waiter(void)
 	CHECK(later, "spin_policy: a waiter whose hand-offs slept spins again after its back-off");
 }
 
+struct core_wait {
+	bool quiet;		/* tpu__spin_contended() said so at some point */
+};
+
+static void *shares_a_core(void *arg)
+{
+	struct core_wait *c = arg;
+	uint64_t end = tpu__mono_ns() + 200000000ull;
+
+	/* Two busy threads on one core: each waits for it about half the time. */
+	while (!c->quiet && tpu__mono_ns() < end)
+		c->quiet = tpu__spin_contended(tpu__mono_ns());
+	return NULL;
+}
+
+/* A thread kept waiting for its core backs off. */
+static void waiting_for_a_core_backs_off(void)
+{
+	struct core_wait c = { 0 };
+	pthread_attr_t attr;
+	pthread_t t;
+	cpu_set_t one;
+	pid_t kid;
+
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	if (sched_getaffinity(0, sizeof(one), &one) || !CPU_ISSET(0, &one)) {
+		CHECK(true, "spin_policy: core wait # SKIP cpu 0 not usable");
+		return;
+	}
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	kid = fork();
+	if (kid == 0) {
+		sched_setaffinity(0, sizeof(one), &one);
+		for (;;)
+			;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+	if (kid < 0 || pthread_create(&t, &attr, shares_a_core, &c)) {
+		CHECK(false, "spin_policy: fork, pthread_create");
+	} else {
+		pthread_join(t, NULL);
+		CHECK(c.quiet, "spin_policy: a thread that waits for its core stops spinning");
+	}
+	pthread_attr_destroy(&attr);
+	if (kid > 0) {
+		kill(kid, SIGKILL);
+		waitpid(kid, NULL, 0);
+	}
+}
+
 void test_spin_policy(void)
 {
 	if (cores() < 2) {
@@ -192,4 +245,5 @@ void test_spin_policy(void)
 	busy_process_does_not_stop_spinning();
 	preemption_backs_off_one_thread();
 	slow_handoffs_back_off_one_waiter();
+	waiting_for_a_core_backs_off();
 }
