@@ -10,12 +10,15 @@
  * once is not posted and times out.  Each probe runs in a new thread, whose
  * spin state is fresh.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,41 +100,84 @@ static void busy_process_does_not_stop_spinning(void)
 	CHECK(spun, "spin_policy: %u busy processes elsewhere do not stop a waiter spinning", n);
 }
 
-static void *preempted_thread(void *arg)
-{
-	uint64_t now = *(uint64_t *)arg;
+/*
+ * Each look below runs in a new thread, whose first look at its own run
+ * delay only records it: what is checked is the back-off alone, not the
+ * load of the machine that runs the test.  Times are made up (@now plus
+ * some), as the policy takes them from its caller.
+ */
+struct looks {
+	uint64_t now;
+	bool preempted_quiet;	/* the preempted thread, right after */
+	bool other_quiet;	/* another thread, at the same time */
+	bool one_short;		/* one preemption: free again 5 ms later */
+	bool many_long;		/* 30 preemptions: still quiet half the bound later */
+	bool many_bounded;	/* and free again after the bound */
+};
 
-	tpu__spin_preempted(now);
-	*(bool *)((uint64_t *)arg + 1) = tpu__spin_contended(now + 1);
+static void *preempted_look(void *arg)
+{
+	struct looks *l = arg;
+
+	tpu__spin_preempted(l->now);
+	l->preempted_quiet = tpu__spin_contended(l->now + 1);
 	return NULL;
+}
+
+static void *other_look(void *arg)
+{
+	struct looks *l = arg;
+
+	l->other_quiet = tpu__spin_contended(l->now + 1);
+	return NULL;
+}
+
+static void *one_preemption(void *arg)
+{
+	struct looks *l = arg;
+
+	tpu__spin_preempted(l->now);
+	l->one_short = !tpu__spin_contended(l->now + 5000000ull);
+	return NULL;
+}
+
+static void *many_preemptions(void *arg)
+{
+	struct looks *l = arg;
+
+	for (int i = 0; i < 30; i++)
+		tpu__spin_preempted(l->now);
+	l->many_bounded = !tpu__spin_contended(l->now + BACKOFF_MAX_NS + 1);
+	l->many_long = tpu__spin_contended(l->now + BACKOFF_MAX_NS / 2);
+	return NULL;
+}
+
+static bool in_thread(void *(*fn)(void *), struct looks *l)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, fn, l))
+		return false;
+	pthread_join(t, NULL);
+	return true;
 }
 
 /* One thread's preemption quiets that thread alone, for a short while. */
 static void preemption_backs_off_one_thread(void)
 {
-	uint64_t arg[2] = { tpu__mono_ns(), 0 };
-	bool *self_quiet = (bool *)&arg[1], long_quiet = false;
-	pthread_t t;
+	struct looks l = { .now = tpu__mono_ns() };
 
-	if (pthread_create(&t, NULL, preempted_thread, arg)) {
+	if (!in_thread(preempted_look, &l) || !in_thread(other_look, &l) ||
+	    !in_thread(one_preemption, &l) || !in_thread(many_preemptions, &l)) {
 		CHECK(false, "spin_policy: pthread_create");
 		return;
 	}
-	pthread_join(t, NULL);
-	CHECK(*self_quiet, "spin_policy: a preempted thread stops spinning");
-	CHECK(!tpu__spin_contended(arg[0] + 1),
+	CHECK(l.preempted_quiet, "spin_policy: a preempted thread stops spinning");
+	CHECK(!l.other_quiet,
 	      "spin_policy: another thread's preemption does not stop this one spinning");
 	CHECK(fresh_thread_spins(), "spin_policy: and a new waiter spins right after it");
-
-	/* The first back-off is short; repeated ones grow up to the bound. */
-	tpu__spin_preempted(arg[0]);
-	CHECK(!tpu__spin_contended(arg[0] + 5000000ull),
-	      "spin_policy: one preemption quiets its thread for less than 5 ms");
-	for (int i = 0; i < 30; i++) {
-		tpu__spin_preempted(arg[0]);
-		long_quiet = tpu__spin_contended(arg[0] + BACKOFF_MAX_NS / 2);
-	}
-	CHECK(long_quiet && !tpu__spin_contended(arg[0] + BACKOFF_MAX_NS + 1),
+	CHECK(l.one_short, "spin_policy: one preemption quiets its thread for less than 5 ms");
+	CHECK(l.many_long && l.many_bounded,
 	      "spin_policy: repeated preemptions quiet it longer, at most TPU_SPIN_BACKOFF_US");
 }
 
@@ -236,6 +282,65 @@ static void waiting_for_a_core_backs_off(void)
 	}
 }
 
+/*
+ * The list "spin_knob", run only by knob_bounds_back_off() in a fresh
+ * process with TPU_SPIN_BACKOFF_US set (the knob is read once per process):
+ * repeated preemptions quiet the thread for at most what SPIN_KNOB_WANT_US
+ * says, and for about that long.
+ */
+void test_spin_knob(void)
+{
+	const char *want = getenv("SPIN_KNOB_WANT_US");
+	uint64_t now = tpu__mono_ns(), max;
+
+	if (!want || !getenv("TPU_SPIN_BACKOFF_US")) {
+		CHECK(true, "spin_knob # SKIP run by the spin_policy list");
+		return;
+	}
+	max = strtoull(want, NULL, 10) * 1000u;
+	for (int i = 0; i < 30; i++)
+		tpu__spin_preempted(now);
+	if (!max)
+		CHECK(!tpu__spin_contended(now + 1), "spin_knob: no back-off at all");
+	else
+		CHECK(tpu__spin_contended(now + max - max / 10) && !tpu__spin_contended(now + max + 1),
+		      "spin_knob: the longest back-off is %s us", want);
+}
+
+/* This binary again, list spin_knob, with TPU_SPIN_BACKOFF_US=@value: its exit status. */
+static int run_knob(const char *value, const char *want_us)
+{
+	pid_t pid = fork();
+	int ws;
+
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		/* Its TAP lines would mix with ours. */
+		if (null >= 0) {
+			dup2(null, STDOUT_FILENO);
+			dup2(null, STDERR_FILENO);
+		}
+		setenv("UNIT_ONLY", "spin_knob", 1);
+		setenv("TPU_SPIN_BACKOFF_US", value, 1);
+		setenv("SPIN_KNOB_WANT_US", want_us, 1);
+		execl("/proc/self/exe", "unit_tests", (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws))
+		return -1;
+	return WEXITSTATUS(ws);
+}
+
+static void knob_bounds_back_off(void)
+{
+	CHECK(run_knob("3000", "3000") == 0,
+	      "spin_policy: TPU_SPIN_BACKOFF_US=3000 bounds the back-off at 3 ms");
+	CHECK(run_knob("0", "0") == 0, "spin_policy: TPU_SPIN_BACKOFF_US=0 turns it off");
+	CHECK(run_knob("soon", "50000") == 0,
+	      "spin_policy: a TPU_SPIN_BACKOFF_US that is no number leaves the default, 50 ms");
+}
+
 void test_spin_policy(void)
 {
 	if (cores() < 2) {
@@ -246,4 +351,5 @@ void test_spin_policy(void)
 	preemption_backs_off_one_thread();
 	slow_handoffs_back_off_one_waiter();
 	waiting_for_a_core_backs_off();
+	knob_bounds_back_off();
 }
