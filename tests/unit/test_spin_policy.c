@@ -366,6 +366,25 @@ static void knob_bounds_back_off(void)
 	      "spin_policy: a TPU_SPIN_BACKOFF_US that is no number leaves the default, 50 ms");
 }
 
+/* While every core but one has a spinner of this process, no waiter spins. */
+static void spinners_leave_a_core(void)
+{
+	unsigned int n = cores() - 1, held = 0;
+	bool spun_full, spun_after;
+
+	while (held < n && tpu__spin_enter())
+		held++;
+	spun_full = fresh_thread_spins();
+	while (held) {
+		tpu__spin_leave();
+		held--;
+	}
+	spun_after = fresh_thread_spins();
+	CHECK(!spun_full && spun_after,
+	      "spin_policy: with %u spinners on %u cores no other waiter spins, and then it does",
+	      n, n + 1);
+}
+
 void test_spin_policy(void)
 {
 	if (cores() < 2) {
@@ -377,4 +396,5 @@ void test_spin_policy(void)
 	slow_handoffs_back_off_one_waiter();
 	waiting_for_a_core_backs_off();
 	knob_bounds_back_off();
+	spinners_leave_a_core();
 }
