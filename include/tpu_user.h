@@ -853,7 +853,11 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
  * @len:	out, may be NULL: bytes received (the tensor's length on -EMSGSIZE).
  *
  * The caller spins briefly, then sleeps; a matching send on another thread
- * of the process wakes it directly, without the context's thread.
+ * of the process wakes it directly, without the context's thread.  How
+ * long it spins is learned per calling thread, which stops spinning for a
+ * while (at most TPU_SPIN_BACKOFF_US, 50 ms) when it was descheduled or
+ * kept waiting for a core (Documentation/library.rst, "Spinning before
+ * sleeping").
  * Errors: -EDEADLK when called on the context's thread (from a callback:
  * the tensor's callback could never run), -ETIMEDOUT, -EMSGSIZE,
  * -ECANCELED, TPU_E_CLOSED, the abort status, and those of

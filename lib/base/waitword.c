@@ -7,19 +7,15 @@
  * (SLEEPING) or a kick (AWAY) is needed.
  *
  * Spin budget: twice the longest recent hand-off that ended while
- * spinning, capped at SPIN_MAX_NS; a hand-off that had to sleep halves it,
- * and below SPIN_MIN_NS the waiter sleeps at once, until a hand-off is seen
- * posted at the first look again.  The budget is per process, shared by all
- * waiters: they meet the same machine load.
+ * spinning, capped at TPU__SPIN_MAX_NS; a hand-off that had to sleep halves
+ * it, and below TPU__SPIN_MIN_NS the waiter sleeps at once for a while.
+ * The budget and the back-offs are the waiting thread's own
+ * (spin_policy.c).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,27 +25,12 @@
 
 enum { TPU__WW_IDLE, TPU__WW_POSTED, TPU__WW_SLEEPING, TPU__WW_AWAY };
 
-#define SPIN_MAX_NS	50000u	/* never spin longer than this */
-#define SPIN_START_NS	20000u
-#define SPIN_MIN_NS	2000u	/* below this, sleep at once */
 /*
  * Looks at the word between two calls of the agent's poll: a pause takes
  * up to ~140 cycles, and the agent's poll is one load when nothing changed,
  * so polling often keeps the hand-off short.
  */
 #define SPIN_LOOKS	8
-
-static _Atomic uint32_t spin_budget_ns = SPIN_START_NS;
-
-/*
- * Spinning on a busy machine: a gap this long between two looks means the
- * spinner was descheduled, so the peer it waits for competes with it (and
- * with others) for the cores.  Spinning then only delays the peer: every
- * waiter of the process sleeps at once for CONTENDED_NS, and then tries
- * spinning again.
- */
-#define CONTENDED_NS	50000000ull
-static _Atomic uint64_t contended_until_ns;
 
 uint64_t tpu__mono_ns(void)
 {
@@ -90,52 +71,37 @@ void tpu__waitword_post(struct tpu__waitword *w)
 		kick(kick_arg);
 }
 
-/* Learn from one hand-off: @spun_ns until posted, @slept when it was not. */
-static void budget_update(uint64_t spun_ns, bool slept)
-{
-	uint32_t b = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
-	uint64_t want;
-
-	if (slept) {
-		b = b / 2 < SPIN_MIN_NS ? 0 : b / 2;
-	} else {
-		want = spun_ns * 2 < SPIN_MIN_NS ? SPIN_MIN_NS : spun_ns * 2;
-		if (want > SPIN_MAX_NS)
-			want = SPIN_MAX_NS;
-		if (want > b)
-			b = (uint32_t)want;
-	}
-	atomic_store_explicit(&spin_budget_ns, b, memory_order_relaxed);
-}
-
+/* Spin on @w within this thread's budget (or the agent's floor): true when posted. */
 static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu__ww_agent *agent)
 {
-	uint64_t budget = atomic_load_explicit(&spin_budget_ns, memory_order_relaxed);
-	uint64_t start, now, last, floor = agent && agent->spin_ns ? agent->spin_ns(agent->arg) : 0;
+	uint64_t budget, start, now, last, floor;
 	unsigned int i;
 
 	if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
-		budget_update(0, false);
+		tpu__spin_learn(0, false, 0);
 		return true;
 	}
-	if (floor > budget)
-		budget = floor;
-	if (!budget)
-		return false;
 	start = tpu__mono_ns();
-	if (tpu__spin_contended(start))
+	budget = tpu__spin_budget_ns(start);
+	floor = agent && agent->spin_ns ? agent->spin_ns(agent->arg) : 0;
+	if (floor > budget && !tpu__spin_contended(start))
+		budget = floor;
+	if (!budget || !tpu__spin_enter())
 		return false;
 	last = start;
 	for (;;) {
 		for (i = 0; i < SPIN_LOOKS; i++) {
 			if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED) {
-				budget_update(tpu__mono_ns() - start, false);
+				tpu__spin_leave();
+				tpu__spin_learn(tpu__mono_ns() - start, false, 0);
+				tpu__spin_answered();
 				return true;
 			}
 			tpu__cpu_relax();
 		}
 		now = tpu__mono_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
+			tpu__spin_leave();
 			tpu__spin_preempted(now);
 			return false;
 		}
@@ -145,82 +111,11 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 			now = tpu__mono_ns();
 		}
 		last = now;
-		if (now - start >= budget || (deadline_ns && now >= deadline_ns))
+		if (now - start >= budget || (deadline_ns && now >= deadline_ns)) {
+			tpu__spin_leave();
 			return false;
+		}
 	}
-}
-
-/*
- * More threads runnable on the machine than this process may run on: a
- * spinner then holds a core that a thread it waits for (or any other)
- * needs.  The kernel's count of runnable tasks (the fourth field of
- * /proc/loadavg, the reader included) is read at most every
- * RUNNABLE_CHECK_NS by whichever spinner finds it stale; without /proc the
- * answer is no.
- */
-#define RUNNABLE_CHECK_NS	5000000ull
-static _Atomic uint64_t runnable_checked_ns;
-static _Atomic bool oversubscribed;
-
-static unsigned int usable_cpus(void)
-{
-	static _Atomic unsigned int cached;
-	unsigned int n = atomic_load_explicit(&cached, memory_order_relaxed);
-	cpu_set_t set;
-
-	if (!n) {
-		n = sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
-		atomic_store_explicit(&cached, n ? n : 1, memory_order_relaxed);
-	}
-	return n ? n : 1;
-}
-
-static bool read_oversubscribed(void)
-{
-	char buf[128];
-	unsigned long running = 0;
-	const char *p;
-	ssize_t len;
-	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return false;
-	len = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (len <= 0)
-		return false;
-	buf[len] = '\0';
-	/* "0.10 0.20 0.30 R/T last_pid": R runnable of T. */
-	p = buf;
-	for (int field = 0; field < 3 && p; field++) {
-		p = strchr(p, ' ');
-		if (p)
-			p++;
-	}
-	if (!p || sscanf(p, "%lu/", &running) != 1)
-		return false;
-	return running > usable_cpus();
-}
-
-static bool cpus_oversubscribed(uint64_t now_ns)
-{
-	uint64_t last = atomic_load_explicit(&runnable_checked_ns, memory_order_relaxed);
-
-	if (now_ns - last >= RUNNABLE_CHECK_NS &&
-	    atomic_compare_exchange_strong(&runnable_checked_ns, &last, now_ns))
-		atomic_store_explicit(&oversubscribed, read_oversubscribed(), memory_order_relaxed);
-	return atomic_load_explicit(&oversubscribed, memory_order_relaxed);
-}
-
-bool tpu__spin_contended(uint64_t now_ns)
-{
-	return now_ns < atomic_load_explicit(&contended_until_ns, memory_order_relaxed) ||
-	       cpus_oversubscribed(now_ns);
-}
-
-void tpu__spin_preempted(uint64_t now_ns)
-{
-	atomic_store_explicit(&contended_until_ns, now_ns + CONTENDED_NS, memory_order_relaxed);
 }
 
 bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
@@ -237,9 +132,10 @@ bool tpu__waitword_wait(struct tpu__waitword *w, uint64_t deadline_ns)
  */
 static void learn_from_sleep(const struct tpu__waitword *w, uint64_t began, uint64_t slept)
 {
-	uint64_t took = w->posted_ns > began ? w->posted_ns - began : tpu__mono_ns() - slept;
+	uint64_t now = tpu__mono_ns();
+	uint64_t took = w->posted_ns > began ? w->posted_ns - began : now - slept;
 
-	budget_update(took, took > SPIN_MAX_NS);
+	tpu__spin_learn(took, took > TPU__SPIN_MAX_NS, now);
 }
 
 /* Sleep on the word itself until posted or @deadline_ns: true when posted. */

@@ -85,15 +85,38 @@ bool tpu__waitword_wait_with(struct tpu__waitword *w, uint64_t deadline_ns,
 			     const struct tpu__ww_agent *agent);
 
 /*
- * The process's spinners share one view of the machine's load: a spinner
- * that finds itself descheduled mid-spin (tpu__spin_preempted) makes every
- * spinner of the process sleep at once for a while (tpu__spin_contended),
- * since spinning on oversubscribed cores only delays the peer.
+ * The spin policy (spin_policy.c, Documentation/library.rst "Spinning"):
+ * per thread, from this process's own threads only.
+ *
+ * tpu__spin_contended: this thread is in a quiet period and should not
+ * spin.  tpu__spin_preempted: this thread found itself descheduled
+ * mid-spin: it alone backs off (1 ms, doubling up to TPU_SPIN_BACKOFF_US).
  */
 bool tpu__spin_contended(uint64_t now_ns);
 void tpu__spin_preempted(uint64_t now_ns);
 /* A gap this long between two looks of a spinner: it was descheduled. */
 #define TPU__PREEMPT_GAP_NS	200000u
+
+/* A waiter's spin budget: between these, learned per thread. */
+#define TPU__SPIN_MAX_NS	50000u	/* never spin longer than this */
+#define TPU__SPIN_START_NS	20000u
+#define TPU__SPIN_MIN_NS	2000u	/* below this, sleep at once */
+
+/* How long this thread's next wait may spin (ns); 0: sleep at once. */
+uint64_t tpu__spin_budget_ns(uint64_t now_ns);
+/*
+ * Learn from one hand-off of this thread: posted after @took_ns, @slept
+ * when that was too long for a spin to have paid.
+ */
+void tpu__spin_learn(uint64_t took_ns, bool slept, uint64_t now_ns);
+/* A spin of this thread was answered: its next back-off is short again. */
+void tpu__spin_answered(void);
+/*
+ * Take a spinner's place (false: enough of this process's threads spin
+ * already to leave no core for the thread they wait for); leave it after.
+ */
+bool tpu__spin_enter(void);
+void tpu__spin_leave(void);
 
 /* What a spinning thread does between two looks: let a sibling thread run. */
 static inline void tpu__cpu_relax(void)

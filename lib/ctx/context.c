@@ -592,7 +592,7 @@ static bool ctx_spin(struct tpu_context *ctx)
 	if (!ctx_spins(ctx))
 		return false;
 	now = ctx_now_ns();
-	/* On oversubscribed cores the peer needs our core more than we need to spin. */
+	/* Descheduled mid-spin lately: the peer needs the core more than we need to spin. */
 	if (tpu__spin_contended(now))
 		return false;
 	until = now + ctx->spin_cur;

@@ -311,8 +311,8 @@ static void repair(struct tpu__cma_table *t)
  * The table lock is held for a few slot updates only, so a contended one
  * is spun for briefly before sleeping: on an idle machine a futex sleep and
  * wake-up cost tens of microseconds, more than the whole hand-off.  Not
- * while the process's spinners saw the cores oversubscribed, where the
- * holder may need this core to finish.
+ * while this thread backs off from spinning (it was descheduled mid-spin
+ * lately), where the holder may need this core to finish.
  */
 #define LOCK_SPINS	256
 #define LOCK_RELAX	16

@@ -7,7 +7,8 @@
  * in rdv_impls.c.  Built on lib/ctx.  Not installed.
  *
  * Life of an operation:
- *   1. rendezvous.c validates the call, allocates a struct tpu__op, and
+ *   1. rendezvous.c validates the call, takes a struct tpu__op (from the
+ *      rendezvous's free list in steady state: no allocation), and
  *      queues it behind earlier operations on the same key (per-key FIFO:
  *      only the head RECV of a key is handed to the implementation, so
  *      callbacks per key run in issue order);
@@ -15,7 +16,8 @@
  *   3. whoever finishes it, on any thread, calls tpu__op_complete(), which
  *      hands the op to the context thread (tpu__ctx_complete); that thread
  *      runs the op's own done.fn, tpu__rdv_op_done(): the user's callback,
- *      then the next queued op of the key starts, and the op is freed.
+ *      then the next queued op of the key starts, and the op goes back to
+ *      the free list (tpu__op_recycle).
  *      The fast path: an op whose "callback" only wakes a thread blocked in
  *      recv_wait or send_wait (op->direct) and that completes inside the
  *      front end's call into the implementation (a send meeting a waiting
@@ -66,6 +68,9 @@ enum tpu__op_stage {
 	TPU__STAGE_DONE,	/* completed; its callback waits for earlier ops of the key */
 };
 
+/* Bytes of per-op state an implementation finds in the op itself. */
+#define TPU__OP_IMPL_SPACE	128
+
 /* One pending operation. */
 struct tpu__op {
 	struct tpu__task done;		/* the context's completion queue (tpu__op_complete) */
@@ -75,8 +80,10 @@ struct tpu__op {
 	struct tpu_rendezvous *rdv;
 	enum tpu__op_kind kind;
 	unsigned int flags;		/* TPU_SEND_* */
-	uint8_t *key;			/* owned copy */
+	uint8_t *key;			/* owned copy, key_cap bytes, kept with the op when recycled */
 	size_t key_len;
+	size_t key_cap;
+	uint64_t key_hash;		/* tpu__rdv_key_hash(), computed once at issue */
 	struct tpu_tensor tensor;
 	uint64_t timeout_ns;
 	union {
@@ -91,6 +98,11 @@ struct tpu__op {
 	struct tpu_buffer *out_buffer;	/* TPU__OP_RECV_BUFFER; freed by the front end on error */
 	void *impl;			/* the implementation's own state */
 	bool direct;			/* cb only posts a waiter's word: any thread may call it */
+	/*
+	 * Room for the implementation's per-op state (op->impl may point
+	 * here), so that starting an op allocates nothing; zeroed at issue.
+	 */
+	_Alignas(16) unsigned char impl_space[TPU__OP_IMPL_SPACE];
 };
 
 /*
@@ -169,6 +181,11 @@ struct tpu_rendezvous {
 	size_t nbuckets;
 	size_t nkeys;
 	size_t live;			/* ops whose callback has not returned */
+	/* Free lists (rdv_queue.c): finished ops and emptied key FIFOs, kept for reuse. */
+	struct tpu__op *op_free;
+	size_t op_nfree;
+	struct tpu__keyq *keyq_free;
+	size_t keyq_nfree;
 	size_t in_callback;		/* of those, callbacks running now */
 	atomic_uint users;		/* threads in an issue or a blocking wait (no lock held) */
 	bool closing;			/* destroy began: start nothing more */
@@ -202,6 +219,9 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
  * whichever thread finished the one before it.
  */
 bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv);
+
+/* The hash every key table of the rendezvous uses (FNV-1a), as op->key_hash. */
+uint64_t tpu__rdv_key_hash(const uint8_t *key, size_t len);
 
 /* Front end, on the context thread: the op's result is in; call back in key order. */
 void tpu__rdv_op_done(struct tpu__op *op);

@@ -136,6 +136,18 @@ struct cma_member {
 	struct tpu__cma_who watch_who[1 + TPU__CMA_MEMBERS];
 };
 
+/* An op's cma state lives in the op itself: no allocation per op. */
+_Static_assert(sizeof(struct cma_op) <= TPU__OP_IMPL_SPACE, "cma_op fits an op's impl_space");
+
+static struct cma_op *cop_of(struct tpu__op *op)
+{
+	struct cma_op *cop = (struct cma_op *)op->impl_space;
+
+	memset(cop, 0, sizeof(*cop));
+	cop->op = op;
+	return cop;
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -167,7 +179,6 @@ static void complete_all(struct cma_op *done, bool unlocked)
 		struct tpu__op *op = cop->op;
 
 		done = cop->next;
-		free(cop);
 		op->impl = NULL;
 		if (op->kind == TPU__OP_SEND) {
 			op->len = op->tensor.len;
@@ -795,10 +806,7 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 
 	if (!src && op->tensor.buffer)
 		src = tpu_buffer_data(op->tensor.buffer);
-	cop = calloc(1, sizeof(*cop));
-	if (!cop)
-		return -ENOMEM;
-	cop->op = op;
+	cop = cop_of(op);
 	/* Member lock across the post, so the helper cannot see DONE before the op. */
 	pthread_mutex_lock(&m->lock);
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
@@ -820,10 +828,8 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		m->ops = cop;
 	}
 	pthread_mutex_unlock(&m->lock);
-	if (st) {
-		free(cop);
+	if (st)
 		return st;
-	}
 	tpu__cma_wake(&m->table);
 	if (!op->direct)
 		helper_unpark(m);
@@ -838,10 +844,7 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 
 	if (op->key_len > TPU__CMA_MAX_KEY)
 		return -ENAMETOOLONG;
-	cop = calloc(1, sizeof(*cop));
-	if (!cop)
-		return -ENOMEM;
-	cop->op = op;
+	cop = cop_of(op);
 	if (op->timeout_ns)
 		cop->deadline = now_ns() + op->timeout_ns;
 	/* Without the lock when no member's death waits to be noticed (the usual case). */
@@ -849,10 +852,8 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		cop->deaths = tpu__cma_deaths(&m->table);
 	} else {
 		st = tpu__cma_lock(&m->table);
-		if (st) {
-			free(cop);
+		if (st)
 			return st;
-		}
 		cop->deaths = deaths_now(m);
 		tpu__cma_unlock(&m->table);
 	}
@@ -860,7 +861,6 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	st = enqueue(m, cop);
 	if (st) {
 		op->impl = NULL;
-		free(cop);
 		return st;
 	}
 	/*

@@ -16,6 +16,8 @@
 #include "rdv.h"
 
 #define IP_MIN_BUCKETS 64
+/* Emptied slots kept for reuse, so that a steady stream allocates none. */
+#define IP_FREE_SLOTS 64
 
 /* A receive waiting with a timeout; freed by its timer's last call. */
 struct ip_wait {
@@ -37,20 +39,12 @@ struct ip_state {
 	struct ip_slot **buckets;
 	size_t nbuckets;
 	size_t nslots;
+	struct ip_slot *free_slots;	/* emptied, for reuse */
+	size_t nfree;
 	size_t timers;			/* started, not yet called back */
 	tpu_status aborted;
 	struct tpu_context *ctx;
 };
-
-static uint64_t ip_hash(const uint8_t *key, size_t len)
-{
-	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
-	size_t i;
-
-	for (i = 0; i < len; i++)
-		h = (h ^ key[i]) * 0x100000001b3ull;
-	return h;
-}
 
 static const struct tpu__op *slot_op(const struct ip_slot *s)
 {
@@ -88,7 +82,7 @@ static void ip_grow(struct ip_state *ip)
 /* The slot of @op's key; created empty if @create. */
 static struct ip_slot *ip_slot(struct ip_state *ip, const struct tpu__op *op, bool create)
 {
-	uint64_t h = ip_hash(op->key, op->key_len);
+	uint64_t h = op->key_hash;	/* the front end hashed the key once */
 	struct ip_slot *s;
 
 	for (s = ip->buckets[h & (ip->nbuckets - 1)]; s; s = s->next)
@@ -98,9 +92,16 @@ static struct ip_slot *ip_slot(struct ip_state *ip, const struct tpu__op *op, bo
 		return NULL;
 	if (ip->nslots >= ip->nbuckets)
 		ip_grow(ip);
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
+	s = ip->free_slots;
+	if (s) {
+		ip->free_slots = s->next;
+		ip->nfree--;
+		memset(s, 0, sizeof(*s));
+	} else {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+	}
 	s->hash = h;
 	s->next = ip->buckets[h & (ip->nbuckets - 1)];
 	ip->buckets[h & (ip->nbuckets - 1)] = s;
@@ -118,7 +119,13 @@ static void ip_slot_drop_if_empty(struct ip_state *ip, struct ip_slot *s)
 		if (*p == s) {
 			*p = s->next;
 			ip->nslots--;
-			free(s);
+			if (ip->nfree < IP_FREE_SLOTS) {
+				s->next = ip->free_slots;
+				ip->free_slots = s;
+				ip->nfree++;
+			} else {
+				free(s);
+			}
 			return;
 		}
 	}
@@ -348,7 +355,8 @@ static void fail_all(struct ip_state *ip, tpu_status status)
 static int ip_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
 {
 	struct ip_state *ip = rdv->impl_state;
-	struct tpu__op probe = { .key = (uint8_t *)key, .key_len = key_len };
+	struct tpu__op probe = { .key = (uint8_t *)key, .key_len = key_len,
+				 .key_hash = tpu__rdv_key_hash(key, key_len) };
 	struct ip_slot *s;
 	int n = -ENOENT;
 
@@ -429,6 +437,12 @@ static void ip_destroy(struct tpu_rendezvous *rdv)
 	/* Cancelled timers still call back into this state. */
 	tpu__ctx_wait(ip->ctx, ip_timers_done, ip);
 	pthread_mutex_destroy(&ip->lock);
+	while (ip->free_slots) {
+		struct ip_slot *s = ip->free_slots;
+
+		ip->free_slots = s->next;
+		free(s);
+	}
 	free(ip->buckets);
 	free(ip);
 	rdv->impl_state = NULL;

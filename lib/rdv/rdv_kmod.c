@@ -582,7 +582,7 @@ static void km_block(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadli
  * Before blocking, poll for the waiter's own work for a while, as the
  * context thread polls a pipe's shared memory: a peer that answers within
  * it costs no wake-up on either side (each costs tens of microseconds on
- * a virtual CPU).  Not on oversubscribed cores (tpu__spin_contended).
+ * a virtual CPU).  Not while this thread backs off (tpu__spin_contended).
  * True when kicked (the word may be posted).
  */
 static bool km_spin(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns)

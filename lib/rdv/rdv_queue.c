@@ -14,8 +14,18 @@
 #include "rdv_queue.h"
 
 #define KEYQ_MIN_BUCKETS 64
+/*
+ * Free lists: at most this many finished ops and emptied key FIFOs are
+ * kept per rendezvous (about 26 KiB of ops with their 64-byte key buffers
+ * and 8 KiB of FIFOs at most), so that a steady stream of operations
+ * allocates nothing while a burst gives the rest of its memory back.
+ */
+#define OP_FREE_MAX	64
+#define KEYQ_FREE_MAX	64
+/* A key buffer is at least this long, so that most keys fit a reused one. */
+#define KEY_CAP_MIN	64
 
-static uint64_t key_hash(const uint8_t *key, size_t len)
+uint64_t tpu__rdv_key_hash(const uint8_t *key, size_t len)
 {
 	uint64_t h = 0xcbf29ce484222325ull;	/* FNV-1a */
 	size_t i;
@@ -48,10 +58,46 @@ static void keyq_grow(struct tpu_rendezvous *rdv)
 	rdv->nbuckets = n;
 }
 
+/* A FIFO for a key of @key_len bytes: a free one that fits, else a new one. */
+static struct tpu__keyq *keyq_get(struct tpu_rendezvous *rdv, size_t key_len)
+{
+	struct tpu__keyq *kq = rdv->keyq_free;
+	size_t cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
+
+	if (kq && kq->key_cap >= key_len) {
+		rdv->keyq_free = kq->next;
+		rdv->keyq_nfree--;
+		cap = kq->key_cap;
+		memset(kq, 0, sizeof(*kq));
+	} else {
+		kq = calloc(1, sizeof(*kq) + cap);
+		if (!kq)
+			return NULL;
+	}
+	kq->key_cap = cap;
+	return kq;
+}
+
+static void keyq_put(struct tpu_rendezvous *rdv, struct tpu__keyq *kq)
+{
+	if (rdv->keyq_nfree >= KEYQ_FREE_MAX) {
+		free(kq);
+		return;
+	}
+	kq->next = rdv->keyq_free;
+	rdv->keyq_free = kq;
+	rdv->keyq_nfree++;
+}
+
 struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len,
 				 bool create)
 {
-	uint64_t h = key_hash(key, key_len);
+	return tpu__keyq_find_hashed(rdv, key, key_len, tpu__rdv_key_hash(key, key_len), create);
+}
+
+struct tpu__keyq *tpu__keyq_find_hashed(struct tpu_rendezvous *rdv, const uint8_t *key,
+					size_t key_len, uint64_t h, bool create)
+{
 	struct tpu__keyq *kq;
 
 	if (rdv->nbuckets) {
@@ -66,7 +112,7 @@ struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key,
 		keyq_grow(rdv);
 	if (!rdv->nbuckets)
 		return NULL;
-	kq = calloc(1, sizeof(*kq) + key_len);
+	kq = keyq_get(rdv, key_len);
 	if (!kq)
 		return NULL;
 	kq->hash = h;
@@ -105,7 +151,7 @@ static void keyq_release_if_empty(struct tpu_rendezvous *rdv, struct tpu__keyq *
 		if (*p == kq) {
 			*p = kq->next;
 			rdv->nkeys--;
-			free(kq);
+			keyq_put(rdv, kq);
 			return;
 		}
 	}
@@ -199,6 +245,40 @@ void tpu__op_free(struct tpu__op *op)
 	free(op);
 }
 
+struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len)
+{
+	struct tpu__op *op = rdv->op_free;
+	size_t cap;
+
+	if (op && op->key_cap >= key_len) {
+		rdv->op_free = op->key_next;
+		rdv->op_nfree--;
+		return op;
+	}
+	cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
+	op = malloc(sizeof(*op));
+	if (!op)
+		return NULL;
+	op->key = malloc(cap);
+	if (!op->key) {
+		free(op);
+		return NULL;
+	}
+	op->key_cap = cap;
+	return op;
+}
+
+void tpu__op_recycle(struct tpu_rendezvous *rdv, struct tpu__op *op)
+{
+	if (rdv->op_nfree >= OP_FREE_MAX) {
+		tpu__op_free(op);
+		return;
+	}
+	op->key_next = rdv->op_free;
+	rdv->op_free = op;
+	rdv->op_nfree++;
+}
+
 void tpu__keyq_free_all(struct tpu_rendezvous *rdv)
 {
 	size_t i;
@@ -215,6 +295,20 @@ void tpu__keyq_free_all(struct tpu_rendezvous *rdv)
 	rdv->buckets = NULL;
 	rdv->nbuckets = 0;
 	rdv->nkeys = 0;
+	while (rdv->keyq_free) {
+		struct tpu__keyq *kq = rdv->keyq_free;
+
+		rdv->keyq_free = kq->next;
+		free(kq);
+	}
+	rdv->keyq_nfree = 0;
+	while (rdv->op_free) {
+		struct tpu__op *op = rdv->op_free;
+
+		rdv->op_free = op->key_next;
+		tpu__op_free(op);
+	}
+	rdv->op_nfree = 0;
 }
 
 void tpu__rdv_free(struct tpu_rendezvous *rdv)
@@ -322,7 +416,7 @@ static void finish_here(struct tpu__op *op)
 	op->key_next = NULL;
 	keyq_release_if_empty(rdv, kq);
 	call_back(op);
-	tpu__op_free(op);
+	tpu__op_recycle(rdv, op);
 	rdv->live--;
 }
 
@@ -462,8 +556,8 @@ void tpu__rdv_op_done(struct tpu__op *op)
 
 		ready = o->key_next;
 		call_back(o);
-		tpu__op_free(o);
 		pthread_mutex_lock(&rdv->lock);
+		tpu__op_recycle(rdv, o);
 		rdv->live--;
 		rdv->in_callback--;
 		last = rdv->ops == NULL && rdv->in_callback == 0;

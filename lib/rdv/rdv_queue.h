@@ -17,7 +17,8 @@ struct tpu__fifo {
 };
 
 struct tpu__keyq {
-	struct tpu__keyq *next;		/* hash chain */
+	struct tpu__keyq *next;		/* hash chain, or the free list */
+	size_t key_cap;			/* room for a key of this many bytes */
 	uint64_t hash;
 	struct tpu__fifo sends;
 	struct tpu__fifo recvs;
@@ -28,6 +29,9 @@ struct tpu__keyq {
 /* The FIFO of @key, created if @create; NULL if absent or out of memory. */
 struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len,
 				 bool create);
+/* tpu__keyq_find() for a key whose tpu__rdv_key_hash() is @hash. */
+struct tpu__keyq *tpu__keyq_find_hashed(struct tpu_rendezvous *rdv, const uint8_t *key,
+					size_t key_len, uint64_t hash, bool create);
 /* Append @op (its keyq set) to the FIFO of its kind. */
 void tpu__keyq_append(struct tpu__keyq *kq, struct tpu__op *op);
 /* Take back an op that could not start; frees the keyq when it empties. */
@@ -46,7 +50,16 @@ void tpu__keyq_log_pending(struct tpu_rendezvous *rdv, const char *why);
 /* Free the hash table (all FIFOs empty). */
 void tpu__keyq_free_all(struct tpu_rendezvous *rdv);
 
+/* Free an op outright (its key buffer too). */
 void tpu__op_free(struct tpu__op *op);
+/*
+ * With rdv->lock held: an op whose key buffer holds @key_len bytes, from
+ * the free list when one fits (its other fields are stale: the caller sets
+ * them all), else a new one; NULL without memory.  tpu__op_recycle() puts
+ * a finished op back (or frees it when the list is full).
+ */
+struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len);
+void tpu__op_recycle(struct tpu_rendezvous *rdv, struct tpu__op *op);
 
 /* Choose and start the implementation of a new or joined rendezvous (rdv_select.c). */
 tpu_status tpu__rdv_select(struct tpu_rendezvous *rdv, enum tpu_rdv_impl impl);

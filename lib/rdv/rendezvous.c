@@ -229,29 +229,42 @@ static tpu_status check_tensor(const struct tpu_tensor *t)
 	return 0;
 }
 
-static struct tpu__op *op_new(struct tpu_rendezvous *rdv, enum tpu__op_kind kind,
-			      const void *key, size_t key_len)
+/*
+ * Take an op of the rendezvous (the free list's, in steady state) for
+ * @want, with a copy of its key; with rdv->lock held.  NULL without memory.
+ */
+static struct tpu__op *op_take(struct tpu_rendezvous *rdv, const struct tpu__op *want,
+			       const void *key, size_t key_len, uint64_t hash)
 {
-	struct tpu__op *op = calloc(1, sizeof(*op));
+	struct tpu__op *op = tpu__op_get(rdv, key_len);
+	uint8_t *buf;
+	size_t cap;
 
 	if (!op)
 		return NULL;
-	op->key = malloc(key_len);
-	if (!op->key) {
-		free(op);
-		return NULL;
-	}
+	buf = op->key;
+	cap = op->key_cap;
+	*op = *want;
+	op->key = buf;
+	op->key_cap = cap;
 	memcpy(op->key, key, key_len);
 	op->key_len = key_len;
+	op->key_hash = hash;
 	op->rdv = rdv;
-	op->kind = kind;
 	return op;
 }
 
-/* Queue @op behind its key and start it unless an older RECV is still out. */
-static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
+/*
+ * Issue what @want describes (its kind, tensor, callback and flags; the
+ * rest zero) on @key: queue it behind its key and start it unless an older
+ * RECV is still out.
+ */
+static tpu_status op_issue(struct tpu_rendezvous *rdv, const struct tpu__op *want,
+			   const void *key, size_t key_len)
 {
 	const struct tpu__rdv_ops *ops = NULL;
+	uint64_t hash = tpu__rdv_key_hash(key, key_len);
+	struct tpu__op *op = NULL;
 	tpu_status st = 0;
 
 	atomic_fetch_add(&rdv->users, 1);
@@ -260,8 +273,10 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		st = TPU_E_CLOSED;
 		goto out;
 	}
-	op->keyq = tpu__keyq_find(rdv, op->key, op->key_len, true);
-	if (!op->keyq) {
+	op = op_take(rdv, want, key, key_len, hash);
+	if (op)
+		op->keyq = tpu__keyq_find_hashed(rdv, op->key, key_len, hash, true);
+	if (!op || !op->keyq) {
 		st = -ENOMEM;
 		goto out;
 	}
@@ -280,9 +295,9 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		ops = rdv->ops;
 	}
 out:
+	if (st && op)
+		tpu__op_recycle(rdv, op);
 	pthread_mutex_unlock(&rdv->lock);
-	if (st)
-		tpu__op_free(op);
 	if (ops && ops->issued)
 		ops->issued(rdv);
 	atomic_fetch_sub(&rdv->users, 1);
@@ -293,7 +308,7 @@ static tpu_status send_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 			     const struct tpu_tensor *tensor, unsigned int flags,
 			     tpu_send_cb done, void *arg, bool direct)
 {
-	struct tpu__op *op;
+	struct tpu__op op;
 	tpu_status st;
 
 	if (flags & ~TPU_SEND_GIVE)
@@ -307,16 +322,16 @@ static tpu_status send_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 	if ((flags & TPU_SEND_GIVE) &&
 	    (!tensor->buffer || tensor->data != tensor->buffer->data))
 		return -EINVAL;
-	op = op_new(rdv, TPU__OP_SEND, key, key_len);
-	if (!op)
-		return -ENOMEM;
-	op->flags = flags;
-	op->tensor = *tensor;
-	op->cb.send = done;
-	op->cb_arg = arg;
-	/* Without a callback there is nothing to call: any thread may finish it. */
-	op->direct = direct || !done;
-	return op_issue(rdv, op);
+	op = (struct tpu__op){
+		.kind = TPU__OP_SEND,
+		.flags = flags,
+		.tensor = *tensor,
+		.cb.send = done,
+		.cb_arg = arg,
+		/* Without a callback there is nothing to call: any thread may finish it. */
+		.direct = direct || !done,
+	};
+	return op_issue(rdv, &op, key, key_len);
 }
 
 TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
@@ -333,7 +348,7 @@ static tpu_status recv_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 			     const struct tpu_tensor *dst, uint64_t timeout_ns,
 			     tpu_recv_cb done, void *arg, bool direct)
 {
-	struct tpu__op *op;
+	struct tpu__op op;
 	tpu_status st;
 
 	if (!done)
@@ -343,15 +358,15 @@ static tpu_status recv_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 		st = check_tensor(dst);
 	if (st)
 		return st;
-	op = op_new(rdv, TPU__OP_RECV, key, key_len);
-	if (!op)
-		return -ENOMEM;
-	op->tensor = *dst;
-	op->timeout_ns = timeout_ns;
-	op->cb.recv = done;
-	op->cb_arg = arg;
-	op->direct = direct;
-	return op_issue(rdv, op);
+	op = (struct tpu__op){
+		.kind = TPU__OP_RECV,
+		.tensor = *dst,
+		.timeout_ns = timeout_ns,
+		.cb.recv = done,
+		.cb_arg = arg,
+		.direct = direct,
+	};
+	return op_issue(rdv, &op, key, key_len);
 }
 
 TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
@@ -369,7 +384,7 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
 					      size_t key_len, size_t max_len, uint64_t timeout_ns,
 					      tpu_recv_buffer_cb done, void *arg)
 {
-	struct tpu__op *op;
+	struct tpu__op op;
 	tpu_status st;
 
 	RDV_CHECK(rdv);
@@ -378,14 +393,14 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
 	st = check_key(key, key_len);
 	if (st)
 		return st;
-	op = op_new(rdv, TPU__OP_RECV_BUFFER, key, key_len);
-	if (!op)
-		return -ENOMEM;
-	op->tensor.len = max_len;
-	op->timeout_ns = timeout_ns;
-	op->cb.recv_buffer = done;
-	op->cb_arg = arg;
-	return op_issue(rdv, op);
+	op = (struct tpu__op){
+		.kind = TPU__OP_RECV_BUFFER,
+		.tensor.len = max_len,
+		.timeout_ns = timeout_ns,
+		.cb.recv_buffer = done,
+		.cb_arg = arg,
+	};
+	return op_issue(rdv, &op, key, key_len);
 }
 
 TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void *key,

@@ -189,7 +189,7 @@ static void r_issued(struct tpu_rendezvous *rdv)
 	if (!atomic_load(&st->hooks_off) && tpu__ctx_lendable(st->pctx) &&
 	    tpu__ctx_lend_begin(st->pctx)) {
 		tpu__ctx_lend_work(st->pctx);
-		/* Back soon in a wait, unless the machine is too busy to spin. */
+		/* Back soon in a wait, unless this thread backs off from spinning. */
 		tpu__ctx_lend_end(st->pctx, !tpu__spin_contended(tpu__mono_ns()));
 	} else {
 		tpu__ctx_kick(st->pctx);
@@ -243,7 +243,7 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	}
 	/*
-	 * On a busy machine the wait will not spin: lending would only cost,
+	 * While this thread backs off the wait will not spin: lending would only cost,
 	 * and pctx's thread must be ready to take what comes.
 	 */
 	if (phase == TPU__WW_SPIN_BEGIN && tpu__spin_contended(tpu__mono_ns())) {

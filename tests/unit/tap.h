@@ -16,6 +16,11 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int tap_finish(void);
 /* The descriptors this process has open (-1 if /proc says nothing), for leak checks. */
 int count_fds(void);
+/*
+ * Heap allocations (malloc, calloc, realloc) made so far by the library and
+ * the tests, every thread of this process (alloc_count.c).
+ */
+unsigned long allocs_counted(void);
 /* The far end hung up on socket @fd (EOF or a reset), without waiting. */
 bool hung_up(int fd);
 
@@ -44,6 +49,9 @@ void test_version(void);
 void test_abi(void);
 void test_device_name(void);
 void test_key(void);
+void test_spin_policy(void);
+void test_spin_knob(void);
+void test_rdv_alloc(void);
 void test_endpoint_args(void);
 void test_fdpass(void);
 void test_pipe_wire(void);

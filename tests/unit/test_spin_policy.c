@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The waiters' spin policy (lib/base/spin_policy.c): decided from this
+ * process's own threads.  A busy unrelated process, another thread's
+ * preemption or another thread's slow hand-offs must not stop a waiter
+ * from spinning, and a thread that backs off does so for a bounded time.
+ *
+ * Whether a wait spins is seen through an agent whose poll posts the word:
+ * the poll runs only while the waiter spins, so a waiter that sleeps at
+ * once is not posted and times out.  Each probe runs in a new thread, whose
+ * spin state is fresh.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "waitword.h"
+
+#define PROBE_DEADLINE_NS	20000000ull	/* a waiter that sleeps gives up after this */
+#define PROBE_TRIES		10		/* a preempted probe tries again */
+#define BACKOFF_MAX_NS		50000000ull	/* TPU_SPIN_BACKOFF_US's default */
+
+static void post_in_poll(void *arg, enum tpu__ww_phase phase)
+{
+	if (phase == TPU__WW_SPIN_POLL)
+		tpu__waitword_post(arg);
+}
+
+/* Whether a wait of this thread spins: its poll posts it before the deadline. */
+static bool wait_spins(void)
+{
+	for (int i = 0; i < PROBE_TRIES; i++) {
+		struct tpu__waitword w = TPU__WAITWORD_INIT;
+		struct tpu__ww_agent agent = { .poll = post_in_poll, .arg = &w };
+
+		if (tpu__waitword_wait_with(&w, tpu__deadline_ns(PROBE_DEADLINE_NS), &agent))
+			return true;
+	}
+	return false;
+}
+
+static void *probe_thread(void *arg)
+{
+	*(bool *)arg = wait_spins();
+	return NULL;
+}
+
+/* wait_spins() in a new thread. */
+static bool fresh_thread_spins(void)
+{
+	pthread_t t;
+	bool spun = false;
+
+	if (pthread_create(&t, NULL, probe_thread, &spun))
+		return false;
+	pthread_join(t, NULL);
+	return spun;
+}
+
+static unsigned int cores(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
+}
+
+/*
+ * More runnable threads on the machine than cores, none of this process,
+ * all on one core (the last we may use): the probe runs on another.
+ */
+static void busy_process_does_not_stop_spinning(void)
+{
+	unsigned int n = cores() + 1, i;
+	cpu_set_t set, last;
+	pid_t kids[64];
+	bool spun;
+	int cpu;
+
+	/* valgrind runs one thread at a time, and slowly: the probe sees itself preempted. */
+	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload")) {
+		CHECK(true, "spin_policy: busy processes elsewhere # SKIP under valgrind");
+		return;
+	}
+	CPU_ZERO(&last);
+	if (!sched_getaffinity(0, sizeof(set), &set)) {
+		for (cpu = CPU_SETSIZE - 1; cpu >= 0 && !CPU_ISSET(cpu, &set); cpu--)
+			;
+		if (cpu >= 0)
+			CPU_SET(cpu, &last);
+	}
+	for (i = 0; i < n && i < 64; i++) {
+		kids[i] = fork();
+		if (kids[i] == 0) {
+			sched_setaffinity(0, sizeof(last), &last);
+			if (nice(19) < 0) {}
+			for (;;)
+				;
+		}
+	}
+	usleep(20000);
+	spun = fresh_thread_spins();
+	for (i = 0; i < n && i < 64; i++) {
+		if (kids[i] > 0) {
+			kill(kids[i], SIGKILL);
+			waitpid(kids[i], NULL, 0);
+		}
+	}
+	CHECK(spun, "spin_policy: %u busy processes elsewhere do not stop a waiter spinning", n);
+}
+
+/*
+ * Each look below runs in a new thread, whose first look at its own run
+ * delay only records it: what is checked is the back-off alone, not the
+ * load of the machine that runs the test.  Times are made up (@now plus
+ * some), as the policy takes them from its caller.
+ */
+struct looks {
+	uint64_t now;
+	bool preempted_quiet;	/* the preempted thread, right after */
+	bool other_quiet;	/* another thread, at the same time */
+	bool one_short;		/* one preemption: free again 5 ms later */
+	bool many_long;		/* 30 preemptions: still quiet half the bound later */
+	bool many_bounded;	/* and free again after the bound */
+};
+
+static void *preempted_look(void *arg)
+{
+	struct looks *l = arg;
+
+	tpu__spin_preempted(l->now);
+	l->preempted_quiet = tpu__spin_contended(l->now + 1);
+	return NULL;
+}
+
+static void *other_look(void *arg)
+{
+	struct looks *l = arg;
+
+	l->other_quiet = tpu__spin_contended(l->now + 1);
+	return NULL;
+}
+
+static void *one_preemption(void *arg)
+{
+	struct looks *l = arg;
+
+	tpu__spin_preempted(l->now);
+	l->one_short = !tpu__spin_contended(l->now + 5000000ull);
+	return NULL;
+}
+
+static void *many_preemptions(void *arg)
+{
+	struct looks *l = arg;
+
+	for (int i = 0; i < 30; i++)
+		tpu__spin_preempted(l->now);
+	l->many_bounded = !tpu__spin_contended(l->now + BACKOFF_MAX_NS + 1);
+	l->many_long = tpu__spin_contended(l->now + BACKOFF_MAX_NS / 2);
+	return NULL;
+}
+
+static bool in_thread(void *(*fn)(void *), struct looks *l)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, fn, l))
+		return false;
+	pthread_join(t, NULL);
+	return true;
+}
+
+/* One thread's preemption quiets that thread alone, for a short while. */
+static void preemption_backs_off_one_thread(void)
+{
+	struct looks l = { .now = tpu__mono_ns() };
+
+	if (!in_thread(preempted_look, &l) || !in_thread(other_look, &l) ||
+	    !in_thread(one_preemption, &l) || !in_thread(many_preemptions, &l)) {
+		CHECK(false, "spin_policy: pthread_create");
+		return;
+	}
+	CHECK(l.preempted_quiet, "spin_policy: a preempted thread stops spinning");
+	CHECK(!l.other_quiet,
+	      "spin_policy: another thread's preemption does not stop this one spinning");
+	CHECK(fresh_thread_spins(), "spin_policy: and a new waiter spins right after it");
+	CHECK(l.one_short, "spin_policy: one preemption quiets its thread for less than 5 ms");
+	CHECK(l.many_long && l.many_bounded,
+	      "spin_policy: repeated preemptions quiet it longer, at most TPU_SPIN_BACKOFF_US");
+}
+
+struct late {
+	struct tpu__waitword *w;
+	unsigned int delay_us;
+};
+
+static void *post_late(void *arg)
+{
+	struct late *l = arg;
+
+	usleep(l->delay_us);
+	tpu__waitword_post(l->w);
+	return NULL;
+}
+
+/* Hand-offs of this thread posted long after it began waiting. */
+static void *slow_waiter(void *arg)
+{
+	for (int i = 0; i < 8; i++) {
+		struct tpu__waitword w = TPU__WAITWORD_INIT;
+		struct late l = { &w, 2000 };
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, post_late, &l))
+			break;
+		tpu__waitword_wait(&w, 0);
+		pthread_join(t, NULL);
+	}
+	/* Its own back-off is bounded: after the longest, it spins again. */
+	usleep((useconds_t)(BACKOFF_MAX_NS / 1000 + 10000));
+	*(bool *)arg = wait_spins();
+	return NULL;
+}
+
+static void slow_handoffs_back_off_one_waiter(void)
+{
+	bool later = false;
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, slow_waiter, &later)) {
+		CHECK(false, "spin_policy: pthread_create");
+		return;
+	}
+	pthread_join(t, NULL);
+	CHECK(fresh_thread_spins(),
+	      "spin_policy: another thread's slow hand-offs do not stop a waiter spinning");
+	CHECK(later, "spin_policy: a waiter whose hand-offs slept spins again after its back-off");
+}
+
+struct core_wait {
+	bool quiet;		/* tpu__spin_contended() said so at some point */
+};
+
+static void *shares_a_core(void *arg)
+{
+	struct core_wait *c = arg;
+	uint64_t end = tpu__mono_ns() + 200000000ull;
+
+	/* Two busy threads on one core: each waits for it about half the time. */
+	while (!c->quiet && tpu__mono_ns() < end)
+		c->quiet = tpu__spin_contended(tpu__mono_ns());
+	return NULL;
+}
+
+/* A thread kept waiting for its core backs off. */
+static void waiting_for_a_core_backs_off(void)
+{
+	struct core_wait c = { 0 };
+	pthread_attr_t attr;
+	pthread_t t;
+	cpu_set_t one;
+	pid_t kid;
+
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	if (sched_getaffinity(0, sizeof(one), &one) || !CPU_ISSET(0, &one)) {
+		CHECK(true, "spin_policy: core wait # SKIP cpu 0 not usable");
+		return;
+	}
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	kid = fork();
+	if (kid == 0) {
+		sched_setaffinity(0, sizeof(one), &one);
+		for (;;)
+			;
+	}
+	pthread_attr_init(&attr);
+	pthread_attr_setaffinity_np(&attr, sizeof(one), &one);
+	if (kid < 0 || pthread_create(&t, &attr, shares_a_core, &c)) {
+		CHECK(false, "spin_policy: fork, pthread_create");
+	} else {
+		pthread_join(t, NULL);
+		CHECK(c.quiet, "spin_policy: a thread that waits for its core stops spinning");
+	}
+	pthread_attr_destroy(&attr);
+	if (kid > 0) {
+		kill(kid, SIGKILL);
+		waitpid(kid, NULL, 0);
+	}
+}
+
+/*
+ * The list "spin_knob", run only by knob_bounds_back_off() in a fresh
+ * process with TPU_SPIN_BACKOFF_US set (the knob is read once per process):
+ * repeated preemptions quiet the thread for at most what SPIN_KNOB_WANT_US
+ * says, and for about that long.
+ */
+void test_spin_knob(void)
+{
+	const char *want = getenv("SPIN_KNOB_WANT_US");
+	uint64_t now = tpu__mono_ns(), max;
+
+	if (!want || !getenv("TPU_SPIN_BACKOFF_US")) {
+		CHECK(true, "spin_knob # SKIP run by the spin_policy list");
+		return;
+	}
+	max = strtoull(want, NULL, 10) * 1000u;
+	for (int i = 0; i < 30; i++)
+		tpu__spin_preempted(now);
+	if (!max)
+		CHECK(!tpu__spin_contended(now + 1), "spin_knob: no back-off at all");
+	else
+		CHECK(tpu__spin_contended(now + max - max / 10) && !tpu__spin_contended(now + max + 1),
+		      "spin_knob: the longest back-off is %s us", want);
+}
+
+/* This binary again, list spin_knob, with TPU_SPIN_BACKOFF_US=@value: its exit status. */
+static int run_knob(const char *value, const char *want_us)
+{
+	char self[4096];
+	/* Its path, not /proc/self/exe: under valgrind that names valgrind. */
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	pid_t pid;
+	int ws;
+
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	pid = fork();
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		/* Its TAP lines would mix with ours. */
+		if (null >= 0) {
+			dup2(null, STDOUT_FILENO);
+			dup2(null, STDERR_FILENO);
+		}
+		setenv("UNIT_ONLY", "spin_knob", 1);
+		setenv("TPU_SPIN_BACKOFF_US", value, 1);
+		setenv("SPIN_KNOB_WANT_US", want_us, 1);
+		execl(self, "unit_tests", (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws))
+		return -1;
+	return WEXITSTATUS(ws);
+}
+
+static void knob_bounds_back_off(void)
+{
+	CHECK(run_knob("3000", "3000") == 0,
+	      "spin_policy: TPU_SPIN_BACKOFF_US=3000 bounds the back-off at 3 ms");
+	CHECK(run_knob("0", "0") == 0, "spin_policy: TPU_SPIN_BACKOFF_US=0 turns it off");
+	CHECK(run_knob("soon", "50000") == 0,
+	      "spin_policy: a TPU_SPIN_BACKOFF_US that is no number leaves the default, 50 ms");
+}
+
+/* While every core but one has a spinner of this process, no waiter spins. */
+static void spinners_leave_a_core(void)
+{
+	unsigned int n = cores() - 1, held = 0;
+	bool spun_full, spun_after;
+
+	while (held < n && tpu__spin_enter())
+		held++;
+	spun_full = fresh_thread_spins();
+	while (held) {
+		tpu__spin_leave();
+		held--;
+	}
+	spun_after = fresh_thread_spins();
+	CHECK(!spun_full && spun_after,
+	      "spin_policy: with %u spinners on %u cores no other waiter spins, and then it does",
+	      n, n + 1);
+}
+
+void test_spin_policy(void)
+{
+	if (cores() < 2) {
+		CHECK(true, "spin_policy # SKIP one core: nothing spins");
+		return;
+	}
+	busy_process_does_not_stop_spinning();
+	preemption_backs_off_one_thread();
+	slow_handoffs_back_off_one_waiter();
+	waiting_for_a_core_backs_off();
+	knob_bounds_back_off();
+	spinners_leave_a_core();
+}
