@@ -140,6 +140,17 @@ def _ops(rank, n, init):
     for q in reqs:
         q.wait()
     assert torch.equal(rb, _inp(prv) * 5)
+    # recv from any source: rank 0 hears from each other rank once, in any order.
+    if rank == 0:
+        got = set()
+        for _ in ranks[1:]:
+            t = torch.empty(4, dtype=torch.int32)
+            src = dist.recv(t, tag=3)
+            assert torch.equal(t, torch.full((4,), src * 11, dtype=torch.int32)), (src, t)
+            got.add(src)
+        assert got == set(ranks[1:])
+    else:
+        dist.send(torch.full((4,), rank * 11, dtype=torch.int32), 0, tag=3)
     # async everywhere: futures and wait
     t = torch.ones(6)
     work = dist.all_reduce(t, async_op=True)
