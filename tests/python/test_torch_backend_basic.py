@@ -158,6 +158,24 @@ def _ops(rank, n, init):
         assert got == set(ranks[1:])
     else:
         dist.send(torch.full((4,), rank * 11, dtype=torch.int32), 0, tag=3)
+    # Any source while every peer's message is already there: one wins, and
+    # each other peer's (taken off the wire by the race, or left there by the
+    # cancel) is what a named receive from that peer then gets.
+    if rank == 0:
+        dist.barrier()
+        time.sleep(0.3)
+        t = torch.empty(2)
+        src = dist.recv(t, tag=5)
+        assert torch.equal(t, torch.full((2,), float(src)))
+        for p in ranks[1:]:
+            if p != src:
+                u = torch.empty(2)
+                dist.recv(u, p, tag=5)
+                assert torch.equal(u, torch.full((2,), float(p))), (p, u)
+    else:
+        w5 = dist.isend(torch.full((2,), float(rank)), 0, tag=5)
+        dist.barrier()
+        w5.wait()
     # async everywhere: futures and wait
     t = torch.ones(6)
     work = dist.all_reduce(t, async_op=True)
