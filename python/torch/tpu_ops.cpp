@@ -468,10 +468,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptions&) {
+  // A one-byte all-reduce, in order with the other collectives (the small
+  // all-reduce path: one exchange).
   return enqueue(c10d::OpType::BARRIER, {}, [this]() {
-    uint8_t in = 1, out = 0;
-    runColl("barrier", TPU_COLL_REDUCTION, TPU_DT_UINT8, 1, TPU_OP_MAX, TPU_FINAL_NONE, false,
-            &in, &out);
+    at::Tensor b = at::ones({1}, at::kByte);
+    allreduceFlat(this, b, c10d::ReduceOp::MAX, "barrier");
   });
 }
 
