@@ -5,6 +5,8 @@
 #   make              module (kmod/tensorpipe.ko), library, tools, selftests
 #   make python       the Python bindings (python/, import tpu_user) into build/python:
 #                     PYTHONPATH=build/python $(PYTHON) -c 'import tpu_user'
+#   make torch       the torch.distributed backend "tpu" (python/torch/; part of
+#                     make python; skipped, with the reason, without libtorch-dev)
 #   make check-python the Python tests (pytest; NumPy, PyTorch when installed)
 #   make check        host unit tests, then the selftests in a QEMU VM;
 #                     ends with one line "N passed, N failed[, N skipped]"
@@ -108,6 +110,12 @@ export PYTHON
 python: lib
 	cd python && $(PYTHON) setup.py -q build --build-base ../build/python/tmp \
 		--build-lib ../build/python
+	@$(MAKE) --no-print-directory torch PYTHON=$(PYTHON)
+
+# The torch.distributed backend "tpu" (python/torch/, C++); says why when skipped.
+.PHONY: torch
+torch: lib
+	@$(MAKE) --no-print-directory -C python/torch PYTHON=$(PYTHON) OUT=$(CURDIR)/build/python
 
 check-python: python
 	@tests/python/run.sh

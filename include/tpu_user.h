@@ -1460,6 +1460,56 @@ struct tpu_world_options {
 TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
 				    struct tpu_world **out);
 /**
+ * struct tpu_world_store - a key-value store every rank already shares,
+ * given as callbacks (for instance the c10d::Store torch hands a backend).
+ * @arg:	passed to each callback.
+ * @set:	store @len bytes of @val under @key (replacing any value).
+ * @get:	wait up to @timeout_ms (0: do not wait) for @key; copy up to
+ *		@size bytes of its value to @buf and its full length to *@len.
+ *		Returns 0, -ETIMEDOUT (not set by then) or -EMSGSIZE (did not
+ *		fit), or an error of the store.
+ * @add:	add @delta to the integer under @key (0 when absent), the new
+ *		value to *@total.
+ * @reserved:	zero (room for later callbacks; -EINVAL otherwise).
+ *
+ * The callbacks run on the thread that called into the world (never its
+ * context's thread) and may block; each returns 0 or a negative errno.
+ * Keys are short printable ASCII ("tpu/world/3"); a store shared by several
+ * worlds must give each its own key space (a prefix).
+ */
+struct tpu_world_store {
+	void *arg;
+	tpu_status (*set)(void *arg, const char *key, const void *val, size_t len);
+	tpu_status (*get)(void *arg, const char *key, void *buf, size_t size, size_t *len,
+			  uint32_t timeout_ms);
+	tpu_status (*add)(void *arg, const char *key, int64_t delta, int64_t *total);
+	uint64_t reserved[4];
+};
+
+/**
+ * tpu_world_create_with_store - form the world through the caller's store.
+ * @opts:	as tpu_world_create(), but @opts->info is required (its @rank
+ *		and @size; the store fields are ignored); @opts->listen_urls
+ *		NULL means loopback tcp and shm, so ranks on other hosts need
+ *		URLs on an address they reach.
+ * @store:	the callbacks, copied; @store->arg must outlive the world.
+ *
+ * As tpu_world_create() with no store of the library's own: no port, no
+ * variable.  The ranks check their size and claim their rank, publish and
+ * read their URLs, decide who dials each pipe and meet in
+ * tpu_world_barrier() through @store.  The secret of @ctx (if any) guards
+ * every pipe; @store is the channel the caller trusts to hand it out.
+ * tpu_world_destroy() does not wait for the other ranks (the store is
+ * the caller's, nobody has to keep it up).
+ * Errors: -EINVAL (@store or @opts->info missing, a callback NULL,
+ * reserved not zero) and those of tpu_world_create() (-EPROTO: a value
+ * in the store that is not the world's).
+ */
+TPU_API tpu_status tpu_world_create_with_store(struct tpu_context *ctx,
+					       const struct tpu_world_options *opts,
+					       const struct tpu_world_store *store,
+					       struct tpu_world **out);
+/**
  * tpu_world_destroy - leave the world (NULL is ignored).
  *
  * Waits (at most the world's timeout) until every rank called it, so that

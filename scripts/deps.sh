@@ -35,6 +35,7 @@ packages=(
 	libdlpack-dev			# DLPack's header, for tensors in and out of them
 	python3-pytest python3-numpy	# their tests (make check-python)
 	python3-torch			# and PyTorch, for the torch tests, examples and benchmark
+	libtorch-dev pybind11-dev	# the torch.distributed backend "tpu" (python/torch/)
 	dkms dh-dkms debhelper		# DKMS and the Debian packages (make deb,
 	dpkg-dev fakeroot lintian man-db	# make check-packaging), their lint, man pages
 )

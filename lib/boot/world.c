@@ -86,7 +86,8 @@ static tpu_status listen_here(struct tpu_world *w, char *url, size_t size, char 
 	char ip[INET6_ADDRSTRLEN];
 
 	*url = *shm = '\0';
-	if (w->info.size == 1 || w->info.local_size == w->info.size)
+	/* A caller's store has no socket to learn this host's address from. */
+	if (w->ext_store || w->info.size == 1 || w->info.local_size == w->info.size)
 		return 0;
 	if (getsockname(tpu__store_client_fd(w->store), (struct sockaddr *)&ss, &sl))
 		return tpu__errno();
@@ -251,7 +252,7 @@ static tpu_status exchange(struct tpu_world *w, uint64_t deadline)
 	snprintf(w->pipe_url[me], WORLD_URL_MAX, "%s", pfar);
 	snprintf(key, sizeof(key), "tpu/world/%d", me);
 	len = (size_t)snprintf(val, sizeof(val), "%s %s %s %s %s", w->host, far, near, pfar, pnear);
-	st = tpu__store_set(w->store, key, val, len);
+	st = tpu__world_store_set(w, key, val, len);
 	for (int r = 0; !st && r < w->info.size; r++) {
 		char *f[5];
 
@@ -288,10 +289,11 @@ static bool job_ok(const char *job)
 	return true;
 }
 
-static tpu_status info_ok(const struct tpu_world_info *i)
+/* @store: the library's store is used, so its address must be there. */
+static tpu_status info_ok(const struct tpu_world_info *i, bool store)
 {
 	return i->size >= 1 && i->size <= TPU_WORLD_MAX && i->rank >= 0 && i->rank < i->size &&
-	       i->store_port && i->store_host[0] &&
+	       (!store || (i->store_port && i->store_host[0])) &&
 	       memchr(i->store_host, '\0', sizeof(i->store_host)) ? 0 : -EINVAL;
 }
 
@@ -317,8 +319,8 @@ static void teardown(struct tpu_world *w)
 	tpu__world_unref(w);
 }
 
-TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
-				    struct tpu_world **out)
+static tpu_status form(struct tpu_context *ctx, const struct tpu_world_options *opts,
+		       const struct tpu_world_store *ext, struct tpu_world **out)
 {
 	static const struct tpu_world_options none;
 	const struct tpu_world_options *o = opts ? opts : &none;
@@ -334,6 +336,9 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	if (!ctx || (o->nlisten && !o->listen_urls) || (o->job && !job_ok(o->job)) ||
 	    !tpu__reserved_zero(o->reserved))
 		return -EINVAL;
+	if (ext && (!o->info || !ext->set || !ext->get || !ext->add ||
+		    !tpu__reserved_zero(ext->reserved)))
+		return -EINVAL;
 	if (tpu__ctx_on_thread(ctx))
 		return -EDEADLK;
 	w = calloc(1, sizeof(*w));
@@ -343,6 +348,10 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 	w->fork_gen = tpu__fork_gen();
 	atomic_init(&w->refs, 1);
 	w->ctx = ctx;
+	if (ext) {
+		w->ext = *ext;
+		w->ext_store = true;
+	}
 	pthread_mutex_init(&w->lock, NULL);
 	pthread_mutex_init(&w->store_lock, NULL);
 	pthread_cond_init(&w->cond, NULL);
@@ -357,7 +366,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 		w->info.convention[sizeof(w->info.convention) - 1] = '\0';
 		w->info.store_from[sizeof(w->info.store_from) - 1] = '\0';
 		w->info.detail[sizeof(w->info.detail) - 1] = '\0';
-		st = info_ok(&w->info);
+		st = info_ok(&w->info, !ext);
 	} else {
 		st = tpu_world_info_from_env(&w->info);
 		if (st)
@@ -372,6 +381,8 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 		st = -ENOMEM;
 		goto fail;
 	}
+	if (ext)
+		goto joined;
 	/* The store and every pipe of the world prove the context's secret, if it has one. */
 	tpu__ctx_secret(ctx, &secret);
 	if (w->info.rank == 0)
@@ -400,7 +411,8 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 			" (is rank 0 started twice, or another job using this port?)" : "");
 		goto fail;
 	}
-	tpu__store_client_bound(w->store, deadline);
+	tpu__world_store_bound(w, deadline);
+joined:
 	st = tpu__world_join(w, deadline);
 	if (!st)
 		st = listen_all(w, o);
@@ -408,7 +420,7 @@ TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_wo
 		st = tpu__world_pipes_start(w);
 	if (!st)
 		st = exchange(w, deadline);
-	if (st == -ETIMEDOUT && tpu__store_client_fd(w->store) < 0)
+	if (st == -ETIMEDOUT && tpu__world_store_lost(w))
 		fprintf(stderr, "tpu: world: rank %d: the store at %s:%u did not answer within "
 			"%u ms\n", w->info.rank, w->info.store_host, w->info.store_port,
 			w->timeout_ms);
@@ -422,6 +434,25 @@ fail:
 	tpu__log_debug("world: forming failed: %s", tpu_strerror(st));
 	teardown(w);
 	return st;
+}
+
+TPU_API tpu_status tpu_world_create(struct tpu_context *ctx, const struct tpu_world_options *opts,
+				    struct tpu_world **out)
+{
+	return form(ctx, opts, NULL, out);
+}
+
+TPU_API tpu_status tpu_world_create_with_store(struct tpu_context *ctx,
+					       const struct tpu_world_options *opts,
+					       const struct tpu_world_store *store,
+					       struct tpu_world **out)
+{
+	if (!store) {
+		if (out)
+			*out = NULL;
+		return -EINVAL;
+	}
+	return form(ctx, opts, store, out);
 }
 
 TPU_API void tpu_world_destroy(struct tpu_world *w)
@@ -448,7 +479,8 @@ TPU_API void tpu_world_destroy(struct tpu_world *w)
 				       tpu_strerror(st));
 		return;
 	}
-	st = tpu_world_barrier(w);
+	/* Only the library's store needs rank 0 to stay until the others leave. */
+	st = w->ext_store ? 0 : tpu_world_barrier(w);
 	if (st)
 		tpu__log_debug("world: rank %d leaves without the others: %s", w->info.rank,
 			       tpu_strerror(st));
@@ -466,10 +498,10 @@ static tpu_status barrier(struct tpu_world *w)
 
 	snprintf(count, sizeof(count), "tpu/barrier/%u/count", w->barriers);
 	snprintf(go, sizeof(go), "tpu/barrier/%u/go", w->barriers++);
-	tpu__store_client_bound(w->store, deadline);
-	st = tpu__store_add(w->store, count, 1, &total);
+	tpu__world_store_bound(w, deadline);
+	st = tpu__world_store_add(w, count, 1, &total);
 	if (!st && total == (int64_t)w->info.size)
-		st = tpu__store_set(w->store, go, "1", 1);
+		st = tpu__world_store_set(w, go, "1", 1);
 	if (!st)
 		st = tpu__world_wait_key(w, go, NULL, 0, &len, deadline);
 	if (st == -EMSGSIZE)

@@ -42,6 +42,8 @@ struct tpu_world {
 	struct store_server *server;	/* rank 0 */
 	pthread_mutex_t store_lock;	/* one request at a time on the store socket */
 	struct store_client *store;
+	bool ext_store;			/* the caller's store (ext), not store/server */
+	struct tpu_world_store ext;
 	unsigned int barriers;		/* under store_lock */
 
 	struct tpu_rendezvous *rdv;
@@ -88,6 +90,19 @@ tpu_status tpu__world_broken(struct tpu_world *w);
 /* tpu__store_get() until @deadline, failing early if the world broke. */
 tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, size_t size,
 			       size_t *len, uint64_t deadline);
+
+/* world_store.c: the world's store, the library's or the caller's. */
+tpu_status tpu__world_store_set(struct tpu_world *w, const char *key, const void *val,
+				size_t len);
+/* Wait up to @timeout_ms for @key; -ETIMEDOUT, -EMSGSIZE (*@len the length). */
+tpu_status tpu__world_store_get(struct tpu_world *w, const char *key, void *buf, size_t size,
+				size_t *len, uint32_t timeout_ms);
+tpu_status tpu__world_store_add(struct tpu_world *w, const char *key, int64_t delta,
+				int64_t *total);
+/* Bound later requests to @deadline (the library's store only). */
+void tpu__world_store_bound(struct tpu_world *w, uint64_t deadline);
+/* The library's store connection closed (a reply that never came). */
+bool tpu__world_store_lost(const struct tpu_world *w);
 
 /* world_pipe.c */
 tpu_status tpu__world_pipes_start(struct tpu_world *w);

@@ -48,7 +48,7 @@ tpu_status tpu__world_break(struct tpu_world *w, tpu_status st, const char *fmt,
 	tpu__log_debug("world: rank %d breaks the world: %s", w->info.rank, text);
 	n = snprintf(val, sizeof(val), "%d %s", (int)st, text);
 	/* Best effort: the others still time out if this does not arrive. */
-	if (tpu__store_set(w->store, BROKEN_KEY, val, (size_t)n))
+	if (tpu__world_store_set(w, BROKEN_KEY, val, (size_t)n))
 		tpu__log_debug("world: could not tell the other ranks");
 	return st;
 }
@@ -65,7 +65,7 @@ tpu_status tpu__world_broken(struct tpu_world *w)
 	long code;
 	char *end;
 
-	st = tpu__store_get(w->store, BROKEN_KEY, val, sizeof(val) - 1, &len, 0);
+	st = tpu__world_store_get(w, BROKEN_KEY, val, sizeof(val) - 1, &len, 0);
 	if (st == -ETIMEDOUT)
 		return 0;		/* not set */
 	if (st && st != -EMSGSIZE)
@@ -89,9 +89,9 @@ tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, 
 
 		if (slice > SLICE_MS)
 			slice = SLICE_MS;
-		st = tpu__store_get(w->store, key, buf, size, len, (uint32_t)slice);
+		st = tpu__world_store_get(w, key, buf, size, len, (uint32_t)slice);
 		/* A reply that never came closed the stream: that is the timeout too. */
-		if (st != -ETIMEDOUT || tpu__store_client_fd(w->store) < 0)
+		if (st != -ETIMEDOUT || tpu__world_store_lost(w))
 			return st;
 		st = tpu__world_broken(w);
 		if (st)
@@ -111,12 +111,12 @@ static tpu_status check_size(struct tpu_world *w, uint64_t deadline)
 	tpu_status st;
 	int k;
 
-	st = tpu__store_add(w->store, "tpu/world/size-claim", 1, &n);
+	st = tpu__world_store_add(w, "tpu/world/size-claim", 1, &n);
 	if (st)
 		return st;
 	if (n == 1) {
 		k = snprintf(val, sizeof(val), "%d %d", w->info.size, w->info.rank);
-		return tpu__store_set(w->store, "tpu/world/size", val, (size_t)k);
+		return tpu__world_store_set(w, "tpu/world/size", val, (size_t)k);
 	}
 	st = tpu__world_wait_key(w, "tpu/world/size", val, sizeof(val) - 1, &len, deadline);
 	if (st)
@@ -141,7 +141,7 @@ tpu_status tpu__world_join(struct tpu_world *w, uint64_t deadline)
 	if (st)
 		return st;
 	snprintf(key, sizeof(key), "tpu/world/claim/%d", w->info.rank);
-	st = tpu__store_add(w->store, key, 1, &n);
+	st = tpu__world_store_add(w, key, 1, &n);
 	if (st)
 		return st;
 	if (n != 1)
@@ -165,17 +165,17 @@ tpu_status tpu__world_rank0_again(struct tpu_world *w, const struct tpu__secret 
 				      (uint32_t)(until - now), &w->store, why, sizeof(why)))
 		return -EADDRINUSE;
 	/* Only a store whose rank 0 has claimed its rank is this world's. */
-	tpu__store_client_bound(w->store, until);
+	tpu__world_store_bound(w, until);
 	st = secret->set ? tpu__store_client_auth(w->store, secret, why, sizeof(why)) : 0;
 	if (!st)
-		st = tpu__store_get(w->store, "tpu/world/claim/0", val, sizeof(val), &len,
+		st = tpu__world_store_get(w, "tpu/world/claim/0", val, sizeof(val), &len,
 			    (uint32_t)(until - now));
 	if (st) {
 		tpu__store_client_close(w->store);
 		w->store = NULL;
 		return -EADDRINUSE;
 	}
-	tpu__store_client_bound(w->store, deadline);
+	tpu__world_store_bound(w, deadline);
 	st = tpu__world_join(w, deadline);
 	return st ? st : -EADDRINUSE;
 }

@@ -223,8 +223,8 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 	hi = rank < w->info.rank ? w->info.rank : rank;
 	snprintf(key, sizeof(key), "tpu/pipe/%d-%d", lo, hi);
 	pthread_mutex_lock(&w->store_lock);
-	tpu__store_client_bound(w->store, tpu__store_now_ms() + w->timeout_ms);
-	st = tpu__store_add(w->store, key, 1, &n);
+	tpu__world_store_bound(w, tpu__store_now_ms() + w->timeout_ms);
+	st = tpu__world_store_add(w, key, 1, &n);
 	pthread_mutex_unlock(&w->store_lock);
 	if (st)
 		return st;

@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+"""torch.distributed backend "tpu": ``import tpu_user.torch`` registers it.
+
+Then ``torch.distributed.init_process_group("tpu", ...)`` runs the job's
+collectives and point-to-point transfers over libtpu_user, with any
+``init_method`` (env://, tcp://, file://): the ranks swap their addresses
+through the store torch made, so the backend needs no port of its own.
+See Documentation/torch.rst.
+"""
+from __future__ import annotations
+
+import datetime
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed as dist
+
+from . import _tpu_torch
+
+NAME = "tpu"
+
+
+def _create(store, rank, size, timeout):
+    return _tpu_torch.create_process_group(store, rank, size, timeout)
+
+
+if NAME.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(NAME, _create)
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for this backend.
+
+    torch 1.13 lets only Gloo through its own function; the group's method
+    is the same barrier: rank 0 hears from every rank within ``timeout``
+    (the group's by default) and names the ranks that did not check in.
+    """
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if timeout is None:
+        timeout = datetime.timedelta(milliseconds=0)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
