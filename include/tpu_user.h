@@ -1322,6 +1322,16 @@ TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);
+/**
+ * tpu_pipe_peer_pid - the process at the other end, as the kernel proved
+ * it (shm: SO_PEERCRED, checked against SO_PEERPIDFD where the kernel has
+ * it), never as the peer said.
+ * @pid:	out: that pid, or 0 where the transport proves nothing (tcp, rdma).
+ *
+ * Errors: -EINVAL (NULL @pid, not a pipe), -EAGAIN while the two ends are
+ * still negotiating, and those of a closed pipe.
+ */
+TPU_API tpu_status tpu_pipe_peer_pid(const struct tpu_pipe *pipe, int *pid);
 
 /*
  * Bootstrap: a world of ranks formed from what the launcher set.

@@ -46,6 +46,7 @@ static const struct {
 	{ "remote_authz", test_remote_authz },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
+	{ "world_shm", test_world_shm },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },
