@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -25,6 +26,7 @@
 #include "coll_shm.h"
 
 #define SPIN_NS		20000u		/* what a peer one core away takes to answer */
+#define YIELD_NS	1000000u	/* then yield the core this long before sleeping */
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static size_t seg_size(int n, size_t slot)
@@ -240,16 +242,27 @@ tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64
 	if (s->failed)
 		return s->failed;
 	for (unsigned int i = 1;; i++) {
+		uint64_t spun;
+
 		if (reached(atomic_load_explicit(&l->seq, memory_order_acquire), target))
 			return 0;
-		if (!(i & 255)) {
-			st = check(s, r, deadline_ns, false);
-			if (st)
-				return st;
-			if (tpu__mono_ns() - start > SPIN_NS)
-				break;
+		if (i & 255) {
+			tpu__cpu_relax();
+			continue;
 		}
-		tpu__cpu_relax();
+		st = check(s, r, deadline_ns, false);
+		if (st)
+			return st;
+		spun = tpu__mono_ns() - start;
+		if (spun > YIELD_NS)
+			break;
+		/*
+		 * Past a short spin the peer is likely not running: on a
+		 * crowded host, giving up the core lets it run soonest, and
+		 * is far cheaper than a futex wake-up.
+		 */
+		if (spun > SPIN_NS)
+			sched_yield();
 	}
 	for (;;) {
 		uint64_t ns = TPU__SHM_LIVENESS_NS, now = tpu__mono_ns();
