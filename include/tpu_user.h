@@ -1812,6 +1812,14 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * what differs, and the world stays usable), -ETIMEDOUT, TPU_E_PEER_GONE.
  * A failure other than a mismatch or a local -EINVAL ends the world's
  * rendezvous, as a failed step does in TensorFlow: later calls fail too.
+ *
+ * When every rank is on this host, the collectives (not send and receive)
+ * meet in a shared segment instead of the rendezvous, set up at the first
+ * collective (Documentation/collectives.rst): the same statuses, and a
+ * member that dies fails every member's call with TPU_E_PEER_GONE within
+ * a few milliseconds.  TPU_COLL_PATH=rdv (on every rank) keeps the
+ * rendezvous, =shm makes the collectives fail with -EOPNOTSUPP where the
+ * segment cannot be had, any value but these and "auto" with -EINVAL.
  */
 
 /**
@@ -1859,8 +1867,8 @@ TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *world, const void 
  * @timeout_ns (0: 60 s).
  *
  * Unlike tpu_world_barrier(), which goes through the store, this is a
- * collective of the world's rendezvous (an all-reduce of one byte), in
- * order with the other collectives above.
+ * collective (an all-reduce of one byte, over the rendezvous or the shared
+ * segment), in order with the other collectives above.
  */
 TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *world, uint64_t timeout_ns);
 /**

@@ -24,6 +24,7 @@
  * A set-up cut short by the call's timeout resumes at the next call.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,12 +182,24 @@ static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
 	if (end == num || *end || v < 0 || v > 1 << 24)
 		return -EPROTO;
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0)
+	if (pidfd < 0 && errno != ENOSYS)
 		return errno == ESRCH ? TPU_E_PEER_GONE : -errno;
-	*fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)v, 0);
+	*fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)v, 0);
+	if (*fd < 0 && (pidfd < 0 || errno == ENOSYS)) {
+		char path[64];
+
+		/*
+		 * Before Linux 5.6 (or under valgrind): the same file through
+		 * /proc, which the kernel lets this process open under the
+		 * same ptrace check.
+		 */
+		snprintf(path, sizeof(path), "/proc/%d/fd/%ld", (int)pid, v);
+		*fd = open(path, O_RDWR | O_CLOEXEC);
+	}
 	if (*fd < 0)
 		st = -errno;
-	close(pidfd);
+	if (pidfd >= 0)
+		close(pidfd);
 	return st;
 }
 

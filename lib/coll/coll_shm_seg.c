@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -142,7 +143,8 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 		}
 		s->pids[r] = pids[r];
 		s->pidfds[r] = (int)syscall(SYS_pidfd_open, pids[r], 0);
-		if (s->pidfds[r] < 0) {
+		/* Before Linux 5.3 (or under valgrind): the pid's /proc entry instead. */
+		if (s->pidfds[r] < 0 && errno != ENOSYS) {
 			st = errno == ESRCH ? TPU_E_PEER_GONE : -errno;
 			goto fail;
 		}
@@ -187,10 +189,35 @@ tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s)
 	return a == TPU_E_PEER_GONE ? TPU_E_PEER_GONE : -ECONNABORTED;
 }
 
+/* Without a pidfd: gone, or a zombie ("Z") or dead ("X") in /proc/PID/stat. */
+static bool proc_dead(pid_t pid)
+{
+	char path[48], buf[256], *paren;
+	ssize_t len;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return true;
+	buf[len] = 0;
+	paren = strrchr(buf, ')');
+	return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
 bool tpu__shm_dead(const struct tpu__shm_coll *s, int r, int within_ms)
 {
 	struct pollfd p = { .fd = s->pidfds[r], .events = POLLIN };
 
+	if (s->pidfds[r] < 0) {
+		if (within_ms > 0 && !proc_dead(s->pids[r]))
+			poll(NULL, 0, within_ms);
+		return proc_dead(s->pids[r]);
+	}
 	return poll(&p, 1, within_ms) == 1 && (p.revents & (POLLIN | POLLHUP));
 }
 
