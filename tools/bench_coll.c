@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ struct coll_opts {
 	int nsizes;
 	bool lines;			/* peer=tpu lines for tools/bench-peers.sh */
 	bool world;			/* tpu_world_* calls instead of a cluster */
+	bool no_bind;			/* leave the workers where the scheduler puts them */
 	uint16_t port;			/* --world: the store's */
 };
 
@@ -123,6 +125,28 @@ static int world_worker(const struct coll_opts *o, int me, int fd)
 	free(in);
 	free(out);
 	return st ? 1 : 0;
+}
+
+/*
+ * Worker @r on the r-th CPU this process may use (mod their number), as
+ * mpirun binds its ranks by default: measured unbound, two workers on a
+ * busy 2-core host often share one core for a whole run.
+ */
+static void bind_worker(int r)
+{
+	cpu_set_t all, one;
+	int k = 0, want;
+
+	if (sched_getaffinity(0, sizeof(all), &all) || !CPU_COUNT(&all))
+		return;
+	want = r % CPU_COUNT(&all);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all) && k++ == want) {
+			CPU_SET(c, &one);
+			break;
+		}
+	sched_setaffinity(0, sizeof(one), &one);
 }
 
 /* A loopback port nothing listens on just now (the store's, for --world). */
@@ -223,7 +247,8 @@ static double bus_factor(enum tpu_coll_type type, int n)
 static int usage(void)
 {
 	fprintf(stderr, "usage: tpbench coll [--ranks N] [--min SIZE] [--max SIZE] "
-			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--world] [--lines]\n");
+			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--world] [--no-bind] "
+			"[--lines]\n");
 	return 1;
 }
 
@@ -239,9 +264,11 @@ int bench_coll_main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(argv[i], "--lines") || !strcmp(argv[i], "--world")) {
+		if (!strcmp(argv[i], "--lines") || !strcmp(argv[i], "--world") ||
+		    !strcmp(argv[i], "--no-bind")) {
 			o.lines = o.lines || argv[i][2] == 'l';
 			o.world = o.world || argv[i][2] == 'w';
+			o.no_bind = o.no_bind || argv[i][2] == 'n';
 			continue;
 		}
 		if (!v)
@@ -298,6 +325,8 @@ int bench_coll_main(int argc, char **argv)
 		pids[r] = fork();
 		if (pids[r] == 0) {
 			close(p[0]);
+			if (!o.no_bind)
+				bind_worker(r);
 			_exit(o.world ? world_worker(&o, r, p[1]) : worker(&o, r, p[1]));
 		}
 		close(p[1]);

@@ -33,7 +33,7 @@ struct shm_line {
 	_Atomic uint32_t seq;		/* futex word: phases published so far */
 	_Atomic uint32_t waiters;	/* members asleep on seq */
 	int32_t pid;			/* informative only */
-	uint32_t pad;
+	_Atomic int32_t cpu;		/* where this member last looked from */
 	struct shm_desc desc[2];	/* by call number parity */
 };
 
@@ -55,6 +55,7 @@ struct tpu__shm_coll {
 	pid_t *pids;			/* proven by the kernel */
 	int *pidfds;			/* liveness (-1 for this member) */
 	uint32_t seq;			/* this member's phases published */
+	uint64_t spin_ns;		/* spin this long before yielding the core */
 	uint64_t calls;			/* calls run */
 	void *tmp;			/* one piece, for reductions from peers */
 	tpu_status failed;		/* sticky: the segment is out of step */
