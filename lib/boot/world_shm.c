@@ -156,7 +156,8 @@ static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadl
 			snprintf(ws->why, sizeof(ws->why), "the pipe to rank %d proves no pid", r);
 		}
 	}
-	if (ws->vote && me == 0) {
+	/* A set-up cut short by a timeout comes here again: one segment. */
+	if (ws->vote && me == 0 && ws->fd < 0) {
 		st = tpu__shm_coll_create(n, TPU__SHM_SLOT, &ws->fd);
 		if (st) {
 			ws->vote = false;
@@ -221,10 +222,13 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 	}
 	if (!all) {
 		ws->state = WS_OFF;
+		if (ws->fd >= 0)
+			close(ws->fd);
+		ws->fd = -1;
 		return 0;
 	}
-	st = me ? fetch_fd(ws->pids[0], rest, &fd) : 0;
-	if (!st)
+	st = ws->seg || !me ? 0 : fetch_fd(ws->pids[0], rest, &fd);
+	if (!st && !ws->seg)
 		st = tpu__shm_coll_attach(me ? fd : ws->fd, n, me, TPU__SHM_SLOT, ws->pids,
 					  &ws->seg);
 	if (fd >= 0)

@@ -38,7 +38,7 @@
  * yields at every look.
  */
 #define SPIN_NS		2000u
-#define YIELD_NS	1000000u
+#define YIELD_NS	20000000u
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static size_t seg_size(int n, size_t slot)
@@ -140,6 +140,8 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 	}
 	for (int r = 0; r < n; r++)
 		s->pidfds[r] = -1;
+	/* A child forked later has no part in the group: the segment goes when the members do. */
+	madvise(s->base, s->size, MADV_DONTFORK);
 	h = shm_hdr(s);
 	if (h->magic != SHM_MAGIC || h->n != (uint32_t)n || h->slot != slot) {
 		st = -EPROTO;

@@ -405,6 +405,17 @@ static int rank_main(int me, int n, void *arg)
 					     TPU_FINAL_NONE, 20 * SECOND) == -EOPNOTSUPP);
 		tpu_world_last_reason(w, why, sizeof(why));
 		R_CHECK(strstr(why, "TPU_COLL_PATH=shm") && strstr(why, "not reached over shm"));
+		{
+			/* tcp proves no pid: 0, once the pipe is open. */
+			struct tpu_pipe *p;
+			int pid = -1;
+			tpu_status st;
+
+			R_CHECK(tpu_world_pipe(w, 1 - me, &p) == 0);
+			while ((st = tpu_pipe_peer_pid(p, &pid)) == -EAGAIN)
+				usleep(1000);
+			R_CHECK(st == 0 && pid == 0);
+		}
 		break;
 	case SC_BAD_PATH:
 		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
@@ -459,6 +470,10 @@ static void segment_checks(void)
 	c.type = TPU_COLL_REDUCTION;
 	c.dtype = (enum tpu_dtype)99;
 	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL, "shm_run_refuses_a_bad_dtype");
+	c.dtype = TPU_DT_FLOAT64;
+	c.count = SIZE_MAX / 8;
+	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL,
+	      "shm_run_refuses_a_count_whose_bytes_overflow");
 	tpu__shm_coll_detach(s);
 	if (fd >= 0)
 		close(fd);
