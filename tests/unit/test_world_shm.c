@@ -8,7 +8,8 @@
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
  * forcing either path and refusing other values; and the segment's own
- * checks (a memfd not sealed, a wrong size or header, bad arguments).
+ * checks (a memfd not sealed, a wrong size or header, bad arguments); and
+ * no member keeps the segment mapped once its world is destroyed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -427,6 +428,8 @@ static int rank_main(int me, int n, void *arg)
 	if (line)
 		return line;
 	tpu_world_destroy(w);
+	/* This member's mapping goes with the world (the segment with the last one). */
+	R_CHECK(!segment_mapped());
 	tpu_context_destroy(ctx);
 	return 0;
 }
