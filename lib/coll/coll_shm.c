@@ -90,13 +90,33 @@ static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst,
 	return tpu__shm_fail(s, st, -ECONNABORTED);
 }
 
-/* @acc (@len bytes at element offset @off of the inputs) op= every other member's input. */
+/*
+ * Whether @a op @b and @b op @a are the same bits: sums and products (of
+ * floats too), and every op of integers; not a float min or max, whose
+ * loops keep the first operand when the other is a NaN.
+ */
+static bool commutes(const struct tpu__shm_call *c)
+{
+	return c->op == TPU_OP_SUM || c->op == TPU_OP_PROD || c->dtype == TPU_DT_INT32 ||
+	       c->dtype == TPU_DT_INT64 || c->dtype == TPU_DT_UINT8;
+}
+
+/*
+ * @acc (@len bytes at element offset @off of the inputs) gets this
+ * member's input @mine (at the same offset) op every other member's.
+ * Where the op commutes, the first peer's piece is reduced with @mine in
+ * the cached buffer and copied out once, instead of copying @mine to @acc
+ * first and reducing into it there: a third less memory traffic.
+ */
 static tpu_status reduce_from_peers(struct tpu__shm_coll *s, uint64_t call,
 				    const struct tpu__shm_call *c, size_t es, char *acc,
-				    size_t off, size_t len)
+				    const char *mine, size_t off, size_t len)
 {
+	bool fused = commutes(c) && s->n > 1 && mine != acc;
 	tpu_status st = 0;
 
+	if (!fused && mine != acc)
+		memmove(acc, mine, len);
 	for (int k = 1; k < s->n && !st; k++) {
 		int r = (s->rank + k) % s->n;
 		uint64_t in = shm_line(s, r)->desc[call & 1].in;
@@ -105,8 +125,14 @@ static tpu_status reduce_from_peers(struct tpu__shm_coll *s, uint64_t call,
 			size_t piece = len - at < TPU__COLL_PIECE ? len - at : TPU__COLL_PIECE;
 
 			st = pull(s, r, in + off * es + at, s->tmp, piece);
-			if (!st)
+			if (st)
+				break;
+			if (fused && k == 1) {
+				tpu__coll_reduce(c->dtype, c->op, s->tmp, mine + at, piece / es);
+				memcpy(acc + at, s->tmp, piece);
+			} else {
 				tpu__coll_reduce(c->dtype, c->op, acc + at, s->tmp, piece / es);
+			}
 		}
 	}
 	return st;
@@ -168,15 +194,12 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 			memmove(out + (size_t)s->rank * bytes, in, bytes);
 		break;
 	case TPU_COLL_REDUCE_SCATTER:
-		memmove(out, in + off * es, len * es);
-		st = reduce_from_peers(s, call, c, es, out, off, len * es);
+		st = reduce_from_peers(s, call, c, es, out, in + off * es, off, len * es);
 		if (!st)
 			tpu__coll_final(c->dtype, c->final_op, out, len, s->n);
 		break;
 	default:
-		if (in != out)
-			memmove(out + off * es, in + off * es, len * es);
-		st = reduce_from_peers(s, call, c, es, out + off * es, off, len * es);
+		st = reduce_from_peers(s, call, c, es, out + off * es, in + off * es, off, len * es);
 		if (!st) {
 			tpu__coll_final(c->dtype, c->final_op, out + off * es, len, s->n);
 			/* Every chunk reduced before anyone reads one. */
