@@ -1326,6 +1326,16 @@ TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe);
  */
 TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_device_type src,
 				     enum tpu_device_type dst);
+/**
+ * tpu_pipe_peer_pid - the process at the other end, as the kernel proved
+ * it (shm: SO_PEERCRED, checked against SO_PEERPIDFD where the kernel has
+ * it), never as the peer said.
+ * @pid:	out: that pid, or 0 where the transport proves nothing (tcp, rdma).
+ *
+ * Errors: -EINVAL (NULL @pid, not a pipe), -EAGAIN while the two ends are
+ * still negotiating, and those of a closed pipe.
+ */
+TPU_API tpu_status tpu_pipe_peer_pid(const struct tpu_pipe *pipe, int *pid);
 
 /*
  * Bootstrap: a world of ranks formed from what the launcher set.
@@ -1856,6 +1866,14 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * what differs, and the world stays usable), -ETIMEDOUT, TPU_E_PEER_GONE.
  * A failure other than a mismatch or a local -EINVAL ends the world's
  * rendezvous, as a failed step does in TensorFlow: later calls fail too.
+ *
+ * When every rank is on this host, the collectives (not send and receive)
+ * meet in a shared segment instead of the rendezvous, set up at the first
+ * collective (Documentation/collectives.rst): the same statuses, and a
+ * member that dies fails every member's call with TPU_E_PEER_GONE within
+ * a few milliseconds.  TPU_COLL_PATH=rdv (on every rank) keeps the
+ * rendezvous, =shm makes the collectives fail with -EOPNOTSUPP where the
+ * segment cannot be had, any value but these and "auto" with -EINVAL.
  */
 
 /**
@@ -1903,8 +1921,8 @@ TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *world, const void 
  * @timeout_ns (0: 60 s).
  *
  * Unlike tpu_world_barrier(), which goes through the store, this is a
- * collective of the world's rendezvous (an all-reduce of one byte), in
- * order with the other collectives above.
+ * collective (an all-reduce of one byte, over the rendezvous or the shared
+ * segment), in order with the other collectives above.
  */
 TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *world, uint64_t timeout_ns);
 /**

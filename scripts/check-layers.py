@@ -29,8 +29,8 @@ LAYERS = {
     "pipe":      ("pipe_internal.h", ["base", "cuda", "dev", "ctx", "rdv", "transport",
                                       "channel"]),
     "remote":    ("remote.h",        ["base", "dev", "ctx", "rdv"]),
-    "boot":      ("boot.h",          ["base", "dev", "ctx"]),
     "coll":      ("coll.h",          ["base", "dev", "ctx", "rdv", "remote"]),
+    "boot":      ("boot.h",          ["base", "dev", "ctx", "coll"]),
 }
 # Headers from outside lib/ that any file may include.
 PUBLIC = {"tpu_user.h"}

@@ -34,9 +34,12 @@
 #               own tools/tpbench --mode cma: the raw kernel copy, a ceiling
 #               for every cma path above.
 #   gloo        Debian's libgloo through tools/peers/gloo_coll_bench, its TCP
-#               device on 127.0.0.1: all-reduce (float32 sum, Gloo's ring),
-#               broadcast from rank 0 and all-gather, 2 and 4 ranks, beside
-#               tools/tpbench coll (peer=tpu, our shm transport) in the same
+#               device on 127.0.0.1 (without libgloo-dev: PyTorch's gloo
+#               backend, tools/peers/gloo_torch_coll_bench.py, if
+#               /usr/bin/python3 has torch): all-reduce (float32 sum, Gloo's
+#               ring), broadcast from rank 0 and all-gather, 2 and 4 ranks,
+#               beside tools/tpbench coll --world (peer=tpu, the world's
+#               collectives: the shared segment on one host) in the same
 #               run.  Sizes 4 B to 256 MiB (--quick: 4 B, 64 KiB, 1 MiB,
 #               16 MiB, 64 MiB).  Both measure alike: each rank times each
 #               operation, an operation takes the slowest rank's time, the
@@ -46,7 +49,7 @@
 #               (n-1)/n, size being one rank's input).
 #   mpi         Open MPI through tools/peers/mpi_coll_bench under mpirun,
 #               its shared-memory BTL (--mca btl self,vader): the same
-#               collectives, sizes and counting.
+#               collectives and reduce-scatter, sizes and counting.
 #
 # Output lines (one per measurement), for example:
 #   peer=tensorpipe transport=shm channel=cma metric=rtt_us size=64 iters=2000 avg=.. p50=.. p90=..
@@ -550,15 +553,22 @@ run_coll() {
 		unavailable "peer=tpu" "tools/tpbench not built (make -C lib && make -C tools)"
 		tpu_ok=0
 	fi
+	local gloo_cmd=("$gloo_bin")
 	if want gloo; then
 		if build_peer gloo "$gloo_bin" libgloo-dev g++ make; then
-			if loopback_ok; then
-				gloo_ok=1
-			else
-				unavailable "peer=gloo" "the loopback interface is down"
-			fi
+			gloo_ok=1
+		elif /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' \
+				>/dev/null 2>&1; then
+			# No libgloo-dev: Gloo as PyTorch ships it (no reduce-scatter there).
+			note "gloo: $why; using torch.distributed's gloo instead"
+			gloo_cmd=(/usr/bin/python3 "$peers_dir/gloo_torch_coll_bench.py")
+			gloo_ok=1
 		else
 			unavailable "peer=gloo" "$why"
+		fi
+		if [ $gloo_ok -eq 1 ] && ! loopback_ok; then
+			gloo_ok=0
+			unavailable "peer=gloo" "the loopback interface is down"
 		fi
 	fi
 	if want mpi; then
@@ -581,9 +591,10 @@ run_coll() {
 	# Ours, Gloo's and Open MPI's in turn for each group size, so that
 	# whatever else loads the machine weighs on all three alike.
 	for n in "${coll_ranks[@]}"; do
-		[ $tpu_ok -eq 1 ] && coll_run "peer=tpu ranks=$n" "$tpbench" coll --ranks "$n" \
-			--sizes "$coll_sizes" --iters "$coll_iters" --lines
-		[ $gloo_ok -eq 1 ] && coll_run "peer=gloo ranks=$n" "$gloo_bin" --ranks "$n" \
+		# The world's one-call collectives: the shared segment on one host.
+		[ $tpu_ok -eq 1 ] && coll_run "peer=tpu ranks=$n" "$tpbench" coll --world \
+			--ranks "$n" --sizes "$coll_sizes" --iters "$coll_iters" --lines
+		[ $gloo_ok -eq 1 ] && coll_run "peer=gloo ranks=$n" "${gloo_cmd[@]}" --ranks "$n" \
 			--sizes "$coll_sizes" --iters "$coll_iters"
 		[ $mpi_ok -eq 1 ] && coll_run "peer=mpi ranks=$n" mpirun "${mpi_root[@]}" \
 			--oversubscribe -np "$n" --mca btl self,vader "$mpi_bin" \
@@ -627,13 +638,13 @@ print_coll_table() {
 		return sprintf("%.2f%s", x, x < goal ? "*" : "")
 	}
 	END {
-		printf "%-10s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
+		printf "%-14s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
 			"coll", "ranks", "size", "tpu_us", "tpu_GB/s", "gloo_us", "gloo_GB/s",
 			"mpi_us", "mpi_GB/s", "x_gloo", "x_mpi"
 		for (i = 1; i <= n; i++) {
 			r = order[i]
 			split(r, k, SUBSEP)
-			printf "%-10s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
+			printf "%-14s %5s %6s | %10s %8s | %10s %8s | %10s %8s | %7s %7s\n",
 				k[1], k[2], human(k[3]), v(t["tpu", r]), v(bw["tpu", r]),
 				v(t["gloo", r]), v(bw["gloo", r]), v(t["mpi", r]), v(bw["mpi", r]),
 				ratio("gloo", r, k[3], 1), ratio("mpi", r, k[3], 0.5)

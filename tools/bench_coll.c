@@ -1,21 +1,29 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * tpbench coll: all-reduce, broadcast and all-gather between N forked
- * worker processes joined by the remote rendezvous (tpu_coll_create_cluster
- * over shm URLs known in advance), float32, sizes from --min to --max.
+ * tpbench coll: all-reduce, broadcast, all-gather and reduce-scatter between
+ * N forked worker processes joined by the remote rendezvous
+ * (tpu_coll_create_cluster over shm URLs known in advance) or, with
+ * --world, formed into a world (tpu_world_create, its store on a free
+ * loopback port) whose one-call collectives take the shared segment where
+ * TPU_COLL_PATH allows; float32, sizes from --min to --max.
  *
  * Each size is one instance run in --iters steps after a warm-up step
  * (which also resolves it): the time per operation is the median over the
  * steps of the slowest member's time, as nccl-tests reports it, and the
  * bus bandwidth follows its convention: all-reduce bytes * 2(n-1)/n,
- * all-gather (output bytes) * (n-1)/n, broadcast bytes, per second.
+ * all-gather (output bytes) * (n-1)/n, broadcast bytes, reduce-scatter
+ * bytes * (n-1)/n, per second.
  * Workers report their times to the parent over a pipe.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +44,9 @@ struct coll_opts {
 	uint64_t sizes[MAX_SIZES];	/* from --sizes, or --min to --max by 4 */
 	int nsizes;
 	bool lines;			/* peer=tpu lines for tools/bench-peers.sh */
+	bool world;			/* tpu_world_* calls instead of a cluster */
+	bool no_bind;			/* leave the workers where the scheduler puts them */
+	uint16_t port;			/* --world: the store's */
 };
 
 static const struct {
@@ -45,6 +56,7 @@ static const struct {
 	{ "all-reduce", TPU_COLL_REDUCTION },
 	{ "broadcast", TPU_COLL_BROADCAST },
 	{ "all-gather", TPU_COLL_GATHER },
+	{ "reduce-scatter", TPU_COLL_REDUCE_SCATTER },
 };
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
 
@@ -53,6 +65,104 @@ static int cmp_u64(const void *a, const void *b)
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* One world collective of @bytes; broadcast from rank 0. */
+static tpu_status world_op(struct tpu_world *w, enum tpu_coll_type type, void *in, void *out,
+			   uint64_t bytes)
+{
+	switch (type) {
+	case TPU_COLL_REDUCTION:
+		return tpu_world_all_reduce(w, in, out, bytes / 4, TPU_DT_FLOAT32, TPU_OP_SUM,
+					    TPU_FINAL_NONE, 0);
+	case TPU_COLL_BROADCAST:
+		return tpu_world_broadcast(w, in, bytes / 4, TPU_DT_FLOAT32, 0, 0);
+	case TPU_COLL_GATHER:
+		return tpu_world_all_gather(w, in, out, bytes / 4, TPU_DT_FLOAT32, 0);
+	default:
+		return tpu_world_reduce_scatter(w, in, out, bytes / 4, TPU_DT_FLOAT32, TPU_OP_SUM,
+						TPU_FINAL_NONE, 0);
+	}
+}
+
+/* --world: the same steps over tpu_world_*. */
+static int world_worker(const struct coll_opts *o, int me, int fd)
+{
+	struct tpu_world_info info = { .rank = me, .size = o->ranks, .local_rank = me,
+				       .local_size = o->ranks, .store_host = "127.0.0.1",
+				       .store_port = o->port };
+	struct tpu_world_options wo = { .info = &info, .timeout_ms = 60000 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	char *in = calloc(1, o->max + 1), *out = calloc((size_t)o->ranks, o->max + 1);
+	tpu_status st = in && out ? tpu_context_create(NULL, &ctx) : -ENOMEM;
+
+	if (!st)
+		st = tpu_world_create(ctx, &wo, &w);
+	for (size_t k = 0; k < NKINDS && !st; k++)
+		for (int si = 0; si < o->nsizes && !st; si++) {
+			uint64_t times[MAX_ITERS + 1];
+			size_t len = o->iters * sizeof(times[0]);
+
+			for (unsigned int it = 0; it <= o->iters && !st; it++) {
+				uint64_t t0 = now_ns();
+
+				st = world_op(w, kinds[k].type, in, out, o->sizes[si]);
+				times[it] = now_ns() - t0;
+			}
+			/*
+			 * Reported once the size is done: a write per step would
+			 * wake the parent amid the steps, on the cores they share.
+			 * Step 0 sets the path up: a warm-up, not reported.
+			 */
+			if (!st && write(fd, times + 1, len) != (ssize_t)len)
+				st = -EPIPE;
+		}
+	if (st)
+		fprintf(stderr, "tpbench coll: worker %d: %s\n", me, tpu_strerror(st));
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	free(in);
+	free(out);
+	return st ? 1 : 0;
+}
+
+/*
+ * Worker @r on the r-th CPU this process may use (mod their number), as
+ * mpirun binds its ranks by default: measured unbound, two workers on a
+ * busy 2-core host often share one core for a whole run.
+ */
+static void bind_worker(int r)
+{
+	cpu_set_t all, one;
+	int k = 0, want;
+
+	if (sched_getaffinity(0, sizeof(all), &all) || !CPU_COUNT(&all))
+		return;
+	want = r % CPU_COUNT(&all);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all) && k++ == want) {
+			CPU_SET(c, &one);
+			break;
+		}
+	sched_setaffinity(0, sizeof(one), &one);
+}
+
+/* A loopback port nothing listens on just now (the store's, for --world). */
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port = 0;
+
+	if (s >= 0 && !bind(s, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(s, (struct sockaddr *)&a, &len))
+		port = ntohs(a.sin_port);
+	if (s >= 0)
+		close(s);
+	return port;
 }
 
 /* One worker: every kind and size; its times go to @fd, one uint64_t per step. */
@@ -129,13 +239,16 @@ static double bus_factor(enum tpu_coll_type type, int n)
 		return 2.0 * (n - 1) / n;
 	if (type == TPU_COLL_GATHER)
 		return (double)(n - 1);		/* output bytes n*size, times (n-1)/n */
+	if (type == TPU_COLL_REDUCE_SCATTER)
+		return (double)(n - 1) / n;
 	return 1.0;
 }
 
 static int usage(void)
 {
 	fprintf(stderr, "usage: tpbench coll [--ranks N] [--min SIZE] [--max SIZE] "
-			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--lines]\n");
+			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--world] [--no-bind] "
+			"[--lines]\n");
 	return 1;
 }
 
@@ -151,8 +264,11 @@ int bench_coll_main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
-		if (!strcmp(argv[i], "--lines")) {
-			o.lines = true;
+		if (!strcmp(argv[i], "--lines") || !strcmp(argv[i], "--world") ||
+		    !strcmp(argv[i], "--no-bind")) {
+			o.lines = o.lines || argv[i][2] == 'l';
+			o.world = o.world || argv[i][2] == 'w';
+			o.no_bind = o.no_bind || argv[i][2] == 'n';
 			continue;
 		}
 		if (!v)
@@ -198,6 +314,8 @@ int bench_coll_main(int argc, char **argv)
 				break;
 		}
 	}
+	if (o.world && !(o.port = free_port()))
+		return 1;
 	for (int r = 0; r < o.ranks; r++) {
 		int p[2];
 
@@ -207,15 +325,18 @@ int bench_coll_main(int argc, char **argv)
 		pids[r] = fork();
 		if (pids[r] == 0) {
 			close(p[0]);
-			_exit(worker(&o, r, p[1]));
+			if (!o.no_bind)
+				bind_worker(r);
+			_exit(o.world ? world_worker(&o, r, p[1]) : worker(&o, r, p[1]));
 		}
 		close(p[1]);
 		fds[r] = p[0];
 	}
 	if (!o.lines) {
-		printf("# tpbench coll: %d ranks, float32, shm, median of %u steps of the slowest rank\n",
-		       o.ranks, o.iters);
-		printf("%-11s %10s %12s %12s\n", "collective", "size", "time_us", "busbw_GB/s");
+		printf("# tpbench coll: %d ranks, float32, %s, median of %u steps of the slowest "
+		       "rank\n", o.ranks, o.world ? "world (TPU_COLL_PATH decides)" : "shm cluster",
+		       o.iters);
+		printf("%-14s %10s %12s %12s\n", "collective", "size", "time_us", "busbw_GB/s");
 	}
 	for (size_t k = 0; k < NKINDS && !rc; k++)
 		for (int si = 0; si < o.nsizes && !rc; si++) {
@@ -239,11 +360,12 @@ int bench_coll_main(int argc, char **argv)
 			t = (double)slowest[o.iters / 2] / 1e9;
 			bw = (double)bytes * bus_factor(kinds[k].type, o.ranks) / t / 1e9;
 			if (o.lines)
-				printf("peer=tpu transport=shm coll=%s ranks=%d size=%llu iters=%u "
-				       "time_us=%.1f busbw=%.3f\n", kinds[k].name, o.ranks,
+				printf("peer=tpu transport=%s coll=%s ranks=%d size=%llu iters=%u "
+				       "time_us=%.1f busbw=%.3f\n", o.world ? "world" : "shm",
+				       kinds[k].name, o.ranks,
 				       (unsigned long long)bytes, o.iters, t * 1e6, bw);
 			else
-				printf("%-11s %10s %12.1f %12.3f\n", kinds[k].name,
+				printf("%-14s %10s %12.1f %12.3f\n", kinds[k].name,
 				       format_size(bytes, sz, sizeof(sz)), t * 1e6, bw);
 			fflush(stdout);
 		}

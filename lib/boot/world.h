@@ -112,4 +112,17 @@ void tpu__world_pipes_close(struct tpu_world *w);
 /* world_coll.c */
 void tpu__world_coll_free(struct world_coll *wc);
 
+/* world_shm.c: the shared-memory path of the collectives (made on first use in *@ws). */
+struct world_shm;
+struct tpu__shm_call;
+void tpu__world_shm_free(struct world_shm *ws);
+/*
+ * Run @c over the shared segment if this world's collectives take it
+ * (*@ran then true); 0 with *@ran false: take the rendezvous.  @reason
+ * says why a call failed.
+ */
+tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **ws,
+			      const struct tpu__shm_call *c, char *reason, size_t size, bool *ran);
+bool tpu__world_shm_on(const struct world_shm *ws);
+
 #endif /* TPU_WORLD_H */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "world.h"
+#include "coll/coll.h"
 
 /* A group key of its own, apart from groups a caller forms over the rendezvous. */
 #define WORLD_COLL_GROUP	0x576f726c	/* "Worl" */
@@ -39,6 +40,7 @@ struct world_coll {
 	const char **devices;		/* pointers into names, for the group */
 	uint64_t *sent, *received;	/* per peer: transfers completed */
 	bool *sending, *receiving;	/* per peer: one at a time */
+	struct world_shm *shm;		/* world_shm.c's; used while busy */
 };
 
 void tpu__world_coll_free(struct world_coll *wc)
@@ -46,6 +48,7 @@ void tpu__world_coll_free(struct world_coll *wc)
 	if (!wc)
 		return;
 	pthread_mutex_destroy(&wc->lock);
+	tpu__world_shm_free(wc->shm);
 	free(wc->names);
 	free(wc->devices);
 	free(wc->sent);
@@ -108,9 +111,32 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
 	return wc;
 }
 
+/*
+ * The shared-memory path where the world takes it (world_shm.c): *@ran
+ * false when the call is the rendezvous's.
+ */
+static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc,
+			  const struct tpu_coll_instance *inst, int root, const void *in, void *out,
+			  bool *ran)
+{
+	struct tpu__shm_call c = { .type = inst->type, .dtype = inst->dtype, .op = inst->op,
+				   .final_op = inst->final_op, .root = root, .count = inst->count,
+				   .in = in, .out = out,
+				   .deadline_ns = tpu__deadline_ns(inst->timeout_ns) };
+	char reason[sizeof(wc->reason)] = "";
+	tpu_status st = tpu__world_shm_run(w, &wc->shm, &c, reason, sizeof(reason), ran);
+
+	if (st) {
+		pthread_mutex_lock(&wc->lock);
+		snprintf(wc->reason, sizeof(wc->reason), "%s", reason);
+		pthread_mutex_unlock(&wc->lock);
+	}
+	return st;
+}
+
 /* One collective of this world; @in and @out as tpu_coll_exec_run() takes them. */
-static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst, bool source,
-		      const void *in, void *out)
+static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst, int root,
+		      bool source, const void *in, void *out)
 {
 	struct tpu_coll_group g = { .group_key = WORLD_COLL_GROUP, .device_type = "CPU" };
 	struct tpu_coll_member m = { .is_source = source };
@@ -133,6 +159,18 @@ static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst,
 	wc->busy = true;
 	step = ++wc->step;
 	pthread_mutex_unlock(&wc->lock);
+
+	{
+		bool ran = false;
+
+		st = run_shm(w, wc, inst, root, in, out, &ran);
+		if (st || ran) {
+			pthread_mutex_lock(&wc->lock);
+			wc->busy = false;
+			pthread_mutex_unlock(&wc->lock);
+			return st;
+		}
+	}
 
 	g.group_size = w->info.size;
 	g.devices = wc->devices;
@@ -179,7 +217,7 @@ TPU_API tpu_status tpu_world_all_reduce(struct tpu_world *w, const void *in, voi
 		return -EINVAL;
 	inst.op = op;
 	inst.final_op = final_op;
-	return run(w, &inst, false, in, out);
+	return run(w, &inst, 0, false, in, out);
 }
 
 TPU_API tpu_status tpu_world_broadcast(struct tpu_world *w, void *buf, uint64_t count,
@@ -192,7 +230,7 @@ TPU_API tpu_status tpu_world_broadcast(struct tpu_world *w, void *buf, uint64_t 
 	if (!info || !buf || root < 0 || root >= info->size || !tpu_dtype_size(dtype))
 		return -EINVAL;
 	source = root == info->rank;
-	return run(w, &inst, source, source ? buf : NULL, source ? NULL : buf);
+	return run(w, &inst, root, source, source ? buf : NULL, source ? NULL : buf);
 }
 
 TPU_API tpu_status tpu_world_all_gather(struct tpu_world *w, const void *in, void *out,
@@ -202,7 +240,7 @@ TPU_API tpu_status tpu_world_all_gather(struct tpu_world *w, const void *in, voi
 
 	if (!in || !out || !tpu_dtype_size(dtype))
 		return -EINVAL;
-	return run(w, &inst, false, in, out);
+	return run(w, &inst, 0, false, in, out);
 }
 
 TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *w, const void *in, void *out,
@@ -216,7 +254,7 @@ TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *w, const void *in,
 		return -EINVAL;
 	inst.op = op;
 	inst.final_op = final_op;
-	return run(w, &inst, false, in, out);
+	return run(w, &inst, 0, false, in, out);
 }
 
 TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *w, uint64_t timeout_ns)
@@ -225,7 +263,7 @@ TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *w, uint64_t timeo
 	uint8_t in = 1, out = 0;
 
 	inst.op = TPU_OP_MAX;
-	return run(w, &inst, false, &in, &out);
+	return run(w, &inst, 0, false, &in, &out);
 }
 
 /* The key of the @seq-th transfer from @src to @dst. */

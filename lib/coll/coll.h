@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base/base.h"
 
@@ -210,6 +211,55 @@ uint16_t tpu__f32_to_f16(float f);
 float tpu__bf16_to_f32(uint16_t h);
 uint16_t tpu__f32_to_bf16(float f);
 bool tpu__dtype_valid(enum tpu_dtype dtype);
+
+/*
+ * coll_shm_seg.c, coll_shm.c: the collectives of members on one host over
+ * a segment they share (a memfd one member made; the caller passes it and
+ * the members' pids, as the kernel proved them).  Small tensors go through
+ * the segment's slots; larger ones are read straight from the members'
+ * buffers with process_vm_readv.
+ */
+struct tpu__shm_coll;
+#define TPU__SHM_SLOT		(256u << 10)	/* bytes per member and call */
+#define TPU__SHM_MAX_MEMBERS	64
+/* How often a member that sleeps on a peer looks whether the peer still lives. */
+#define TPU__SHM_LIVENESS_NS	2000000ull
+
+/* A sealed memfd of the segment's size, its header written; *@fd the caller's. */
+tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd);
+/*
+ * Map @fd as member @rank of @n: -EPERM unless it is a memfd sealed
+ * against growing and shrinking, -EPROTO unless its size and header are a
+ * segment of @n members of @slot bytes.  @pids[r] must be the kernel's
+ * word on member r (this member's own: ignored).
+ */
+tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_t *pids,
+				struct tpu__shm_coll **out);
+void tpu__shm_coll_detach(struct tpu__shm_coll *s);
+
+struct tpu__shm_call {
+	enum tpu_coll_type type;	/* REDUCTION, BROADCAST, GATHER, REDUCE_SCATTER */
+	enum tpu_dtype dtype;
+	enum tpu_reduce_op op;
+	enum tpu_final_op final_op;
+	int root;			/* broadcast */
+	uint64_t count;
+	const void *in;			/* broadcast: the root's buffer */
+	void *out;			/* broadcast: the others' buffer */
+	uint64_t deadline_ns;		/* CLOCK_MONOTONIC */
+};
+
+/*
+ * Run one collective; every member calls the same ones in the same order.
+ * TPU_E_COLL_MISMATCH when the members called different ones (@reason
+ * says how; the segment stays usable).  Any other failure (-ETIMEDOUT,
+ * TPU_E_PEER_GONE when a member died, -ECONNABORTED when another member
+ * failed) fails every member's call and every later one.
+ */
+tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
+			     char *reason, size_t size);
+/* Which way the last call went: "slots" or "cma"; for the log. */
+const char *tpu__shm_coll_last_way(const struct tpu__shm_coll *s);
 
 /* Chunk @c of @n over @count elements: balanced, the first count % n one longer. */
 static inline size_t tpu__coll_chunk_start(size_t count, int n, int c)

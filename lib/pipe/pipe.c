@@ -150,6 +150,7 @@ void tpu__pipe_opened(struct tpu_pipe *p)
 {
 	snprintf(p->xport_name, sizeof(p->xport_name), "%s", p->xport->name);
 	snprintf(p->chan_name, sizeof(p->chan_name), "%s", p->chan->name);
+	p->peer_pid = p->xport->proves_peer ? p->conn->ops->peer_pid(p->conn) : 0;
 	atomic_store(&p->ready, true);
 	p->state = PIPE_OPEN;
 	/* Channels without a set-up of their own (rdma) use it too. */
@@ -452,6 +453,22 @@ TPU_API const char *tpu_pipe_channel(const struct tpu_pipe *pipe, enum tpu_devic
 		return pipe->chan_name;
 	/* Written before ready was set, never changed after. */
 	return pipe->dchan[src][dst] ? pipe->dchan[src][dst]->name : "";
+}
+
+TPU_API tpu_status tpu_pipe_peer_pid(const struct tpu_pipe *pipe, int *pid)
+{
+	tpu_status st = pipe_check(pipe);
+
+	if (!pid)
+		return -EINVAL;
+	*pid = 0;
+	if (st)
+		return st;
+	if (!atomic_load(&((struct tpu_pipe *)pipe)->ready))
+		return -EAGAIN;
+	/* Written before ready was set, never changed after. */
+	*pid = pipe->peer_pid > 0 ? pipe->peer_pid : 0;
+	return 0;
 }
 
 const struct tpu__chan *tpu__pipe_chan_by_wire(const struct tpu_pipe *p, uint32_t id)

@@ -224,6 +224,7 @@ struct tpu_pipe {
 	char xport_name[8];		/* for tpu_pipe_transport(), written once */
 	char chan_name[8];
 	atomic_bool ready;		/* any thread: the two names are final */
+	int peer_pid;			/* the kernel's word (->proves_peer), else 0; before ready */
 };
 
 /* pipe.c */

@@ -50,6 +50,7 @@ static const struct {
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },
+	{ "world_shm", test_world_shm },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },

@@ -87,6 +87,7 @@ void test_remote_authz(void);
 void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);
+void test_world_shm(void);
 void test_bounds_pipe(void);
 void test_bounds_remote(void);
 void test_bounds_store(void);

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * mpi_coll_bench: Open MPI's all-reduce, broadcast and all-gather, measured
+ * mpi_coll_bench: Open MPI's all-reduce, broadcast, all-gather and
+ * reduce-scatter, measured
  * the way tools/bench_coll.c (tpbench coll) measures ours, so that the two
  * can be put side by side.
  *
  *   mpirun -np N mpi_coll_bench [--sizes LIST] [--iters N]
  *
  * float32 sums; broadcast from rank 0; all-gather of SIZE bytes per rank
- * into N * SIZE.  For every collective and size: one warm-up operation, then
+ * into N * SIZE; reduce-scatter of SIZE bytes, rank r keeping chunk r (the
+ * first SIZE/4 % N ranks one element more, as tpu_coll_chunk() cuts it).  For every collective and size: one warm-up operation, then
  * --iters operations back to back, each timed by every rank on its own; an
  * operation's time is the slowest rank's, and the figure printed is the
  * median over the operations.  Bus bandwidth follows nccl-tests: all-reduce
- * SIZE * 2(N-1)/N, broadcast SIZE, all-gather N * SIZE * (N-1)/N, per second
+ * SIZE * 2(N-1)/N, broadcast SIZE, all-gather N * SIZE * (N-1)/N,
+ * reduce-scatter SIZE * (N-1)/N, per second
  * (GB/s = 10^9 bytes per second).
  *
  * Output, one line per collective and size, from rank 0:
@@ -62,16 +65,26 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static const char *const names[] = { "all-reduce", "broadcast", "all-gather" };
+static const char *const names[] = { "all-reduce", "broadcast", "all-gather",
+				     "reduce-scatter" };
+#define NKINDS	4
+#define MAX_RANKS	256
 
-static void one_op(int kind, float *in, float *out, int count)
+static void one_op(int kind, float *in, float *out, int count, int n)
 {
-	if (kind == 0)
+	static int chunks[MAX_RANKS];
+
+	if (kind == 0) {
 		MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-	else if (kind == 1)
+	} else if (kind == 1) {
 		MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-	else
+	} else if (kind == 2) {
 		MPI_Allgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, MPI_COMM_WORLD);
+	} else {
+		for (int r = 0; r < n; r++)
+			chunks[r] = count / n + (r < count % n);
+		MPI_Reduce_scatter(in, out, chunks, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+	}
 }
 
 int main(int argc, char **argv)
@@ -85,6 +98,8 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	if (n > MAX_RANKS)
+		MPI_Abort(MPI_COMM_WORLD, 2);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
 			iters = atoi(argv[++i]);
@@ -121,16 +136,16 @@ int main(int argc, char **argv)
 	memset(in, 1, max);
 	memset(out, 0, max * (unsigned long long)n);
 
-	for (int kind = 0; kind < 3; kind++)
+	for (int kind = 0; kind < NKINDS; kind++)
 		for (int s = 0; s < nsizes; s++) {
 			int count = (int)(sizes[s] / 4);
 			double t, bus;
 
-			one_op(kind, in, out, count);		/* warm-up */
+			one_op(kind, in, out, count, n);		/* warm-up */
 			for (int it = 0; it < iters; it++) {
 				double t0 = now_s();
 
-				one_op(kind, in, out, count);
+				one_op(kind, in, out, count, n);
 				mine[it] = now_s() - t0;
 			}
 			MPI_Reduce(mine, slowest, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -138,7 +153,8 @@ int main(int argc, char **argv)
 				continue;
 			qsort(slowest, (size_t)iters, sizeof(slowest[0]), cmp_double);
 			t = slowest[iters / 2];
-			bus = kind == 0 ? 2.0 * (n - 1) / n : kind == 1 ? 1.0 : (double)(n - 1);
+			bus = kind == 0 ? 2.0 * (n - 1) / n : kind == 1 ? 1.0 : kind == 2 ? (double)(n - 1) :
+			      (double)(n - 1) / n;
 			printf("peer=mpi coll=%s ranks=%d size=%llu iters=%d time_us=%.1f busbw=%.3f\n",
 			       names[kind], n, (unsigned long long)count * 4, iters, t * 1e6,
 			       (double)count * 4 * bus / t / 1e9);

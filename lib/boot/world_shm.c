@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Whether a world's collectives take the shared-memory path
+ * (lib/coll/coll_shm.c) and its segment, decided once, at the first
+ * collective, the same way on every rank:
+ *
+ * - TPU_COLL_PATH: "rdv" rules the path out, "shm" makes it a must (a
+ *   collective fails with -EOPNOTSUPP where it cannot be had), unset or
+ *   "auto" takes it where it can be had; anything else is -EINVAL.
+ * - Every rank reaches every other over shm (same host: boot id and network
+ *   namespace, choose() in world.c).  Each rank can tell this alone, and
+ *   all tell the same, so a world that fails it costs no exchange.
+ * - Each rank then takes the pid of every peer from the world's pipe to it,
+ *   as the kernel proved it (tpu_pipe_peer_pid(): SO_PEERCRED), and votes.
+ *   Rank 0 makes the segment (a sealed memfd) and says its descriptor
+ *   number; the others copy the descriptor out of rank 0's process
+ *   (pidfd_getfd() on a pidfd of the proven pid: the kernel checks the
+ *   right to, as for process_vm_readv), check it is sealed and sized as
+ *   expected, and map it.  A second round confirms every rank mapped it;
+ *   only then the path is on.  Where any rank says no, all take the
+ *   rendezvous.  The segment goes with the last mapping (the last member
+ *   to leave or die).
+ *
+ * A set-up cut short by the call's timeout resumes at the next call.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "world.h"
+#include "coll/coll.h"
+
+enum { WS_NEW, WS_VOTED, WS_MAPPED, WS_ON, WS_OFF, WS_BAD };
+
+struct world_shm {
+	int state;
+	bool must;			/* TPU_COLL_PATH=shm */
+	bool vote;
+	int fd;				/* the segment's, until every rank mapped it */
+	pid_t *pids;			/* proven; this rank's own is 0 */
+	struct tpu__shm_coll *seg;
+	char why[200];			/* why the path is off */
+};
+
+void tpu__world_shm_free(struct world_shm *ws)
+{
+	if (!ws)
+		return;
+	tpu__shm_coll_detach(ws->seg);
+	if (ws->fd >= 0)
+		close(ws->fd);
+	free(ws->pids);
+	free(ws);
+}
+
+static void off(struct world_shm *ws, const char *fmt, int a, const char *b)
+{
+	ws->state = WS_OFF;
+	snprintf(ws->why, sizeof(ws->why), fmt, a, b);
+}
+
+/* The pid the kernel proved for the pipe to @r; 0 if none. */
+static tpu_status proven_pid(struct tpu_world *w, int r, uint64_t deadline, pid_t *pid)
+{
+	struct tpu_pipe *p;
+	int v = 0;
+	tpu_status st = tpu_world_pipe(w, r, &p);
+
+	/* A pipe is handed out before its two ends agreed on a transport. */
+	while (!st && (st = tpu_pipe_peer_pid(p, &v)) == -EAGAIN) {
+		struct timespec ms = { 0, 1000000 };
+
+		if (tpu__store_now_ms() >= deadline)
+			return -ETIMEDOUT;
+		nanosleep(&ms, NULL);
+		st = 0;
+	}
+	*pid = v;
+	return st;
+}
+
+static tpu_status put(struct tpu_world *w, const char *what, const char *val, uint64_t deadline)
+{
+	char key[64];
+	tpu_status st;
+
+	snprintf(key, sizeof(key), "tpu/coll-shm/%s/%d", what, w->info.rank);
+	pthread_mutex_lock(&w->store_lock);
+	tpu__store_client_bound(w->store, deadline);
+	st = tpu__store_set(w->store, key, val, strlen(val));
+	pthread_mutex_unlock(&w->store_lock);
+	return st;
+}
+
+/* Rank @r's word under @what: "1 ..." or "0"; *@yes, and the rest in @rest. */
+static tpu_status get(struct tpu_world *w, const char *what, int r, bool *yes, char *rest,
+		      size_t size, uint64_t deadline)
+{
+	char key[64], val[32];
+	size_t len = 0;
+	tpu_status st;
+
+	snprintf(key, sizeof(key), "tpu/coll-shm/%s/%d", what, r);
+	pthread_mutex_lock(&w->store_lock);
+	tpu__store_client_bound(w->store, deadline);
+	st = tpu__world_wait_key(w, key, val, sizeof(val) - 1, &len, deadline);
+	pthread_mutex_unlock(&w->store_lock);
+	if (st)
+		return st == -EMSGSIZE ? -EPROTO : st;
+	val[len] = 0;
+	*yes = val[0] == '1';
+	if (rest)
+		snprintf(rest, size, "%s", len > 2 ? val + 2 : "");
+	return 0;
+}
+
+static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
+{
+	int n = w->info.size, me = w->info.rank;
+	char val[32] = "0";
+	const char *mode = getenv("TPU_COLL_PATH");
+	tpu_status st;
+
+	if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "shm") && strcmp(mode, "rdv")) {
+		ws->state = WS_BAD;
+		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_PATH=%.40s: not shm, rdv or auto",
+			 mode);
+		return -EINVAL;
+	}
+	ws->must = mode && !strcmp(mode, "shm");
+	if (n < 2 || n > TPU__SHM_MAX_MEMBERS) {
+		off(ws, "%d ranks: the shared segment serves 2 to 64", n, "");
+		return 0;
+	}
+	for (int r = 0; r < n; r++)
+		if (r != me && strncmp(w->pipe_url[r], "shm://", 6)) {
+			off(ws, "rank %d is not reached over shm (%s)", r, w->pipe_url[r]);
+			return 0;
+		}
+	ws->vote = !(mode && !strcmp(mode, "rdv"));
+	if (!ws->vote)
+		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_PATH=rdv");
+	for (int r = 0; r < n && ws->vote; r++) {
+		if (r == me)
+			continue;
+		st = proven_pid(w, r, deadline, &ws->pids[r]);
+		if (st)
+			return st;
+		if (ws->pids[r] <= 0) {
+			ws->vote = false;
+			snprintf(ws->why, sizeof(ws->why), "the pipe to rank %d proves no pid", r);
+		}
+	}
+	/* A set-up cut short by a timeout comes here again: one segment. */
+	if (ws->vote && me == 0 && ws->fd < 0) {
+		st = tpu__shm_coll_create(n, TPU__SHM_SLOT, &ws->fd);
+		if (st) {
+			ws->vote = false;
+			snprintf(ws->why, sizeof(ws->why), "no segment: %s", tpu_strerror(st));
+		}
+	}
+	if (ws->vote)
+		snprintf(val, sizeof(val), "1 %d", me == 0 ? ws->fd : 0);
+	st = put(w, "vote", val, deadline);
+	if (!st)
+		ws->state = WS_VOTED;
+	return st;
+}
+
+/* Rank 0's descriptor @num, out of its process (the pid the kernel proved). */
+static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
+{
+	char *end;
+	long v = strtol(num, &end, 10);
+	int pidfd;
+	tpu_status st = 0;
+
+	if (end == num || *end || v < 0 || v > 1 << 24)
+		return -EPROTO;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0 && errno != ENOSYS)
+		return errno == ESRCH ? TPU_E_PEER_GONE : -errno;
+	*fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)v, 0);
+	if (*fd < 0 && (pidfd < 0 || errno == ENOSYS)) {
+		char path[64];
+
+		/*
+		 * Before Linux 5.6 (or under valgrind): the same file through
+		 * /proc, which the kernel lets this process open under the
+		 * same ptrace check.
+		 */
+		snprintf(path, sizeof(path), "/proc/%d/fd/%ld", (int)pid, v);
+		*fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (*fd < 0)
+		st = -errno;
+	if (pidfd >= 0)
+		close(pidfd);
+	return st;
+}
+
+static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
+{
+	int n = w->info.size, me = w->info.rank, fd = -1;
+	char rest[32] = "";
+	bool all = true, yes = false;
+	tpu_status st;
+
+	for (int r = 0; r < n; r++) {
+		st = get(w, "vote", r, &yes, r ? NULL : rest, sizeof(rest), deadline);
+		if (st)
+			return st;
+		/* This rank's own reason stays when it voted against. */
+		if (!yes && all && ws->vote)
+			off(ws, "rank %d voted against it%s", r, "");
+		all = all && yes;
+	}
+	if (!all) {
+		ws->state = WS_OFF;
+		if (ws->fd >= 0)
+			close(ws->fd);
+		ws->fd = -1;
+		return 0;
+	}
+	st = ws->seg || !me ? 0 : fetch_fd(ws->pids[0], rest, &fd);
+	if (!st && !ws->seg)
+		st = tpu__shm_coll_attach(me ? fd : ws->fd, n, me, TPU__SHM_SLOT, ws->pids,
+					  &ws->seg);
+	if (fd >= 0)
+		close(fd);
+	if (st)
+		tpu__log_debug("world: rank %d cannot map rank 0's collective segment: %s", me,
+			       tpu_strerror(st));
+	snprintf(ws->why, sizeof(ws->why), "rank %d could not map the segment", me);
+	st = put(w, "ok", st ? "0" : "1", deadline);
+	if (!st)
+		ws->state = WS_MAPPED;
+	return st;
+}
+
+static tpu_status confirm(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
+{
+	bool yes = false, all = true;
+	tpu_status st;
+
+	for (int r = 0; r < w->info.size && all; r++) {
+		st = get(w, "ok", r, &yes, NULL, 0, deadline);
+		if (st)
+			return st;
+		if (!yes) {
+			all = false;
+			off(ws, "rank %d could not map the segment%s", r, "");
+		}
+	}
+	if (ws->fd >= 0) {
+		close(ws->fd);
+		ws->fd = -1;
+	}
+	if (all) {
+		ws->state = WS_ON;
+	} else {
+		tpu__shm_coll_detach(ws->seg);
+		ws->seg = NULL;
+	}
+	return 0;
+}
+
+static tpu_status decide(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
+{
+	tpu_status st = 0;
+
+	if (ws->state == WS_NEW)
+		st = vote(w, ws, deadline);
+	if (!st && ws->state == WS_VOTED)
+		st = map(w, ws, deadline);
+	if (!st && ws->state == WS_MAPPED)
+		st = confirm(w, ws, deadline);
+	if (!st && (ws->state == WS_ON || ws->state == WS_OFF))
+		tpu__log_debug("world: rank %d: collectives over %s%s%s", w->info.rank,
+			       ws->state == WS_ON ? "the shared segment" : "the rendezvous",
+			       ws->state == WS_ON ? "" : ": ", ws->state == WS_ON ? "" : ws->why);
+	return st;
+}
+
+tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
+			      const struct tpu__shm_call *c, char *reason, size_t size, bool *ran)
+{
+	struct world_shm *ws = *wsp;
+	uint64_t now = tpu__mono_ns(), left = c->deadline_ns > now ? c->deadline_ns - now : 0;
+	uint64_t deadline = tpu__store_now_ms() + left / 1000000;
+	tpu_status st;
+
+	*ran = false;
+	if (!ws) {
+		ws = calloc(1, sizeof(*ws));
+		if (ws)
+			ws->pids = calloc((size_t)w->info.size, sizeof(*ws->pids));
+		if (!ws || !ws->pids) {
+			free(ws);
+			return -ENOMEM;
+		}
+		ws->fd = -1;
+		*wsp = ws;
+	}
+	if (deadline > tpu__store_now_ms() + w->timeout_ms)
+		deadline = tpu__store_now_ms() + w->timeout_ms;
+	if (ws->state == WS_BAD) {
+		snprintf(reason, size, "%s", ws->why);
+		return -EINVAL;
+	}
+	if (ws->state != WS_ON && ws->state != WS_OFF) {
+		st = decide(w, ws, deadline);
+		if (st) {
+			snprintf(reason, size, "%s", ws->state == WS_BAD ? ws->why :
+				 "setting up the shared-memory collectives");
+			return st;
+		}
+	}
+	if (ws->state == WS_OFF) {
+		if (!ws->must)
+			return 0;
+		snprintf(reason, size, "TPU_COLL_PATH=shm, but %s", ws->why);
+		return -EOPNOTSUPP;
+	}
+	*ran = true;
+	st = tpu__shm_coll_run(ws->seg, c, reason, size);
+	tpu__log_debug("world: rank %d: %s of %llu elements over the shared segment (%s): %s",
+		       w->info.rank, c->type == TPU_COLL_REDUCTION ? "all-reduce" :
+		       c->type == TPU_COLL_BROADCAST ? "broadcast" :
+		       c->type == TPU_COLL_GATHER ? "all-gather" : "reduce-scatter",
+		       (unsigned long long)c->count, tpu__shm_coll_last_way(ws->seg),
+		       st ? tpu_status_name(st) : "done");
+	return st;
+}
+
+bool tpu__world_shm_on(const struct world_shm *ws)
+{
+	return ws && ws->state == WS_ON;
+}

@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The collectives over a shared segment (coll_shm.h).  Every call starts
+ * the same way: a member describes the call in its line (and, when the
+ * tensor fits a slot, copies its part into its slot), publishes a phase,
+ * and waits until every member did; then each checks that all described
+ * the same call.
+ *
+ * Slots (up to TPU__SHM_SLOT bytes): each member reads every member's slot
+ * and reduces in rank order, so that all get the same bits.  No further
+ * phase: a slot is rewritten two calls later, after every member started
+ * the next one, so finished reading this one.
+ *
+ * Larger: no copy through the segment.  All-reduce is a reduce-scatter
+ * (member r reduces chunk r reading every other member's input with
+ * process_vm_readv, one piece at a time into a buffer that stays in
+ * cache) then an all-gather (each reads the other members' finished
+ * chunks straight into its output), with a phase between and one at the
+ * end, after which no member reads another's buffers any more.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coll_shm.h"
+
+static const char *type_name(int t)
+{
+	static const char *const names[] = { "all-reduce", "broadcast", "all-gather",
+					     "reduce-scatter" };
+
+	return t >= 0 && t < 4 ? names[t] : "?";
+}
+
+/* The bytes a member's slot would hold for @c. */
+static uint64_t slot_bytes(const struct tpu__shm_call *c, size_t es)
+{
+	return c->count * es;
+}
+
+static bool same(const struct shm_desc *a, const struct shm_desc *b)
+{
+	return a->type == b->type && a->dtype == b->dtype && a->op == b->op &&
+	       a->final_op == b->final_op && a->root == b->root && a->count == b->count;
+}
+
+static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
+{
+	const struct shm_desc *mine = &shm_line(s, s->rank)->desc[call & 1];
+
+	for (int r = 0; r < s->n; r++) {
+		struct shm_desc d = shm_line(s, r)->desc[call & 1];
+
+		if (r == s->rank || same(mine, &d))
+			continue;
+		if (reason && size)
+			snprintf(reason, size, "shm: rank %d called %s (dtype %d, count %llu, op %d, "
+				 "final op %d, root %d), rank %d %s (dtype %d, count %llu, op %d, "
+				 "final op %d, root %d)", s->rank, type_name(mine->type),
+				 (int)mine->dtype, (unsigned long long)mine->count, (int)mine->op,
+				 (int)mine->final_op, (int)mine->root, r, type_name(d.type),
+				 (int)d.dtype, (unsigned long long)d.count, (int)d.op,
+				 (int)d.final_op, (int)d.root);
+		return TPU_E_COLL_MISMATCH;
+	}
+	return 0;
+}
+
+/* Read @len bytes at @addr of member @r into @dst; a failure fails the segment. */
+static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+{
+	tpu_status st;
+
+	if (!len)
+		return 0;
+	st = tpu_cma_read(s->pids[r], addr, dst, len);
+	if (!st)
+		return 0;
+	tpu__log_debug("coll: shm: reading %zu bytes of member %d (pid %d): %s", len, r,
+		       (int)s->pids[r], tpu_strerror(st));
+	/* A member that failed returns, and its buffers may go, while others read them. */
+	if (tpu__shm_aborted(s))
+		return tpu__shm_fail(s, tpu__shm_aborted(s), 0);
+	/*
+	 * An exiting process loses its memory before it is seen to exit: a
+	 * read then fails with -EFAULT, and the pidfd says why a moment later.
+	 */
+	if (st == -ESRCH || tpu__shm_dead(s, r, 100))
+		return tpu__shm_fail(s, TPU_E_PEER_GONE, TPU_E_PEER_GONE);
+	return tpu__shm_fail(s, st, -ECONNABORTED);
+}
+
+/*
+ * Whether @a op @b and @b op @a are the same bits: sums and products (of
+ * floats too), and every op of integers; not a float min or max, whose
+ * loops keep the first operand when the other is a NaN.
+ */
+static bool commutes(const struct tpu__shm_call *c)
+{
+	return c->op == TPU_OP_SUM || c->op == TPU_OP_PROD || c->dtype == TPU_DT_INT32 ||
+	       c->dtype == TPU_DT_INT64 || c->dtype == TPU_DT_UINT8;
+}
+
+/*
+ * @acc (@len bytes at element offset @off of the inputs) gets this
+ * member's input @mine (at the same offset) op every other member's.
+ * Where the op commutes, the first peer's piece is reduced with @mine in
+ * the cached buffer and copied out once, instead of copying @mine to @acc
+ * first and reducing into it there: a third less memory traffic.
+ */
+static tpu_status reduce_from_peers(struct tpu__shm_coll *s, uint64_t call,
+				    const struct tpu__shm_call *c, size_t es, char *acc,
+				    const char *mine, size_t off, size_t len)
+{
+	bool fused = commutes(c) && s->n > 1 && mine != acc;
+	tpu_status st = 0;
+
+	if (!fused && mine != acc)
+		memmove(acc, mine, len);
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+		uint64_t in = shm_line(s, r)->desc[call & 1].in;
+
+		for (size_t at = 0; at < len && !st; at += TPU__COLL_PIECE) {
+			size_t piece = len - at < TPU__COLL_PIECE ? len - at : TPU__COLL_PIECE;
+
+			st = pull(s, r, in + off * es + at, s->tmp, piece);
+			if (st)
+				break;
+			if (fused && k == 1) {
+				tpu__coll_reduce(c->dtype, c->op, s->tmp, mine + at, piece / es);
+				memcpy(acc + at, s->tmp, piece);
+			} else {
+				tpu__coll_reduce(c->dtype, c->op, acc + at, s->tmp, piece / es);
+			}
+		}
+	}
+	return st;
+}
+
+static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
+			    const struct tpu__shm_call *c, size_t es)
+{
+	size_t bytes = c->count * es, off = 0, len = c->count;
+	char *out = c->out;
+
+	switch (c->type) {
+	case TPU_COLL_BROADCAST:
+		if (s->rank != c->root)
+			memcpy(out, shm_slot(s, c->root, call), bytes);
+		return 0;
+	case TPU_COLL_GATHER:
+		for (int r = 0; r < s->n; r++)
+			memcpy(out + (size_t)r * bytes, shm_slot(s, r, call), bytes);
+		return 0;
+	case TPU_COLL_REDUCE_SCATTER:
+		off = tpu__coll_chunk_start(c->count, s->n, s->rank);
+		len = tpu__coll_chunk_len(c->count, s->n, s->rank);
+		/* fall through */
+	default:
+		if (!len)
+			return 0;
+		memcpy(out, shm_slot(s, 0, call) + off * es, len * es);
+		for (int r = 1; r < s->n; r++)
+			tpu__coll_reduce(c->dtype, c->op, out, shm_slot(s, r, call) + off * es, len);
+		tpu__coll_final(c->dtype, c->final_op, out, len, s->n);
+		return 0;
+	}
+}
+
+static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			  size_t es)
+{
+	size_t bytes = c->count * es;
+	size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank);
+	size_t len = tpu__coll_chunk_len(c->count, s->n, s->rank);
+	const char *in = c->in;
+	char *out = c->out;
+	tpu_status st = 0;
+
+	switch (c->type) {
+	case TPU_COLL_BROADCAST:
+		if (s->rank != c->root)
+			st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out, bytes);
+		break;
+	case TPU_COLL_GATHER:
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+
+			st = pull(s, r, shm_line(s, r)->desc[call & 1].in, out + (size_t)r * bytes,
+				  bytes);
+		}
+		if (!st)
+			memmove(out + (size_t)s->rank * bytes, in, bytes);
+		break;
+	case TPU_COLL_REDUCE_SCATTER:
+		st = reduce_from_peers(s, call, c, es, out, in + off * es, off, len * es);
+		if (!st)
+			tpu__coll_final(c->dtype, c->final_op, out, len, s->n);
+		break;
+	default:
+		st = reduce_from_peers(s, call, c, es, out + off * es, in + off * es, off, len * es);
+		if (!st) {
+			tpu__coll_final(c->dtype, c->final_op, out + off * es, len, s->n);
+			/* Every chunk reduced before anyone reads one. */
+			st = tpu__shm_barrier(s, c->deadline_ns);
+		}
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+			size_t o = tpu__coll_chunk_start(c->count, s->n, r);
+
+			st = pull(s, r, shm_line(s, r)->desc[call & 1].out + o * es, out + o * es,
+				  tpu__coll_chunk_len(c->count, s->n, r) * es);
+		}
+		break;
+	}
+	/* No member returns (and frees its buffers) while another may still read them. */
+	return st ? st : tpu__shm_barrier(s, c->deadline_ns);
+}
+
+tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
+			     char *reason, size_t size)
+{
+	size_t es = tpu_dtype_size(c->dtype);
+	uint64_t call;
+	struct shm_desc *d;
+	bool slots;
+	tpu_status st;
+
+	if (!s || !c || !es || c->type < TPU_COLL_REDUCTION || c->type > TPU_COLL_REDUCE_SCATTER ||
+	    c->root < 0 || c->root >= s->n || c->count > SIZE_MAX / es / (size_t)s->n)
+		return -EINVAL;
+	if (s->failed)
+		return s->failed;
+	call = s->calls++;
+	d = &shm_line(s, s->rank)->desc[call & 1];
+	*d = (struct shm_desc){ .type = c->type, .dtype = c->dtype, .op = c->op,
+				.final_op = c->final_op, .root = c->root, .count = c->count,
+				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
+	slots = slot_bytes(c, es) <= s->slot;
+	s->way = slots ? "slots" : "cma";
+	if (slots && c->count && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
+		memcpy(shm_slot(s, s->rank, call), c->in, c->count * es);
+	st = tpu__shm_barrier(s, c->deadline_ns);
+	if (!st)
+		st = check_all(s, call, reason, size);
+	if (!st)
+		st = slots ? via_slots(s, call, c, es) : via_cma(s, call, c, es);
+	if (st && st != TPU_E_COLL_MISMATCH && reason && size && !reason[0])
+		snprintf(reason, size, "shm: %s of %llu elements, rank %d: %s", type_name(c->type),
+			 (unsigned long long)c->count, s->rank, tpu_status_name(st));
+	return st;
+}
+
+const char *tpu__shm_coll_last_way(const struct tpu__shm_coll *s)
+{
+	return s ? s->way : "";
+}

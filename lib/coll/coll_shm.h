@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * The shared segment of a group whose members share a host (coll_shm_seg.c
+ * maps it and waits on it, coll_shm.c runs the collectives over it).
+ *
+ * Layout: a header line, one control line per member, then two data slots
+ * per member (alternating by call, so a slot is rewritten only once every
+ * member has started the next call, i.e. finished reading it).  A member
+ * writes only its own line and slots; what others wrote there is read as
+ * hostile: counts are compared with the reader's own, addresses are used
+ * only with the pid the kernel proved, and nothing else is acted on.
+ */
+#ifndef TPU_COLL_SHM_H
+#define TPU_COLL_SHM_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "coll.h"
+
+#define SHM_MAGIC	0x73636f6cU	/* "scol" */
+#define SHM_LINE	128u		/* two cache lines: no false sharing with prefetch */
+
+/* What a call is: every member must publish the same (the slot index apart). */
+struct shm_desc {
+	int32_t type, dtype, op, final_op, root, pad;
+	uint64_t count;
+	uint64_t in, out;		/* this member's buffers (large path) */
+};
+
+struct shm_line {
+	_Atomic uint32_t seq;		/* futex word: phases published so far */
+	_Atomic uint32_t waiters;	/* members asleep on seq */
+	int32_t pid;			/* informative only */
+	_Atomic int32_t cpu;		/* where this member last looked from */
+	struct shm_desc desc[2];	/* by call number parity */
+};
+
+struct shm_hdr {
+	uint32_t magic;
+	uint32_t n;
+	uint64_t slot;
+	_Atomic int32_t abort;		/* 0, or the status every member fails with */
+};
+
+_Static_assert(sizeof(struct shm_line) <= SHM_LINE, "control line too long");
+_Static_assert(sizeof(struct shm_hdr) <= SHM_LINE, "header too long");
+
+struct tpu__shm_coll {
+	int n, rank;
+	size_t slot;
+	size_t size;
+	unsigned char *base;
+	pid_t *pids;			/* proven by the kernel */
+	int *pidfds;			/* liveness (-1 for this member) */
+	uint32_t seq;			/* this member's phases published */
+	uint64_t spin_ns;		/* spin this long before yielding the core */
+	uint64_t calls;			/* calls run */
+	void *tmp;			/* one piece, for reductions from peers */
+	tpu_status failed;		/* sticky: the segment is out of step */
+	const char *way;		/* of the last call: "slots" or "cma" */
+};
+
+static inline struct shm_hdr *shm_hdr(const struct tpu__shm_coll *s)
+{
+	return (struct shm_hdr *)s->base;
+}
+
+static inline struct shm_line *shm_line(const struct tpu__shm_coll *s, int r)
+{
+	return (struct shm_line *)(s->base + SHM_LINE * (1 + (size_t)r));
+}
+
+static inline unsigned char *shm_slot(const struct tpu__shm_coll *s, int r, uint64_t call)
+{
+	return s->base + SHM_LINE * (1 + (size_t)s->n) + s->slot * (2 * (size_t)r + (call & 1));
+}
+
+/* coll_shm_seg.c */
+/* Publish one more phase (and wake sleepers). */
+void tpu__shm_publish(struct tpu__shm_coll *s);
+/* Wait until member @r published @target phases; a failure is sticky and aborts the others. */
+tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64_t deadline_ns);
+/* Publish, then wait for every other member to reach this phase. */
+tpu_status tpu__shm_barrier(struct tpu__shm_coll *s, uint64_t deadline_ns);
+/* 0, or the status another member failed the segment with. */
+tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s);
+/* Whether member @r's process exited (or does within @within_ms). */
+bool tpu__shm_dead(const struct tpu__shm_coll *s, int r, int within_ms);
+/* Fail the segment for every member with @st (the others see @peer_st). */
+tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer_st);
+
+#endif /* TPU_COLL_SHM_H */

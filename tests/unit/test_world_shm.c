@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The world's collectives over the shared segment (lib/coll/coll_shm.c,
+ * lib/boot/world_shm.c), in fork()ed worlds of 2, 3 and 4 ranks on this
+ * host: every type, op and length (0, 1, odd, through the slots and large
+ * enough for process_vm_readv) checked element by element; the path
+ * proven taken (the segment mapped, its own mismatch reason); a member
+ * that dies failing the others within the bound, whether they spin or
+ * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
+ * forcing either path and refusing other values; and the segment's own
+ * checks (a memfd not sealed, a wrong size or header, bad arguments); and
+ * no member keeps the segment mapped once its world is destroyed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "boot_harness.h"
+#include "coll.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define MS		1000000ull
+#define SECOND		1000000000ull
+#define LARGE		(300 * 1000 + 7)	/* elements: past the slot for every type */
+
+struct job {
+	uint16_t port;
+	int scenario;
+	const char *path;	/* TPU_COLL_PATH, or NULL */
+	bool tcp;		/* tcp only: no shm between the ranks */
+};
+
+static int world_up(int me, int n, const struct job *j, uint32_t timeout_ms,
+		    struct tpu_context **ctx, struct tpu_world **w)
+{
+	static const char *const tcp[] = { "tcp://127.0.0.1:0" };
+	struct tpu_world_info info = { .rank = me, .size = n, .local_rank = -1, .local_size = -1,
+				       .store_host = "127.0.0.1", .store_port = j->port };
+	struct tpu_world_options wo = { .info = &info, .timeout_ms = timeout_ms };
+
+	boot_env_clear();
+	if (j->path)
+		setenv("TPU_COLL_PATH", j->path, 1);
+	else
+		unsetenv("TPU_COLL_PATH");
+	if (j->tcp) {
+		wo.listen_urls = tcp;
+		wo.nlisten = 1;
+	}
+	R_CHECK(tpu_context_create(NULL, ctx) == 0);
+	R_CHECK(tpu_world_create(*ctx, &wo, w) == 0);
+	return 0;
+}
+
+/* Whether this process maps a collective segment (memfd "tpu-coll"). */
+static bool segment_mapped(void)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		found = found || strstr(line, "memfd:tpu-coll");
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* ---- element values --------------------------------------------------- */
+
+static uint16_t f16_of(double v)
+{
+	/* Small integers only: exact in binary16. */
+	uint16_t sign = v < 0 ? 0x8000 : 0;
+	double a = v < 0 ? -v : v;
+	int e = 0;
+
+	if (a == 0)
+		return sign;
+	while (a >= 2) {
+		a /= 2;
+		e++;
+	}
+	return (uint16_t)(sign | (uint16_t)((e + 15) << 10) | (uint16_t)((a - 1) * 1024));
+}
+
+static double f16_val(uint16_t h)
+{
+	int e = (h >> 10) & 31;
+	double m = (h & 1023) / 1024.0;
+	double v = e ? (1 + m) * (double)(1u << e) / 32768.0 : m / 16384.0;
+
+	return h & 0x8000 ? -v : v;
+}
+
+static void put(enum tpu_dtype dt, void *buf, size_t i, double v)
+{
+	float f = (float)v;
+	uint32_t u;
+
+	switch (dt) {
+	case TPU_DT_FLOAT32: ((float *)buf)[i] = f; break;
+	case TPU_DT_FLOAT64: ((double *)buf)[i] = v; break;
+	case TPU_DT_FLOAT16: ((uint16_t *)buf)[i] = f16_of(v); break;
+	case TPU_DT_BFLOAT16: memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break;
+	case TPU_DT_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+	case TPU_DT_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+	default: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+	}
+}
+
+static double get(enum tpu_dtype dt, const void *buf, size_t i)
+{
+	uint32_t u;
+	float f;
+
+	switch (dt) {
+	case TPU_DT_FLOAT32: return ((const float *)buf)[i];
+	case TPU_DT_FLOAT64: return ((const double *)buf)[i];
+	case TPU_DT_FLOAT16: return f16_val(((const uint16_t *)buf)[i]);
+	case TPU_DT_BFLOAT16:
+		u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+		memcpy(&f, &u, 4);
+		return f;
+	case TPU_DT_INT32: return ((const int32_t *)buf)[i];
+	case TPU_DT_INT64: return (double)((const int64_t *)buf)[i];
+	default: return ((const uint8_t *)buf)[i];
+	}
+}
+
+/* Rank @r's element @i: small integers, exact in every type (signed where it can be). */
+static double val(enum tpu_dtype dt, int r, size_t i)
+{
+	double v = (double)((r * 7 + i * 3) % 5);
+
+	return dt == TPU_DT_UINT8 ? v : v - 1;
+}
+
+static double reduce(enum tpu_dtype dt, enum tpu_reduce_op op, int n, size_t i)
+{
+	double acc = val(dt, 0, i);
+
+	for (int r = 1; r < n; r++) {
+		double v = val(dt, r, i);
+
+		acc = op == TPU_OP_SUM ? acc + v : op == TPU_OP_PROD ? acc * v :
+		      op == TPU_OP_MIN ? (v < acc ? v : acc) : (v > acc ? v : acc);
+	}
+	return acc;
+}
+
+static const size_t counts[] = { 0, 1, 7, 1001, LARGE };
+
+static int all_reduce_and_scatter(struct tpu_world *w, int me, int n, enum tpu_dtype dt,
+				  enum tpu_reduce_op op, size_t count)
+{
+	size_t es = tpu_dtype_size(dt), off, len;
+	char *in = malloc(count * es + 1), *out = malloc(count * es + 1);
+
+	R_CHECK(in && out);
+	for (size_t i = 0; i < count; i++)
+		put(dt, in, i, val(dt, me, i));
+	memset(out, 0x5a, count * es);
+	{
+		tpu_status st = tpu_world_all_reduce(w, in, out, count, dt, op, TPU_FINAL_NONE,
+						     20 * SECOND);
+		char why[256];
+
+		tpu_world_last_reason(w, why, sizeof(why));
+		if (st)
+			fprintf(stderr, "# rank %d: all-reduce: %s (%s)\n", me, tpu_status_name(st),
+				why);
+		R_CHECK(st == 0);
+	}
+	for (size_t i = 0; i < count; i++)
+		R_CHECK(get(dt, out, i) == reduce(dt, op, n, i));
+	/* In place, and the mean (sums of n ranks divided by n). */
+	if (op == TPU_OP_SUM && dt != TPU_DT_UINT8) {
+		for (size_t i = 0; i < count; i++)
+			put(dt, in, i, (double)(n * ((i % 3) + me)));
+		R_CHECK(tpu_world_all_reduce(w, in, in, count, dt, op, TPU_FINAL_DIV,
+					     20 * SECOND) == 0);
+		for (size_t i = 0; i < count; i++)
+			R_CHECK(get(dt, in, i) == (double)(n * (i % 3)) + n * (n - 1) / 2.0);
+		for (size_t i = 0; i < count; i++)
+			put(dt, in, i, val(dt, me, i));
+	}
+	off = tpu_coll_chunk(count, n, me, &len);
+	memset(out, 0x5a, count * es);
+	R_CHECK(tpu_world_reduce_scatter(w, in, out, count, dt, op, TPU_FINAL_NONE,
+					 20 * SECOND) == 0);
+	for (size_t i = 0; i < len; i++)
+		R_CHECK(get(dt, out, i) == reduce(dt, op, n, off + i));
+	free(in);
+	free(out);
+	return 0;
+}
+
+static int broadcast_and_gather(struct tpu_world *w, int me, int n, enum tpu_dtype dt,
+				size_t count)
+{
+	size_t es = tpu_dtype_size(dt);
+	char *buf = malloc(count * es + 1), *out = malloc(count * es * (size_t)n + 1);
+
+	R_CHECK(buf && out);
+	for (int root = 0; root < n; root++) {
+		for (size_t i = 0; i < count; i++)
+			put(dt, buf, i, me == root ? val(dt, root, i) : 99);
+		R_CHECK(tpu_world_broadcast(w, buf, count, dt, root, 20 * SECOND) == 0);
+		for (size_t i = 0; i < count; i++)
+			R_CHECK(get(dt, buf, i) == val(dt, root, i));
+	}
+	for (size_t i = 0; i < count; i++)
+		put(dt, buf, i, val(dt, me, i));
+	memset(out, 0x5a, count * es * (size_t)n);
+	R_CHECK(tpu_world_all_gather(w, buf, out, count, dt, 20 * SECOND) == 0);
+	for (int r = 0; r < n; r++)
+		for (size_t i = 0; i < count; i++)
+			R_CHECK(get(dt, out + (size_t)r * count * es, i) == val(dt, r, i));
+	free(buf);
+	free(out);
+	return 0;
+}
+
+static int every_type(struct tpu_world *w, int me, int n)
+{
+	for (enum tpu_dtype dt = TPU_DT_FLOAT32; dt <= TPU_DT_UINT8; dt++)
+		for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+			for (int op = TPU_OP_SUM; op <= TPU_OP_MAX; op++) {
+				/* Large ones: every op of one float and one integer type. */
+				if (counts[k] == LARGE && op != TPU_OP_SUM &&
+				    dt != TPU_DT_BFLOAT16 && dt != TPU_DT_INT32)
+					continue;
+				if (all_reduce_and_scatter(w, me, n, dt, (enum tpu_reduce_op)op,
+							   counts[k]))
+					return __LINE__;
+			}
+			if (broadcast_and_gather(w, me, n, dt, counts[k]))
+				return __LINE__;
+		}
+	return 0;
+}
+
+/* The shm path ran: the segment is mapped, and a mismatch is its own. */
+static int path_taken(struct tpu_world *w, int me, int n)
+{
+	float a[8] = { 1 }, b[8];
+	char why[256];
+	int pid = 0, pids[8] = { 0 }, mine = (int)getpid();
+	struct tpu_pipe *p;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	R_CHECK(segment_mapped());
+	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
+				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
+	tpu_world_last_reason(w, why, sizeof(why));
+	R_CHECK(!strncmp(why, "shm: ", 5) && strstr(why, "count"));
+	/* Still usable; and the pid a pipe proves is the peer's own. */
+	R_CHECK(tpu_world_all_gather(w, &mine, pids, 1, TPU_DT_INT32, 20 * SECOND) == 0);
+	for (int r = 0; r < n; r++) {
+		if (r == me)
+			continue;
+		R_CHECK(tpu_world_pipe(w, r, &p) == 0);
+		R_CHECK(tpu_pipe_peer_pid(p, &pid) == 0 && pid == pids[r]);
+	}
+	R_CHECK(tpu_pipe_peer_pid(p, NULL) == -EINVAL);
+	R_CHECK(tpu_pipe_peer_pid(NULL, &pid) == -EINVAL && pid == 0);
+	return 0;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * SECOND + (uint64_t)ts.tv_nsec;
+}
+
+struct dying {
+	struct tpu_world *w;
+	float *a;
+	size_t count;
+};
+
+static void *dying_call(void *arg)
+{
+	struct dying *d = arg;
+
+	tpu_world_all_reduce(d->w, d->a, d->a, d->count, TPU_DT_FLOAT32, TPU_OP_SUM,
+			     TPU_FINAL_NONE, 30 * SECOND);
+	return NULL;
+}
+
+/*
+ * The last rank dies (its process exits): before the call while the others
+ * spin or sleep in it, or, with @inside, in the middle of a large one.
+ */
+static int member_dies(struct tpu_world *w, int me, int n, bool sleeping, bool inside,
+		       size_t count)
+{
+	/* Not from malloc: the dying rank leaves it behind, in use by its call. */
+	float *a = mmap(NULL, count * sizeof(float), PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t t0;
+	tpu_status st;
+
+	R_CHECK(a != MAP_FAILED);
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	if (me == n - 1) {
+		struct dying d = { w, a, count };
+		pthread_t t;
+
+		if (inside)
+			R_CHECK(pthread_create(&t, NULL, dying_call, &d) == 0);
+		/* Let the others reach the call first (and sleep, with @sleeping). */
+		usleep(sleeping ? 300 * 1000 : inside ? 20 * 1000 : 1000);
+		_exit(0);
+	}
+	st = tpu_world_all_reduce(w, a, a, count, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				  30 * SECOND);
+	if (st != TPU_E_PEER_GONE)
+		fprintf(stderr, "# rank %d: %s\n", me, tpu_status_name(st));
+	R_CHECK(st == TPU_E_PEER_GONE);
+	/* Within the bound: from the death, TPU__SHM_LIVENESS_NS and a wake-up. */
+	t0 = now_ns();
+	st = tpu_world_all_reduce(w, a, a, count, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				  30 * SECOND);
+	R_CHECK(st == TPU_E_PEER_GONE && now_ns() - t0 < 100 * MS);
+	munmap(a, count * sizeof(float));
+	return 0;
+}
+
+/* Rank 1 times out alone; rank 0, calling later, fails at once, and later calls too. */
+static int timeout_aborts(struct tpu_world *w, int me)
+{
+	float a[4] = { 0 };
+	uint64_t t0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	t0 = now_ns();
+	if (me == 1) {
+		R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 300 * MS) == -ETIMEDOUT);
+		R_CHECK(now_ns() - t0 >= 290 * MS && now_ns() - t0 < 3 * SECOND);
+	} else {
+		usleep(800 * 1000);
+		t0 = now_ns();
+		R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 20 * SECOND) == -ECONNABORTED);
+		R_CHECK(now_ns() - t0 < 500 * MS);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == (me == 1 ? -ETIMEDOUT : -ECONNABORTED));
+	return 0;
+}
+
+enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
+       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH };
+
+static int rank_main(int me, int n, void *arg)
+{
+	const struct job *j = arg;
+	struct tpu_context *ctx;
+	struct tpu_world *w;
+	bool dies = j->scenario >= SC_DIES_SPINNING && j->scenario <= SC_DIES_LARGE;
+	float a[3] = { 1, 2, 3 }, b[3];
+	char why[256];
+	/* A world with a dead rank: its destroy waits this long for it. */
+	int line = world_up(me, n, j, dies ? 8000 : 20000, &ctx, &w);
+
+	if (line)
+		return line;
+	switch (j->scenario) {
+	case SC_TYPES:
+		line = every_type(w, me, n);
+		R_CHECK(segment_mapped());
+		break;
+	case SC_PATH:
+		line = path_taken(w, me, n);
+		break;
+	case SC_DIES_SPINNING:
+	case SC_DIES_SLEEPING:
+	case SC_DIES_LARGE:
+		line = member_dies(w, me, n, j->scenario == SC_DIES_SLEEPING,
+				   j->scenario == SC_DIES_LARGE, j->scenario == SC_DIES_LARGE ?
+				   16u << 20 : 4);
+		break;
+	case SC_TIMEOUT:
+		line = timeout_aborts(w, me);
+		break;
+	case SC_RDV:
+		/* Forced rendezvous: right results, no segment. */
+		line = broadcast_and_gather(w, me, n, TPU_DT_INT32, 1001);
+		R_CHECK(!segment_mapped());
+		break;
+	case SC_SHM_NO_SHM:
+		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 20 * SECOND) == -EOPNOTSUPP);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "TPU_COLL_PATH=shm") && strstr(why, "not reached over shm"));
+		{
+			/* tcp proves no pid: 0, once the pipe is open. */
+			struct tpu_pipe *p;
+			int pid = -1;
+			tpu_status st;
+
+			R_CHECK(tpu_world_pipe(w, 1 - me, &p) == 0);
+			while ((st = tpu_pipe_peer_pid(p, &pid)) == -EAGAIN)
+				usleep(1000);
+			R_CHECK(st == 0 && pid == 0);
+		}
+		break;
+	case SC_BAD_PATH:
+		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 20 * SECOND) == -EINVAL);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "TPU_COLL_PATH=fast"));
+		break;
+	}
+	if (line)
+		return line;
+	tpu_world_destroy(w);
+	/* This member's mapping goes with the world (the segment with the last one). */
+	R_CHECK(!segment_mapped());
+	tpu_context_destroy(ctx);
+	return 0;
+}
+
+/* The segment's own checks, in one process. */
+static void segment_checks(void)
+{
+	pid_t pids[2] = { getpid(), getpid() };
+	struct tpu__shm_coll *s = NULL;
+	struct tpu__shm_call c = { .type = TPU_COLL_REDUCTION, .dtype = TPU_DT_FLOAT32 };
+	int fd = -1, raw = memfd_create("plain", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	char why[128];
+
+	CHECK(tpu__shm_coll_create(0, 4096, &fd) == -EINVAL &&
+	      tpu__shm_coll_create(TPU__SHM_MAX_MEMBERS + 1, 4096, &fd) == -EINVAL &&
+	      tpu__shm_coll_create(2, 100, &fd) == -EINVAL, "shm_segment_create_refuses_bad_sizes");
+	CHECK(tpu__shm_coll_create(2, 4096, &fd) == 0 && fd >= 0 &&
+	      ftruncate(fd, 1) == -1 && errno == EPERM, "shm_segment_is_sealed_against_shrinking");
+	CHECK(tpu__shm_coll_attach(fd, 2, 2, 4096, pids, &s) == -EINVAL &&
+	      tpu__shm_coll_attach(fd, 2, 0, 4096, NULL, &s) == -EINVAL,
+	      "shm_attach_refuses_bad_arguments");
+	CHECK(tpu__shm_coll_attach(fd, 3, 0, 4096, pids, &s) == -EPROTO &&
+	      tpu__shm_coll_attach(fd, 2, 0, 8192, pids, &s) == -EPROTO,
+	      "shm_attach_refuses_a_segment_of_another_size");
+	CHECK(raw >= 0 && ftruncate(raw, 128 * 3 + 2 * 2 * 4096) == 0 &&
+	      tpu__shm_coll_attach(raw, 2, 0, 4096, pids, &s) == -EPERM,
+	      "shm_attach_refuses_a_memfd_not_sealed");
+	CHECK(raw >= 0 && fcntl(raw, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0 &&
+	      tpu__shm_coll_attach(raw, 2, 0, 4096, pids, &s) == -EPROTO,
+	      "shm_attach_refuses_a_sealed_memfd_without_the_header");
+	pids[1] = 0;
+	CHECK(tpu__shm_coll_attach(fd, 2, 0, 4096, pids, &s) == -EINVAL,
+	      "shm_attach_refuses_a_member_without_a_proven_pid");
+	pids[1] = getpid();
+	CHECK(tpu__shm_coll_attach(fd, 2, 0, 4096, pids, &s) == 0 && s, "shm_attach_maps_it");
+	c.root = 2;
+	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL, "shm_run_refuses_a_bad_root");
+	c.root = 0;
+	c.type = TPU_COLL_ALL_TO_ALL;
+	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL, "shm_run_refuses_other_types");
+	c.type = TPU_COLL_REDUCTION;
+	c.dtype = (enum tpu_dtype)99;
+	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL, "shm_run_refuses_a_bad_dtype");
+	c.dtype = TPU_DT_FLOAT64;
+	c.count = SIZE_MAX / 8;
+	CHECK(tpu__shm_coll_run(s, &c, why, sizeof(why)) == -EINVAL,
+	      "shm_run_refuses_a_count_whose_bytes_overflow");
+	tpu__shm_coll_detach(s);
+	if (fd >= 0)
+		close(fd);
+	if (raw >= 0)
+		close(raw);
+}
+
+void test_world_shm(void)
+{
+	static const char *const names[] = { "every_type_op_and_length", "path_taken",
+					     "member_dies_while_others_spin",
+					     "member_dies_while_others_sleep",
+					     "member_dies_inside_a_large_one", "timeout_aborts_the_others",
+					     "forced_rendezvous", "forced_shm_without_shm",
+					     "bad_TPU_COLL_PATH" };
+
+	segment_checks();
+	for (int n = 2; n <= 4; n++) {
+		struct job j = { .port = boot_free_port(), .scenario = SC_TYPES };
+
+		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
+		      names[SC_TYPES]);
+	}
+	for (int k = SC_PATH; k <= SC_BAD_PATH; k++) {
+		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE ? 3 : 2;
+		struct job j = { .port = boot_free_port(), .scenario = k,
+				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
+					 k == SC_BAD_PATH ? "fast" : NULL,
+				 .tcp = k == SC_SHM_NO_SHM };
+
+		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 120), "shm_world_of_%d_%s", n,
+		      names[k]);
+	}
+	unsetenv("TPU_COLL_PATH");
+	boot_env_clear();
+}
