@@ -91,8 +91,8 @@ static tpu_status put(struct tpu_world *w, const char *what, const char *val, ui
 
 	snprintf(key, sizeof(key), "tpu/coll-shm/%s/%d", what, w->info.rank);
 	pthread_mutex_lock(&w->store_lock);
-	tpu__store_client_bound(w->store, deadline);
-	st = tpu__store_set(w->store, key, val, strlen(val));
+	tpu__world_store_bound(w, deadline);
+	st = tpu__world_store_set(w, key, val, strlen(val));
 	pthread_mutex_unlock(&w->store_lock);
 	return st;
 }
@@ -107,7 +107,7 @@ static tpu_status get(struct tpu_world *w, const char *what, int r, bool *yes, c
 
 	snprintf(key, sizeof(key), "tpu/coll-shm/%s/%d", what, r);
 	pthread_mutex_lock(&w->store_lock);
-	tpu__store_client_bound(w->store, deadline);
+	tpu__world_store_bound(w, deadline);
 	st = tpu__world_wait_key(w, key, val, sizeof(val) - 1, &len, deadline);
 	pthread_mutex_unlock(&w->store_lock);
 	if (st)
