@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+"""Shared by the test_torch_dist_*.py files: the skip when torch or the
+"tpu" backend is missing, and the launch of N rank processes."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import child_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def require_backend():
+    """Skip the calling module, saying why, without torch or the backend."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (make deps)")
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch has no torch.distributed with Gloo", allow_module_level=True)
+    try:
+        import tpu_user.torch  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"the torch backend tpu is not built ({e}; make python says why)",
+                    allow_module_level=True)
+    return torch
+
+
+def rank_env(**extra):
+    # One compute thread per rank: four ranks on two cores.
+    return child_env(OMP_NUM_THREADS=1, **extra)
+
+
+def launch(argv_of_rank, n, env_of_rank=None):
+    """Start n processes, rank r running `python3 argv_of_rank(r)`."""
+    procs = []
+    for r in range(n):
+        env = env_of_rank(r) if env_of_rank else rank_env()
+        procs.append(subprocess.Popen([sys.executable, *map(str, argv_of_rank(r))], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def finish(procs, timeout):
+    """Wait for every process within one overall bound; kill the rest.
+    Returns [(returncode, stdout, stderr)], returncode None for a killed one."""
+    deadline = time.monotonic() + timeout
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            out.append((p.returncode, o, e))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+            out.append((None, o, e))
+    return out
