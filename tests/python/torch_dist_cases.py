@@ -214,7 +214,7 @@ def all_reduce_non_contiguous(c):
 
 @case
 def all_reduce_async(c):
-    xs = [make(20 + k, c.rank, numel, torch.float32) for k, numel in enumerate((1, 1001, 65537, 0))]
+    xs = [make(20 + k, c.rank, numel, torch.float32) for k, numel in enumerate((1, 1001, 65537, 3))]
     ts = [x.clone() for x in xs]
     works = [dist.all_reduce(t, async_op=True) for t in ts]
     futs = [w.get_future() for w in works]
@@ -604,10 +604,10 @@ def subgroups(c):
         if c.rank not in ranks:
             assert tpu == dist.GroupMember.NON_GROUP_MEMBER
             continue
+        ranks = sorted(ranks)     # new_group sorts them: group ranks follow global ones
         m = len(ranks)
-        # new_group sorts the ranks: group ranks follow global ones.
         assert dist.get_world_size(tpu) == m, dist.get_world_size(tpu)
-        assert dist.get_rank(tpu) == sorted(ranks).index(c.rank), dist.get_rank(tpu)
+        assert dist.get_rank(tpu) == ranks.index(c.rank), dist.get_rank(tpu)
         what = f"subgroup {ranks}"
         for dtype in (torch.float32, torch.int64, torch.bfloat16):
             for op in (R.SUM, R.MAX):
