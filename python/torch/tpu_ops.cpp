@@ -550,12 +550,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
   at::Tensor t = tensors[0];
   at::Tensor f = flat(t);
   uint64_t seq;
+  auto work = c10::make_intrusive<WorkTPU>(getRank(), c10d::OpType::RECV, tensors, timeout());
   {
     std::lock_guard<std::mutex> g(p2pLock_);
+    TORCH_CHECK(anyPending_[tag] == 0, "tpu: recv from rank ", src, ": a recv from any source "
+                "of tag ", tag, " is pending; wait for it first");
+    auto it = stash_.find({src, tag});
+    if (it != stash_.end() && !it->second.empty()) {
+      at::Tensor m = it->second.front();
+      it->second.pop_front();
+      TORCH_CHECK((size_t)m.nbytes() == (size_t)t.nbytes(), "tpu: recv from rank ", src,
+                  ": it sent ", m.nbytes(), " bytes, ", t.nbytes(), " expected");
+      t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
+      work->setSourceRank(src);
+      work->complete(nullptr);
+      return work;
+    }
     seq = recvSeq_[{src, tag}]++;
   }
   std::string k = key(src, getRank(), "torch_p2p", (uint64_t)(uint32_t)tag, seq);
-  auto work = c10::make_intrusive<WorkTPU>(getRank(), c10d::OpType::RECV, tensors, timeout());
   auto* rdvp = rdv();
   work->cancel = [rdvp, k]() { tpu_rendezvous_cancel(rdvp, k.data(), k.size()); };
   work->setSourceRank(src);
@@ -577,11 +590,108 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
   return work;
 }
 
+// Any source: a receive posted for each peer's next message of the tag; the
+// first to arrive wins, the others are cancelled, and one that arrived anyway
+// is kept (stash_) for the next receive from that peer, so nothing is lost
+// and the per-peer order holds.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
   checkOne(tensors, "recv");
-  TORCH_CHECK(false, "tpu: recv from any source is not supported yet; name the source rank");
-  (void)tag;
+  TORCH_CHECK(getSize() > 1, "tpu: recv from any source in a group of one");
+  at::Tensor t = tensors[0];
+  size_t want = t.nbytes();
+  auto work =
+      c10::make_intrusive<WorkTPU>(getRank(), c10d::OpType::RECVANYSOURCE, tensors, timeout());
+  struct State {
+    std::mutex m;
+    int winner = -1;
+    int left = 0;
+    tpu_status err = 0;
+    std::vector<at::Tensor> tmp;
+    std::vector<std::string> keys;
+  };
+  auto s = std::make_shared<State>();
+  {
+    std::lock_guard<std::mutex> g(p2pLock_);
+    TORCH_CHECK(anyPending_[tag] == 0,
+                "tpu: recv from any source: another one of tag ", tag, " is pending");
+    // A message kept from an earlier race is the next one of its peer.
+    for (int p = 0; p < getSize(); p++) {
+      auto it = stash_.find({p, tag});
+      if (p == getRank() || it == stash_.end() || it->second.empty())
+        continue;
+      at::Tensor m = it->second.front();
+      it->second.pop_front();
+      TORCH_CHECK((size_t)m.nbytes() == want, "tpu: recv from any source: rank ", p, " sent ",
+                  m.nbytes(), " bytes, ", want, " expected");
+      t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
+      work->setSourceRank(p);
+      work->complete(nullptr);
+      return work;
+    }
+    anyPending_[tag]++;
+    s->tmp.resize(getSize());
+    s->keys.resize(getSize());
+    for (int p = 0; p < getSize(); p++) {
+      if (p == getRank())
+        continue;
+      s->tmp[p] = at::empty({(int64_t)want}, at::kByte);
+      s->keys[p] = key(p, getRank(), "torch_p2p", (uint64_t)(uint32_t)tag, recvSeq_[{p, tag}]);
+      s->left++;
+    }
+  }
+  auto* rdvp = rdv();
+  work->cancel = [rdvp, s]() {
+    for (auto& k : s->keys)
+      if (!k.empty())
+        tpu_rendezvous_cancel(rdvp, k.data(), k.size());
+  };
+  // The context's destroy (in ~ProcessGroupTPU) runs pending callbacks first.
+  ProcessGroupTPU* self = this;
+  for (int p = 0; p < getSize(); p++) {
+    if (p == getRank())
+      continue;
+    auto done = [s, p, tag, want, t, work, self, rdvp](tpu_status st, size_t got) mutable {
+      bool cancelOthers = false, last;
+      {
+        std::lock_guard<std::mutex> g(self->p2pLock_);
+        if (!st && got != want)
+          st = -EMSGSIZE;
+        if (!st) {
+          self->recvSeq_[{p, tag}]++;
+          if (s->winner < 0) {
+            s->winner = p;
+            cancelOthers = true;
+          } else {
+            self->stash_[{p, tag}].push_back(s->tmp[p]);
+          }
+        } else if (st != -ECANCELED && !s->err) {
+          s->err = st;
+        }
+        last = --s->left == 0;
+        if (last)
+          self->anyPending_[tag]--;
+      }
+      if (cancelOthers)
+        for (size_t q = 0; q < s->keys.size(); q++)
+          if ((int)q != p && !s->keys[q].empty())
+            tpu_rendezvous_cancel(rdvp, s->keys[q].data(), s->keys[q].size());
+      if (!last)
+        return;
+      if (s->winner >= 0) {
+        t.copy_(s->tmp[s->winner].view(t.scalar_type()).reshape(t.sizes()));
+        work->setSourceRank(s->winner);
+        work->complete(nullptr);
+      } else {
+        work->complete(std::make_exception_ptr(std::runtime_error(
+            std::string("tpu: recv from any source: ") + tpu_strerror(s->err ? s->err : -ECANCELED))));
+      }
+    };
+    tpu_status st = postRecv(s->keys[p], s->tmp[p].data_ptr(), want, timeout(), done);
+    if (st)
+      done(st, 0);
+  }
+  return work;
 }
 
 }  // namespace tpu_torch

@@ -20,6 +20,8 @@ namespace {
 // A group key of the backend's own, apart from the world's one-call collectives.
 constexpr int32_t kGroupKey = 0x546f7263;  // "Torc"
 constexpr size_t kSecretLen = 32;
+// Where an empty tensor (whose data pointer may be NULL) points the library.
+uint8_t emptyByte;
 
 uint64_t ns(std::chrono::milliseconds ms) {
   return ms.count() > 0 ? (uint64_t)ms.count() * 1000000ull : 0;
@@ -309,6 +311,14 @@ void ProcessGroupTPU::runColl(const char* what, enum tpu_coll_type type, enum tp
                               uint64_t count, enum tpu_reduce_op op, enum tpu_final_op fin,
                               bool source, const void* in, void* out) {
   uint64_t step = nextStep();
+  if (!count) {
+    // Still a collective (the ranks check they agree), on no data.
+    bool bcast = type == TPU_COLL_BROADCAST;
+    if (!in && !(bcast && !source))
+      in = &emptyByte;
+    if (!out && !(bcast && source))
+      out = &emptyByte;
+  }
   struct tpu_coll_group g = {};
   g.group_key = kGroupKey;
   g.group_size = getSize();
@@ -378,7 +388,7 @@ void onRecv(void* arg, tpu_status st, size_t len) {
 tpu_status ProcessGroupTPU::postSend(const std::string& k, const void* data, size_t len,
                                      std::function<void(tpu_status)> done) {
   struct tpu_tensor t = {};
-  t.data = const_cast<void*>(data);
+  t.data = data ? const_cast<void*>(data) : &emptyByte;
   t.len = len;
   auto* c = new SendCtx{std::move(done)};
   tpu_status st = tpu_rendezvous_send(rdv_, k.data(), k.size(), &t, 0, onSend, c);
@@ -391,7 +401,7 @@ tpu_status ProcessGroupTPU::postRecv(const std::string& k, void* data, size_t ca
                                      std::chrono::milliseconds timeout,
                                      std::function<void(tpu_status, size_t)> done) {
   struct tpu_tensor t = {};
-  t.data = data;
+  t.data = data ? data : &emptyByte;
   t.len = cap;
   auto* c = new RecvCtx{std::move(done)};
   tpu_status st = tpu_rendezvous_recv(rdv_, k.data(), k.size(), &t, ns(timeout), onRecv, c);

@@ -171,6 +171,11 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   // Send/receive sequence numbers per (peer, tag), under p2pLock_.
   std::mutex p2pLock_;
   std::map<std::pair<int, int>, uint64_t> sendSeq_, recvSeq_;
+  // Messages an any-source receive took off the wire but did not deliver
+  // (a second peer's arrived as the first won), per (peer, tag), in order.
+  std::map<std::pair<int, int>, std::deque<at::Tensor>> stash_;
+  // Tags with an any-source receive pending (a named receive of the tag waits its turn).
+  std::map<int, int> anyPending_;
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
