@@ -16,7 +16,8 @@ require_backend()
 @pytest.mark.parametrize("n", [2, 4])
 def test_torch_dist_ddp_matches_gloo(n, tmp_path):
     store = tmp_path / "store"
-    procs = launch(lambda r: [os.path.join(HERE, "torch_dist_ddp.py"), r, n, f"file://{store}"], n)
+    procs = launch(lambda r: [os.path.join(HERE, "torch_dist_ddp.py"), r, n, f"file://{store}"],
+                   n, tmp_path)
     results = finish(procs, timeout=180)
     for r, (rc, out, err) in enumerate(results):
         assert rc == 0, f"rank {r} exit {rc}: {err[-3000:]}"

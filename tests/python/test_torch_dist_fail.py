@@ -19,7 +19,7 @@ def _run(tmp_path, mode, n, timeout_s, ranks=None):
     store = tmp_path / "store"
     ranks = list(range(n)) if ranks is None else ranks
     procs = launch(lambda i: [os.path.join(HERE, "torch_dist_fail.py"), mode, ranks[i], n,
-                              f"file://{store}", timeout_s], len(ranks))
+                              f"file://{store}", timeout_s], len(ranks), tmp_path)
     return finish(procs, timeout=4 * timeout_s + 60)
 
 

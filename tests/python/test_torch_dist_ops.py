@@ -28,7 +28,7 @@ def _run(n, tmp_root):
         d.mkdir()
         store = d / "store"
         procs = launch(lambda r: [os.path.join(HERE, "torch_dist_cases.py"), r, n,
-                                  f"file://{store}", d / f"rank{r}.json"], n)
+                                  f"file://{store}", d / f"rank{r}.json"], n, d)
         done = finish(procs, timeout=240)
         per_rank = []
         for r, (rc, out, err) in enumerate(done):
@@ -54,3 +54,11 @@ def test_torch_dist_op(n, case, tmp_path_factory):
         elif not j["ok"]:
             bad.append(f"rank {r}: {j['error']}\n{j.get('where', '')}")
     assert not bad, f"{case} on {n} ranks:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_torch_dist_ops_exit(n, tmp_path_factory):
+    """After the cases every rank tears its groups down and exits 0 (3: the
+    teardown hung for 30 s; None: killed at the launch's bound)."""
+    for r, (rc, err, res) in enumerate(_run(n, tmp_path_factory.getbasetemp())):
+        assert rc == 0, f"rank {r} of {n}: exit {rc}: {err[-2000:]}"

@@ -32,13 +32,19 @@ def rank_env(**extra):
     return child_env(OMP_NUM_THREADS=1, **extra)
 
 
-def launch(argv_of_rank, n, env_of_rank=None):
-    """Start n processes, rank r running `python3 argv_of_rank(r)`."""
+def launch(argv_of_rank, n, logdir, env_of_rank=None):
+    """Start n processes, rank r running `python3 argv_of_rank(r)`, its
+    stdout and stderr in files under logdir (pipes that nobody drains while
+    another rank is awaited would block a chatty rank, and its collective)."""
     procs = []
     for r in range(n):
         env = env_of_rank(r) if env_of_rank else rank_env()
-        procs.append(subprocess.Popen([sys.executable, *map(str, argv_of_rank(r))], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        with open(os.path.join(logdir, f"rank{r}.out"), "w") as o, \
+                open(os.path.join(logdir, f"rank{r}.err"), "w") as e:
+            p = subprocess.Popen([sys.executable, *map(str, argv_of_rank(r))], env=env,
+                                 stdout=o, stderr=e, stdin=subprocess.DEVNULL)
+        p.logs = (o.name, e.name)
+        procs.append(p)
     return procs
 
 
@@ -49,10 +55,12 @@ def finish(procs, timeout):
     out = []
     for p in procs:
         try:
-            o, e = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            out.append((p.returncode, o, e))
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            rc = p.returncode
         except subprocess.TimeoutExpired:
             p.kill()
-            o, e = p.communicate()
-            out.append((None, o, e))
+            p.wait()
+            rc = None
+        with open(p.logs[0]) as o, open(p.logs[1]) as e:
+            out.append((rc, o.read(), e.read()))
     return out
