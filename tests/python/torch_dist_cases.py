@@ -528,23 +528,31 @@ def isend_irecv(c):
 
 @case
 def recv_any_source(c):
-    if c.rank == 0:
-        seen = {}
-        for _ in range(c.n - 1):
-            t = torch.zeros(33, dtype=torch.int64)
-            src = dist.recv(t)
-            assert src not in seen and 0 < src < c.n, (src, seen)
-            check(t, make(140, src, 33, torch.int64), f"recv from any source (from {src})")
-            seen[src] = True
-        works = [dist.irecv(torch.zeros(5), None) for _ in range(c.n - 1)]
-        srcs = set()
-        for w in works:
-            w.wait()
-            srcs.add(w._source_rank())
-        assert srcs == set(range(1, c.n)), srcs
-    else:
-        dist.send(make(140, c.rank, 33, torch.int64), 0)
-        dist.send(torch.full((5,), float(c.rank)), 0)
+    """dist.recv without src, then irecvs from any source all posted at once
+    (another tag: a sender's next message could match the first phase)."""
+    for group in (None, c.gloo):
+        who = "gloo" if group else "tpu"
+        if c.rank == 0:
+            seen = set()
+            for _ in range(c.n - 1):
+                t = torch.zeros(33, dtype=torch.int64)
+                src = dist.recv(t, group=group, tag=1)
+                assert src not in seen and 0 < src < c.n, (who, src, seen)
+                check(t, make(140, src, 33, torch.int64), f"{who} recv from any source ({src})")
+                seen.add(src)
+            bufs = [torch.zeros(5) for _ in range(c.n - 1)]
+            works = [dist.irecv(b, None, group=group, tag=2) for b in bufs]
+            srcs = set()
+            for w, b in zip(works, bufs):
+                w.wait()
+                src = w._source_rank()
+                check(b, torch.full((5,), float(src)), f"{who} irecv from any source ({src})")
+                srcs.add(src)
+            assert srcs == set(range(1, c.n)), (who, srcs)
+        else:
+            dist.send(make(140, c.rank, 33, torch.int64), 0, group=group, tag=1)
+            dist.send(torch.full((5,), float(c.rank)), 0, group=group, tag=2)
+        dist.barrier(group=c.gloo)
 
 
 @case
