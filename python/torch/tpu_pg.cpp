@@ -426,6 +426,7 @@ void ProcessGroupTPU::exchange(const char* what, const char* edge, uint64_t step
     if (st && !s->first) {
       s->first = st;
       s->why = why;
+      s->cv.notify_all();
     }
     if (--s->left == 0)
       s->cv.notify_all();
@@ -460,8 +461,11 @@ void ProcessGroupTPU::exchange(const char* what, const char* edge, uint64_t step
     for (size_t n = i - 1; n < sends.size() + recvs.size(); n++)
       finish(st, "posting");
   }
+  // The first failure ends the exchange: what is still pending is withdrawn
+  // (a peer whose message did not fit never sees its send taken otherwise).
   std::unique_lock<std::mutex> g(s->m);
-  if (st || !s->cv.wait_for(g, timeout_, [&] { return s->left == 0; })) {
+  if (st || !s->cv.wait_for(g, timeout_, [&] { return s->left == 0 || s->first; }) ||
+      s->left) {
     g.unlock();
     for (auto& k : posted)
       tpu_rendezvous_cancel(rdv_, k.data(), k.size());
