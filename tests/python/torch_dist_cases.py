@@ -530,7 +530,7 @@ def isend_irecv(c):
 def recv_any_source(c):
     """dist.recv without src, then irecvs from any source all posted at once
     (another tag: a sender's next message could match the first phase)."""
-    for group in (None, c.gloo):
+    for group in (c.gloo, None):
         who = "gloo" if group else "tpu"
         if c.rank == 0:
             seen = set()
@@ -684,6 +684,9 @@ def main():
             dist.all_reduce(flag, op=R.MAX, group=c.ctl)
             if flag.item():
                 dist.distributed_c10d._update_default_pg(dist.new_group(timeout=TIMEOUT))
+                # A rank that left the case early strands its peers' Gloo
+                # operations too, and a Gloo timeout closes the group's pairs.
+                c.gloo = dist.new_group(backend="gloo", timeout=TIMEOUT)
     # Exit status 3 if tearing the groups down hangs (test_torch_dist_ops_exit).
     watchdog = threading.Timer(30, os._exit, (3,))
     watchdog.daemon = True
