@@ -6,8 +6,6 @@ timeout), tensors whose sizes differ across ranks."""
 import json
 import os
 
-import pytest
-
 from torch_dist_helper import HERE, finish, launch, require_backend
 
 require_backend()

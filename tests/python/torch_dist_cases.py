@@ -250,7 +250,8 @@ def all_reduce_coalesced(c):
             for k, s in enumerate(sizes):
                 what = f"all_reduce_coalesced {dname(dtype)} {opname(op)} #{k}"
                 with c.soft(what):
-                    check(ts[k], reference(op, [make(30 + k, r, s, dtype) for r in range(c.n)]), what)
+                    ref = reference(op, [make(30 + k, r, s, dtype) for r in range(c.n)])
+                    check(ts[k], ref, what)
                     check(ts[k], gs[k], what + " vs gloo")
 
 
@@ -367,11 +368,14 @@ def gather(c):
                 what = f"gather {dname(dtype)} root={root} numel={numel}"
                 with c.soft(what):
                     x = make(70 + i, c.rank, numel, dtype)
-                    outs = [torch.zeros(numel, dtype=dtype) for _ in range(c.n)] if c.rank == root else None
+                    outs = None
+                    if c.rank == root:
+                        outs = [torch.zeros(numel, dtype=dtype) for _ in range(c.n)]
                     dist.gather(x, outs, root)
                     gouts = None
                     if c.gloo_takes(dtype):
-                        gouts = [torch.zeros(numel, dtype=dtype) for _ in range(c.n)] if c.rank == root else None
+                        if c.rank == root:
+                            gouts = [torch.zeros(numel, dtype=dtype) for _ in range(c.n)]
                         dist.gather(x, gouts, root, group=c.gloo)
                     if c.rank == root:
                         for r in range(c.n):
@@ -424,7 +428,8 @@ def reduce_scatter_tensor(c):
                     t = torch.zeros(numel, dtype=dtype)
                     w = dist.reduce_scatter_tensor(t, x, op=op, async_op=True)
                     w.wait()
-                    full = reference(op, [make(95 + i, r, c.n * numel, dtype, op) for r in range(c.n)])
+                    full = reference(op, [make(95 + i, r, c.n * numel, dtype, op)
+                                          for r in range(c.n)])
                     check(t, full[c.rank * numel:(c.rank + 1) * numel], what)
 
 
@@ -454,7 +459,8 @@ def all_to_all_single(c):
                 x = make(110, c.rank, c.n * numel, dtype)
                 t = torch.zeros(c.n * numel, dtype=dtype)
                 dist.all_to_all_single(t, x)
-                want = torch.cat([make(110, j, c.n * numel, dtype)[c.rank * numel:(c.rank + 1) * numel]
+                mine = slice(c.rank * numel, (c.rank + 1) * numel)
+                want = torch.cat([make(110, j, c.n * numel, dtype)[mine]
                                   for j in range(c.n)])
                 check(t, want, what)
                 if numel:
