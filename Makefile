@@ -16,6 +16,8 @@
 #   make bench        tools/tpbench on the host (module-free paths) and in the VM
 #   make bench-peers  TensorPipe and UCX benchmarks beside tpbench pipe, Gloo
 #                     and Open MPI collectives beside tpbench coll
+#   make bench-torch  torch.distributed over backends gloo and tpu side by side
+#                     (tools/bench_torch.py: collectives 4 B..64 MiB, a DDP step)
 #   make bench-rdma   tpbench pipe over rdma:// and tcp:// between two VMs,
 #                     beside ib_write_lat/ib_write_bw and ucx_perftest
 #                     (rc_verbs) on the same soft-RoCE devices
@@ -88,7 +90,7 @@ BENCH_VM_MEM ?= 4G
 CHECKPATCH_FILES = $(filter-out %.mod.c,$(wildcard kmod/*.c kmod/*.h include/uapi/linux/*.h))
 
 .PHONY: python check-python
-.PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers bench-rdma \
+.PHONY: all kmod lib tools selftests ksft-cache deps prepare check check-debug demo bench bench-peers bench-torch bench-rdma \
 	checkpatch check-abi abi-baseline vm-shell clean help
 
 all: kmod lib tools selftests
@@ -116,6 +118,10 @@ python: lib
 .PHONY: torch
 torch: lib
 	@$(MAKE) --no-print-directory -C python/torch PYTHON=$(PYTHON) OUT=$(CURDIR)/build/python
+
+# Not part of check: minutes of both cores.  BENCH_TORCH_ARGS for tools/bench_torch.py.
+bench-torch: python
+	PYTHONPATH=$(CURDIR)/build/python $(PYTHON) tools/bench_torch.py $(BENCH_TORCH_ARGS)
 
 check-python: python
 	@tests/python/run.sh

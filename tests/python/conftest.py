@@ -48,6 +48,17 @@ def pytest_runtest_logreport(report):
         f.write(f"not ok {_tap['n']} - {report.nodeid} (teardown)\n")
 
 
+def pytest_collectreport(report):
+    # A module that skips itself whole (no torch, no backend) is one SKIP
+    # line with its reason, not silence.
+    f = _tap["file"]
+    if f is None or not report.skipped:
+        return
+    _tap["n"] += 1
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else "skipped"
+    f.write(f"ok {_tap['n']} - {report.nodeid} # SKIP {reason}\n")
+
+
 def pytest_unconfigure(config):
     f = _tap["file"]
     if f is not None:
