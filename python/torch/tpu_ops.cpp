@@ -621,15 +621,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recv(std::vector<at::Tensor>& te
 // Any source: a receive posted for each peer's next message of the tag; the
 // first to arrive wins, the others are cancelled, and one that arrived anyway
 // is kept (stash_) for the next receive from that peer, so nothing is lost
-// and the per-peer order holds.
+// and the per-peer order holds.  Several of one tag match in posting order:
+// each starts when the one before it is done (anyQueue_).
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
   checkOne(tensors, "recv");
   TORCH_CHECK(getSize() > 1, "tpu: recv from any source in a group of one");
   at::Tensor t = tensors[0];
-  size_t want = t.nbytes();
   auto work =
       c10::make_intrusive<WorkTPU>(getRank(), c10d::OpType::RECVANYSOURCE, tensors, timeout());
+  {
+    std::lock_guard<std::mutex> g(p2pLock_);
+    if (anyPending_[tag]++ > 0) {
+      anyQueue_[tag].push_back({work, t});
+      return work;
+    }
+  }
+  startAnysource(work, t, tag);
+  return work;
+}
+
+void ProcessGroupTPU::anysourceDone(int tag) {
+  c10::intrusive_ptr<WorkTPU> work;
+  at::Tensor t;
+  {
+    std::lock_guard<std::mutex> g(p2pLock_);
+    anyPending_[tag]--;
+    auto it = anyQueue_.find(tag);
+    if (closing_ || it == anyQueue_.end() || it->second.empty())
+      return;
+    work = it->second.front().work;
+    t = it->second.front().t;
+    it->second.pop_front();
+  }
+  startAnysource(work, t, tag);
+}
+
+void ProcessGroupTPU::startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at::Tensor t,
+                                     int tag) {
+  size_t want = t.nbytes();
   struct State {
     std::mutex m;
     int winner = -1;
@@ -640,9 +670,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Te
   };
   auto s = std::make_shared<State>();
   {
-    std::lock_guard<std::mutex> g(p2pLock_);
-    TORCH_CHECK(anyPending_[tag] == 0,
-                "tpu: recv from any source: another one of tag ", tag, " is pending");
+    std::unique_lock<std::mutex> g(p2pLock_);
     // A message kept from an earlier race is the next one of its peer.
     for (int p = 0; p < getSize(); p++) {
       auto it = stash_.find({p, tag});
@@ -650,14 +678,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Te
         continue;
       at::Tensor m = it->second.front();
       it->second.pop_front();
-      TORCH_CHECK((size_t)m.nbytes() == want, "tpu: recv from any source: rank ", p, " sent ",
-                  m.nbytes(), " bytes, ", want, " expected");
-      t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
-      work->setSourceRank(p);
-      work->complete(nullptr);
-      return work;
+      g.unlock();
+      if ((size_t)m.nbytes() != want) {
+        work->complete(std::make_exception_ptr(std::runtime_error(
+            "tpu: recv from any source: rank " + std::to_string(p) + " sent " +
+            std::to_string(m.nbytes()) + " bytes, " + std::to_string(want) + " expected")));
+      } else {
+        t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
+        work->setSourceRank(p);
+        work->complete(nullptr);
+      }
+      anysourceDone(tag);
+      return;
     }
-    anyPending_[tag]++;
     s->tmp.resize(getSize());
     s->keys.resize(getSize());
     for (int p = 0; p < getSize(); p++) {
@@ -697,8 +730,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Te
           s->err = st;
         }
         last = --s->left == 0;
-        if (last)
-          self->anyPending_[tag]--;
       }
       if (cancelOthers)
         for (size_t q = 0; q < s->keys.size(); q++)
@@ -714,12 +745,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Te
         work->complete(std::make_exception_ptr(std::runtime_error(
             std::string("tpu: recv from any source: ") + tpu_strerror(s->err ? s->err : -ECANCELED))));
       }
+      self->anysourceDone(tag);
     };
     tpu_status st = postRecv(s->keys[p], s->tmp[p].data_ptr(), want, timeout(), done);
     if (st)
       done(st, 0);
   }
-  return work;
 }
 
 }  // namespace tpu_torch

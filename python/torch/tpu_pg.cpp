@@ -257,6 +257,18 @@ ProcessGroupTPU::~ProcessGroupTPU() {
   qcond_.notify_all();
   if (worker_.joinable())
     worker_.join();
+  std::vector<c10::intrusive_ptr<WorkTPU>> queued;
+  {
+    std::lock_guard<std::mutex> g(p2pLock_);
+    closing_ = true;
+    for (auto& q : anyQueue_)
+      for (auto& a : q.second)
+        queued.push_back(a.work);
+    anyQueue_.clear();
+  }
+  for (auto& w : queued)
+    w->complete(std::make_exception_ptr(
+        std::runtime_error("tpu: recv from any source: the process group was destroyed")));
   // Pending transfers fail (their Works complete with the error) before the memory goes.
   tpu_coll_destroy(coll_);
   tpu_world_destroy(world_);

@@ -174,8 +174,21 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   // Messages an any-source receive took off the wire but did not deliver
   // (a second peer's arrived as the first won), per (peer, tag), in order.
   std::map<std::pair<int, int>, std::deque<at::Tensor>> stash_;
-  // Tags with an any-source receive pending (a named receive of the tag waits its turn).
+  // Any-source receives per tag, the one running and those queued behind it
+  // (a named receive of the tag waits its turn).
   std::map<int, int> anyPending_;
+  // Any-source receives of one tag match in the order they were posted: each
+  // waits here until the one before it has its message.
+  struct AnyWaiter {
+    c10::intrusive_ptr<WorkTPU> work;
+    at::Tensor t;
+  };
+  std::map<int, std::deque<AnyWaiter>> anyQueue_;
+  bool closing_ = false;  // the destructor runs: no queued receive starts
+  // Start an any-source receive (p2pLock_ not held).
+  void startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at::Tensor t, int tag);
+  // The any-source receive of @tag ended: start the next one queued.
+  void anysourceDone(int tag);
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
