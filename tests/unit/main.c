@@ -46,6 +46,8 @@ static const struct {
 	{ "remote_authz", test_remote_authz },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
+	{ "xfer", test_xfer },
+	{ "xfer_trust", test_xfer_trust },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },
