@@ -2016,9 +2016,10 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 				    struct tpu_agent **out);
 /**
  * tpu_agent_destroy - close every pipe, fail every request in flight with
- * TPU_E_CLOSED, free registrations, remote handles and requests still
- * held.  Peers' handles on its registrations fail from then on.  Not from
- * a callback of the context; NULL is ignored.
+ * TPU_E_CLOSED, free the registrations and remote handles still held.
+ * Release every request first (tpu_xfer_release).  Peers' handles on its
+ * registrations fail from then on.  Not from a callback of the context;
+ * NULL is ignored.
  */
 TPU_API void tpu_agent_destroy(struct tpu_agent *a);
 /** tpu_agent_name - the name its notifications carry; never NULL */
