@@ -253,6 +253,7 @@ static void target_enforces(struct pair *p)
 		tpu_xfer_release(req);
 	}
 	p->rm->len = REG;
+	free(before);
 }
 
 struct notes {
