@@ -2101,8 +2101,9 @@ TPU_API tpu_status tpu_xfer_post(struct tpu_xfer_req *req, tpu_xfer_cb done, voi
 /** tpu_xfer_poll - -EINPROGRESS while in flight, else the last post's status */
 TPU_API tpu_status tpu_xfer_poll(const struct tpu_xfer_req *req);
 /**
- * tpu_xfer_wait - wait for the post in flight, @timeout_ms (-1: forever);
- * its status, or -ETIMEDOUT (still in flight).
+ * tpu_xfer_wait - wait for the post in flight and its callback to return,
+ * @timeout_ms (-1: forever); its status, or -ETIMEDOUT (still in flight).
+ * Not from the request's own callback.
  */
 TPU_API tpu_status tpu_xfer_wait(struct tpu_xfer_req *req, int timeout_ms);
 /**

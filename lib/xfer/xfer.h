@@ -226,6 +226,7 @@ struct tpu_xfer_req {
 	size_t chunks_left;
 	unsigned int writes_out;
 	tpu_status first_err;
+	unsigned int in_cb;		/* a->lock: completions whose callback runs */
 };
 
 enum { XFER_IDLE, XFER_POSTED };

@@ -43,11 +43,19 @@ void tpu__xfer_req_complete(struct tpu_xfer_req *r, tpu_status st)
 	cb = r->cb;
 	arg = r->arg;
 	r->status = st;
+	/* Waiters return once the callback did (it may post again). */
+	r->in_cb += cb != NULL;
 	atomic_store(&r->state, XFER_IDLE);
+	if (!cb)
+		pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+	if (!cb)
+		return;
+	cb(arg, st, r);
+	pthread_mutex_lock(&a->lock);
+	r->in_cb--;
 	pthread_cond_broadcast(&a->cond);
 	pthread_mutex_unlock(&a->lock);
-	if (cb)
-		cb(arg, st, r);
 }
 
 static void req_free(struct tpu_xfer_req *r)
@@ -302,13 +310,13 @@ TPU_API tpu_status tpu_xfer_wait(struct tpu_xfer_req *r, int timeout_ms)
 		}
 	}
 	pthread_mutex_lock(&r->a->lock);
-	while (atomic_load(&r->state) == XFER_POSTED) {
+	while (atomic_load(&r->state) == XFER_POSTED || r->in_cb) {
 		if (timeout_ms < 0)
 			pthread_cond_wait(&r->a->cond, &r->a->lock);
 		else if (pthread_cond_timedwait(&r->a->cond, &r->a->lock, &ts))
 			break;
 	}
-	st = atomic_load(&r->state) == XFER_POSTED ? -ETIMEDOUT : r->status;
+	st = atomic_load(&r->state) == XFER_POSTED || r->in_cb ? -ETIMEDOUT : r->status;
 	pthread_mutex_unlock(&r->a->lock);
 	return st;
 }
