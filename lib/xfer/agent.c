@@ -322,41 +322,59 @@ again:
 		tpu__log_debug("xfer: agent %s stops accepting", a->name);
 }
 
+static struct xfer_peer *peer_find_out(struct tpu_agent *a, const uint8_t id[XFER_ID_LEN],
+				       const char *url)
+{
+	struct xfer_peer *p;
+
+	for (p = a->peers; p; p = p->next)
+		if (p->out && !atomic_load(&p->error) && !memcmp(p->id, id, XFER_ID_LEN) &&
+		    !strcmp(p->url, url))
+			return p;
+	return NULL;
+}
+
 tpu_status tpu__xfer_peer_out(struct tpu_agent *a, const uint8_t id[XFER_ID_LEN],
 			      const char *url, struct xfer_peer **out)
 {
-	struct xfer_peer *p;
+	struct xfer_peer *p, *q;
 	tpu_status st;
 	struct xfer_hdr h = { .type = XFER_HELLO };
 	const void *d[1] = { a->name };
 	size_t l[1] = { strlen(a->name) };
 
 	pthread_mutex_lock(&a->lock);
-	for (p = a->peers; p; p = p->next)
-		if (p->out && !atomic_load(&p->error) && !memcmp(p->id, id, XFER_ID_LEN) &&
-		    !strcmp(p->url, url))
-			break;
+	p = peer_find_out(a, id, url);
+	pthread_mutex_unlock(&a->lock);
 	if (p) {
-		pthread_mutex_unlock(&a->lock);
 		*out = p;
 		return 0;
 	}
-	if (a->npeers >= XFER_PEERS_MAX) {
-		pthread_mutex_unlock(&a->lock);
-		return -ENOSPC;
-	}
 	p = peer_new(a, true);
-	if (!p) {
-		pthread_mutex_unlock(&a->lock);
+	if (!p)
 		return -ENOMEM;
-	}
 	memcpy(p->id, id, XFER_ID_LEN);
 	snprintf(p->url, sizeof(p->url), "%s", url);
+	/*
+	 * Not under a->lock: the connect waits for the context thread, which
+	 * may need the lock to fail another peer first.
+	 */
 	st = tpu_pipe_connect(a->ctx, url, &p->pipe);
 	if (st) {
-		pthread_mutex_unlock(&a->lock);
 		peer_free(p);
 		return st;
+	}
+	pthread_mutex_lock(&a->lock);
+	q = peer_find_out(a, id, url);
+	if (q || a->npeers >= XFER_PEERS_MAX || a->closing) {
+		/* Another thread connected first, or no room: drop ours. */
+		pthread_mutex_unlock(&a->lock);
+		tpu_pipe_close(p->pipe);
+		peer_free(p);
+		if (!q)
+			return a->closing ? TPU_E_CLOSED : -ENOSPC;
+		*out = q;
+		return 0;
 	}
 	p->next = a->peers;
 	a->peers = p;
