@@ -253,6 +253,29 @@ static void target_enforces(struct pair *p)
 		tpu_xfer_release(req);
 	}
 	p->rm->len = REG;
+	/* A registration this peer never loaded, named by a guessed id. */
+	{
+		uint8_t other[256];
+		struct tpu_xfer_reg *r2 = NULL;
+		uint64_t real = p->rm->reg;
+		struct tpu_xfer_local_elem l1 = { p->ra, 0, 64 };
+		struct tpu_xfer_remote_elem r1 = { p->rm, 0, 64 };
+
+		memset(other, 0x77, sizeof(other));
+		tpu_agent_register(p->b, other, sizeof(other), TPU_XFER_READ | TPU_XFER_WRITE, &r2);
+		p->rm->reg = r2 ? r2->id : 0;
+		req = NULL;
+		tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, &l1, 1, &r1, 1, NULL, 0, &req);
+		if (req) {
+			tpu_xfer_post(req, NULL, NULL);
+			CHECK_STATUS(tpu_xfer_wait(req, 10000), TPU_E_REVOKED,
+				     "tcp: the target refuses a registration the peer did not load");
+			CHECK(other[0] == 0x77 && other[63] == 0x77, "tcp: nothing landed there");
+			tpu_xfer_release(req);
+		}
+		p->rm->reg = real;
+		tpu_agent_deregister(r2);
+	}
 	free(before);
 }
 
@@ -338,7 +361,7 @@ struct racer {
 	struct pair *p;
 	struct tpu_xfer_req *req;
 	atomic_bool stop;
-	int ok, revoked, other;
+	atomic_int ok, revoked, other;
 };
 
 static void *race(void *arg)
@@ -365,6 +388,7 @@ static void deregister_races(struct pair *p, const char *be)
 	struct tpu_xfer_local_elem l = { p->ra, 0, 65536 };
 	struct tpu_xfer_remote_elem r = { p->rm, 0, 65536 };
 	struct racer rc = { .p = p };
+	uint64_t t0;
 	pthread_t t;
 	int i;
 
@@ -374,19 +398,25 @@ static void deregister_races(struct pair *p, const char *be)
 		return;
 	}
 	pthread_create(&t, NULL, race, &rc);
-	usleep(20000);
+	/* Posts are landing (a loaded machine may take a while to run the thread). */
+	t0 = now_ms();
+	while (atomic_load(&rc.ok) < 10 && now_ms() - t0 < 10000)
+		usleep(1000);
 	CHECK_STATUS(tpu_agent_deregister(p->rb), 0, "%s: deregistered while posts run", be);
 	/* From here nothing of A may land there. */
 	memset(p->mem_b, 0x11, 65536);
-	usleep(50000);
+	t0 = now_ms();
+	while (atomic_load(&rc.revoked) < 10 && now_ms() - t0 < 10000)
+		usleep(1000);
 	atomic_store(&rc.stop, true);
 	pthread_join(t, NULL);
 	for (i = 0; i < 65536 && p->mem_b[i] == 0x11; i++)
 		;
 	CHECK(i == 65536, "%s: no byte landed after deregistration returned", be);
-	CHECK(rc.revoked > 0 && rc.other == 0,
-	      "%s: posts failed TPU_E_REVOKED afterwards (%d ok, %d revoked, %d other)", be, rc.ok,
-	      rc.revoked, rc.other);
+	CHECK(atomic_load(&rc.ok) >= 10 && atomic_load(&rc.revoked) >= 10 &&
+	      atomic_load(&rc.other) == 0,
+	      "%s: posts failed TPU_E_REVOKED afterwards (%d ok, %d revoked, %d other)", be,
+	      atomic_load(&rc.ok), atomic_load(&rc.revoked), atomic_load(&rc.other));
 	tpu_xfer_release(rc.req);
 	p->rb = NULL;
 	CHECK_STATUS(export_load(p->ra, p->a, &p->rm), -EINVAL,
