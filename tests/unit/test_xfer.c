@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dev/dev.h"
 #include "tap.h"
 #include "xfer/xfer.h"
 
@@ -666,9 +667,17 @@ static void huge_pages(void)
 
 void test_xfer(void)
 {
-	run_backend(TPU_XFER_BACKEND_CMA, "cma");
+	char why[128];
+	bool cma = !tpu__cma_viable(why, sizeof(why));
+
+	/* cma needs process_vm_readv between these processes (ptrace rules). */
+	if (cma)
+		run_backend(TPU_XFER_BACKEND_CMA, "cma");
+	else
+		tap_diag("cma cases skipped: %s", why);
 	run_backend(TPU_XFER_BACKEND_TCP, "tcp");
-	peer_killed(TPU_XFER_BACKEND_CMA, "cma");
+	if (cma)
+		peer_killed(TPU_XFER_BACKEND_CMA, "cma");
 	peer_killed(TPU_XFER_BACKEND_TCP, "tcp");
 	huge_pages();
 }
