@@ -106,6 +106,10 @@ enum {
 	TPU_E_NO_CUDA		= -10014,
 	/** a CUDA driver call failed (TPU_LOG=debug names the call and the driver's error) */
 	TPU_E_CUDA		= -10015,
+	/** not a transfer metadata blob of this library: truncated, corrupted, another version, or of an agent the address no longer serves */
+	TPU_E_BAD_BLOB		= -10016,
+	/** the registration was deregistered (or its agent is gone): no peer reaches it any more */
+	TPU_E_REVOKED		= -10017,
 };
 
 /** tpu_strerror - a readable sentence for any status; never NULL */
@@ -1972,6 +1976,231 @@ TPU_API tpu_status tpu_world_device_name(const struct tpu_world *world, int rank
  * if none.
  */
 TPU_API void tpu_world_last_reason(struct tpu_world *world, char *buf, size_t size);
+
+/*
+ * One-sided transfers (Documentation/xfer.rst): the model of NIXL and of
+ * Mooncake's Transfer Engine.  An agent registers memory once and exports
+ * each registration as a small metadata blob; a peer agent loads the blob
+ * (a remote handle) and posts READ or WRITE requests between lists of its
+ * own pieces and the remote's, prepared once and posted many times, with
+ * an optional notification delivered to the remote agent after the data.
+ *
+ * Backends, chosen per pair of agents at the first load:
+ *   cma	same machine: process_vm_readv/writev with the request's
+ *		iovecs, 1024 per call, against only the pid the kernel gives
+ *		the agents' shm connection (SO_PEERCRED); needs ptrace
+ *		permission between the two processes.
+ *   tcp	any pipe transport: the target agent's context thread serves
+ *		each request against its own registrations.
+ * Trust: agents talk over pipes, so a job secret (tpu_context_set_secret)
+ * is proven before a blob is worth anything; a WRITE lands only in memory
+ * registered with TPU_XFER_WRITE; every element is checked against the
+ * registration (by the target for tcp, by this library for cma) and a
+ * request naming anything outside it fails whole before a byte moves.
+ * Calls are thread-safe.  Those that wait (load, deregister, wait,
+ * destroy) must not run on a callback of the agent's context.
+ */
+
+/** struct tpu_agent - registrations, remote handles and requests (opaque) */
+struct tpu_agent;
+/** struct tpu_xfer_reg - memory registered with an agent (opaque) */
+struct tpu_xfer_reg;
+/** struct tpu_xfer_remote - a peer's registration, from its blob (opaque) */
+struct tpu_xfer_remote;
+/** struct tpu_xfer_req - a prepared transfer request (opaque) */
+struct tpu_xfer_req;
+
+/** TPU_XFER_READ - peers that load the export may read the registration */
+#define TPU_XFER_READ		(1U << 0)
+/** TPU_XFER_WRITE - peers that load the export may write it */
+#define TPU_XFER_WRITE		(1U << 1)
+
+/** TPU_XFER_BACKEND_CMA - allow the cma backend (struct tpu_agent_options) */
+#define TPU_XFER_BACKEND_CMA	(1U << 0)
+/** TPU_XFER_BACKEND_TCP - allow the tcp backend */
+#define TPU_XFER_BACKEND_TCP	(1U << 1)
+
+/** TPU_XFER_BLOB_MAX - longest metadata blob */
+#define TPU_XFER_BLOB_MAX	1024
+/** TPU_XFER_NOTIF_MAX - longest notification message */
+#define TPU_XFER_NOTIF_MAX	4096
+/** TPU_XFER_NAME_MAX - longest agent name, its NUL included */
+#define TPU_XFER_NAME_MAX	64
+/** TPU_XFER_MAX_ELEMS - most elements in each list of a request */
+#define TPU_XFER_MAX_ELEMS	(1U << 20)
+
+/**
+ * struct tpu_agent_options - how to create an agent; zeroed means defaults.
+ * @name:	how peers' notifications name this agent (at most
+ *		TPU_XFER_NAME_MAX - 1 bytes), NULL for "pid:PID".
+ * @backends:	TPU_XFER_BACKEND_* allowed, 0 for all.
+ * @reserved:	zero (room for later options; -EINVAL otherwise).
+ */
+struct tpu_agent_options {
+	const char *name;
+	unsigned int backends;
+	unsigned int pad;
+	uint64_t reserved[4];
+};
+
+/** enum tpu_xfer_op - READ: remote to local; WRITE: local to remote */
+enum tpu_xfer_op {
+	TPU_XFER_OP_READ = 0,
+	TPU_XFER_OP_WRITE = 1,
+};
+
+/**
+ * struct tpu_xfer_local_elem - a piece of a local registration.
+ * @reg:	the registration (this agent's).
+ * @offset:	from its start.
+ * @len:	bytes (0 is allowed and moves nothing).
+ */
+struct tpu_xfer_local_elem {
+	struct tpu_xfer_reg *reg;
+	uint64_t offset;
+	uint64_t len;
+};
+
+/**
+ * struct tpu_xfer_remote_elem - a piece of a remote registration.
+ * @remote:	the handle (every element of a request on one peer agent).
+ * @offset:	from the registration's start.
+ * @len:	bytes (0 is allowed).
+ */
+struct tpu_xfer_remote_elem {
+	struct tpu_xfer_remote *remote;
+	uint64_t offset;
+	uint64_t len;
+};
+
+/** typedef tpu_xfer_cb - a post finished (on the posting or the context thread) */
+typedef void (*tpu_xfer_cb)(void *arg, tpu_status status, struct tpu_xfer_req *req);
+/** typedef tpu_notif_cb - a notification from @peer (context thread; must not block) */
+typedef void (*tpu_notif_cb)(void *arg, const char *peer, const void *msg, size_t len);
+
+/**
+ * tpu_agent_create - an agent on @ctx, listening on a local shm name and
+ * on tcp://127.0.0.1 (what the context allows) for its peers.
+ * Errors: -EINVAL (options), TPU_E_NO_TRANSPORT, those of
+ * tpu_listener_create(), -ENOMEM.
+ */
+TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_agent_options *opts,
+				    struct tpu_agent **out);
+/**
+ * tpu_agent_destroy - close every pipe, fail every request in flight with
+ * TPU_E_CLOSED, free the registrations and remote handles still held.
+ * Release every request first (tpu_xfer_release).  Peers' handles on its
+ * registrations fail from then on.  Not from a callback of the context;
+ * NULL is ignored.
+ */
+TPU_API void tpu_agent_destroy(struct tpu_agent *a);
+/** tpu_agent_name - the name its notifications carry; never NULL */
+TPU_API const char *tpu_agent_name(const struct tpu_agent *a);
+/**
+ * tpu_agent_register - register @len bytes at @addr (plain or huge-page
+ * host memory, mapped over the whole range) for transfers.
+ * @access:	what peers that load its export may do: TPU_XFER_READ,
+ *		TPU_XFER_WRITE or both; 0 exports nothing (local use only).
+ * Errors: -EINVAL (NULL, @len 0, a range that wraps, unknown @access
+ * bits), -EFAULT (part of the range is not mapped), -ENOSPC (65536
+ * registrations), -ENOMEM.
+ */
+TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t len,
+				      unsigned int access, struct tpu_xfer_reg **out);
+/**
+ * tpu_agent_deregister - revoke and free @reg.  Returns once no peer can
+ * reach the memory: every peer that loaded it acknowledged the revocation
+ * (one that does not within 2 s has its pipe closed) and no request is
+ * being served on it.  Requests of peers that name it fail TPU_E_REVOKED;
+ * local requests that use it fail likewise when posted.
+ * Errors: -EINVAL, -EDEADLK (called on the context's thread).
+ */
+TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *reg);
+/**
+ * tpu_agent_export - write @reg's metadata blob (at most
+ * TPU_XFER_BLOB_MAX bytes) to @buf; *@len gets its length.  The blob names
+ * the agent, the registration, a random key and the addresses to reach the
+ * agent; it grants nothing by itself: a loader must connect and prove the
+ * job secret, and the access is the registration's.
+ * Errors: -EINVAL (NULL, @access 0), -ENOSPC (@size too small; *@len says).
+ */
+TPU_API tpu_status tpu_agent_export(const struct tpu_xfer_reg *reg, void *buf, size_t size,
+				    size_t *len);
+/**
+ * tpu_agent_load - a handle on the registration a peer's blob exports:
+ * connects to its agent (once per peer agent), which confirms the
+ * registration and tells its bounds and access.  Blocks up to 10 s.
+ * Errors: -EINVAL, TPU_E_BAD_BLOB (not a blob, truncated, corrupted, or
+ * the address now serves another agent), TPU_E_REVOKED (deregistered, or
+ * the key does not match), TPU_E_NO_TRANSPORT (no backend both agents
+ * allow), -EACCES (the job secrets differ), -ETIMEDOUT, the pipe's errors.
+ */
+TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t len,
+				  struct tpu_xfer_remote **out);
+/** tpu_agent_unload - free a remote handle (requests using it must be released first) */
+TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
+/** tpu_xfer_remote_backend - "cma" or "tcp": how requests on @rm move */
+TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm);
+/** tpu_xfer_remote_size - the registration's length in bytes (0 for NULL) */
+TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm);
+
+/**
+ * tpu_xfer_prepare - check and build a request once; post it many times.
+ * @op:		READ (remote into local) or WRITE (local into remote).
+ * @local, @nlocal:	this agent's pieces (1 .. TPU_XFER_MAX_ELEMS).
+ * @remote, @nremote:	the peer's pieces, all of one peer agent, totalling
+ *		the same bytes as @local; pieces are paired in order.
+ * @notif, @notif_len:	a message (at most TPU_XFER_NOTIF_MAX bytes)
+ *		delivered to the peer agent after each post's data, or NULL.
+ * Errors: -EINVAL (NULL, counts, totals differ, an element outside its
+ * registration, handles of several peers or of another agent),
+ * -EACCES (READ of a registration not exported for reading, WRITE of one
+ * not exported for writing), TPU_E_REVOKED, -ENOMEM.
+ */
+TPU_API tpu_status tpu_xfer_prepare(struct tpu_agent *a, enum tpu_xfer_op op,
+				    const struct tpu_xfer_local_elem *local, size_t nlocal,
+				    const struct tpu_xfer_remote_elem *remote, size_t nremote,
+				    const void *notif, size_t notif_len, struct tpu_xfer_req **out);
+/**
+ * tpu_xfer_post - start @req; @done (may be NULL) gets its status, on this
+ * thread before the call returns (cma) or on the context's thread (tcp).
+ * Errors returned here mean @done is not called: -EINVAL, -EBUSY (still
+ * in flight).  Failures of the transfer go to @done and tpu_xfer_poll():
+ * TPU_E_REVOKED, TPU_E_PEER_GONE or -ESRCH (the peer died), the peer's
+ * -EINVAL or -EACCES (it refused an element: nothing moved), -ECANCELED.
+ */
+TPU_API tpu_status tpu_xfer_post(struct tpu_xfer_req *req, tpu_xfer_cb done, void *arg);
+/** tpu_xfer_poll - -EINPROGRESS while in flight, else the last post's status */
+TPU_API tpu_status tpu_xfer_poll(const struct tpu_xfer_req *req);
+/**
+ * tpu_xfer_wait - wait for the post in flight and its callback to return,
+ * @timeout_ms (-1: forever); its status, or -ETIMEDOUT (still in flight).
+ * Not from the request's own callback.
+ */
+TPU_API tpu_status tpu_xfer_wait(struct tpu_xfer_req *req, int timeout_ms);
+/**
+ * tpu_xfer_cancel - finish the post in flight with -ECANCELED; bytes of
+ * it may have moved already.  -EALREADY when none is in flight.
+ */
+TPU_API tpu_status tpu_xfer_cancel(struct tpu_xfer_req *req);
+/** tpu_xfer_release - free @req (cancels a post in flight); NULL is ignored */
+TPU_API void tpu_xfer_release(struct tpu_xfer_req *req);
+
+/**
+ * tpu_agent_notif_poll - take the oldest notification: the sender's name
+ * into @peer (@peer_size bytes, NUL-terminated, cut if longer), the message
+ * into @msg (@size bytes; *@len its full length).  Per peer, notifications
+ * come in the order their posts completed.  Errors: -EAGAIN (none),
+ * -ENOSPC (@size too small: the notification stays queued), -EINVAL.
+ */
+TPU_API tpu_status tpu_agent_notif_poll(struct tpu_agent *a, char *peer, size_t peer_size,
+					void *msg, size_t size, size_t *len);
+/**
+ * tpu_agent_set_notif_cb - deliver notifications to @cb (on the context's
+ * thread) instead of queueing them; NULL queues again.  Those queued
+ * already stay queued.
+ */
+TPU_API tpu_status tpu_agent_set_notif_cb(struct tpu_agent *a, tpu_notif_cb cb, void *arg);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,7 @@
 #include "bench_pipe.h"
 #include "bench_rdv.h"
 #include "bench_uring.h"
+#include "bench_xfer.h"
 #include "json.h"
 #include "peer.h"
 #include "tensor.h"
@@ -918,6 +919,8 @@ int main(int argc, char **argv)
 		return bench_coll_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "cuda"))
 		return bench_cuda_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "xfer"))
+		return bench_xfer_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
 		b.o.want[p] = true;
 	if (parse_args(argc, argv, &b.o))

@@ -49,6 +49,11 @@ static const struct status_text status_texts[] = {
 	  "no usable CUDA driver: libcuda.so.1 (or TPU_CUDA_DRIVER) not loadable, no GPU, or CUDA support not built" },
 	{ TPU_E_CUDA, "TPU_E_CUDA",
 	  "a CUDA driver call failed (TPU_LOG=debug names the call and the driver's error)" },
+	{ TPU_E_BAD_BLOB, "TPU_E_BAD_BLOB",
+	  "not a transfer metadata blob of this library (truncated, corrupted, another version, "
+	  "or its address now serves another agent)" },
+	{ TPU_E_REVOKED, "TPU_E_REVOKED",
+	  "the registration was deregistered or its agent is gone: nothing may reach it" },
 	{ TPU_E_FORKED, "TPU_E_FORKED",
 	  "context used in a forked child: create a new context in the child" },
 

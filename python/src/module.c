@@ -340,7 +340,7 @@ PyMODINIT_FUNC PyInit__tpu_user(void)
 		return NULL;
 	if (tpupy_errors_init(m) < 0 || tpupy_tensor_init(m) < 0 || tpupy_op_init(m) < 0 ||
 	    tpupy_context_init(m) < 0 || tpupy_rdv_init(m) < 0 || tpupy_pipe_init(m) < 0 ||
-	    tpupy_world_init(m) < 0 ||
+	    tpupy_world_init(m) < 0 || tpupy_agent_init(m) < 0 ||
 	    PyModule_AddIntConstant(m, "INLINE_MAX", TPUPY_INLINE_MAX) < 0 ||
 	    PyModule_AddIntConstant(m, "MAX_DIMS", TPUPY_MAX_DIMS) < 0) {
 		Py_DECREF(m);

@@ -12,6 +12,7 @@
  *   pipe.c        Listener and Pipe
  *   world.c       World (launcher bootstrap) and collectives
  *   log.c         the library's log lines, on their way to Python's logging
+ *   agent.c       Agent, Registration, Remote: one-sided transfers
  *
  * No Python code ever runs on the library's context thread: its callbacks
  * only fill in C structures, queue them on the context's completion queue
@@ -219,6 +220,7 @@ extern PyTypeObject *tpupy_RdvType, *tpupy_ListenerType, *tpupy_PipeType, *tpupy
 int tpupy_rdv_init(PyObject *m);
 int tpupy_pipe_init(PyObject *m);
 int tpupy_world_init(PyObject *m);
+int tpupy_agent_init(PyObject *m);
 /* whether a borrowed object's World is still open */
 int tpupy_world_alive(PyObject *world);
 PyObject *tpupy_listen(tpupy_context *ctx, PyObject *urls);

@@ -27,6 +27,9 @@ from typing import Any, Optional, Sequence
 from . import _tpu_user as _c
 from ._tpu_user import (  # noqa: F401  (re-exported)
     INLINE_MAX,
+    Agent,
+    Registration,
+    Remote,
     MAX_DIMS,
     CancelledError,
     ClosedError,
@@ -50,6 +53,7 @@ __all__ = [
     "Error", "TimeoutError", "ConnectionError", "PeerGoneError", "ClosedError",
     "CancelledError", "ForkedError", "make_key", "parse_key", "library_version", "probe",
     "status_name", "dtypes", "empty", "log_library", "INLINE_MAX", "MAX_DIMS",
+    "Agent", "Registration", "Remote",
 ]
 
 __version__ = "1.0.0"

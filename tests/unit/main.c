@@ -51,6 +51,8 @@ static const struct {
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },
 	{ "world_shm", test_world_shm },
+	{ "xfer", test_xfer },
+	{ "xfer_trust", test_xfer_trust },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },

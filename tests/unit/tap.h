@@ -88,6 +88,8 @@ void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);
 void test_world_shm(void);
+void test_xfer(void);
+void test_xfer_trust(void);
 void test_bounds_pipe(void);
 void test_bounds_remote(void);
 void test_bounds_store(void);

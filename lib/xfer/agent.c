@@ -1,0 +1,649 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The agent: its listener, its peers' pipes and their read loops, and the
+ * notification queue.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "xfer.h"
+#include "pipe/pipe_internal.h"
+
+tpu_status tpu__xfer_agent_check(const struct tpu_agent *a)
+{
+	if (!a)
+		return -EINVAL;
+	if (a->magic == TPU__MAGIC_DEAD)
+		return TPU_E_DESTROYED;
+	return a->magic == XFER_MAGIC_AGENT ? 0 : -EINVAL;
+}
+
+/* ---- writes ---- */
+
+struct xfer_out {
+	struct tpu_message msg;
+	struct tpu_payload pl[3];
+	uint8_t hdr[XFER_HDR_LEN];
+	struct xfer_peer *p;
+	void (*done)(void *arg, tpu_status st);
+	void *arg;
+	void *own[3];
+};
+
+static void out_done(void *arg, tpu_status st, struct tpu_message *msg)
+{
+	struct xfer_out *o = arg;
+	struct xfer_peer *p = o->p;
+	size_t i;
+
+	(void)msg;
+	if (st)
+		tpu__xfer_peer_fail(p, st);
+	if (o->done)
+		o->done(o->arg, st);
+	for (i = 0; i < 3; i++)
+		free(o->own[i]);
+	free(o);
+	pthread_mutex_lock(&p->a->lock);
+	p->io--;
+	pthread_cond_broadcast(&p->a->cond);
+	pthread_mutex_unlock(&p->a->lock);
+}
+
+static tpu_status send_msg(struct xfer_peer *p, const struct xfer_hdr *h, const void *const *data,
+			   const size_t *len, size_t n, bool copy,
+			   void (*done)(void *arg, tpu_status st), void *arg)
+{
+	static uint8_t empty;
+	struct xfer_out *o;
+	tpu_status st;
+	size_t i;
+
+	if (atomic_load(&p->error))
+		return atomic_load(&p->error);
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->p = p;
+	o->done = done;
+	o->arg = arg;
+	tpu__xfer_hdr_put(h, o->hdr);
+	o->msg.metadata = o->hdr;
+	o->msg.metadata_len = XFER_HDR_LEN;
+	o->msg.payloads = o->pl;
+	o->msg.npayloads = n;
+	for (i = 0; i < n; i++) {
+		void *d = (void *)data[i];
+
+		if (!len[i]) {
+			d = &empty;
+		} else if (copy) {
+			o->own[i] = malloc(len[i]);
+			if (!o->own[i])
+				goto nomem;
+			memcpy(o->own[i], data[i], len[i]);
+			d = o->own[i];
+		}
+		o->pl[i].data = d;
+		o->pl[i].len = len[i];
+	}
+	pthread_mutex_lock(&p->a->lock);
+	p->io++;
+	pthread_mutex_unlock(&p->a->lock);
+	st = tpu_pipe_write(p->pipe, &o->msg, out_done, o);
+	if (st) {
+		pthread_mutex_lock(&p->a->lock);
+		p->io--;
+		pthread_cond_broadcast(&p->a->cond);
+		pthread_mutex_unlock(&p->a->lock);
+		for (i = 0; i < n; i++)
+			free(o->own[i]);
+		free(o);
+		tpu__xfer_peer_fail(p, st);
+	}
+	return st;
+nomem:
+	for (i = 0; i < n; i++)
+		free(o->own[i]);
+	free(o);
+	return -ENOMEM;
+}
+
+tpu_status tpu__xfer_send(struct xfer_peer *p, const struct xfer_hdr *h, const void *const *data,
+			  const size_t *len, size_t n)
+{
+	return send_msg(p, h, data, len, n, true, NULL, NULL);
+}
+
+tpu_status tpu__xfer_send_ref(struct xfer_peer *p, const struct xfer_hdr *h,
+			      const void *const *data, const size_t *len, size_t n,
+			      void (*done)(void *arg, tpu_status st), void *arg)
+{
+	return send_msg(p, h, data, len, n, false, done, arg);
+}
+
+/* ---- peers ---- */
+
+void tpu__xfer_peer_fail(struct xfer_peer *p, tpu_status st)
+{
+	struct tpu_agent *a = p->a;
+	int zero = 0;
+
+	if (!st)
+		st = TPU_E_PEER_GONE;
+	if (!atomic_compare_exchange_strong(&p->error, &zero, st))
+		return;
+	tpu__log_debug("xfer: peer %s failed: %s", p->out ? p->url : p->name, tpu_strerror(st));
+	pthread_mutex_lock(&a->lock);
+	tpu__xfer_reg_forget_peer(a, p);
+	pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+	if (p->out)
+		tpu__xfer_tcp_fail_pending(p, st);
+}
+
+static void peer_read_next(struct xfer_peer *p);
+
+void tpu__xfer_peer_close(struct xfer_peer *p)
+{
+	bool was;
+
+	pthread_mutex_lock(&p->a->lock);
+	was = p->closed;
+	p->closed = true;
+	pthread_mutex_unlock(&p->a->lock);
+	if (!was)
+		tpu_pipe_close(p->pipe);
+}
+
+static void in_free(struct xfer_in *in)
+{
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		free(in->buf[i]);
+		in->buf[i] = NULL;
+	}
+}
+
+static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
+{
+	struct xfer_peer *p = arg;
+
+	(void)msg;
+	if (st) {
+		in_free(&p->in);
+		tpu__xfer_peer_fail(p, st);
+		return;
+	}
+	tpu__xfer_in_dispatch(p);
+	in_free(&p->in);
+	/* A response still going out: its callback reads on (serving 2). */
+	if (p->serving)
+		p->serving = 2;
+	else
+		peer_read_next(p);
+}
+
+static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
+{
+	static uint8_t empty;
+	struct xfer_peer *p = arg;
+	size_t i;
+
+	if (st) {
+		tpu__xfer_peer_fail(p, st);
+		return;
+	}
+	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
+	if (!st)
+		st = tpu__xfer_in_check(p, &p->in.h, desc);
+	if (!st && desc->ntensors)
+		st = -EPROTO;
+	for (i = 0; !st && i < desc->npayloads; i++) {
+		if (!desc->payloads[i].len) {
+			desc->payloads[i].data = &empty;
+			continue;
+		}
+		p->in.buf[i] = malloc(desc->payloads[i].len);
+		if (!p->in.buf[i])
+			st = -ENOMEM;
+		desc->payloads[i].data = p->in.buf[i];
+	}
+	if (st) {
+		/* A peer that breaks the protocol loses its pipe. */
+		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
+		in_free(&p->in);
+		tpu__xfer_peer_fail(p, st);
+		tpu__xfer_peer_close(p);
+		return;
+	}
+	p->in.pl = desc->payloads;
+	p->in.npl = desc->npayloads;
+	st = tpu_pipe_read(p->pipe, desc, on_read, p);
+	if (st) {
+		in_free(&p->in);
+		tpu__xfer_peer_fail(p, st);
+	}
+}
+
+static void peer_read_next(struct xfer_peer *p)
+{
+	tpu_status st;
+
+	if (atomic_load(&p->error))
+		return;
+	st = tpu_pipe_read_descriptor(p->pipe, on_desc, p);
+	if (st)
+		tpu__xfer_peer_fail(p, st);
+}
+
+void tpu__xfer_serve_resume(struct xfer_peer *p)
+{
+	unsigned int was = p->serving;
+
+	p->serving = 0;
+	if (was == 2)
+		peer_read_next(p);
+}
+
+/*
+ * Writers first: a thread that keeps posting must not starve a revocation
+ * or a deregistration (glibc's default lets readers overtake a writer).
+ */
+static void rwlock_init_writer_first(pthread_rwlock_t *l)
+{
+	pthread_rwlockattr_t at;
+
+	pthread_rwlockattr_init(&at);
+	pthread_rwlockattr_setkind_np(&at, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(l, &at);
+	pthread_rwlockattr_destroy(&at);
+}
+
+static struct xfer_peer *peer_new(struct tpu_agent *a, bool out)
+{
+	struct xfer_peer *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->a = a;
+	p->out = out;
+	p->pidfd = -1;
+	rwlock_init_writer_first(&p->rw);
+	return p;
+}
+
+static void peer_free(struct xfer_peer *p)
+{
+	struct tpu_xfer_remote *rm, *rn;
+
+	for (rm = p->remotes; rm; rm = rn) {
+		rn = rm->next;
+		free(rm);
+	}
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	pthread_rwlock_destroy(&p->rw);
+	free(p);
+}
+
+static void on_accept(void *arg, tpu_status st, struct tpu_pipe *pipe)
+{
+	struct tpu_agent *a = arg;
+	struct xfer_peer *p;
+
+	if (st)
+		return;		/* the listener closed, or one set-up failed */
+	pthread_mutex_lock(&a->lock);
+	if (a->closing || a->npeers >= XFER_PEERS_MAX) {
+		pthread_mutex_unlock(&a->lock);
+		tpu_pipe_close(pipe);
+		goto again;
+	}
+	p = peer_new(a, false);
+	if (!p) {
+		pthread_mutex_unlock(&a->lock);
+		tpu_pipe_close(pipe);
+		goto again;
+	}
+	p->pipe = pipe;
+	snprintf(p->name, sizeof(p->name), "?");
+	p->next = a->peers;
+	a->peers = p;
+	a->npeers++;
+	pthread_mutex_unlock(&a->lock);
+	peer_read_next(p);
+again:
+	if (tpu_listener_accept(a->listener, on_accept, a))
+		tpu__log_debug("xfer: agent %s stops accepting", a->name);
+}
+
+static struct xfer_peer *peer_find_out(struct tpu_agent *a, const uint8_t id[XFER_ID_LEN],
+				       const char *url)
+{
+	struct xfer_peer *p;
+
+	for (p = a->peers; p; p = p->next)
+		if (p->out && !atomic_load(&p->error) && !memcmp(p->id, id, XFER_ID_LEN) &&
+		    !strcmp(p->url, url))
+			return p;
+	return NULL;
+}
+
+tpu_status tpu__xfer_peer_out(struct tpu_agent *a, const uint8_t id[XFER_ID_LEN],
+			      const char *url, struct xfer_peer **out)
+{
+	struct xfer_peer *p, *q;
+	tpu_status st;
+	struct xfer_hdr h = { .type = XFER_HELLO };
+	const void *d[1] = { a->name };
+	size_t l[1] = { strlen(a->name) };
+
+	pthread_mutex_lock(&a->lock);
+	p = peer_find_out(a, id, url);
+	pthread_mutex_unlock(&a->lock);
+	if (p) {
+		*out = p;
+		return 0;
+	}
+	p = peer_new(a, true);
+	if (!p)
+		return -ENOMEM;
+	memcpy(p->id, id, XFER_ID_LEN);
+	snprintf(p->url, sizeof(p->url), "%s", url);
+	/*
+	 * Not under a->lock: the connect waits for the context thread, which
+	 * may need the lock to fail another peer first.
+	 */
+	st = tpu_pipe_connect(a->ctx, url, &p->pipe);
+	if (st) {
+		peer_free(p);
+		return st;
+	}
+	pthread_mutex_lock(&a->lock);
+	q = peer_find_out(a, id, url);
+	if (q || a->npeers >= XFER_PEERS_MAX || a->closing) {
+		/* Another thread connected first, or no room: drop ours. */
+		pthread_mutex_unlock(&a->lock);
+		tpu_pipe_close(p->pipe);
+		peer_free(p);
+		if (!q)
+			return a->closing ? TPU_E_CLOSED : -ENOSPC;
+		*out = q;
+		return 0;
+	}
+	p->next = a->peers;
+	a->peers = p;
+	a->npeers++;
+	pthread_mutex_unlock(&a->lock);
+	st = tpu__xfer_send(p, &h, d, l, 1);
+	if (!st)
+		peer_read_next(p);
+	*out = p;
+	return st;
+}
+
+/* ---- notifications ---- */
+
+void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg, size_t len)
+{
+	struct xfer_notif *n;
+
+	pthread_mutex_lock(&a->lock);
+	if (a->notif_cb) {
+		tpu_notif_cb cb = a->notif_cb;
+		void *arg = a->notif_arg;
+
+		pthread_mutex_unlock(&a->lock);
+		cb(arg, peer, msg, len);
+		return;
+	}
+	if (a->nnotifs >= XFER_NOTIFS_MAX) {
+		pthread_mutex_unlock(&a->lock);
+		tpu__log_debug("xfer: agent %s drops a notification of %s: %d queued", a->name,
+			       peer, XFER_NOTIFS_MAX);
+		return;
+	}
+	n = malloc(sizeof(*n) + len);
+	if (!n) {
+		pthread_mutex_unlock(&a->lock);
+		return;
+	}
+	snprintf(n->peer, sizeof(n->peer), "%s", peer);
+	n->len = len;
+	memcpy(n->msg, msg, len);
+	n->next = NULL;
+	*a->nq_tail = n;
+	a->nq_tail = &n->next;
+	a->nnotifs++;
+	pthread_mutex_unlock(&a->lock);
+}
+
+TPU_API tpu_status tpu_agent_notif_poll(struct tpu_agent *a, char *peer, size_t peer_size,
+					void *msg, size_t size, size_t *len)
+{
+	struct xfer_notif *n;
+	tpu_status st = tpu__xfer_agent_check(a);
+
+	if (st)
+		return st;
+	if ((!msg && size) || !len)
+		return -EINVAL;
+	pthread_mutex_lock(&a->lock);
+	n = a->nq;
+	if (!n) {
+		pthread_mutex_unlock(&a->lock);
+		return -EAGAIN;
+	}
+	*len = n->len;
+	if (n->len > size) {
+		pthread_mutex_unlock(&a->lock);
+		return -ENOSPC;
+	}
+	a->nq = n->next;
+	if (!a->nq)
+		a->nq_tail = &a->nq;
+	a->nnotifs--;
+	pthread_mutex_unlock(&a->lock);
+	if (n->len)
+		memcpy(msg, n->msg, n->len);
+	if (peer && peer_size)
+		snprintf(peer, peer_size, "%s", n->peer);
+	free(n);
+	return 0;
+}
+
+TPU_API tpu_status tpu_agent_set_notif_cb(struct tpu_agent *a, tpu_notif_cb cb, void *arg)
+{
+	tpu_status st = tpu__xfer_agent_check(a);
+
+	if (st)
+		return st;
+	pthread_mutex_lock(&a->lock);
+	a->notif_cb = cb;
+	a->notif_arg = arg;
+	pthread_mutex_unlock(&a->lock);
+	return 0;
+}
+
+/* ---- create, destroy ---- */
+
+static bool transport_allowed(struct tpu_context *ctx, const char *name)
+{
+	const char *t = tpu__ctx_transports(ctx);
+	const char *env = getenv("TPU_TRANSPORTS");
+	size_t n = strlen(name);
+	const char *lists[2] = { t, env };
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		const char *s = lists[i];
+		bool found = false;
+
+		if (!s || !*s)
+			continue;
+		while (*s) {
+			const char *e = strchr(s, ',');
+			size_t k = e ? (size_t)(e - s) : strlen(s);
+
+			if (k == n && !strncmp(s, name, n))
+				found = true;
+			s += k + (e ? 1 : 0);
+		}
+		if (!found)
+			return false;
+	}
+	return true;
+}
+
+TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_agent_options *opts,
+				    struct tpu_agent **out)
+{
+	static const struct tpu_agent_options none;
+	const char *urls[2];
+	char shm[64];
+	size_t nurls = 0, i;
+	struct tpu_agent *a;
+	tpu_status st;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	st = tpu__ctx_check(ctx);
+	if (st)
+		return st;
+	if (!opts)
+		opts = &none;
+	for (i = 0; i < 4; i++)
+		if (opts->reserved[i])
+			return -EINVAL;
+	if (opts->pad || (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP)) ||
+	    (opts->name && (!*opts->name || strlen(opts->name) >= TPU_XFER_NAME_MAX)))
+		return -EINVAL;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->slots = calloc(XFER_REGS_MAX, sizeof(*a->slots));
+	if (!a->slots) {
+		free(a);
+		return -ENOMEM;
+	}
+	a->ctx = ctx;
+	a->backends = opts->backends ? opts->backends : TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP;
+	if (opts->name)
+		snprintf(a->name, sizeof(a->name), "%s", opts->name);
+	else
+		snprintf(a->name, sizeof(a->name), "pid:%d", (int)getpid());
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cond, NULL);
+	rwlock_init_writer_first(&a->local_rw);
+	a->nq_tail = &a->nq;
+	a->next_gen = 1;
+	{
+		uint8_t nonce[TPU__AUTH_NONCE];
+
+		st = tpu__auth_nonce(nonce);
+		memcpy(a->id, nonce, XFER_ID_LEN);
+	}
+	if (!st && tpu__boot_id(a->boot_id, sizeof(a->boot_id)))
+		a->boot_id[0] = 0;
+	snprintf(shm, sizeof(shm), "shm://tpu-xfer-%d-%02x%02x%02x%02x", (int)getpid(), a->id[0],
+		 a->id[1], a->id[2], a->id[3]);
+	if (transport_allowed(ctx, "shm"))
+		urls[nurls++] = shm;
+	if (transport_allowed(ctx, "tcp"))
+		urls[nurls++] = "tcp://127.0.0.1:0";
+	if (!st && !nurls)
+		st = TPU_E_NO_TRANSPORT;
+	if (!st)
+		st = tpu_listener_create(ctx, urls, nurls, &a->listener);
+	if (st)
+		goto fail;
+	if (tpu_listener_url(a->listener, "shm", a->url_shm, sizeof(a->url_shm)))
+		a->url_shm[0] = 0;
+	if (tpu_listener_url(a->listener, "tcp", a->url_tcp, sizeof(a->url_tcp)))
+		a->url_tcp[0] = 0;
+	a->magic = XFER_MAGIC_AGENT;
+	st = tpu_listener_accept(a->listener, on_accept, a);
+	if (st)
+		goto fail;
+	*out = a;
+	return 0;
+fail:
+	tpu_listener_close(a->listener);
+	pthread_rwlock_destroy(&a->local_rw);
+	pthread_cond_destroy(&a->cond);
+	pthread_mutex_destroy(&a->lock);
+	free(a->slots);
+	free(a);
+	return st;
+}
+
+TPU_API const char *tpu_agent_name(const struct tpu_agent *a)
+{
+	return tpu__xfer_agent_check(a) ? "" : a->name;
+}
+
+static void close_pipes(void *arg)
+{
+	struct tpu_agent *a = arg;
+	struct xfer_peer *p;
+
+	for (p = a->peers; p; p = p->next) {
+		tpu__xfer_peer_fail(p, TPU_E_CLOSED);
+		tpu__xfer_peer_close(p);
+	}
+}
+
+static void barrier(void *arg)
+{
+	(void)arg;
+}
+
+TPU_API void tpu_agent_destroy(struct tpu_agent *a)
+{
+	struct xfer_peer *p, *pn;
+	struct xfer_notif *n, *nn;
+
+	if (tpu__xfer_agent_check(a))
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->closing = true;
+	pthread_mutex_unlock(&a->lock);
+	tpu_listener_close(a->listener);
+	tpu__ctx_run_sync(a->ctx, close_pipes, a);
+	/* Callbacks of the closed pipes run as tasks queued before this one. */
+	tpu__ctx_run_sync(a->ctx, barrier, a);
+	pthread_mutex_lock(&a->lock);
+	while (1) {
+		unsigned int io = 0;
+
+		for (p = a->peers; p; p = p->next)
+			io += p->io;
+		if (!io)
+			break;
+		pthread_mutex_unlock(&a->lock);
+		tpu__ctx_run_sync(a->ctx, barrier, a);
+		usleep(1000);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+	tpu__xfer_regs_free(a);
+	for (p = a->peers; p; p = pn) {
+		pn = p->next;
+		peer_free(p);
+	}
+	for (n = a->nq; n; n = nn) {
+		nn = n->next;
+		free(n);
+	}
+	pthread_rwlock_destroy(&a->local_rw);
+	pthread_cond_destroy(&a->cond);
+	pthread_mutex_destroy(&a->lock);
+	free(a->slots);
+	tpu__quarantine(a, &a->magic);
+}

@@ -1,0 +1,690 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * One-sided transfers (lib/xfer, Documentation/xfer.rst) on both host
+ * backends: two agents of this process on two contexts (cma to our own
+ * pid, which the kernel vouches for over the shm connection, and tcp),
+ * checked against a reference copy; then what a peer must not get:
+ * elements past an export (refused whole, by the target for tcp even when
+ * the requester lies), WRITE to a read-only export, damaged and foreign
+ * blobs, revoked registrations (racing posts included), a killed peer,
+ * a peer without the job secret.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dev/dev.h"
+#include "tap.h"
+#include "xfer/xfer.h"
+
+#define REG	(1U << 20)
+
+struct pair {
+	struct tpu_context *ca, *cb;
+	struct tpu_agent *a, *b;	/* a posts, b is the target */
+	uint8_t *mem_a, *mem_b;
+	struct tpu_xfer_reg *ra, *rb;
+	struct tpu_xfer_remote *rm;	/* rb as a sees it */
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static tpu_status export_load(struct tpu_xfer_reg *r, struct tpu_agent *into,
+			      struct tpu_xfer_remote **out)
+{
+	uint8_t blob[TPU_XFER_BLOB_MAX];
+	size_t len;
+	tpu_status st = tpu_agent_export(r, blob, sizeof(blob), &len);
+
+	return st ? st : tpu_agent_load(into, blob, len, out);
+}
+
+static bool pair_open(struct pair *p, unsigned int backends, unsigned int access)
+{
+	struct tpu_agent_options o = { .backends = backends };
+	tpu_status st;
+
+	memset(p, 0, sizeof(*p));
+	p->mem_a = malloc(REG);
+	p->mem_b = malloc(REG);
+	if (tpu_context_create(NULL, &p->ca) || tpu_context_create(NULL, &p->cb))
+		return false;
+	o.name = "A";
+	if (tpu_agent_create(p->ca, &o, &p->a))
+		return false;
+	o.name = "B";
+	if (tpu_agent_create(p->cb, &o, &p->b))
+		return false;
+	if (tpu_agent_register(p->a, p->mem_a, REG, 0, &p->ra) ||
+	    tpu_agent_register(p->b, p->mem_b, REG, access, &p->rb))
+		return false;
+	st = export_load(p->rb, p->a, &p->rm);
+	if (st)
+		tap_diag("load: %s", tpu_status_name(st));
+	return !st;
+}
+
+static void pair_close(struct pair *p)
+{
+	tpu_agent_destroy(p->a);
+	tpu_agent_destroy(p->b);
+	tpu_context_destroy(p->ca);
+	tpu_context_destroy(p->cb);
+	free(p->mem_a);
+	free(p->mem_b);
+}
+
+static void fill(uint8_t *m, size_t n, unsigned int seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		m[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 9));
+}
+
+/* @n random non-overlapping pieces of each side totalling the same; returns the total. */
+static uint64_t random_lists(struct pair *p, unsigned int seed, size_t nl, size_t nr,
+			     struct tpu_xfer_local_elem *l, struct tpu_xfer_remote_elem *r)
+{
+	uint64_t total = 0, lo = 0, ro = 0, left;
+	size_t i;
+
+	srand(seed);
+	for (i = 0; i < nl; i++) {
+		uint64_t len = (uint64_t)(rand() % 64);	/* zero-length ones included */
+
+		l[i] = (struct tpu_xfer_local_elem){ p->ra, lo + (uint64_t)(rand() % 8), len };
+		lo = l[i].offset + len;
+		total += len;
+	}
+	left = total;
+	for (i = 0; i < nr; i++) {
+		uint64_t len = i + 1 == nr ? left : (uint64_t)(rand() % 64);
+
+		if (len > left)
+			len = left;
+		r[i] = (struct tpu_xfer_remote_elem){ p->rm, ro + (uint64_t)(rand() % 8), len };
+		ro = r[i].offset + len;
+		left -= len;
+	}
+	return total;
+}
+
+/* What the lists should do, done with memcpy on copies. */
+static void reference(enum tpu_xfer_op op, uint8_t *la, uint8_t *rb,
+		      const struct tpu_xfer_local_elem *l, size_t nl,
+		      const struct tpu_xfer_remote_elem *r, size_t nr)
+{
+	size_t i = 0, j = 0;
+	uint64_t lo = 0, ro = 0;
+
+	while (i < nl && j < nr) {
+		uint64_t n = l[i].len - lo < r[j].len - ro ? l[i].len - lo : r[j].len - ro;
+
+		if (l[i].len == lo) { i++; lo = 0; continue; }
+		if (r[j].len == ro) { j++; ro = 0; continue; }
+		if (op == TPU_XFER_OP_READ)
+			memcpy(la + l[i].offset + lo, rb + r[j].offset + ro, n);
+		else
+			memcpy(rb + r[j].offset + ro, la + l[i].offset + lo, n);
+		lo += n;
+		ro += n;
+	}
+}
+
+static void scatter_gather(struct pair *p, const char *be, enum tpu_xfer_op op, size_t nl,
+			   size_t nr, unsigned int seed)
+{
+	struct tpu_xfer_local_elem *l = calloc(nl, sizeof(*l));
+	struct tpu_xfer_remote_elem *r = calloc(nr, sizeof(*r));
+	uint8_t *ra = malloc(REG), *rb = malloc(REG);
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st;
+
+	fill(p->mem_a, REG, seed);
+	fill(p->mem_b, REG, seed + 1);
+	memcpy(ra, p->mem_a, REG);
+	memcpy(rb, p->mem_b, REG);
+	random_lists(p, seed, nl, nr, l, r);
+	reference(op, ra, rb, l, nl, r, nr);
+	st = tpu_xfer_prepare(p->a, op, l, nl, r, nr, NULL, 0, &req);
+	CHECK_STATUS(st, 0, "%s %s %zu x %zu: prepared", be, op ? "WRITE" : "READ", nl, nr);
+	if (!st) {
+		CHECK_STATUS(tpu_xfer_post(req, NULL, NULL), 0, "%s: posted", be);
+		CHECK_STATUS(tpu_xfer_wait(req, 10000), 0, "%s: done", be);
+	}
+	CHECK(!memcmp(p->mem_a, ra, REG) && !memcmp(p->mem_b, rb, REG),
+	      "%s %s %zu x %zu: both sides as the reference", be, op ? "WRITE" : "READ", nl, nr);
+	tpu_xfer_release(req);
+	free(l);
+	free(r);
+	free(ra);
+	free(rb);
+}
+
+static void counting_cb(void *arg, tpu_status st, struct tpu_xfer_req *req)
+{
+	(void)req;
+	if (st)
+		atomic_fetch_add((atomic_int *)arg, 1000000);
+	else
+		atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static void bounds_and_repeats(struct pair *p, const char *be)
+{
+	struct tpu_xfer_local_elem l = { p->ra, 0, 16 };
+	struct tpu_xfer_remote_elem r = { p->rm, REG - 16, 16 };
+	struct tpu_xfer_req *req = NULL;
+	atomic_int count = 0;
+	tpu_status st = 0;
+	int i;
+
+	/* An element ending exactly at the registration's end. */
+	fill(p->mem_a, 16, 9);
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), 0,
+		     "%s: element ending at the end: prepared", be);
+	CHECK_STATUS(tpu_xfer_post(req, NULL, NULL), 0, "%s: posted", be);
+	CHECK_STATUS(tpu_xfer_wait(req, 10000), 0, "%s: done", be);
+	CHECK(!memcmp(p->mem_b + REG - 16, p->mem_a, 16), "%s: bytes at the end landed", be);
+
+	/* Prepared once, posted 1000 times. */
+	for (i = 0; i < 1000 && !st; i++) {
+		st = tpu_xfer_post(req, counting_cb, &count);
+		if (!st)
+			st = tpu_xfer_wait(req, 10000);
+	}
+	CHECK_STATUS(st, 0, "%s: 1000 posts of one request", be);
+	CHECK(atomic_load(&count) == 1000, "%s: 1000 callbacks, all ok (%d)", be,
+	      atomic_load(&count));
+	tpu_xfer_release(req);
+
+	/* One byte past: refused, whichever element it is. */
+	{
+		struct tpu_xfer_local_elem l2[2] = { { p->ra, 0, 8 }, { p->ra, 8, 17 } };
+		struct tpu_xfer_remote_elem r2[2] = { { p->rm, 0, 8 }, { p->rm, REG - 16, 17 } };
+
+		req = NULL;
+		CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l2, 2, r2, 2, NULL, 0, &req),
+			     -EINVAL, "%s: an element one byte past the end is refused", be);
+		CHECK(!req, "%s: no request", be);
+		r2[1].len = 16;
+		CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l2, 2, r2, 2, NULL, 0, &req),
+			     -EINVAL, "%s: totals that differ are refused", be);
+		l2[1] = (struct tpu_xfer_local_elem){ p->ra, REG - 8, 9 };
+		r2[1].len = 9;
+		CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l2, 2, r2, 2, NULL, 0, &req),
+			     -EINVAL, "%s: a local element one byte past is refused", be);
+	}
+}
+
+/* The target enforces bounds and access itself (tcp): a requester that lies. */
+static void target_enforces(struct pair *p)
+{
+	struct tpu_xfer_local_elem l[2] = { { p->ra, 0, 64 }, { p->ra, 64, 17 } };
+	struct tpu_xfer_remote_elem r[2] = { { p->rm, 0, 64 }, { p->rm, REG - 16, 17 } };
+	struct tpu_xfer_req *req = NULL;
+	uint8_t *before = malloc(REG);
+
+	fill(p->mem_a, REG, 3);
+	fill(p->mem_b, REG, 4);
+	memcpy(before, p->mem_b, REG);
+	p->rm->len = REG + 1;		/* as if the load had answered more */
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l, 2, r, 2, NULL, 0, &req), 0,
+		     "tcp: a request past the export passes the requester's (lying) check");
+	if (req) {
+		tpu_xfer_post(req, NULL, NULL);
+		CHECK_STATUS(tpu_xfer_wait(req, 10000), -EINVAL,
+			     "tcp: the target refuses an element one byte past its registration");
+		CHECK(!memcmp(before, p->mem_b, REG),
+		      "tcp: nothing moved, not even the request's valid first element");
+		tpu_xfer_release(req);
+	}
+	p->rm->len = REG;
+	/* A registration this peer never loaded, named by a guessed id. */
+	{
+		uint8_t other[256];
+		struct tpu_xfer_reg *r2 = NULL;
+		uint64_t real = p->rm->reg;
+		struct tpu_xfer_local_elem l1 = { p->ra, 0, 64 };
+		struct tpu_xfer_remote_elem r1 = { p->rm, 0, 64 };
+
+		memset(other, 0x77, sizeof(other));
+		tpu_agent_register(p->b, other, sizeof(other), TPU_XFER_READ | TPU_XFER_WRITE, &r2);
+		p->rm->reg = r2 ? r2->id : 0;
+		req = NULL;
+		tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, &l1, 1, &r1, 1, NULL, 0, &req);
+		if (req) {
+			tpu_xfer_post(req, NULL, NULL);
+			CHECK_STATUS(tpu_xfer_wait(req, 10000), TPU_E_REVOKED,
+				     "tcp: the target refuses a registration the peer did not load");
+			CHECK(other[0] == 0x77 && other[63] == 0x77, "tcp: nothing landed there");
+			tpu_xfer_release(req);
+		}
+		p->rm->reg = real;
+		tpu_agent_deregister(r2);
+	}
+	free(before);
+}
+
+struct notes {
+	pthread_mutex_t lock;
+	int n, bad;
+};
+
+static void notif_cb(void *arg, const char *peer, const void *msg, size_t len)
+{
+	struct notes *nt = arg;
+	int v;
+
+	pthread_mutex_lock(&nt->lock);
+	if (len != sizeof(v) || strcmp(peer, "A"))
+		nt->bad++;
+	memcpy(&v, msg, sizeof(v));
+	if (v != nt->n)
+		nt->bad++;
+	nt->n++;
+	pthread_mutex_unlock(&nt->lock);
+}
+
+static void notifications(struct pair *p, const char *be)
+{
+	struct tpu_xfer_local_elem l = { p->ra, 0, 4096 };
+	struct tpu_xfer_remote_elem r = { p->rm, 4096, 4096 };
+	struct notes nt = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	char peer[TPU_XFER_NAME_MAX], msg[16];
+	struct tpu_xfer_req *req[100];
+	uint64_t t0;
+	size_t len;
+	int i, ok = 1;
+
+	for (i = 0; i < 100; i++) {
+		req[i] = NULL;
+		if (tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, &i, sizeof(i), &req[i]))
+			ok = 0;
+	}
+	CHECK(ok, "%s: 100 requests with notifications prepared", be);
+	/* Queued first: polled in order. */
+	for (i = 0; i < 10 && ok; i++)
+		ok = !tpu_xfer_post(req[i], NULL, NULL) && !tpu_xfer_wait(req[i], 10000);
+	t0 = now_ms();
+	for (i = 0; i < 10 && ok;) {
+		tpu_status st = tpu_agent_notif_poll(p->b, peer, sizeof(peer), msg, sizeof(msg), &len);
+		int v;
+
+		if (st == -EAGAIN && now_ms() - t0 < 10000) {
+			usleep(1000);
+			continue;
+		}
+		memcpy(&v, msg, sizeof(v));
+		ok = !st && len == sizeof(int) && v == i && !strcmp(peer, "A");
+		i++;
+	}
+	CHECK(ok, "%s: 10 notifications polled in order, named A", be);
+	CHECK_STATUS(tpu_agent_notif_poll(p->b, peer, sizeof(peer), msg, sizeof(msg), &len), -EAGAIN,
+		     "%s: then none", be);
+	nt.n = 10;
+	tpu_agent_set_notif_cb(p->b, notif_cb, &nt);
+	for (i = 10; i < 100; i++)
+		tpu_xfer_post(req[i], NULL, NULL);
+	for (i = 10; i < 100; i++)
+		tpu_xfer_wait(req[i], 10000);
+	t0 = now_ms();
+	while (now_ms() - t0 < 10000) {
+		pthread_mutex_lock(&nt.lock);
+		ok = nt.n == 100;
+		pthread_mutex_unlock(&nt.lock);
+		if (ok)
+			break;
+		usleep(1000);
+	}
+	CHECK(nt.n == 100 && !nt.bad, "%s: 90 more to the callback, in order (%d, %d bad)", be,
+	      nt.n, nt.bad);
+	tpu_agent_set_notif_cb(p->b, NULL, NULL);
+	for (i = 0; i < 100; i++)
+		tpu_xfer_release(req[i]);
+}
+
+struct racer {
+	struct pair *p;
+	struct tpu_xfer_req *req;
+	atomic_bool stop;
+	atomic_int ok, revoked, other;
+};
+
+static void *race(void *arg)
+{
+	struct racer *rc = arg;
+
+	while (!atomic_load(&rc->stop)) {
+		tpu_status st = tpu_xfer_post(rc->req, NULL, NULL);
+
+		if (!st)
+			st = tpu_xfer_wait(rc->req, 10000);
+		if (!st)
+			rc->ok++;
+		else if (st == TPU_E_REVOKED)
+			rc->revoked++;
+		else
+			rc->other++;
+	}
+	return NULL;
+}
+
+static void deregister_races(struct pair *p, const char *be)
+{
+	struct tpu_xfer_local_elem l = { p->ra, 0, 65536 };
+	struct tpu_xfer_remote_elem r = { p->rm, 0, 65536 };
+	struct racer rc = { .p = p };
+	uint64_t t0;
+	pthread_t t;
+	int i;
+
+	memset(p->mem_a, 0xab, 65536);
+	if (tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &rc.req)) {
+		CHECK(0, "%s: racing request prepared", be);
+		return;
+	}
+	pthread_create(&t, NULL, race, &rc);
+	/* Posts are landing (a loaded machine may take a while to run the thread). */
+	t0 = now_ms();
+	while (atomic_load(&rc.ok) < 10 && now_ms() - t0 < 10000)
+		usleep(1000);
+	CHECK_STATUS(tpu_agent_deregister(p->rb), 0, "%s: deregistered while posts run", be);
+	/* From here nothing of A may land there. */
+	memset(p->mem_b, 0x11, 65536);
+	t0 = now_ms();
+	while (atomic_load(&rc.revoked) < 10 && now_ms() - t0 < 10000)
+		usleep(1000);
+	atomic_store(&rc.stop, true);
+	pthread_join(t, NULL);
+	for (i = 0; i < 65536 && p->mem_b[i] == 0x11; i++)
+		;
+	CHECK(i == 65536, "%s: no byte landed after deregistration returned", be);
+	CHECK(atomic_load(&rc.ok) >= 10 && atomic_load(&rc.revoked) >= 10 &&
+	      atomic_load(&rc.other) == 0,
+	      "%s: posts failed TPU_E_REVOKED afterwards (%d ok, %d revoked, %d other)", be,
+	      atomic_load(&rc.ok), atomic_load(&rc.revoked), atomic_load(&rc.other));
+	tpu_xfer_release(rc.req);
+	p->rb = NULL;
+	CHECK_STATUS(export_load(p->ra, p->a, &p->rm), -EINVAL,
+		     "%s: a registration exported for nothing has no blob", be);
+}
+
+static void run_backend(unsigned int backend, const char *be)
+{
+	struct pair p;
+	size_t sizes[][2] = { { 1, 1 }, { 7, 13 }, { 300, 200 }, { 10000, 10000 }, { 10000, 3 } };
+	size_t i;
+
+	if (!pair_open(&p, backend, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "%s: two agents, a registration loaded", be);
+		pair_close(&p);
+		return;
+	}
+	CHECK(!strcmp(tpu_xfer_remote_backend(p.rm), be), "%s: backend is %s", be,
+	      tpu_xfer_remote_backend(p.rm));
+	CHECK(tpu_xfer_remote_size(p.rm) == REG, "%s: remote size", be);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		scatter_gather(&p, be, TPU_XFER_OP_READ, sizes[i][0], sizes[i][1], (unsigned)i);
+		scatter_gather(&p, be, TPU_XFER_OP_WRITE, sizes[i][1], sizes[i][0], (unsigned)i + 50);
+	}
+	bounds_and_repeats(&p, be);
+	if (backend == TPU_XFER_BACKEND_TCP)
+		target_enforces(&p);
+	notifications(&p, be);
+	deregister_races(&p, be);
+	pair_close(&p);
+}
+
+/* ---- trust ---- */
+
+static void read_only_export(void)
+{
+	struct pair p;
+	struct tpu_xfer_local_elem l = { NULL, 0, 8 };
+	struct tpu_xfer_remote_elem r = { NULL, 0, 8 };
+	struct tpu_xfer_req *req = NULL;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_TCP, TPU_XFER_READ)) {
+		CHECK(0, "read-only export loaded");
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), -EACCES,
+		     "WRITE to a read-only export refused at prepare");
+	memset(p.mem_b, 0x5a, 8);
+	memset(p.mem_a, 0x33, 8);
+	p.rm->access |= TPU_XFER_WRITE;	/* a requester that lies */
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), 0,
+		     "a lying requester prepares it");
+	if (req) {
+		tpu_xfer_post(req, NULL, NULL);
+		CHECK_STATUS(tpu_xfer_wait(req, 10000), -EACCES, "the target refuses the WRITE");
+		CHECK(p.mem_b[0] == 0x5a && p.mem_b[7] == 0x5a, "nothing landed");
+		tpu_xfer_release(req);
+	}
+	pair_close(&p);
+}
+
+static void bad_blobs(void)
+{
+	struct pair p;
+	uint8_t blob[TPU_XFER_BLOB_MAX], copy[TPU_XFER_BLOB_MAX];
+	struct tpu_xfer_remote *rm = NULL;
+	struct xfer_blob b;
+	size_t len, i;
+	int refused = 0;
+
+	if (!pair_open(&p, 0, TPU_XFER_READ)) {
+		CHECK(0, "agents for the blob cases");
+		pair_close(&p);
+		return;
+	}
+	CHECK_STATUS(tpu_agent_export(p.rb, blob, 10, &len), -ENOSPC, "export into 10 bytes: ENOSPC");
+	CHECK_STATUS(tpu_agent_export(p.rb, blob, sizeof(blob), &len), 0, "exported");
+	CHECK_STATUS(tpu_agent_load(p.a, blob, len - 1, &rm), TPU_E_BAD_BLOB, "truncated blob");
+	CHECK_STATUS(tpu_agent_load(p.a, "hello", 5, &rm), TPU_E_BAD_BLOB, "not a blob");
+	for (i = 0; i < len; i++) {
+		memcpy(copy, blob, len);
+		copy[i] ^= 0x40;
+		refused += tpu_agent_load(p.a, copy, len, &rm) == TPU_E_BAD_BLOB;
+	}
+	CHECK(refused == (int)len, "every flipped byte of %zu refused (%d)", len, refused);
+	/* Well formed, but of an agent that does not serve this address. */
+	CHECK_STATUS(tpu__xfer_blob_get(blob, len, &b), 0, "decoded");
+	b.agent[0] ^= 1;
+	len = tpu__xfer_blob_put(&b, copy, sizeof(copy));
+	CHECK_STATUS(tpu_agent_load(p.a, copy, len, &rm), TPU_E_BAD_BLOB,
+		     "a blob of another agent at that address");
+	b.agent[0] ^= 1;
+	b.key ^= 1;
+	len = tpu__xfer_blob_put(&b, copy, sizeof(copy));
+	CHECK_STATUS(tpu_agent_load(p.a, copy, len, &rm), TPU_E_REVOKED, "a wrong key");
+	b.key ^= 1;
+	b.reg += 1ULL << 32;		/* a guessed id of another generation */
+	len = tpu__xfer_blob_put(&b, copy, sizeof(copy));
+	CHECK_STATUS(tpu_agent_load(p.a, copy, len, &rm), TPU_E_REVOKED, "another registration id");
+	tpu_agent_export(p.rb, blob, sizeof(blob), &len);
+	tpu_agent_deregister(p.rb);
+	CHECK_STATUS(tpu_agent_load(p.a, blob, len, &rm), TPU_E_REVOKED,
+		     "the blob of a deregistered registration");
+	pair_close(&p);
+}
+
+static void no_secret(void)
+{
+	struct tpu_context *ca = NULL, *cb = NULL;
+	struct tpu_agent *a = NULL, *b = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	struct tpu_xfer_reg *rb = NULL;
+	static uint8_t mem[4096];
+
+	tpu_context_create(NULL, &ca);
+	tpu_context_create(NULL, &cb);
+	tpu_context_set_secret(cb, "job secret", 10);
+	tpu_agent_create(ca, NULL, &a);
+	tpu_agent_create(cb, NULL, &b);
+	tpu_agent_register(b, mem, sizeof(mem), TPU_XFER_READ | TPU_XFER_WRITE, &rb);
+	CHECK_STATUS(export_load(rb, a, &rm), -EACCES,
+		     "an agent without the job secret cannot load a blob");
+	tpu_context_set_secret(ca, "other secret", 12);
+	tpu_agent_destroy(a);
+	a = NULL;
+	tpu_agent_create(ca, NULL, &a);
+	CHECK_STATUS(export_load(rb, a, &rm), -EACCES, "nor one with another secret");
+	tpu_context_set_secret(ca, "job secret", 10);
+	tpu_agent_destroy(a);
+	a = NULL;
+	tpu_agent_create(ca, NULL, &a);
+	CHECK_STATUS(export_load(rb, a, &rm), 0, "the same secret loads it");
+	tpu_agent_destroy(a);
+	tpu_agent_destroy(b);
+	tpu_context_destroy(ca);
+	tpu_context_destroy(cb);
+}
+
+/* The target process dies during a batch: the requester fails within a bound. */
+static void peer_killed(unsigned int backend, const char *be)
+{
+	const size_t big = 64U << 20;
+	int fds[2];
+	pid_t child;
+	uint8_t blob[TPU_XFER_BLOB_MAX];
+	ssize_t len;
+
+	if (pipe(fds))
+		return;
+	child = fork();
+	if (child == 0) {
+		struct tpu_context *c;
+		struct tpu_agent *b;
+		struct tpu_xfer_reg *r;
+		uint8_t *m = calloc(1, big);
+		size_t n;
+
+		close(fds[0]);
+		if (tpu_context_create(NULL, &c) || tpu_agent_create(c, NULL, &b) ||
+		    tpu_agent_register(b, m, big, TPU_XFER_READ, &r) ||
+		    tpu_agent_export(r, blob, sizeof(blob), &n) ||
+		    write(fds[1], blob, n) != (ssize_t)n)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(fds[1]);
+	len = read(fds[0], blob, sizeof(blob));
+	close(fds[0]);
+	{
+		struct tpu_agent_options o = { .backends = backend };
+		struct tpu_context *c = NULL;
+		struct tpu_agent *a = NULL;
+		struct tpu_xfer_remote *rm = NULL;
+		struct tpu_xfer_reg *r = NULL;
+		struct tpu_xfer_req *req = NULL;
+		uint8_t *m = malloc(big);
+		struct tpu_xfer_local_elem l = { NULL, 0, big };
+		struct tpu_xfer_remote_elem re = { NULL, 0, big };
+		tpu_status st = 0;
+		uint64_t t0 = 0;
+		int i;
+
+		tpu_context_create(NULL, &c);
+		tpu_agent_create(c, &o, &a);
+		tpu_agent_register(a, m, big, 0, &r);
+		CHECK_STATUS(len > 0 ? tpu_agent_load(a, blob, (size_t)len, &rm) : -EIO, 0,
+			     "%s: loaded the child's blob", be);
+		l.reg = r;
+		re.remote = rm;
+		if (rm && !tpu_xfer_prepare(a, TPU_XFER_OP_READ, &l, 1, &re, 1, NULL, 0, &req)) {
+			for (i = 0; i < 100000 && !st; i++) {
+				if (i == 2) {
+					kill(child, SIGKILL);
+					t0 = now_ms();
+				}
+				st = tpu_xfer_post(req, NULL, NULL);
+				if (!st)
+					st = tpu_xfer_wait(req, 20000);
+			}
+			CHECK(st && st != -ETIMEDOUT && now_ms() - t0 < 5000,
+			      "%s: a batch fails within 5 s of the peer's death (%s after %llu ms)",
+			      be, tpu_status_name(st), (unsigned long long)(now_ms() - t0));
+			tpu_xfer_release(req);
+		} else {
+			kill(child, SIGKILL);
+		}
+		waitpid(child, NULL, 0);
+		tpu_agent_destroy(a);
+		tpu_context_destroy(c);
+		free(m);
+	}
+}
+
+static void huge_pages(void)
+{
+	size_t len = 2U << 20;
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+		       -1, 0);
+	struct tpu_context *c = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *r = NULL;
+
+	tpu_context_create(NULL, &c);
+	tpu_agent_create(c, NULL, &a);
+	if (m == MAP_FAILED) {
+		/* No hugetlb pages reserved here: transparent huge pages instead. */
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		madvise(m, len, MADV_HUGEPAGE);
+	}
+	CHECK_STATUS(tpu_agent_register(a, m, len, TPU_XFER_READ, &r), 0, "huge-page memory registers");
+	CHECK_STATUS(tpu_agent_deregister(r), 0, "and deregisters");
+	munmap(m, len);
+	m = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	munmap((uint8_t *)m + 4096, 4096);
+	CHECK_STATUS(tpu_agent_register(a, m, 3 * 4096, TPU_XFER_READ, &r), -EFAULT,
+		     "a range with a hole is refused");
+	CHECK_STATUS(tpu_agent_register(a, m, 0, TPU_XFER_READ, &r), -EINVAL, "length 0 refused");
+	CHECK_STATUS(tpu_agent_register(a, m, 4096, 4, &r), -EINVAL, "unknown access bits refused");
+	munmap(m, 3 * 4096);
+	tpu_agent_destroy(a);
+	tpu_context_destroy(c);
+}
+
+void test_xfer(void)
+{
+	char why[128];
+	bool cma = !tpu__cma_viable(why, sizeof(why));
+
+	/* cma needs process_vm_readv between these processes (ptrace rules). */
+	if (cma)
+		run_backend(TPU_XFER_BACKEND_CMA, "cma");
+	else
+		tap_diag("cma cases skipped: %s", why);
+	run_backend(TPU_XFER_BACKEND_TCP, "tcp");
+	if (cma)
+		peer_killed(TPU_XFER_BACKEND_CMA, "cma");
+	peer_killed(TPU_XFER_BACKEND_TCP, "tcp");
+	huge_pages();
+}
+
+void test_xfer_trust(void)
+{
+	read_only_export();
+	bad_blobs();
+	no_secret();
+}

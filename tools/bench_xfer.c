@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * tpbench xfer: READ and WRITE batches of one block size between two
+ * agents (this process posts, a forked child is the target), per batch
+ * size, against same-run references on the same pieces: raw
+ * process_vm_readv/writev with the same iovecs (1024 a call) to the
+ * child's pid, and memcpy between two buffers of this process.  The
+ * remote pieces are spread over the child's buffer in a shuffled order,
+ * as KV-cache blocks are.  Each point is the best of --reps runs of
+ * enough posts to move about 64 MiB; a post is prepared once.
+ *
+ *   tpbench xfer [--backend cma|tcp] [--mem MiB] [--reps N]
+ *
+ * Columns: op, block, batch, GB/s of xfer, of process_vm_*, of memcpy,
+ * xfer over process_vm_*, microseconds per batch of xfer and of
+ * process_vm_*, and the overhead per batch against the goal (2 us + 100
+ * ns per element).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_xfer.h"
+#include "tpu_user.h"
+
+static uint64_t ns_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The target: register @mem bytes, send the blob, live until the pipe closes. */
+static int child_main(int wfd, size_t mem)
+{
+	uint8_t blob[TPU_XFER_BLOB_MAX], c;
+	struct tpu_context *ctx;
+	struct tpu_agent *a;
+	struct tpu_xfer_reg *r;
+	uint8_t *m = malloc(mem);
+	size_t n;
+
+	if (!m)
+		return 1;
+	memset(m, 0x5c, mem);
+	if (tpu_context_create(NULL, &ctx) || tpu_agent_create(ctx, NULL, &a) ||
+	    tpu_agent_register(a, m, mem, TPU_XFER_READ | TPU_XFER_WRITE, &r) ||
+	    tpu_agent_export(r, blob, sizeof(blob), &n) || write(wfd, &n, sizeof(n)) != sizeof(n) ||
+	    write(wfd, blob, n) != (ssize_t)n || write(wfd, &m, sizeof(m)) != sizeof(m))
+		return 1;
+	while (read(wfd, &c, 1) > 0)
+		;
+	tpu_agent_destroy(a);
+	tpu_context_destroy(ctx);
+	return 0;
+}
+
+struct point {
+	double xfer_ns, pvm_ns, mcpy_ns;	/* per batch, best rep */
+};
+
+static double best_of(unsigned int reps, unsigned int iters, int (*fn)(void *), void *arg)
+{
+	double best = 1e30;
+	unsigned int r, i;
+
+	for (r = 0; r < reps; r++) {
+		uint64_t t0 = ns_now();
+
+		for (i = 0; i < iters; i++)
+			if (fn(arg))
+				return -1;
+		if ((double)(ns_now() - t0) / iters < best)
+			best = (double)(ns_now() - t0) / iters;
+	}
+	return best;
+}
+
+struct run {
+	struct tpu_xfer_req *req;
+	pid_t pid;
+	int write;
+	struct iovec *liov, *riov;
+	size_t n;
+	uint8_t *dst;			/* memcpy: a second local buffer */
+};
+
+static int do_xfer(void *arg)
+{
+	struct run *r = arg;
+
+	return tpu_xfer_post(r->req, NULL, NULL) || tpu_xfer_wait(r->req, 60000);
+}
+
+static int do_pvm(void *arg)
+{
+	struct run *r = arg;
+	size_t i;
+
+	for (i = 0; i < r->n; i += 1024) {
+		size_t k = r->n - i < 1024 ? r->n - i : 1024;
+		ssize_t got = r->write ? process_vm_writev(r->pid, r->liov + i, k, r->riov + i, k, 0)
+				       : process_vm_readv(r->pid, r->liov + i, k, r->riov + i, k, 0);
+
+		if (got < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int do_memcpy(void *arg)
+{
+	struct run *r = arg;
+	size_t i;
+
+	/* The same pieces, the remote side's layout in a buffer of this process. */
+	for (i = 0; i < r->n; i++) {
+		if (r->write)
+			memcpy(r->riov[i].iov_base, r->liov[i].iov_base, r->liov[i].iov_len);
+		else
+			memcpy(r->liov[i].iov_base, r->riov[i].iov_base, r->liov[i].iov_len);
+	}
+	return 0;
+}
+
+int bench_xfer_main(int argc, char **argv)
+{
+	static const size_t blocks[] = { 4096, 65536, 1 << 20 };
+	static const size_t batches[] = { 1, 4, 16, 64, 256, 1024 };
+	unsigned int backend = TPU_XFER_BACKEND_CMA, reps = 5;
+	size_t mem = 256u << 20, bi, ni, i;
+	struct tpu_agent_options o = { 0 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *lr = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	uint8_t blob[TPU_XFER_BLOB_MAX], *local, *dst;
+	uint8_t *rbase;		/* the raw references' address of the child's buffer */
+	int sv[2], op, rc = 0;
+	size_t blen;
+	pid_t child;
+	tpu_status st;
+
+	for (i = 1; i < (size_t)argc; i++) {
+		if (!strcmp(argv[i], "--backend") && i + 1 < (size_t)argc) {
+			i++;
+			backend = !strcmp(argv[i], "tcp") ? TPU_XFER_BACKEND_TCP : TPU_XFER_BACKEND_CMA;
+		} else if (!strcmp(argv[i], "--mem") && i + 1 < (size_t)argc) {
+			mem = (size_t)strtoul(argv[++i], NULL, 0) << 20;
+		} else if (!strcmp(argv[i], "--reps") && i + 1 < (size_t)argc) {
+			reps = (unsigned int)strtoul(argv[++i], NULL, 0);
+		} else {
+			fprintf(stderr, "usage: tpbench xfer [--backend cma|tcp] [--mem MiB] [--reps N]\n");
+			return 2;
+		}
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		return 1;
+	child = fork();
+	if (child == 0) {
+		close(sv[0]);
+		_exit(child_main(sv[1], mem));
+	}
+	close(sv[1]);
+	if (read(sv[0], &blen, sizeof(blen)) != sizeof(blen) || blen > sizeof(blob) ||
+	    read(sv[0], blob, blen) != (ssize_t)blen ||
+	    read(sv[0], &rbase, sizeof(rbase)) != sizeof(rbase)) {
+		fprintf(stderr, "tpbench xfer: the target did not start\n");
+		return 1;
+	}
+	local = malloc(mem);
+	dst = malloc(mem);
+	memset(local, 0x3a, mem);
+	memset(dst, 0x3b, mem);
+	o.backends = backend;
+	st = tpu_context_create(NULL, &ctx);
+	if (!st)
+		st = tpu_agent_create(ctx, &o, &a);
+	if (!st)
+		st = tpu_agent_register(a, local, mem, 0, &lr);
+	if (!st)
+		st = tpu_agent_load(a, blob, blen, &rm);
+	if (st) {
+		fprintf(stderr, "tpbench xfer: %s\n", tpu_strerror(st));
+		rc = 1;
+		goto out;
+	}
+	printf("# tpbench xfer: backend %s, target pid %d, best of %u\n",
+	       tpu_xfer_remote_backend(rm), (int)child, reps);
+	printf("%-5s %7s %5s %8s %8s %8s %6s %9s %9s %9s %9s\n", "op", "block", "batch", "xfer",
+	       "pvm", "memcpy", "x/pvm", "xfer_us", "pvm_us", "ovh_us", "goal_us");
+	for (op = 0; op < 2; op++)
+		for (bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); bi++)
+			for (ni = 0; ni < sizeof(batches) / sizeof(batches[0]); ni++) {
+				size_t blk = blocks[bi], n = batches[ni], slots = mem / blk;
+				struct tpu_xfer_local_elem *le;
+				struct tpu_xfer_remote_elem *re;
+				struct run r = { .pid = child, .write = op, .n = n, .dst = dst };
+				unsigned int iters;
+				struct point pt;
+				double gb;
+
+				if (n > slots)
+					continue;
+				le = calloc(n, sizeof(*le));
+				re = calloc(n, sizeof(*re));
+				r.liov = calloc(n, sizeof(*r.liov));
+				r.riov = calloc(n, sizeof(*r.riov));
+				for (i = 0; i < n; i++) {
+					/* A stride coprime with the slots shuffles the remote order. */
+					size_t slot = (i * 7919) % slots;
+
+					le[i] = (struct tpu_xfer_local_elem){ lr, i * blk, blk };
+					re[i] = (struct tpu_xfer_remote_elem){ rm, slot * blk, blk };
+					r.liov[i].iov_base = local + i * blk;
+					r.liov[i].iov_len = blk;
+					r.riov[i].iov_base = rbase + slot * blk;
+					r.riov[i].iov_len = blk;
+				}
+				st = tpu_xfer_prepare(a, op ? TPU_XFER_OP_WRITE : TPU_XFER_OP_READ, le, n, re,
+						      n, NULL, 0, &r.req);
+				if (st) {
+					fprintf(stderr, "prepare: %s\n", tpu_strerror(st));
+					rc = 1;
+					goto out;
+				}
+				/* About 64 MiB a rep, at least 3 and at most 2000 posts. */
+				iters = (unsigned int)((64u << 20) / (n * blk));
+				iters = iters < 3 ? 3 : iters > 2000 ? 2000 : iters;
+				do_xfer(&r);	/* warm: pages faulted, caches */
+				do_pvm(&r);
+				pt.xfer_ns = best_of(reps, iters, do_xfer, &r);
+				pt.pvm_ns = best_of(reps, iters, do_pvm, &r);
+				for (i = 0; i < n; i++)	/* memcpy: the same layout in @dst */
+					r.riov[i].iov_base = dst + (size_t)((i * 7919) % slots) * blk;
+				pt.mcpy_ns = best_of(reps, iters, do_memcpy, &r);
+				if (pt.xfer_ns < 0 || pt.pvm_ns < 0) {
+					fprintf(stderr, "tpbench xfer: a transfer failed\n");
+					rc = 1;
+				}
+				gb = (double)(n * blk);
+				printf("%-5s %7zu %5zu %8.2f %8.2f %8.2f %6.2f %9.2f %9.2f %9.2f %9.2f\n",
+				       op ? "WRITE" : "READ", blk, n, gb / pt.xfer_ns, gb / pt.pvm_ns,
+				       gb / pt.mcpy_ns, pt.pvm_ns / pt.xfer_ns, pt.xfer_ns / 1e3,
+				       pt.pvm_ns / 1e3, (pt.xfer_ns - pt.pvm_ns) / 1e3, 2.0 + 0.1 * n);
+				fflush(stdout);
+				free(le);
+				free(re);
+				tpu_xfer_release(r.req);
+				free(r.liov);
+				free(r.riov);
+			}
+out:
+	tpu_agent_destroy(a);
+	tpu_context_destroy(ctx);
+	close(sv[0]);
+	waitpid(child, NULL, 0);
+	free(local);
+	free(dst);
+	return rc;
+}
