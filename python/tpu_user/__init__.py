@@ -56,7 +56,7 @@ __all__ = [
     "Agent", "Registration", "Remote",
 ]
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 log = logging.getLogger("tpu_user")
 
