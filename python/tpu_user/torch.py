@@ -38,3 +38,23 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if timeout is None:
         timeout = datetime.timedelta(milliseconds=0)
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+# torch 1.13's own dist.monitored_barrier refuses every backend but Gloo
+# before it looks at the group; programs call it unchanged, so groups of
+# this backend take the function above and all others torch's.
+_torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
+
+
+def _dispatching_monitored_barrier(group=dist.GroupMember.WORLD, timeout=None,
+                                   wait_all_ranks=False):
+    pg = group if group is not None else dist.GroupMember.WORLD
+    if pg is not None and pg is not dist.GroupMember.NON_GROUP_MEMBER and \
+            dist.get_backend(pg) == NAME:
+        return monitored_barrier(pg, timeout, wait_all_ranks)
+    return _torch_monitored_barrier(group, timeout, wait_all_ranks)
+
+
+if getattr(dist.distributed_c10d.monitored_barrier, "__module__", "") != __name__:
+    dist.distributed_c10d.monitored_barrier = _dispatching_monitored_barrier
+    dist.monitored_barrier = _dispatching_monitored_barrier

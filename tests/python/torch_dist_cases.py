@@ -607,6 +607,10 @@ def barrier(c):
         assert w.wait() and w.is_completed()
     tt.monitored_barrier(timeout=datetime.timedelta(seconds=20))
     tt.monitored_barrier(timeout=datetime.timedelta(seconds=20), wait_all_ranks=True)
+    # Unchanged programs call torch's own function (1.13 lets only Gloo through
+    # it; importing tpu_user.torch routes tpu groups to the backend's).
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=20), wait_all_ranks=True)
     dist.monitored_barrier(group=c.gloo, timeout=datetime.timedelta(seconds=20))
     # A barrier orders: what rank 0 wrote before it, every rank sees after it.
     t = torch.tensor([float(c.rank)])
