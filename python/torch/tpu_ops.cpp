@@ -249,6 +249,60 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(
   });
 }
 
+// Every rank's inputs, each in its own dtype and shape: their bytes side by
+// side in one buffer, one all-gather, then split (output[r][i] = rank r's input i).
+c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  TORCH_CHECK(!inputs.empty(), "tpu: allgather_coalesced: no input tensors");
+  TORCH_CHECK((int)outputLists.size() == getSize(), "tpu: allgather_coalesced: expects ",
+              getSize(), " output lists");
+  for (auto& t : inputs)
+    checkTensor(t, "allgather_coalesced");
+  for (auto& list : outputLists) {
+    TORCH_CHECK(list.size() == inputs.size(),
+                "tpu: allgather_coalesced: every output list must hold one tensor per input");
+    for (size_t i = 0; i < list.size(); i++) {
+      checkTensor(list[i], "allgather_coalesced");
+      TORCH_CHECK(list[i].numel() == inputs[i].numel() &&
+                      list[i].scalar_type() == inputs[i].scalar_type(),
+                  "tpu: allgather_coalesced: output ", i, " must match input ", i,
+                  "'s size and dtype");
+    }
+  }
+  std::vector<at::Tensor> outs;
+  for (auto& list : outputLists)
+    outs.insert(outs.end(), list.begin(), list.end());
+  auto ins = inputs;
+  auto lists = outputLists;
+  return enqueue(c10d::OpType::ALLGATHER_COALESCED, outs, [this, ins, lists]() mutable {
+    size_t total = 0;
+    for (auto& t : ins)
+      total += t.nbytes();
+    at::Tensor mine = at::empty({(int64_t)total}, at::kByte);
+    at::Tensor all = at::empty({getSize(), (int64_t)total}, at::kByte);
+    size_t off = 0;
+    for (auto& t : ins) {
+      at::Tensor f = flat(t);
+      if (f.nbytes())
+        std::memcpy((char*)mine.data_ptr() + off, f.data_ptr(), f.nbytes());
+      off += f.nbytes();
+    }
+    runColl("allgather_coalesced", TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)total, TPU_OP_SUM,
+            TPU_FINAL_NONE, false, mine.data_ptr(), all.data_ptr());
+    for (int r = 0; r < getSize(); r++) {
+      off = 0;
+      for (auto& o : lists[r]) {
+        at::Tensor f = flat(o);
+        if (f.nbytes())
+          std::memcpy(f.data_ptr(), (char*)all[r].data_ptr() + off, f.nbytes());
+        off += f.nbytes();
+        copyBack(o, f);
+      }
+    }
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   checkTensor(output, "reduce_scatter_tensor");
