@@ -38,3 +38,12 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     if timeout is None:
         timeout = datetime.timedelta(milliseconds=0)
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+def coll_path(group=None):
+    """Which path the group's collectives take: ``"shm"`` (the library's
+    shared-memory collectives, every rank on this host) or ``"rdv"`` (the
+    rendezvous: TPU_COLL_PATH=rdv, or ranks on several hosts).  Decided
+    once, when the group forms, the same on every rank."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tpu_torch.coll_path(pg)
