@@ -251,6 +251,17 @@ def test_torch_backend_collectives_take_the_shared_segment(tmp_path, monkeypatch
             assert line in log, (rank, line, log[-2000:])
 
 
+def _bad_path(rank, n, init):
+    with pytest.raises(RuntimeError, match=r"forming the group.*TPU_COLL_PATH=fast"):
+        _init(rank, n, init, datetime.timedelta(seconds=10))
+
+
+def test_torch_backend_bad_coll_path_fails_forming(tmp_path, monkeypatch):
+    # The path is decided while the group forms: a bad TPU_COLL_PATH fails there.
+    monkeypatch.setenv("TPU_COLL_PATH", "fast")
+    _spawn(_bad_path, 2, "file://" + str(tmp_path / "init"))
+
+
 def _mismatch(rank, n, init):
     _init(rank, n, init, datetime.timedelta(seconds=10))
     t = torch.ones(5 + rank)
