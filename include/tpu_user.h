@@ -1930,6 +1930,16 @@ TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *world, const void 
  */
 TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *world, uint64_t timeout_ns);
 /**
+ * tpu_world_coll_path - which path the collectives above take on @world:
+ * "shm" (the shared segment) or "rdv" (the rendezvous), the same on every
+ * rank once decided at the first collective; "" before that, after a
+ * set-up that failed, while another thread's collective runs, or for a
+ * bad @world.  A caller that has its own way for the rendezvous case (a
+ * framework backend) asks after one collective, e.g.
+ * tpu_world_barrier_timeout().
+ */
+TPU_API const char *tpu_world_coll_path(struct tpu_world *world);
+/**
  * tpu_world_send - send @len bytes of @data to rank @dst; returns once
  * @dst received them (the source is free again).
  * @timeout_ns:	how long @dst may take to receive; 0 for 60 s.  On

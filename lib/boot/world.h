@@ -124,5 +124,7 @@ void tpu__world_shm_free(struct world_shm *ws);
 tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **ws,
 			      const struct tpu__shm_call *c, char *reason, size_t size, bool *ran);
 bool tpu__world_shm_on(const struct world_shm *ws);
+/* "shm", "rdv" once decided, "" before (or where the set-up failed). */
+const char *tpu__world_shm_path(const struct world_shm *ws);
 
 #endif /* TPU_WORLD_H */

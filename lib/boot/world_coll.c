@@ -404,3 +404,23 @@ TPU_API void tpu_world_last_reason(struct tpu_world *w, char *buf, size_t size)
 	snprintf(buf, size, "%s", wc->reason);
 	pthread_mutex_unlock(&wc->lock);
 }
+
+TPU_API const char *tpu_world_coll_path(struct tpu_world *w)
+{
+	struct world_coll *wc = NULL;
+	const char *path = "";
+
+	if (!tpu_world_rendezvous(w))
+		return path;
+	pthread_mutex_lock(&w->lock);
+	wc = w->coll;
+	pthread_mutex_unlock(&w->lock);
+	if (!wc)
+		return path;
+	/* The path state is the running collective's (unlocked) while busy. */
+	pthread_mutex_lock(&wc->lock);
+	if (!wc->busy)
+		path = tpu__world_shm_path(wc->shm);
+	pthread_mutex_unlock(&wc->lock);
+	return path;
+}

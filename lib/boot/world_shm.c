@@ -342,3 +342,10 @@ bool tpu__world_shm_on(const struct world_shm *ws)
 {
 	return ws && ws->state == WS_ON;
 }
+
+const char *tpu__world_shm_path(const struct world_shm *ws)
+{
+	if (!ws)
+		return "";
+	return ws->state == WS_ON ? "shm" : ws->state == WS_OFF ? "rdv" : "";
+}

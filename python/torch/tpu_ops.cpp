@@ -6,6 +6,10 @@
  * transfers: send/recv, gather, scatter, uneven all-to-all, monitored
  * barrier.  Reductions the library lacks (int8/int16/bool, the bitwise ops)
  * are an all-gather of the bytes and a local reduction with torch's ops.
+ * Where the group's world takes the shared-memory path (every rank on this
+ * host), the collectives the world's one-call functions cover
+ * (tpu_world_all_reduce and the rest) go through them: microseconds for a
+ * small all-reduce instead of a rendezvous round trip.
  */
 #include "tpu_pg.hpp"
 
@@ -14,6 +18,14 @@
 namespace tpu_torch {
 
 namespace {
+
+// Where an empty tensor (whose data pointer may be NULL) points the world's calls.
+uint8_t emptyByte;
+
+void* ptr(const at::Tensor& t) {
+  void* p = t.data_ptr();
+  return p ? p : &emptyByte;
+}
 
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "tpu: ", what,
@@ -93,10 +105,35 @@ at::Tensor localReduce(const at::Tensor& rows, c10d::ReduceOp op) {
 constexpr int64_t kSmallBytes = 16 << 10;
 constexpr int kSmallRanks = 16;
 
+// The bytes of every rank's contiguous @t, as the rows of a (size x numel) tensor.
+at::Tensor gatherRows(ProcessGroupTPU* pg, const at::Tensor& t, const char* what) {
+  at::Tensor rows = at::empty({pg->getSize(), t.numel()}, t.options());
+  if (pg->onShm())
+    pg->checkWorld(what, tpu_world_all_gather(pg->world(), ptr(t), ptr(rows), (uint64_t)t.nbytes(),
+                                              TPU_DT_UINT8, pg->timeoutNs()));
+  else
+    pg->runColl(what, TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)t.nbytes(), TPU_OP_SUM,
+                TPU_FINAL_NONE, false, t.data_ptr(), rows.data_ptr());
+  return rows;
+}
+
 // All-reduce of contiguous @t (in place) on the worker thread.
 void allreduceFlat(ProcessGroupTPU* pg, at::Tensor& t, c10d::ReduceOp op, const char* what) {
   int dt = libDtype(t);
   int lop = libOp(op);
+  auto fin = op == c10d::ReduceOp::AVG ? TPU_FINAL_DIV : TPU_FINAL_NONE;
+  if (pg->onShm()) {
+    // The shared segment: the world's all-reduce at any size; what the
+    // library cannot reduce, an all-gather of the bytes reduced here.
+    if (dt && lop >= 0) {
+      pg->checkWorld(what, tpu_world_all_reduce(pg->world(), ptr(t), ptr(t), (uint64_t)t.numel(),
+                                                (enum tpu_dtype)dt, (enum tpu_reduce_op)lop,
+                                                fin, pg->timeoutNs()));
+      return;
+    }
+    t.view({-1}).copy_(localReduce(gatherRows(pg, t, what), op));
+    return;
+  }
   if ((int64_t)t.nbytes() <= kSmallBytes && pg->getSize() <= kSmallRanks) {
     int n = pg->getSize(), me = pg->getRank();
     at::Tensor rows = at::empty({n, t.numel()}, t.options());
@@ -118,16 +155,11 @@ void allreduceFlat(ProcessGroupTPU* pg, at::Tensor& t, c10d::ReduceOp op, const 
   }
   if (dt && lop >= 0) {
     pg->runColl(what, TPU_COLL_REDUCTION, (enum tpu_dtype)dt, (uint64_t)t.numel(),
-                (enum tpu_reduce_op)lop,
-                op == c10d::ReduceOp::AVG ? TPU_FINAL_DIV : TPU_FINAL_NONE, false,
-                t.data_ptr(), t.data_ptr());
+                (enum tpu_reduce_op)lop, fin, false, t.data_ptr(), t.data_ptr());
     return;
   }
   // Not in the library: gather every rank's bytes, reduce here.
-  at::Tensor rows = at::empty({pg->getSize(), t.numel()}, t.options());
-  pg->runColl(what, TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)t.nbytes(), TPU_OP_SUM,
-              TPU_FINAL_NONE, false, t.data_ptr(), rows.data_ptr());
-  t.view({-1}).copy_(localReduce(rows, op));
+  t.view({-1}).copy_(localReduce(gatherRows(pg, t, what), op));
 }
 
 // A contiguous tensor to hand to the library, and whether it is a copy.
@@ -187,6 +219,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::broadcast(std::vector<at::Tensor
   return enqueue(c10d::OpType::BROADCAST, tensors, [this, t, root]() mutable {
     at::Tensor f = flat(t);
     bool src = root == getRank();
+    if (onShm()) {
+      checkWorld("broadcast", tpu_world_broadcast(world(), ptr(f), (uint64_t)f.nbytes(),
+                                                  TPU_DT_UINT8, root, timeoutNs()));
+      copyBack(t, f);
+      return;
+    }
     runColl("broadcast", TPU_COLL_BROADCAST, TPU_DT_UINT8, (uint64_t)f.nbytes(), TPU_OP_SUM,
             TPU_FINAL_NONE, src, src ? f.data_ptr() : nullptr, src ? nullptr : f.data_ptr());
     copyBack(t, f);
@@ -220,8 +258,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_allgather_base(
   at::Tensor out = output, in = input;
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, [this, out, in]() mutable {
     at::Tensor fo = flat(out), fi = flat(in);
-    runColl("all_gather_into_tensor", TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)fi.nbytes(),
-            TPU_OP_SUM, TPU_FINAL_NONE, false, fi.data_ptr(), fo.data_ptr());
+    if (onShm())
+      checkWorld("all_gather_into_tensor",
+                 tpu_world_all_gather(world(), ptr(fi), ptr(fo), (uint64_t)fi.nbytes(),
+                                      TPU_DT_UINT8, timeoutNs()));
+    else
+      runColl("all_gather_into_tensor", TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)fi.nbytes(),
+              TPU_OP_SUM, TPU_FINAL_NONE, false, fi.data_ptr(), fo.data_ptr());
     copyBack(out, fo);
   });
 }
@@ -240,10 +283,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather(
   at::Tensor in = inputs[0];
   auto outs = outputs[0];
   return enqueue(c10d::OpType::ALLGATHER, outs, [this, in, outs]() mutable {
-    at::Tensor fi = flat(in);
-    at::Tensor all = at::empty({getSize(), fi.numel()}, fi.options());
-    runColl("all_gather", TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)fi.nbytes(), TPU_OP_SUM,
-            TPU_FINAL_NONE, false, fi.data_ptr(), all.data_ptr());
+    at::Tensor all = gatherRows(this, flat(in), "all_gather");
     for (int r = 0; r < getSize(); r++)
       outs[r].copy_(all[r].view(outs[r].sizes()));
   });
@@ -316,10 +356,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::_reduce_scatter_base(
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [this, out, in, op]() mutable {
     at::Tensor fi = flat(in), fo = flat(out);
     int dt = libDtype(fi), lop = libOp(op);
-    if (dt && lop >= 0) {
+    auto fin = op == c10d::ReduceOp::AVG ? TPU_FINAL_DIV : TPU_FINAL_NONE;
+    if (dt && lop >= 0 && onShm()) {
+      checkWorld("reduce_scatter",
+                 tpu_world_reduce_scatter(world(), ptr(fi), ptr(fo), (uint64_t)fi.numel(),
+                                          (enum tpu_dtype)dt, (enum tpu_reduce_op)lop, fin,
+                                          timeoutNs()));
+    } else if (dt && lop >= 0) {
       runColl("reduce_scatter", TPU_COLL_REDUCE_SCATTER, (enum tpu_dtype)dt,
-              (uint64_t)fi.numel(), (enum tpu_reduce_op)lop,
-              op == c10d::ReduceOp::AVG ? TPU_FINAL_DIV : TPU_FINAL_NONE, false, fi.data_ptr(),
+              (uint64_t)fi.numel(), (enum tpu_reduce_op)lop, fin, false, fi.data_ptr(),
               fo.data_ptr());
     } else {
       at::Tensor all = fi.clone();
@@ -522,9 +567,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::alltoall(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::barrier(const c10d::BarrierOptions&) {
-  // A one-byte all-reduce, in order with the other collectives (the small
-  // all-reduce path: one exchange).
+  // In order with the other collectives: the world's barrier on the shared
+  // segment, else a one-byte all-reduce (the small all-reduce path: one
+  // exchange).
   return enqueue(c10d::OpType::BARRIER, {}, [this]() {
+    if (onShm()) {
+      checkWorld("barrier", tpu_world_barrier_timeout(world(), timeoutNs()));
+      return;
+    }
     at::Tensor b = at::ones({1}, at::kByte);
     allreduceFlat(this, b, c10d::ReduceOp::MAX, "barrier");
   });

@@ -234,10 +234,25 @@ ProcessGroupTPU::ProcessGroupTPU(const c10::intrusive_ptr<c10d::Store>& store, i
     rdv_ = tpu_world_rendezvous(world_);
     st = tpu_coll_create(rdv_, &coll_);
   }
+  std::string why;
+  if (!st) {
+    // The world's collectives decide their path (shared segment or
+    // rendezvous, the same on every rank) at the first one: a barrier here,
+    // so the ops know it and a TPU_COLL_PATH=shm that cannot be had fails
+    // forming.
+    st = tpu_world_barrier_timeout(world_, ns(timeout_));
+    if (st) {
+      char reason[256] = "";
+      tpu_world_last_reason(world_, reason, sizeof(reason));
+      why = reason;
+    }
+    shm_ = !st && !strcmp(tpu_world_coll_path(world_), "shm");
+  }
   if (st) {
+    tpu_coll_destroy(coll_);
     tpu_world_destroy(world_);
     tpu_context_destroy(ctx_);
-    fail("forming the group", st);
+    fail("forming the group", st, why);
   }
   for (int r = 0; r < size; r++) {
     char name[256];
@@ -281,6 +296,16 @@ void ProcessGroupTPU::fail(const char* what, tpu_status st, const std::string& m
   if (!more.empty())
     msg += ": " + more;
   throw std::runtime_error(msg);
+}
+
+uint64_t ProcessGroupTPU::timeoutNs() const { return ns(timeout_); }
+
+void ProcessGroupTPU::checkWorld(const char* what, tpu_status st) const {
+  if (!st)
+    return;
+  char reason[256] = "";
+  tpu_world_last_reason(world_, reason, sizeof(reason));
+  fail(what, st, reason);
 }
 
 // ---- the worker: collectives in call order ----

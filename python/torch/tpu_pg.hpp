@@ -6,7 +6,9 @@
  * c10d::Store torch hands it (tpu_world_create_with_store), runs the
  * collectives the library has on its tpu_coll (one executor per call, in
  * call order, on one worker thread per group) and builds the rest from
- * the world rendezvous's own point-to-point transfers.  Send and receive
+ * the world rendezvous's own point-to-point transfers.  Where the world's
+ * one-call collectives take the shared-memory path (every rank on this
+ * host), the collectives they cover go through them instead.  Send and receive
  * are asynchronous rendezvous operations whose callbacks complete the Work.
  */
 #pragma once
@@ -139,6 +141,13 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
                                       std::function<void()> fn);
   uint64_t nextStep() { return ++step_; }
   [[noreturn]] void fail(const char* what, tpu_status st, const std::string& more = "") const;
+  // Whether the world's one-call collectives (tpu_world_*) take the shared
+  // segment: then the ops use them; otherwise the paths above.
+  bool onShm() const { return shm_; }
+  struct tpu_world* world() const { return world_; }
+  uint64_t timeoutNs() const;
+  // Throws for a failed tpu_world_* call, with the world's reason.
+  void checkWorld(const char* what, tpu_status st) const;
   std::chrono::milliseconds timeout() const { return timeout_; }
   struct tpu_rendezvous* rdv() const { return rdv_; }
 
@@ -158,6 +167,7 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   std::vector<std::string> devices_;
   std::vector<const char*> devicePtrs_;
   uint64_t step_ = 0;  // worker thread only (collective order)
+  bool shm_ = false;   // set while forming, read-only after
 
  public:
   uint64_t monitored_ = 0;  // under p2pLock_

@@ -40,6 +40,15 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
+def coll_path(group=None):
+    """Which path the group's collectives take: ``"shm"`` (the library's
+    shared-memory collectives, every rank on this host) or ``"rdv"`` (the
+    rendezvous: TPU_COLL_PATH=rdv, or ranks on several hosts).  Decided
+    once, when the group forms, the same on every rank."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return _tpu_torch.coll_path(pg)
+
+
 # torch 1.13's own dist.monitored_barrier refuses every backend but Gloo
 # before it looks at the group; programs call it unchanged, so groups of
 # this backend take the function above and all others torch's.

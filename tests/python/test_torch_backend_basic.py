@@ -40,8 +40,10 @@ def _inp(rank, n=10, dtype=torch.float32):
     return (torch.arange(n, dtype=torch.float64) * (rank + 1) + rank).to(dtype)
 
 
-def _ops(rank, n, init):
+def _ops(rank, n, init, path="shm"):
     _init(rank, n, init)
+    # One host: the library's shared-memory collectives, unless TPU_COLL_PATH=rdv.
+    assert tpu_user.torch.coll_path() == path
     ranks = range(n)
     # all_reduce: library dtypes and ops, and the ones built here (int8, bool, bitwise).
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
@@ -204,6 +206,62 @@ def test_torch_backend_ops(tmp_path, n):
     _spawn(_ops, n, "file://" + str(tmp_path / "init"))
 
 
+def test_torch_backend_ops_over_the_rendezvous(tmp_path, monkeypatch):
+    # TPU_COLL_PATH=rdv: the same results without the shared segment.
+    monkeypatch.setenv("TPU_COLL_PATH", "rdv")
+    _spawn(_ops, 2, "file://" + str(tmp_path / "init"), "rdv")
+
+
+def _shm_log(rank, n, init, logdir):
+    # The library logs to stderr: keep this rank's.
+    fd = os.open(os.path.join(logdir, f"log{rank}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    _init(rank, n, init)
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), 3.0))
+    t = torch.arange(6, dtype=torch.float64) * (rank + 1)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    assert torch.equal(t, torch.arange(6, dtype=torch.float64) * 1.5)
+    b = torch.arange(7, dtype=torch.int16) * rank
+    dist.broadcast(b, src=1)
+    assert torch.equal(b, torch.arange(7, dtype=torch.int16))
+    out = torch.empty(2 * 9, dtype=torch.int8)
+    dist.all_gather_into_tensor(out, torch.full((9,), rank, dtype=torch.int8))
+    assert torch.equal(out, torch.tensor([0] * 9 + [1] * 9, dtype=torch.int8))
+    o = torch.empty(11)
+    dist.reduce_scatter_tensor(o, torch.ones(22) * (rank + 1))
+    assert torch.equal(o, torch.full((11,), 3.0))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_torch_backend_collectives_take_the_shared_segment(tmp_path, monkeypatch):
+    # TPU_LOG=debug: the world's calls name the path of each collective.
+    monkeypatch.setenv("TPU_LOG", "debug")
+    monkeypatch.delenv("TPU_COLL_PATH", raising=False)
+    _spawn(_shm_log, 2, "file://" + str(tmp_path / "init"), str(tmp_path))
+    for rank in range(2):
+        log = (tmp_path / f"log{rank}").read_text()
+        for line in ("all-reduce of 5 elements over the shared segment",
+                     "all-reduce of 6 elements over the shared segment",
+                     "broadcast of 14 elements over the shared segment",
+                     "all-gather of 9 elements over the shared segment",
+                     "reduce-scatter of 22 elements over the shared segment"):
+            assert line in log, (rank, line, log[-2000:])
+
+
+def _bad_path(rank, n, init):
+    with pytest.raises(RuntimeError, match=r"forming the group.*TPU_COLL_PATH=fast"):
+        _init(rank, n, init, datetime.timedelta(seconds=10))
+
+
+def test_torch_backend_bad_coll_path_fails_forming(tmp_path, monkeypatch):
+    # The path is decided while the group forms: a bad TPU_COLL_PATH fails there.
+    monkeypatch.setenv("TPU_COLL_PATH", "fast")
+    _spawn(_bad_path, 2, "file://" + str(tmp_path / "init"))
+
+
 def _mismatch(rank, n, init):
     _init(rank, n, init, datetime.timedelta(seconds=10))
     t = torch.ones(5 + rank)
@@ -223,10 +281,11 @@ def _dead(rank, n, init):
     if rank == 1:
         os._exit(0)  # gone without a word, no destroy_process_group
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="tpu: "):
+    # The shared-memory path sees the death at once (TPU_E_PEER_GONE).
+    with pytest.raises(RuntimeError, match=r"tpu: allreduce \(rank 0 of 2\): the peer process died"):
         dist.all_reduce(torch.ones(1000))
     took = time.monotonic() - start
-    assert took < 8 + 2, took
+    assert took < 5, took
 
 
 def test_torch_backend_dead_rank_raises_within_timeout(tmp_path):

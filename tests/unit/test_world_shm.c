@@ -257,8 +257,11 @@ static int path_taken(struct tpu_world *w, int me, int n)
 	int pid = 0, pids[8] = { 0 }, mine = (int)getpid();
 	struct tpu_pipe *p;
 
+	R_CHECK(!strcmp(tpu_world_coll_path(w), ""));	/* not decided yet */
+	R_CHECK(!strcmp(tpu_world_coll_path(NULL), ""));
 	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
 	R_CHECK(segment_mapped());
+	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm"));
 	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
 				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
 	tpu_world_last_reason(w, why, sizeof(why));
@@ -400,6 +403,7 @@ static int rank_main(int me, int n, void *arg)
 		/* Forced rendezvous: right results, no segment. */
 		line = broadcast_and_gather(w, me, n, TPU_DT_INT32, 1001);
 		R_CHECK(!segment_mapped());
+		R_CHECK(!strcmp(tpu_world_coll_path(w), "rdv"));
 		break;
 	case SC_SHM_NO_SHM:
 		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
