@@ -320,7 +320,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(
     for (auto& t : ins)
       total += t.nbytes();
     at::Tensor mine = at::empty({(int64_t)total}, at::kByte);
-    at::Tensor all = at::empty({getSize(), (int64_t)total}, at::kByte);
     size_t off = 0;
     for (auto& t : ins) {
       at::Tensor f = flat(t);
@@ -328,8 +327,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::allgather_coalesced(
         std::memcpy((char*)mine.data_ptr() + off, f.data_ptr(), f.nbytes());
       off += f.nbytes();
     }
-    runColl("allgather_coalesced", TPU_COLL_GATHER, TPU_DT_UINT8, (uint64_t)total, TPU_OP_SUM,
-            TPU_FINAL_NONE, false, mine.data_ptr(), all.data_ptr());
+    at::Tensor all = gatherRows(this, mine, "allgather_coalesced");
     for (int r = 0; r < getSize(); r++) {
       off = 0;
       for (auto& o : lists[r]) {
