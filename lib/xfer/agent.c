@@ -402,10 +402,11 @@ void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg
 		cb(arg, peer, msg, len);
 		return;
 	}
-	if (a->nnotifs >= XFER_NOTIFS_MAX) {
+	/* Nobody polls: bound what peers can make us hold, in count and in bytes. */
+	if (a->nnotifs >= XFER_NOTIFS_MAX || len > XFER_NOTIF_BYTES_MAX - a->nq_bytes) {
 		pthread_mutex_unlock(&a->lock);
-		tpu__log_debug("xfer: agent %s drops a notification of %s: %d queued", a->name,
-			       peer, XFER_NOTIFS_MAX);
+		tpu__log_debug("xfer: agent %s drops a notification of %s: %zu (%zu bytes) queued",
+			       a->name, peer, a->nnotifs, a->nq_bytes);
 		return;
 	}
 	n = malloc(sizeof(*n) + len);
@@ -420,6 +421,7 @@ void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg
 	*a->nq_tail = n;
 	a->nq_tail = &n->next;
 	a->nnotifs++;
+	a->nq_bytes += len;
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -448,6 +450,7 @@ TPU_API tpu_status tpu_agent_notif_poll(struct tpu_agent *a, char *peer, size_t 
 	if (!a->nq)
 		a->nq_tail = &a->nq;
 	a->nnotifs--;
+	a->nq_bytes -= n->len;
 	pthread_mutex_unlock(&a->lock);
 	if (n->len)
 		memcpy(msg, n->msg, n->len);

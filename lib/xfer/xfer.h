@@ -42,6 +42,7 @@
 #define XFER_REGS_MAX		65536	/* registrations per agent */
 #define XFER_PEERS_MAX		1024	/* pipes per agent, in and out */
 #define XFER_NOTIFS_MAX		65536	/* queued, not yet polled */
+#define XFER_NOTIF_BYTES_MAX	(4U << 20)	/* their messages, all peers together */
 #define XFER_IOV_BATCH		1024	/* iovecs per process_vm_* call (IOV_MAX) */
 #define XFER_CHUNK_ELEMS	16384	/* tcp: elements per message */
 #define XFER_CHUNK_BYTES	(16U << 20)	/* tcp: data bytes per message */
@@ -187,6 +188,7 @@ struct tpu_agent {
 	size_t npeers;
 	struct xfer_notif *nq, **nq_tail;
 	size_t nnotifs;
+	size_t nq_bytes;			/* their messages' bytes */
 	tpu_notif_cb notif_cb;
 	void *notif_arg;
 	atomic_uint serial;

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -682,8 +683,146 @@ void test_xfer(void)
 	huge_pages();
 }
 
+
+/* ---- a hostile peer: a raw pipe speaking the wire (xfer_msg.c) ---- */
+
+struct raw {
+	struct tpu_context *ctx;
+	struct tpu_pipe *pipe;
+	atomic_int out;		/* writes not yet called back */
+};
+
+static void raw_written(void *arg, tpu_status st, struct tpu_message *msg)
+{
+	struct raw *w = arg;
+
+	(void)st;
+	free((void *)msg->metadata);
+	free(msg->payloads);
+	free(msg);
+	atomic_fetch_sub(&w->out, 1);
+}
+
+static bool raw_open(struct raw *w, const char *url)
+{
+	memset(w, 0, sizeof(*w));
+	return !tpu_context_create(NULL, &w->ctx) && !tpu_pipe_connect(w->ctx, url, &w->pipe);
+}
+
+/* Send @h with payloads @d/@l (copied pointers: the caller keeps the bytes). */
+static tpu_status raw_send(struct raw *w, const struct xfer_hdr *h, const void *const *d,
+			   const size_t *l, size_t n)
+{
+	struct tpu_message *m = calloc(1, sizeof(*m));
+	struct tpu_payload *pl = calloc(n ? n : 1, sizeof(*pl));
+	uint8_t *hb = malloc(XFER_HDR_LEN);
+	static uint8_t empty;
+	tpu_status st;
+	size_t i;
+
+	tpu__xfer_hdr_put(h, hb);
+	m->metadata = hb;
+	m->metadata_len = XFER_HDR_LEN;
+	m->payloads = pl;
+	m->npayloads = n;
+	for (i = 0; i < n; i++) {
+		pl[i].data = l[i] ? (void *)d[i] : &empty;
+		pl[i].len = l[i];
+	}
+	atomic_fetch_add(&w->out, 1);
+	st = tpu_pipe_write(w->pipe, m, raw_written, w);
+	if (st) {
+		atomic_fetch_sub(&w->out, 1);
+		free(hb);
+		free(pl);
+		free(m);
+	}
+	return st;
+}
+
+static void raw_drain(struct raw *w, int ms)
+{
+	uint64_t t0 = now_ms();
+
+	while (atomic_load(&w->out) && now_ms() - t0 < (uint64_t)ms)
+		usleep(1000);
+}
+
+static void raw_close(struct raw *w)
+{
+	tpu_pipe_close(w->pipe);
+	tpu_context_destroy(w->ctx);
+}
+
+/* a->nnotifs once it stopped changing for 300 ms (or 20 s went by). */
+static size_t settled_notifs(struct tpu_agent *a)
+{
+	uint64_t t0 = now_ms(), since = now_ms();
+	size_t last = (size_t)-1, n;
+
+	for (;;) {
+		pthread_mutex_lock(&a->lock);
+		n = a->nnotifs;
+		pthread_mutex_unlock(&a->lock);
+		if (n != last) {
+			last = n;
+			since = now_ms();
+		} else if (now_ms() - since >= 300 || now_ms() - t0 > 20000) {
+			return n;
+		}
+		usleep(5000);
+	}
+}
+
+/*
+ * A peer floods notifications nobody polls: the queue holds at most
+ * XFER_NOTIF_BYTES_MAX of them (65536 of 4 KiB would be 256 MiB).
+ */
+static void notif_flood(void)
+{
+	struct tpu_context *cb = NULL;
+	struct tpu_agent *b = NULL;
+	struct raw w;
+	static uint8_t msg[TPU_XFER_NOTIF_MAX];
+	size_t n = XFER_NOTIF_BYTES_MAX / TPU_XFER_NOTIF_MAX + 64, i, held, polled = 0, len;
+	struct xfer_hdr hello = { .type = XFER_HELLO }, nh = { .type = XFER_NOTIF };
+	const void *d[1] = { "flood" };
+	size_t l[1] = { 5 };
+	char peer[TPU_XFER_NAME_MAX];
+	bool ok;
+
+	ok = !tpu_context_create(NULL, &cb) && !tpu_agent_create(cb, NULL, &b) &&
+	     raw_open(&w, b->url_tcp);
+	CHECK(ok, "notif flood: agent and raw peer");
+	if (!ok)
+		goto out;
+	ok = !raw_send(&w, &hello, d, l, 1);
+	d[0] = msg;
+	l[0] = sizeof(msg);
+	for (i = 0; i < n && ok; i++) {
+		memset(msg, (int)i, sizeof(msg));
+		ok = !raw_send(&w, &nh, d, l, 1);
+		if (atomic_load(&w.out) > 64)
+			raw_drain(&w, 10000);
+	}
+	raw_drain(&w, 20000);
+	CHECK(ok, "notif flood: %zu notifications of 4 KiB sent", n);
+	held = settled_notifs(b);
+	CHECK(held && (held + 1) * TPU_XFER_NOTIF_MAX <= XFER_NOTIF_BYTES_MAX + TPU_XFER_NOTIF_MAX &&
+	      held < n, "notif flood: the agent queued %zu of %zu (at most %u bytes of them)", held,
+	      n, XFER_NOTIF_BYTES_MAX);
+	while (!tpu_agent_notif_poll(b, peer, sizeof(peer), msg, sizeof(msg), &len))
+		polled++;
+	CHECK(polled == held, "notif flood: all %zu polled back (%zu)", held, polled);
+	raw_close(&w);
+out:
+	tpu_agent_destroy(b);
+	tpu_context_destroy(cb);
+}
+
 void test_xfer_trust(void)
 {
+	notif_flood();
 	read_only_export();
 	bad_blobs();
 	no_secret();
