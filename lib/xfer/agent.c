@@ -169,18 +169,30 @@ static void in_free(struct xfer_in *in)
 	}
 }
 
+/* The message read (or failed): its buffers and what it held of a->serve_bytes go. */
+static void in_done(struct xfer_peer *p)
+{
+	uint64_t bytes = p->in_bytes + p->resp_bytes;
+
+	in_free(&p->in);
+	p->in_bytes = 0;
+	p->resp_bytes = 0;
+	if (bytes)
+		tpu__xfer_serve_release(p->a, bytes);
+}
+
 static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 {
 	struct xfer_peer *p = arg;
 
 	(void)msg;
 	if (st) {
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
 		return;
 	}
 	tpu__xfer_in_dispatch(p);
-	in_free(&p->in);
+	in_done(p);
 	/* A response still going out: its callback reads on (serving 2). */
 	if (p->serving)
 		p->serving = 2;
@@ -188,21 +200,13 @@ static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 		peer_read_next(p);
 }
 
-static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
+/* Read the message of @desc, whose bytes are reserved. */
+static void in_start(struct xfer_peer *p, struct tpu_message *desc)
 {
 	static uint8_t empty;
-	struct xfer_peer *p = arg;
+	tpu_status st = 0;
 	size_t i;
 
-	if (st) {
-		tpu__xfer_peer_fail(p, st);
-		return;
-	}
-	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
-	if (!st)
-		st = tpu__xfer_in_check(p, &p->in.h, desc);
-	if (!st && desc->ntensors)
-		st = -EPROTO;
 	for (i = 0; !st && i < desc->npayloads; i++) {
 		if (!desc->payloads[i].len) {
 			desc->payloads[i].data = &empty;
@@ -214,9 +218,7 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 		desc->payloads[i].data = p->in.buf[i];
 	}
 	if (st) {
-		/* A peer that breaks the protocol loses its pipe. */
-		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
 		tpu__xfer_peer_close(p);
 		return;
@@ -225,9 +227,97 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 	p->in.npl = desc->npayloads;
 	st = tpu_pipe_read(p->pipe, desc, on_read, p);
 	if (st) {
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
 	}
+}
+
+/*
+ * a->lock held: reserve what reading @desc and answering it will hold, or
+ * false (the peer then waits, in order, for others to give bytes back).
+ * One message alone always fits: a chunk is bounded on its descriptor.
+ */
+static bool reserve(struct tpu_agent *a, struct xfer_peer *p, const struct tpu_message *desc)
+{
+	uint64_t in = 0, resp = 0;
+	size_t i;
+
+	for (i = 0; i < desc->npayloads; i++)
+		in += desc->payloads[i].len;
+	if (p->in.h.type == XFER_REQ && p->in.h.op == TPU_XFER_OP_READ)
+		resp = p->in.h.len;
+	if (a->serve_bytes && (a->serve_bytes >= XFER_SERVE_BYTES_MAX ||
+			       in + resp > XFER_SERVE_BYTES_MAX - a->serve_bytes))
+		return false;
+	a->serve_bytes += in + resp;
+	p->in_bytes = in;
+	p->resp_bytes = resp;
+	return true;
+}
+
+void tpu__xfer_serve_release(struct tpu_agent *a, uint64_t bytes)
+{
+	struct xfer_peer *p;
+
+	pthread_mutex_lock(&a->lock);
+	a->serve_bytes -= bytes;
+	while ((p = a->parked)) {
+		bool dead = p->closed || atomic_load(&p->error);
+
+		if (!dead && !reserve(a, p, p->desc))
+			break;
+		a->parked = p->park_next;
+		if (!a->parked)
+			a->parked_tail = &a->parked;
+		p->park_next = NULL;
+		if (dead)
+			continue;	/* its pipe frees the descriptor */
+		pthread_mutex_unlock(&a->lock);
+		in_start(p, p->desc);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
+{
+	struct xfer_peer *p = arg;
+	struct tpu_agent *a = p->a;
+
+	if (st) {
+		tpu__xfer_peer_fail(p, st);
+		return;
+	}
+	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
+	if (!st)
+		st = tpu__xfer_in_check(p, &p->in.h, desc);
+	if (!st && desc->ntensors)
+		st = -EPROTO;
+	if (st) {
+		/* A peer that breaks the protocol loses its pipe. */
+		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
+		tpu__xfer_peer_fail(p, st);
+		tpu__xfer_peer_close(p);
+		return;
+	}
+	/* What all peers together make us hold while we read and answer is bounded. */
+	pthread_mutex_lock(&a->lock);
+	if (a->parked || !reserve(a, p, desc)) {
+		if (!a->serve_bytes) {
+			reserve(a, p, desc);	/* nothing held: nothing would wake it */
+		} else {
+			unsigned long long held = a->serve_bytes;
+
+			p->desc = desc;
+			*a->parked_tail = p;
+			a->parked_tail = &p->park_next;
+			pthread_mutex_unlock(&a->lock);
+			tpu__log_debug("xfer: peer %s waits: %llu bytes in service", p->name, held);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	in_start(p, desc);
 }
 
 static void peer_read_next(struct xfer_peer *p)
@@ -545,6 +635,7 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	pthread_cond_init(&a->cond, NULL);
 	rwlock_init_writer_first(&a->local_rw);
 	a->nq_tail = &a->nq;
+	a->parked_tail = &a->parked;
 	a->next_gen = 1;
 	{
 		uint8_t nonce[TPU__AUTH_NONCE];

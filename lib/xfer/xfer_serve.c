@@ -59,6 +59,7 @@ answer:
 struct served {
 	struct xfer_peer *p;
 	void *buf;
+	uint64_t bytes;		/* of a->serve_bytes, given back once sent */
 };
 
 static void resp_sent(void *arg, tpu_status st)
@@ -67,6 +68,7 @@ static void resp_sent(void *arg, tpu_status st)
 
 	(void)st;
 	free(s->buf);
+	tpu__xfer_serve_release(s->p->a, s->bytes);
 	tpu__xfer_serve_resume(s->p);
 	free(s);
 }
@@ -175,8 +177,12 @@ answer:
 		s->p = p;
 		s->buf = data;
 		p->serving = 1;
+		/* The answer's bytes stay reserved until it went out. */
+		s->bytes = p->resp_bytes;
+		p->resp_bytes = 0;
 		if (tpu__xfer_send_ref(p, &ans, d, l, 1, resp_sent, s)) {
 			p->serving = 0;
+			p->resp_bytes = s->bytes;
 			free(data);
 			free(s);
 		}

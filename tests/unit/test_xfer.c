@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -820,9 +821,172 @@ out:
 	tpu_context_destroy(cb);
 }
 
+/* A hostile reader: loads, asks for a READ of 16 MiB, and takes the answer only when told. */
+struct reader {
+	struct raw w;
+	atomic_int loaded, answered, done;
+	atomic_bool take;
+	struct tpu_message *resp;	/* the answer's descriptor, not yet read */
+	pthread_mutex_t lock;
+	void *buf;
+};
+
+static void reader_desc(void *arg, tpu_status st, struct tpu_message *desc);
+
+static void reader_read(void *arg, tpu_status st, struct tpu_message *msg)
+{
+	struct reader *rd = arg;
+
+	(void)msg;
+	if (!st && atomic_load(&rd->answered))
+		atomic_store(&rd->done, 1);
+	if (!st)
+		tpu_pipe_read_descriptor(rd->w.pipe, reader_desc, rd);
+}
+
+static void reader_take(struct reader *rd)
+{
+	struct tpu_message *m;
+
+	pthread_mutex_lock(&rd->lock);
+	m = rd->resp;
+	rd->resp = NULL;
+	pthread_mutex_unlock(&rd->lock);
+	if (!m)
+		return;
+	rd->buf = malloc(m->payloads[0].len);
+	m->payloads[0].data = rd->buf;
+	tpu_pipe_read(rd->w.pipe, m, reader_read, rd);
+}
+
+static void reader_desc(void *arg, tpu_status st, struct tpu_message *desc)
+{
+	struct reader *rd = arg;
+	struct xfer_hdr h;
+
+	if (st || tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &h))
+		return;
+	if (h.type == XFER_LOAD_ANS) {
+		atomic_store(&rd->loaded, h.status ? -1 : 1);
+		tpu_pipe_read(rd->w.pipe, desc, reader_read, rd);
+		return;
+	}
+	atomic_store(&rd->answered, h.status ? -1 : 1);
+	pthread_mutex_lock(&rd->lock);
+	rd->resp = desc;
+	pthread_mutex_unlock(&rd->lock);
+	if (atomic_load(&rd->take))
+		reader_take(rd);
+}
+
+static int count_set(struct reader *rd, int n, size_t field, int want)
+{
+	int i, c = 0;
+
+	for (i = 0; i < n; i++)
+		c += atomic_load((atomic_int *)((char *)&rd[i] + field)) == want;
+	return c;
+}
+
+/* Wait up to @ms for @want readers to have @field at 1; how many do. */
+static int wait_set(struct reader *rd, int n, size_t field, int want, int ms)
+{
+	uint64_t t0 = now_ms();
+	int c;
+
+	while ((c = count_set(rd, n, field, 1)) < want && now_ms() - t0 < (uint64_t)ms)
+		usleep(2000);
+	return c;
+}
+
+/*
+ * Peers that ask for READs of 16 MiB and do not take the answers: what the
+ * target holds for them is XFER_SERVE_BYTES_MAX at most (1024 such peers
+ * were 16 GiB); the others wait, and are served once bytes come back.
+ */
+static void serve_budget(void)
+{
+	enum { K = 6, BIG = XFER_CHUNK_BYTES };
+	struct tpu_context *cb = NULL;
+	struct tpu_agent *b = NULL;
+	struct tpu_xfer_reg *rb = NULL;
+	uint8_t *mem = calloc(1, BIG), el[XFER_ELEM_LEN];
+	struct reader *rd = calloc(K, sizeof(*rd));
+	struct xfer_hdr hello = { .type = XFER_HELLO };
+	int i, served, fits = (int)(XFER_SERVE_BYTES_MAX / (BIG + XFER_ELEM_LEN));
+	bool ok;
+
+	ok = mem && rd && !tpu_context_create(NULL, &cb) && !tpu_agent_create(cb, NULL, &b) &&
+	     !tpu_agent_register(b, mem, BIG, TPU_XFER_READ, &rb);
+	for (i = 0; i < K && ok; i++) {
+		struct xfer_hdr ld = { .type = XFER_LOAD, .id = 1, .reg = rb->id, .key = rb->key };
+		const void *d[1] = { "reader" };
+		size_t l[1] = { 6 };
+
+		pthread_mutex_init(&rd[i].lock, NULL);
+		ok = raw_open(&rd[i].w, b->url_tcp) && !raw_send(&rd[i].w, &hello, d, l, 1);
+		d[0] = b->id;
+		l[0] = XFER_ID_LEN;
+		ok = ok && !raw_send(&rd[i].w, &ld, d, l, 1) &&
+		     !tpu_pipe_read_descriptor(rd[i].w.pipe, reader_desc, &rd[i]);
+	}
+	CHECK(ok && wait_set(rd, K, offsetof(struct reader, loaded), K, 10000) == K,
+	      "serve budget: %d raw peers loaded a 16 MiB registration", K);
+	if (!ok)
+		goto out;
+	tpu__xfer_put64(el, rb->id);
+	tpu__xfer_put64(el + 8, 0);
+	tpu__xfer_put64(el + 16, BIG);
+	for (i = 0; i < K; i++) {
+		struct xfer_hdr rq = { .type = XFER_REQ, .id = 1, .n = 1, .op = TPU_XFER_OP_READ,
+				       .len = BIG, .flags = XFER_F_LAST };
+		const void *d[3] = { el, NULL, NULL };
+		size_t l[3] = { XFER_ELEM_LEN, 0, 0 };
+
+		raw_send(&rd[i].w, &rq, d, l, 3);
+	}
+	served = wait_set(rd, K, offsetof(struct reader, answered), K, 3000);
+	CHECK(served >= 1 && served <= fits,
+	      "serve budget: %d of %d answers in service at once (at most %d fit %u bytes)",
+	      served, K, fits, XFER_SERVE_BYTES_MAX);
+	/* Taking the answers gives bytes back: the others are served in turn. */
+	for (i = 0; i < K; i++) {
+		atomic_store(&rd[i].take, true);
+		reader_take(&rd[i]);
+	}
+	CHECK(wait_set(rd, K, offsetof(struct reader, done), K, 30000) == K,
+	      "serve budget: then all %d answered", K);
+	{
+		uint64_t t0 = now_ms(), held;
+		bool parked;
+
+		/* The target hears its last answer went out a moment after the reader has it. */
+		do {
+			usleep(2000);
+			pthread_mutex_lock(&b->lock);
+			held = b->serve_bytes;
+			parked = b->parked;
+			pthread_mutex_unlock(&b->lock);
+		} while ((held || parked) && now_ms() - t0 < 10000);
+		CHECK(!held && !parked, "serve budget: nothing held after (%llu)",
+		      (unsigned long long)held);
+	}
+out:
+	for (i = 0; rd && i < K; i++) {
+		if (rd[i].w.ctx)
+			raw_close(&rd[i].w);
+		free(rd[i].buf);
+	}
+	tpu_agent_destroy(b);
+	tpu_context_destroy(cb);
+	free(rd);
+	free(mem);
+}
+
 void test_xfer_trust(void)
 {
 	notif_flood();
+	serve_budget();
 	read_only_export();
 	bad_blobs();
 	no_secret();
