@@ -159,6 +159,21 @@ void tpu__xfer_peer_close(struct xfer_peer *p)
 		tpu_pipe_close(p->pipe);
 }
 
+/*
+ * Context thread: the read side of an in peer ended with an error; close
+ * its pipe, after which only its writes (p->io) still name it, and it is
+ * reaped (reap_dead()).
+ */
+static void in_dead(struct xfer_peer *p)
+{
+	if (p->out)
+		return;
+	tpu__xfer_peer_close(p);
+	pthread_mutex_lock(&p->a->lock);
+	p->rdone = true;
+	pthread_mutex_unlock(&p->a->lock);
+}
+
 static void in_free(struct xfer_in *in)
 {
 	size_t i;
@@ -189,6 +204,7 @@ static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 	if (st) {
 		in_done(p);
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
 		return;
 	}
 	tpu__xfer_in_dispatch(p);
@@ -220,7 +236,7 @@ static void in_start(struct xfer_peer *p, struct tpu_message *desc)
 	if (st) {
 		in_done(p);
 		tpu__xfer_peer_fail(p, st);
-		tpu__xfer_peer_close(p);
+		in_dead(p);
 		return;
 	}
 	p->in.pl = desc->payloads;
@@ -229,6 +245,7 @@ static void in_start(struct xfer_peer *p, struct tpu_message *desc)
 	if (st) {
 		in_done(p);
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
 	}
 }
 
@@ -270,10 +287,12 @@ void tpu__xfer_serve_release(struct tpu_agent *a, uint64_t bytes)
 		if (!a->parked)
 			a->parked_tail = &a->parked;
 		p->park_next = NULL;
-		if (dead)
-			continue;	/* its pipe frees the descriptor */
+		p->parked = false;
 		pthread_mutex_unlock(&a->lock);
-		in_start(p, p->desc);
+		if (dead)
+			in_dead(p);	/* its pipe frees the descriptor */
+		else
+			in_start(p, p->desc);
 		pthread_mutex_lock(&a->lock);
 	}
 	pthread_mutex_unlock(&a->lock);
@@ -286,6 +305,7 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 
 	if (st) {
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
 		return;
 	}
 	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
@@ -297,7 +317,7 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 		/* A peer that breaks the protocol loses its pipe. */
 		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
 		tpu__xfer_peer_fail(p, st);
-		tpu__xfer_peer_close(p);
+		in_dead(p);
 		return;
 	}
 	/* What all peers together make us hold while we read and answer is bounded. */
@@ -309,6 +329,7 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 			unsigned long long held = a->serve_bytes;
 
 			p->desc = desc;
+			p->parked = true;
 			*a->parked_tail = p;
 			a->parked_tail = &p->park_next;
 			pthread_mutex_unlock(&a->lock);
@@ -327,8 +348,10 @@ static void peer_read_next(struct xfer_peer *p)
 	if (atomic_load(&p->error))
 		return;
 	st = tpu_pipe_read_descriptor(p->pipe, on_desc, p);
-	if (st)
+	if (st) {
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
+	}
 }
 
 void tpu__xfer_serve_resume(struct xfer_peer *p)
@@ -381,13 +404,45 @@ static void peer_free(struct xfer_peer *p)
 	free(p);
 }
 
+/*
+ * a->lock held, context thread: unlink the in peers that are over (reads
+ * ended, pipe closed, nothing written or waiting, no deregistration
+ * naming them) and return them to be freed: peers that come and go must
+ * not use up XFER_PEERS_MAX, nor memory.
+ */
+static struct xfer_peer *reap_dead(struct tpu_agent *a)
+{
+	struct xfer_peer **pp = &a->peers, *p, *dead = NULL;
+
+	if (a->deregs || a->closing)
+		return NULL;
+	while ((p = *pp)) {
+		if (!p->out && p->rdone && p->closed && !p->io && !p->serving && !p->parked) {
+			*pp = p->next;
+			a->npeers--;
+			p->next = dead;
+			dead = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	return dead;
+}
+
 static void on_accept(void *arg, tpu_status st, struct tpu_pipe *pipe)
 {
 	struct tpu_agent *a = arg;
-	struct xfer_peer *p;
+	struct xfer_peer *p, *dead;
 
 	if (st)
 		return;		/* the listener closed, or one set-up failed */
+	pthread_mutex_lock(&a->lock);
+	dead = reap_dead(a);
+	pthread_mutex_unlock(&a->lock);
+	while ((p = dead)) {
+		dead = p->next;
+		peer_free(p);
+	}
 	pthread_mutex_lock(&a->lock);
 	if (a->closing || a->npeers >= XFER_PEERS_MAX) {
 		pthread_mutex_unlock(&a->lock);

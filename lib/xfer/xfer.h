@@ -163,6 +163,8 @@ struct xfer_peer {
 	uint64_t resp_bytes;		/* ctx thread: and its READ answer's, until served */
 	struct tpu_message *desc;	/* ctx thread: a descriptor parked for want of bytes */
 	struct xfer_peer *park_next;	/* a->lock: a->parked */
+	bool parked;			/* a->lock: on a->parked */
+	bool rdone;			/* a->lock, in: its reads ended, its pipe closed */
 	unsigned int io;		/* a->lock: writes in flight */
 };
 
@@ -201,6 +203,7 @@ struct tpu_agent {
 	bool closing;
 	uint64_t serve_bytes;		/* a->lock: held for in peers, XFER_SERVE_BYTES_MAX */
 	struct xfer_peer *parked, **parked_tail;	/* a->lock: in peers waiting for bytes */
+	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */
 };
 
 /* ---- requests ---- */

@@ -24,7 +24,8 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 	}
 	pthread_mutex_lock(&a->lock);
 	r = tpu__xfer_reg_find(a, p->in.h.reg);
-	if (!r || atomic_load(&r->revoked) || !r->access ||
+	/* A failed peer was forgotten (and may be reaped): it is not recorded again. */
+	if (!r || atomic_load(&r->revoked) || !r->access || atomic_load(&p->error) ||
 	    !tpu__ct_equal(&r->key, &p->in.h.key, sizeof(r->key))) {
 		ans.status = TPU_E_REVOKED;
 	} else {

@@ -983,10 +983,62 @@ out:
 	free(mem);
 }
 
+/*
+ * Peers that connect and go, more than XFER_PEERS_MAX of them: their slots
+ * come back, so a real peer still gets in (a dead peer was kept to the end,
+ * and 1024 of them locked every later one out).
+ */
+static void peer_churn(void)
+{
+	struct tpu_context *ca = NULL, *cb = NULL, *cr = NULL;
+	struct tpu_agent *a = NULL, *b = NULL;
+	struct tpu_xfer_reg *rb = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	static uint8_t mem[4096];
+	struct xfer_hdr hello = { .type = XFER_HELLO };
+	const void *d[1] = { "churn" };
+	size_t l[1] = { 5 }, held;
+	int i, sent = 0;
+	bool ok;
+
+	ok = !tpu_context_create(NULL, &ca) && !tpu_context_create(NULL, &cb) &&
+	     !tpu_context_create(NULL, &cr) && !tpu_agent_create(ca, NULL, &a) &&
+	     !tpu_agent_create(cb, NULL, &b) &&
+	     !tpu_agent_register(b, mem, sizeof(mem), TPU_XFER_READ, &rb);
+	CHECK(ok, "churn: agents");
+	if (!ok)
+		goto out;
+	for (i = 0; i < XFER_PEERS_MAX + 16; i++) {
+		struct raw w = { .ctx = cr };
+
+		if (tpu_pipe_connect(cr, b->url_tcp, &w.pipe))
+			continue;
+		if (!raw_send(&w, &hello, d, l, 1)) {
+			raw_drain(&w, 5000);
+			sent++;
+		}
+		tpu_pipe_close(w.pipe);
+	}
+	CHECK(sent == XFER_PEERS_MAX + 16, "churn: %d raw peers said hello and went", sent);
+	usleep(200000);
+	CHECK_STATUS(export_load(rb, a, &rm), 0, "churn: a real peer still loads a blob");
+	pthread_mutex_lock(&b->lock);
+	held = b->npeers;
+	pthread_mutex_unlock(&b->lock);
+	CHECK(held < 64, "churn: the target holds %zu peers, not the ones gone", held);
+out:
+	tpu_agent_destroy(a);
+	tpu_agent_destroy(b);
+	tpu_context_destroy(ca);
+	tpu_context_destroy(cb);
+	tpu_context_destroy(cr);
+}
+
 void test_xfer_trust(void)
 {
 	notif_flood();
 	serve_budget();
+	peer_churn();
 	read_only_export();
 	bad_blobs();
 	no_secret();
