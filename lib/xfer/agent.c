@@ -23,6 +23,8 @@ tpu_status tpu__xfer_agent_check(const struct tpu_agent *a)
 
 /* ---- writes ---- */
 
+static void peer_read_next(struct xfer_peer *p);
+
 struct xfer_out {
 	struct tpu_message msg;
 	struct tpu_payload pl[3];
@@ -37,6 +39,7 @@ static void out_done(void *arg, tpu_status st, struct tpu_message *msg)
 {
 	struct xfer_out *o = arg;
 	struct xfer_peer *p = o->p;
+	bool resume;
 	size_t i;
 
 	(void)msg;
@@ -47,6 +50,14 @@ static void out_done(void *arg, tpu_status st, struct tpu_message *msg)
 	for (i = 0; i < 3; i++)
 		free(o->own[i]);
 	free(o);
+	pthread_mutex_lock(&p->a->lock);
+	resume = p->stalled && p->io - 1 <= XFER_PEER_WRITES_MAX / 2;
+	if (resume)
+		p->stalled = false;
+	pthread_mutex_unlock(&p->a->lock);
+	/* Still counted in p->io: @p is not reaped under us. */
+	if (resume)
+		peer_read_next(p);
 	pthread_mutex_lock(&p->a->lock);
 	p->io--;
 	pthread_cond_broadcast(&p->a->cond);
@@ -196,6 +207,23 @@ static void in_done(struct xfer_peer *p)
 		tpu__xfer_serve_release(p->a, bytes);
 }
 
+/*
+ * Context thread: read the next message, unless the answers queued to
+ * this peer (which need not read them) reached XFER_PEER_WRITES_MAX; then
+ * out_done() reads on once half of them went.
+ */
+static void read_on(struct xfer_peer *p)
+{
+	bool full;
+
+	pthread_mutex_lock(&p->a->lock);
+	full = p->io >= XFER_PEER_WRITES_MAX;
+	p->stalled = full;
+	pthread_mutex_unlock(&p->a->lock);
+	if (!full)
+		peer_read_next(p);
+}
+
 static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 {
 	struct xfer_peer *p = arg;
@@ -213,7 +241,7 @@ static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 	if (p->serving)
 		p->serving = 2;
 	else
-		peer_read_next(p);
+		read_on(p);
 }
 
 /* Read the message of @desc, whose bytes are reserved. */
@@ -345,8 +373,10 @@ static void peer_read_next(struct xfer_peer *p)
 {
 	tpu_status st;
 
-	if (atomic_load(&p->error))
+	if (atomic_load(&p->error)) {
+		in_dead(p);	/* failed by a write meanwhile: no read names it any more */
 		return;
+	}
 	st = tpu_pipe_read_descriptor(p->pipe, on_desc, p);
 	if (st) {
 		tpu__xfer_peer_fail(p, st);
@@ -360,7 +390,7 @@ void tpu__xfer_serve_resume(struct xfer_peer *p)
 
 	p->serving = 0;
 	if (was == 2)
-		peer_read_next(p);
+		read_on(p);
 }
 
 /*

@@ -48,6 +48,8 @@
 #define XFER_CHUNK_BYTES	(16U << 20)	/* tcp: data bytes per message */
 /* Bytes of messages being read and answers being sent, all in peers together. */
 #define XFER_SERVE_BYTES_MAX	(64U << 20)
+/* Answers queued to an in peer before its next message waits for them to go. */
+#define XFER_PEER_WRITES_MAX	64
 #define XFER_REVOKE_MS		2000	/* how long deregistration waits for acks */
 #define XFER_LOAD_MS		10000	/* how long a load waits for its answer */
 
@@ -164,6 +166,7 @@ struct xfer_peer {
 	struct tpu_message *desc;	/* ctx thread: a descriptor parked for want of bytes */
 	struct xfer_peer *park_next;	/* a->lock: a->parked */
 	bool parked;			/* a->lock: on a->parked */
+	bool stalled;			/* a->lock, in: reading waits for its writes to drain */
 	bool rdone;			/* a->lock, in: its reads ended, its pipe closed */
 	unsigned int io;		/* a->lock: writes in flight */
 };

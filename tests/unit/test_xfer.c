@@ -1034,11 +1034,78 @@ out:
 	tpu_context_destroy(cr);
 }
 
+/* The target's in peer for a raw pipe that said hello as @name (its io then). */
+static unsigned int in_io(struct tpu_agent *b, const char *name)
+{
+	struct xfer_peer *q;
+	unsigned int io = 0;
+
+	pthread_mutex_lock(&b->lock);
+	for (q = b->peers; q; q = q->next)
+		if (!q->out && !strcmp(q->name, name) && q->io > io)
+			io = q->io;
+	pthread_mutex_unlock(&b->lock);
+	return io;
+}
+
+/*
+ * A peer sends loads and never reads the answers: once its socket is full
+ * the answers queue up on the target, XFER_PEER_WRITES_MAX at most (then
+ * the target stops reading that peer); they were unbounded.
+ */
+static void unread_answers(void)
+{
+	struct tpu_context *cb = NULL;
+	struct tpu_agent *b = NULL;
+	struct tpu_xfer_reg *rb = NULL;
+	static uint8_t mem[4096];
+	struct xfer_hdr hello = { .type = XFER_HELLO };
+	const void *d[1] = { "mute" };
+	size_t l[1] = { 4 };
+	unsigned int most = 0, io;
+	int sent = 0;
+	struct raw w;
+	bool ok;
+
+	ok = !tpu_context_create(NULL, &cb) && !tpu_agent_create(cb, NULL, &b) &&
+	     !tpu_agent_register(b, mem, sizeof(mem), TPU_XFER_READ, &rb) &&
+	     raw_open(&w, b->url_tcp) && !raw_send(&w, &hello, d, l, 1);
+	CHECK(ok, "mute peer: agent and raw peer");
+	if (!ok)
+		goto out;
+	d[0] = b->id;
+	l[0] = XFER_ID_LEN;
+	/* Until the target stops reading us, or holds far more than the bound. */
+	while (sent < 400000 && most <= 4 * XFER_PEER_WRITES_MAX) {
+		struct xfer_hdr ld = { .type = XFER_LOAD, .id = 1, .reg = rb->id, .key = rb->key };
+		int i;
+
+		for (i = 0; i < 512; i++, sent++)
+			raw_send(&w, &ld, d, l, 1);
+		raw_drain(&w, 300);
+		io = in_io(b, "mute");
+		most = io > most ? io : most;
+		if (atomic_load(&w.out))
+			break;		/* our writes no longer go: the target stopped reading */
+	}
+	usleep(100000);
+	io = in_io(b, "mute");
+	most = io > most ? io : most;
+	CHECK(most <= XFER_PEER_WRITES_MAX,
+	      "mute peer: %d loads sent, at most %u answers queued on the target (bound %d)", sent,
+	      most, XFER_PEER_WRITES_MAX);
+	raw_close(&w);
+out:
+	tpu_agent_destroy(b);
+	tpu_context_destroy(cb);
+}
+
 void test_xfer_trust(void)
 {
 	notif_flood();
 	serve_budget();
 	peer_churn();
+	unread_answers();
 	read_only_export();
 	bad_blobs();
 	no_secret();
