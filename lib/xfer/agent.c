@@ -579,9 +579,11 @@ void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg
 	}
 	/* Nobody polls: bound what peers can make us hold, in count and in bytes. */
 	if (a->nnotifs >= XFER_NOTIFS_MAX || len > XFER_NOTIF_BYTES_MAX - a->nq_bytes) {
+		size_t queued = a->nnotifs, bytes = a->nq_bytes;
+
 		pthread_mutex_unlock(&a->lock);
 		tpu__log_debug("xfer: agent %s drops a notification of %s: %zu (%zu bytes) queued",
-			       a->name, peer, a->nnotifs, a->nq_bytes);
+			       a->name, peer, queued, bytes);
 		return;
 	}
 	n = malloc(sizeof(*n) + len);
