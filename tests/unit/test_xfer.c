@@ -1100,12 +1100,138 @@ out:
 	tpu_context_destroy(cb);
 }
 
+/*
+ * A hostile target: answers loads, and the first chunk of every READ
+ * twice (never the second): the requester must not take that for the
+ * whole post (it completed with success, its second chunk never written).
+ */
+struct fake_target {
+	struct tpu_context *ctx;
+	struct tpu_listener *l;
+	struct tpu_pipe *pipe;
+	struct raw w;		/* w.pipe is the accepted pipe */
+	uint8_t *data;
+	void *in[3];
+};
+
+static void ft_desc(void *arg, tpu_status st, struct tpu_message *desc);
+
+static void ft_read(void *arg, tpu_status st, struct tpu_message *msg)
+{
+	struct fake_target *t = arg;
+	struct xfer_hdr h;
+	int i;
+
+	if (st || tpu__xfer_hdr_get(msg->metadata, msg->metadata_len, &h))
+		return;
+	if (h.type == XFER_LOAD) {
+		struct xfer_hdr a = { .type = XFER_LOAD_ANS, .id = h.id, .addr = 4096,
+				      .len = 2 * XFER_CHUNK_BYTES, .access = TPU_XFER_READ };
+
+		raw_send(&t->w, &a, NULL, NULL, 0);
+	} else if (h.type == XFER_REQ && h.key == 0) {
+		struct xfer_hdr a = { .type = XFER_RESP, .id = h.id, .key = 0, .n = h.n };
+		const void *d[1] = { t->data };
+		size_t l[1] = { h.len };
+
+		raw_send(&t->w, &a, d, l, 1);
+		raw_send(&t->w, &a, d, l, 1);	/* chunk 0 again, for chunk 1 */
+	}
+	for (i = 0; i < 3; i++) {
+		free(t->in[i]);
+		t->in[i] = NULL;
+	}
+	tpu_pipe_read_descriptor(t->w.pipe, ft_desc, t);
+}
+
+static void ft_desc(void *arg, tpu_status st, struct tpu_message *desc)
+{
+	struct fake_target *t = arg;
+	static uint8_t empty;
+	size_t i;
+
+	if (st)
+		return;
+	for (i = 0; i < desc->npayloads && i < 3; i++) {
+		t->in[i] = desc->payloads[i].len ? malloc(desc->payloads[i].len) : NULL;
+		desc->payloads[i].data = t->in[i] ? t->in[i] : (void *)&empty;
+	}
+	tpu_pipe_read(t->w.pipe, desc, ft_read, t);
+}
+
+static void ft_accept(void *arg, tpu_status st, struct tpu_pipe *pipe)
+{
+	struct fake_target *t = arg;
+
+	if (st)
+		return;
+	t->w.pipe = pipe;
+	tpu_pipe_read_descriptor(pipe, ft_desc, t);
+}
+
+static void duplicate_answers(void)
+{
+	struct fake_target t = { 0 };
+	struct tpu_context *ca = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_agent_options o = { .backends = TPU_XFER_BACKEND_TCP };
+	struct tpu_xfer_reg *ra = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	struct tpu_xfer_req *req = NULL;
+	const char *urls[1] = { "tcp://127.0.0.1:0" };
+	struct xfer_blob bl = { .access = TPU_XFER_READ, .reg = 1, .key = 2, .addr = 4096,
+				.len = 2 * XFER_CHUNK_BYTES };
+	uint8_t blob[TPU_XFER_BLOB_MAX];
+	size_t len, n = XFER_CHUNK_BYTES + 4096;
+	uint8_t *mem = calloc(1, n);
+	tpu_status st;
+	bool ok;
+
+	t.data = malloc(XFER_CHUNK_BYTES);
+	ok = mem && t.data && !tpu_context_create(NULL, &t.ctx) &&
+	     !tpu_listener_create(t.ctx, urls, 1, &t.l) &&
+	     !tpu_listener_url(t.l, "tcp", bl.url_tcp, sizeof(bl.url_tcp)) &&
+	     !tpu_listener_accept(t.l, ft_accept, &t) && !tpu_context_create(NULL, &ca) &&
+	     !tpu_agent_create(ca, &o, &a) && !tpu_agent_register(a, mem, n, 0, &ra);
+	CHECK(ok, "duplicate answers: a fake target listens");
+	if (!ok)
+		goto out;
+	memset(t.data, 0x5a, XFER_CHUNK_BYTES);
+	memset(bl.agent, 0x42, sizeof(bl.agent));
+	len = tpu__xfer_blob_put(&bl, blob, sizeof(blob));
+	st = tpu_agent_load(a, blob, len, &rm);
+	CHECK_STATUS(st, 0, "duplicate answers: its blob loads");
+	if (!st) {
+		struct tpu_xfer_local_elem l = { ra, 0, n };
+		struct tpu_xfer_remote_elem r = { rm, 0, n };
+
+		tpu_xfer_prepare(a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &req);
+		CHECK(req && req->nchunks == 2, "duplicate answers: a READ of two chunks");
+		if (req && !tpu_xfer_post(req, NULL, NULL)) {
+			st = tpu_xfer_wait(req, 20000);
+			CHECK_STATUS(st, -EPROTO,
+				     "duplicate answers: chunk 0 answered twice fails the READ "
+				     "(its last bytes: %02x)", mem[n - 1]);
+		}
+		tpu_xfer_release(req);
+	}
+out:
+	tpu_agent_destroy(a);
+	tpu_context_destroy(ca);
+	tpu_listener_close(t.l);
+	tpu_pipe_close(t.w.pipe);
+	tpu_context_destroy(t.ctx);
+	free(t.data);
+	free(mem);
+}
+
 void test_xfer_trust(void)
 {
 	notif_flood();
 	serve_budget();
 	peer_churn();
 	unread_answers();
+	duplicate_answers();
 	read_only_export();
 	bad_blobs();
 	no_secret();
