@@ -23,6 +23,8 @@ tpu_status tpu__xfer_agent_check(const struct tpu_agent *a)
 
 /* ---- writes ---- */
 
+static void peer_read_next(struct xfer_peer *p);
+
 struct xfer_out {
 	struct tpu_message msg;
 	struct tpu_payload pl[3];
@@ -37,6 +39,7 @@ static void out_done(void *arg, tpu_status st, struct tpu_message *msg)
 {
 	struct xfer_out *o = arg;
 	struct xfer_peer *p = o->p;
+	bool resume;
 	size_t i;
 
 	(void)msg;
@@ -47,6 +50,14 @@ static void out_done(void *arg, tpu_status st, struct tpu_message *msg)
 	for (i = 0; i < 3; i++)
 		free(o->own[i]);
 	free(o);
+	pthread_mutex_lock(&p->a->lock);
+	resume = p->stalled && p->io - 1 <= XFER_PEER_WRITES_MAX / 2;
+	if (resume)
+		p->stalled = false;
+	pthread_mutex_unlock(&p->a->lock);
+	/* Still counted in p->io: @p is not reaped under us. */
+	if (resume)
+		peer_read_next(p);
 	pthread_mutex_lock(&p->a->lock);
 	p->io--;
 	pthread_cond_broadcast(&p->a->cond);
@@ -159,6 +170,21 @@ void tpu__xfer_peer_close(struct xfer_peer *p)
 		tpu_pipe_close(p->pipe);
 }
 
+/*
+ * Context thread: the read side of an in peer ended with an error; close
+ * its pipe, after which only its writes (p->io) still name it, and it is
+ * reaped (reap_dead()).
+ */
+static void in_dead(struct xfer_peer *p)
+{
+	if (p->out)
+		return;
+	tpu__xfer_peer_close(p);
+	pthread_mutex_lock(&p->a->lock);
+	p->rdone = true;
+	pthread_mutex_unlock(&p->a->lock);
+}
+
 static void in_free(struct xfer_in *in)
 {
 	size_t i;
@@ -169,40 +195,62 @@ static void in_free(struct xfer_in *in)
 	}
 }
 
+/* The message read (or failed): its buffers and what it held of a->serve_bytes go. */
+static void in_done(struct xfer_peer *p)
+{
+	uint64_t bytes = p->in_bytes + p->resp_bytes;
+
+	in_free(&p->in);
+	p->in_bytes = 0;
+	p->resp_bytes = 0;
+	if (bytes)
+		tpu__xfer_serve_release(p->a, bytes);
+}
+
+/*
+ * Context thread: read the next message, unless the answers queued to
+ * this peer (which need not read them) reached XFER_PEER_WRITES_MAX; then
+ * out_done() reads on once half of them went.
+ */
+static void read_on(struct xfer_peer *p)
+{
+	bool full;
+
+	pthread_mutex_lock(&p->a->lock);
+	full = p->io >= XFER_PEER_WRITES_MAX;
+	p->stalled = full;
+	pthread_mutex_unlock(&p->a->lock);
+	if (!full)
+		peer_read_next(p);
+}
+
 static void on_read(void *arg, tpu_status st, struct tpu_message *msg)
 {
 	struct xfer_peer *p = arg;
 
 	(void)msg;
 	if (st) {
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
 		return;
 	}
 	tpu__xfer_in_dispatch(p);
-	in_free(&p->in);
+	in_done(p);
 	/* A response still going out: its callback reads on (serving 2). */
 	if (p->serving)
 		p->serving = 2;
 	else
-		peer_read_next(p);
+		read_on(p);
 }
 
-static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
+/* Read the message of @desc, whose bytes are reserved. */
+static void in_start(struct xfer_peer *p, struct tpu_message *desc)
 {
 	static uint8_t empty;
-	struct xfer_peer *p = arg;
+	tpu_status st = 0;
 	size_t i;
 
-	if (st) {
-		tpu__xfer_peer_fail(p, st);
-		return;
-	}
-	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
-	if (!st)
-		st = tpu__xfer_in_check(p, &p->in.h, desc);
-	if (!st && desc->ntensors)
-		st = -EPROTO;
 	for (i = 0; !st && i < desc->npayloads; i++) {
 		if (!desc->payloads[i].len) {
 			desc->payloads[i].data = &empty;
@@ -214,31 +262,126 @@ static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
 		desc->payloads[i].data = p->in.buf[i];
 	}
 	if (st) {
-		/* A peer that breaks the protocol loses its pipe. */
-		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
-		tpu__xfer_peer_close(p);
+		in_dead(p);
 		return;
 	}
 	p->in.pl = desc->payloads;
 	p->in.npl = desc->npayloads;
 	st = tpu_pipe_read(p->pipe, desc, on_read, p);
 	if (st) {
-		in_free(&p->in);
+		in_done(p);
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
 	}
+}
+
+/*
+ * a->lock held: reserve what reading @desc and answering it will hold, or
+ * false (the peer then waits, in order, for others to give bytes back).
+ * One message alone always fits: a chunk is bounded on its descriptor.
+ */
+static bool reserve(struct tpu_agent *a, struct xfer_peer *p, const struct tpu_message *desc)
+{
+	uint64_t in = 0, resp = 0;
+	size_t i;
+
+	for (i = 0; i < desc->npayloads; i++)
+		in += desc->payloads[i].len;
+	if (p->in.h.type == XFER_REQ && p->in.h.op == TPU_XFER_OP_READ)
+		resp = p->in.h.len;
+	if (a->serve_bytes && (a->serve_bytes >= XFER_SERVE_BYTES_MAX ||
+			       in + resp > XFER_SERVE_BYTES_MAX - a->serve_bytes))
+		return false;
+	a->serve_bytes += in + resp;
+	p->in_bytes = in;
+	p->resp_bytes = resp;
+	return true;
+}
+
+void tpu__xfer_serve_release(struct tpu_agent *a, uint64_t bytes)
+{
+	struct xfer_peer *p;
+
+	pthread_mutex_lock(&a->lock);
+	a->serve_bytes -= bytes;
+	while ((p = a->parked)) {
+		bool dead = p->closed || atomic_load(&p->error);
+
+		if (!dead && !reserve(a, p, p->desc))
+			break;
+		a->parked = p->park_next;
+		if (!a->parked)
+			a->parked_tail = &a->parked;
+		p->park_next = NULL;
+		p->parked = false;
+		pthread_mutex_unlock(&a->lock);
+		if (dead)
+			in_dead(p);	/* its pipe frees the descriptor */
+		else
+			in_start(p, p->desc);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void on_desc(void *arg, tpu_status st, struct tpu_message *desc)
+{
+	struct xfer_peer *p = arg;
+	struct tpu_agent *a = p->a;
+
+	if (st) {
+		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
+		return;
+	}
+	st = tpu__xfer_hdr_get(desc->metadata, desc->metadata_len, &p->in.h);
+	if (!st)
+		st = tpu__xfer_in_check(p, &p->in.h, desc);
+	if (!st && desc->ntensors)
+		st = -EPROTO;
+	if (st) {
+		/* A peer that breaks the protocol loses its pipe. */
+		tpu__log_debug("xfer: bad message from a peer: %s", tpu_strerror(st));
+		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
+		return;
+	}
+	/* What all peers together make us hold while we read and answer is bounded. */
+	pthread_mutex_lock(&a->lock);
+	if (a->parked || !reserve(a, p, desc)) {
+		if (!a->serve_bytes) {
+			reserve(a, p, desc);	/* nothing held: nothing would wake it */
+		} else {
+			unsigned long long held = a->serve_bytes;
+
+			p->desc = desc;
+			p->parked = true;
+			*a->parked_tail = p;
+			a->parked_tail = &p->park_next;
+			pthread_mutex_unlock(&a->lock);
+			tpu__log_debug("xfer: peer %s waits: %llu bytes in service", p->name, held);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	in_start(p, desc);
 }
 
 static void peer_read_next(struct xfer_peer *p)
 {
 	tpu_status st;
 
-	if (atomic_load(&p->error))
+	if (atomic_load(&p->error)) {
+		in_dead(p);	/* failed by a write meanwhile: no read names it any more */
 		return;
+	}
 	st = tpu_pipe_read_descriptor(p->pipe, on_desc, p);
-	if (st)
+	if (st) {
 		tpu__xfer_peer_fail(p, st);
+		in_dead(p);
+	}
 }
 
 void tpu__xfer_serve_resume(struct xfer_peer *p)
@@ -247,7 +390,7 @@ void tpu__xfer_serve_resume(struct xfer_peer *p)
 
 	p->serving = 0;
 	if (was == 2)
-		peer_read_next(p);
+		read_on(p);
 }
 
 /*
@@ -291,13 +434,45 @@ static void peer_free(struct xfer_peer *p)
 	free(p);
 }
 
+/*
+ * a->lock held, context thread: unlink the in peers that are over (reads
+ * ended, pipe closed, nothing written or waiting, no deregistration
+ * naming them) and return them to be freed: peers that come and go must
+ * not use up XFER_PEERS_MAX, nor memory.
+ */
+static struct xfer_peer *reap_dead(struct tpu_agent *a)
+{
+	struct xfer_peer **pp = &a->peers, *p, *dead = NULL;
+
+	if (a->deregs || a->closing)
+		return NULL;
+	while ((p = *pp)) {
+		if (!p->out && p->rdone && p->closed && !p->io && !p->serving && !p->parked) {
+			*pp = p->next;
+			a->npeers--;
+			p->next = dead;
+			dead = p;
+		} else {
+			pp = &p->next;
+		}
+	}
+	return dead;
+}
+
 static void on_accept(void *arg, tpu_status st, struct tpu_pipe *pipe)
 {
 	struct tpu_agent *a = arg;
-	struct xfer_peer *p;
+	struct xfer_peer *p, *dead;
 
 	if (st)
 		return;		/* the listener closed, or one set-up failed */
+	pthread_mutex_lock(&a->lock);
+	dead = reap_dead(a);
+	pthread_mutex_unlock(&a->lock);
+	while ((p = dead)) {
+		dead = p->next;
+		peer_free(p);
+	}
 	pthread_mutex_lock(&a->lock);
 	if (a->closing || a->npeers >= XFER_PEERS_MAX) {
 		pthread_mutex_unlock(&a->lock);
@@ -402,10 +577,13 @@ void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg
 		cb(arg, peer, msg, len);
 		return;
 	}
-	if (a->nnotifs >= XFER_NOTIFS_MAX) {
+	/* Nobody polls: bound what peers can make us hold, in count and in bytes. */
+	if (a->nnotifs >= XFER_NOTIFS_MAX || len > XFER_NOTIF_BYTES_MAX - a->nq_bytes) {
+		size_t queued = a->nnotifs, bytes = a->nq_bytes;
+
 		pthread_mutex_unlock(&a->lock);
-		tpu__log_debug("xfer: agent %s drops a notification of %s: %d queued", a->name,
-			       peer, XFER_NOTIFS_MAX);
+		tpu__log_debug("xfer: agent %s drops a notification of %s: %zu (%zu bytes) queued",
+			       a->name, peer, queued, bytes);
 		return;
 	}
 	n = malloc(sizeof(*n) + len);
@@ -420,6 +598,7 @@ void tpu__xfer_notif_push(struct tpu_agent *a, const char *peer, const void *msg
 	*a->nq_tail = n;
 	a->nq_tail = &n->next;
 	a->nnotifs++;
+	a->nq_bytes += len;
 	pthread_mutex_unlock(&a->lock);
 }
 
@@ -448,6 +627,7 @@ TPU_API tpu_status tpu_agent_notif_poll(struct tpu_agent *a, char *peer, size_t 
 	if (!a->nq)
 		a->nq_tail = &a->nq;
 	a->nnotifs--;
+	a->nq_bytes -= n->len;
 	pthread_mutex_unlock(&a->lock);
 	if (n->len)
 		memcpy(msg, n->msg, n->len);
@@ -542,6 +722,7 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	pthread_cond_init(&a->cond, NULL);
 	rwlock_init_writer_first(&a->local_rw);
 	a->nq_tail = &a->nq;
+	a->parked_tail = &a->parked;
 	a->next_gen = 1;
 	{
 		uint8_t nonce[TPU__AUTH_NONCE];

@@ -42,9 +42,14 @@
 #define XFER_REGS_MAX		65536	/* registrations per agent */
 #define XFER_PEERS_MAX		1024	/* pipes per agent, in and out */
 #define XFER_NOTIFS_MAX		65536	/* queued, not yet polled */
+#define XFER_NOTIF_BYTES_MAX	(4U << 20)	/* their messages, all peers together */
 #define XFER_IOV_BATCH		1024	/* iovecs per process_vm_* call (IOV_MAX) */
 #define XFER_CHUNK_ELEMS	16384	/* tcp: elements per message */
 #define XFER_CHUNK_BYTES	(16U << 20)	/* tcp: data bytes per message */
+/* Bytes of messages being read and answers being sent, all in peers together. */
+#define XFER_SERVE_BYTES_MAX	(64U << 20)
+/* Answers queued to an in peer before its next message waits for them to go. */
+#define XFER_PEER_WRITES_MAX	64
 #define XFER_REVOKE_MS		2000	/* how long deregistration waits for acks */
 #define XFER_LOAD_MS		10000	/* how long a load waits for its answer */
 
@@ -156,6 +161,13 @@ struct xfer_peer {
 	uint64_t next_id;		/* a->lock */
 	struct xfer_in in;		/* ctx thread */
 	unsigned int serving;		/* in: a response is being written */
+	uint64_t in_bytes;		/* ctx thread: of a->serve_bytes, this message's payloads */
+	uint64_t resp_bytes;		/* ctx thread: and its READ answer's, until served */
+	struct tpu_message *desc;	/* ctx thread: a descriptor parked for want of bytes */
+	struct xfer_peer *park_next;	/* a->lock: a->parked */
+	bool parked;			/* a->lock: on a->parked */
+	bool stalled;			/* a->lock, in: reading waits for its writes to drain */
+	bool rdone;			/* a->lock, in: its reads ended, its pipe closed */
 	unsigned int io;		/* a->lock: writes in flight */
 };
 
@@ -187,10 +199,14 @@ struct tpu_agent {
 	size_t npeers;
 	struct xfer_notif *nq, **nq_tail;
 	size_t nnotifs;
+	size_t nq_bytes;			/* their messages' bytes */
 	tpu_notif_cb notif_cb;
 	void *notif_arg;
 	atomic_uint serial;
 	bool closing;
+	uint64_t serve_bytes;		/* a->lock: held for in peers, XFER_SERVE_BYTES_MAX */
+	struct xfer_peer *parked, **parked_tail;	/* a->lock: in peers waiting for bytes */
+	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */
 };
 
 /* ---- requests ---- */
@@ -260,6 +276,8 @@ void tpu__xfer_peer_fail(struct xfer_peer *p, tpu_status st);
 void tpu__xfer_peer_close(struct xfer_peer *p);
 /* Resume reading an in peer once the response it held went out. */
 void tpu__xfer_serve_resume(struct xfer_peer *p);
+/* Context thread: give back @bytes of a->serve_bytes, read on what waited for them. */
+void tpu__xfer_serve_release(struct tpu_agent *a, uint64_t bytes);
 /* The out peer for agent @id at @url, connected (and HELLO sent) if new. */
 tpu_status tpu__xfer_peer_out(struct tpu_agent *a, const uint8_t id[XFER_ID_LEN],
 			      const char *url, struct xfer_peer **out);

@@ -195,6 +195,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 		pthread_mutex_unlock(&a->lock);
 		return -EINVAL;
 	}
+	a->deregs++;		/* no peer it names is reaped meanwhile (agent.c) */
 	/* From here no new element is served on it and no load finds it. */
 	atomic_store(&r->revoked, true);
 	a->slots[r->id & SLOT_MASK] = NULL;
@@ -233,6 +234,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	}
 	while (r->busy)
 		pthread_cond_wait(&a->cond, &a->lock);
+	a->deregs--;
 	reg_unlink(a, r);
 	pthread_mutex_unlock(&a->lock);
 	/* Local requests that use it: none is between its check and its copy. */

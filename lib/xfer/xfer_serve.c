@@ -24,7 +24,8 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 	}
 	pthread_mutex_lock(&a->lock);
 	r = tpu__xfer_reg_find(a, p->in.h.reg);
-	if (!r || atomic_load(&r->revoked) || !r->access ||
+	/* A failed peer was forgotten (and may be reaped): it is not recorded again. */
+	if (!r || atomic_load(&r->revoked) || !r->access || atomic_load(&p->error) ||
 	    !tpu__ct_equal(&r->key, &p->in.h.key, sizeof(r->key))) {
 		ans.status = TPU_E_REVOKED;
 	} else {
@@ -59,6 +60,7 @@ answer:
 struct served {
 	struct xfer_peer *p;
 	void *buf;
+	uint64_t bytes;		/* of a->serve_bytes, given back once sent */
 };
 
 static void resp_sent(void *arg, tpu_status st)
@@ -67,6 +69,7 @@ static void resp_sent(void *arg, tpu_status st)
 
 	(void)st;
 	free(s->buf);
+	tpu__xfer_serve_release(s->p->a, s->bytes);
 	tpu__xfer_serve_resume(s->p);
 	free(s);
 }
@@ -175,8 +178,12 @@ answer:
 		s->p = p;
 		s->buf = data;
 		p->serving = 1;
+		/* The answer's bytes stay reserved until it went out. */
+		s->bytes = p->resp_bytes;
+		p->resp_bytes = 0;
 		if (tpu__xfer_send_ref(p, &ans, d, l, 1, resp_sent, s)) {
 			p->serving = 0;
+			p->resp_bytes = s->bytes;
 			free(data);
 			free(s);
 		}

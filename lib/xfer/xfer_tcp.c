@@ -4,7 +4,8 @@
  * XFER_CHUNK_ELEMS elements and XFER_CHUNK_BYTES bytes, a WRITE's data
  * gathered into each chunk, and the target serves them (xfer_serve.c) in
  * order; a READ's answer is scattered here.  The post completes with the
- * last answer, failed with the first error any chunk had.
+ * last answer, failed with the first error any chunk had (an answer out of
+ * order or repeated is one).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -164,7 +165,11 @@ void tpu__xfer_tcp_resp(struct xfer_peer *p)
 		;
 	if (!r)
 		goto out;	/* cancelled */
-	if (h->key >= r->nchunks) {
+	/*
+	 * The target answers a post's chunks in order, each once: another
+	 * (a repeat, one skipped) must not pass for the missing one.
+	 */
+	if (h->key != r->nchunks - r->chunks_left) {
 		st = -EPROTO;
 	} else if (!st && r->op == TPU_XFER_OP_READ) {
 		size_t c = h->key, i;

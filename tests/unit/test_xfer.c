@@ -684,6 +684,7 @@ void test_xfer(void)
 
 void test_xfer_trust(void)
 {
+	test_xfer_hostile();
 	read_only_export();
 	bad_blobs();
 	no_secret();
