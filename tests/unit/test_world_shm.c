@@ -38,6 +38,13 @@ struct job {
 	bool tcp;		/* tcp only: no shm between the ranks */
 };
 
+static bool under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "vgpreload");
+}
+
 static int world_up(int me, int n, const struct job *j, uint32_t timeout_ms,
 		    struct tpu_context **ctx, struct tpu_world **w)
 {
@@ -331,7 +338,12 @@ static int member_dies(struct tpu_world *w, int me, int n, bool sleeping, bool i
 				  30 * SECOND);
 	if (st != TPU_E_PEER_GONE)
 		fprintf(stderr, "# rank %d: %s\n", me, tpu_status_name(st));
-	R_CHECK(st == TPU_E_PEER_GONE);
+	/*
+	 * valgrind runs one thread at a time: the victim's call may run to its
+	 * end within its 20 ms and the collective complete before it exits.
+	 * The next call still has to see the death.
+	 */
+	R_CHECK(st == TPU_E_PEER_GONE || (inside && !st && under_valgrind()));
 	/* Within the bound: from the death, TPU__SHM_LIVENESS_NS and a wake-up. */
 	t0 = now_ns();
 	st = tpu_world_all_reduce(w, a, a, count, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
