@@ -435,19 +435,6 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
 	tpu__ctx_run_sync(pipe->ctx, pipe_close_now, pipe);
 }
 
-/*
- * For lib/xfer, on the context thread: the pid the kernel gives the far end
- * of an open pipe's transport (SO_PEERCRED), or 0 where no transport proves
- * it (tcp, rdma) or the pipe is not open.
- */
-int tpu__pipe_peer_pid(const struct tpu_pipe *pipe)
-{
-	if (pipe_check(pipe) || pipe->state != PIPE_OPEN || !pipe->conn || !pipe->xport ||
-	    !pipe->xport->proves_peer)
-		return 0;
-	return pipe->conn->ops->peer_pid(pipe->conn);
-}
-
 TPU_API const char *tpu_pipe_transport(const struct tpu_pipe *pipe)
 {
 	if (pipe_check(pipe) || !atomic_load(&((struct tpu_pipe *)pipe)->ready))

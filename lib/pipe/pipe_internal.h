@@ -228,8 +228,6 @@ struct tpu_pipe {
 };
 
 /* pipe.c */
-/* lib/xfer: the kernel's pid of an open pipe's peer, 0 if none (context thread). */
-int tpu__pipe_peer_pid(const struct tpu_pipe *pipe);
 struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector);
 /* Fail everything pending with @err (once), close the transport and channels. */
 void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err);

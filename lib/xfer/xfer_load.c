@@ -11,15 +11,16 @@
 #include <time.h>
 
 #include "xfer.h"
-#include "pipe/pipe_internal.h"
 
 /* Context thread. */
 void tpu__xfer_load_answered(struct xfer_peer *p, const struct xfer_hdr *h)
 {
 	struct tpu_agent *a = p->a;
 	struct xfer_load *l;
-	int pid = tpu__pipe_peer_pid(p->pipe);
+	int pid = 0;
 
+	/* The pid the kernel proved when the pipe opened (0 over tcp). */
+	tpu_pipe_peer_pid(p->pipe, &pid);
 	pthread_mutex_lock(&a->lock);
 	if (!p->pid)
 		p->pid = pid;
