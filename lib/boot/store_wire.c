@@ -7,32 +7,23 @@
 
 #include "boot.h"
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
 
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 void tpu__store_wire_req_put(const struct store_req *r, uint8_t hdr[STORE_REQ_HDR])
 {
 	memset(hdr, 0, STORE_REQ_HDR);
 	hdr[0] = (uint8_t)r->op;
-	put32(hdr + 4, r->key_len);
-	put32(hdr + 8, r->val_len);
-	put32(hdr + 12, r->arg);
+	tpu__put_le32(hdr + 4, r->key_len);
+	tpu__put_le32(hdr + 8, r->val_len);
+	tpu__put_le32(hdr + 12, r->arg);
 }
 
 tpu_status tpu__store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct store_req *r)
 {
 	r->op = (enum store_op)hdr[0];
-	r->key_len = get32(hdr + 4);
-	r->val_len = get32(hdr + 8);
-	r->arg = get32(hdr + 12);
+	r->key_len = tpu__get_le32(hdr + 4);
+	r->val_len = tpu__get_le32(hdr + 8);
+	r->arg = tpu__get_le32(hdr + 12);
 	/* Reserved bytes stay zero, so that they can carry something later. */
 	if (hdr[1] || hdr[2] || hdr[3])
 		return -EPROTO;
@@ -54,25 +45,25 @@ tpu_status tpu__store_wire_req_get(const uint8_t hdr[STORE_REQ_HDR], struct stor
 
 void tpu__store_wire_reply_put(tpu_status status, uint32_t val_len, uint8_t hdr[STORE_REPLY_HDR])
 {
-	put32(hdr, (uint32_t)status);
-	put32(hdr + 4, val_len);
+	tpu__put_le32(hdr, (uint32_t)status);
+	tpu__put_le32(hdr + 4, val_len);
 }
 
 tpu_status tpu__store_wire_reply_get(const uint8_t hdr[STORE_REPLY_HDR], tpu_status *status,
 				uint32_t *val_len)
 {
-	*status = (tpu_status)get32(hdr);
-	*val_len = get32(hdr + 4);
+	*status = (tpu_status)tpu__get_le32(hdr);
+	*val_len = tpu__get_le32(hdr + 4);
 	return *val_len > STORE_VALUE_MAX || *status > 0 ? -EPROTO : 0;
 }
 
 void tpu__store_wire_put_i64(int64_t v, uint8_t out[8])
 {
-	put32(out, (uint32_t)((uint64_t)v & 0xffffffffu));
-	put32(out + 4, (uint32_t)((uint64_t)v >> 32));
+	tpu__put_le32(out, (uint32_t)((uint64_t)v & 0xffffffffu));
+	tpu__put_le32(out + 4, (uint32_t)((uint64_t)v >> 32));
 }
 
 int64_t tpu__store_wire_get_i64(const uint8_t in[8])
 {
-	return (int64_t)((uint64_t)get32(in) | (uint64_t)get32(in + 4) << 32);
+	return (int64_t)((uint64_t)tpu__get_le32(in) | (uint64_t)tpu__get_le32(in + 4) << 32);
 }

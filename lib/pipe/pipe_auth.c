@@ -56,16 +56,7 @@ struct pipe_auth {
 	uint8_t in[REFUSAL_MAX];	/* the frame being read */
 };
 
-static void put32(uint8_t *b, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
-}
 
-static uint32_t get32(const uint8_t *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
 
 /* An AUTH frame of @step into a->out. */
 static void auth_frame(struct pipe_auth *a, uint32_t step, const uint8_t *nonce, const uint8_t *proof)
@@ -74,7 +65,7 @@ static void auth_frame(struct pipe_auth *a, uint32_t step, const uint8_t *nonce,
 
 	tpu__wire_hdr_encode(a->out, TPU__WIRE_AUTH, AUTH_BODY);
 	memset(b, 0, AUTH_BODY);
-	put32(b, step);
+	tpu__put_le32(b, step);
 	if (nonce)
 		memcpy(b + 4, nonce, TPU__AUTH_NONCE);
 	if (proof)
@@ -128,7 +119,7 @@ static bool step_ok(struct pipe_auth *a, tpu_status *st)
 static tpu_status auth_body(const struct pipe_auth *a, uint32_t step, const uint8_t **nonce,
 			    const uint8_t **proof)
 {
-	if (a->h.type != TPU__WIRE_AUTH || a->h.len != AUTH_BODY || get32(a->in) != step)
+	if (a->h.type != TPU__WIRE_AUTH || a->h.len != AUTH_BODY || tpu__get_le32(a->in) != step)
 		return -EPROTO;
 	*nonce = a->in + 4;
 	*proof = a->in + 4 + TPU__AUTH_NONCE;

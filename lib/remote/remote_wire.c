@@ -4,7 +4,6 @@
  * key (or task name) after it, as a pipe message's metadata.  A RESP with
  * status 0 carries the tensor as the message's one tensor.
  */
-#include <endian.h>
 #include <string.h>
 
 #include "remote.h"
@@ -17,42 +16,18 @@ size_t tpu__remote_wire_size(size_t key_len)
 	return WIRE_HDR + key_len;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
 
-static void put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
 
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
 
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
 
 void tpu__remote_wire_put(const struct remote_hdr *h, uint8_t *buf)
 {
-	put32(buf, WIRE_MAGIC);
-	put32(buf + 4, (uint32_t)h->type);
-	put32(buf + 8, (uint32_t)h->status);
-	put64(buf + 12, h->id);
-	put64(buf + 20, h->len);
-	put64(buf + 28, h->key_len);
+	tpu__put_le32(buf, WIRE_MAGIC);
+	tpu__put_le32(buf + 4, (uint32_t)h->type);
+	tpu__put_le32(buf + 8, (uint32_t)h->status);
+	tpu__put_le64(buf + 12, h->id);
+	tpu__put_le64(buf + 20, h->len);
+	tpu__put_le64(buf + 28, h->key_len);
 	if (h->key_len)
 		memcpy(buf + WIRE_HDR, h->key, h->key_len);
 }
@@ -63,17 +38,17 @@ tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *
 	uint64_t key_len;
 	uint32_t type;
 
-	if (!buf || len < WIRE_HDR || get32(b) != WIRE_MAGIC)
+	if (!buf || len < WIRE_HDR || tpu__get_le32(b) != WIRE_MAGIC)
 		return -EPROTO;
-	type = get32(b + 4);
-	key_len = get64(b + 28);
+	type = tpu__get_le32(b + 4);
+	key_len = tpu__get_le64(b + 28);
 	if (type < REMOTE_HELLO || type > REMOTE_ABORT || key_len != len - WIRE_HDR ||
 	    key_len > TPU__KEY_MAX)
 		return -EPROTO;
 	h->type = (enum remote_msg)type;
-	h->status = (tpu_status)get32(b + 8);
-	h->id = get64(b + 12);
-	h->len = get64(b + 20);
+	h->status = (tpu_status)tpu__get_le32(b + 8);
+	h->id = tpu__get_le64(b + 12);
+	h->len = tpu__get_le64(b + 20);
 	h->key = key_len ? b + WIRE_HDR : NULL;
 	h->key_len = key_len;
 	/* A status from the wire must be one a callback may see. */

@@ -89,8 +89,6 @@ struct xfer_hdr {
 void tpu__xfer_hdr_put(const struct xfer_hdr *h, uint8_t buf[XFER_HDR_LEN]);
 /* -EPROTO when @buf is no header of ours. */
 tpu_status tpu__xfer_hdr_get(const void *buf, size_t len, struct xfer_hdr *h);
-void tpu__xfer_put64(uint8_t *p, uint64_t v);
-uint64_t tpu__xfer_get64(const uint8_t *p);
 
 /* ---- objects ---- */
 

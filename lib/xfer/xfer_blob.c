@@ -11,7 +11,6 @@
  *   64 pid (le32)   68 boot id (40)   108 shm URL len (le16) and bytes,
  *   then tcp URL len (le16) and bytes, then the digest (8)
  */
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -22,19 +21,7 @@
 #define BLOB_DIGEST	8
 static const char blob_magic[8] = { 'T', 'P', 'U', 'X', 'B', 'L', 'O', 'B' };
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	v = htole16(v);
-	memcpy(p, &v, 2);
-}
 
-static uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, 2);
-	return le16toh(v);
-}
 
 static void digest(const uint8_t *b, size_t n, uint8_t out[BLOB_DIGEST])
 {
@@ -52,29 +39,26 @@ size_t tpu__xfer_blob_put(const struct xfer_blob *b, uint8_t *buf, size_t size)
 	size_t ls = strnlen(b->url_shm, XFER_URL_MAX - 1), lt = strnlen(b->url_tcp, XFER_URL_MAX - 1);
 	size_t n = BLOB_FIXED + 2 + ls + 2 + lt + BLOB_DIGEST;
 	uint8_t *p;
-	uint32_t v;
 
 	if (!buf || size < n)
 		return n;
 	memset(buf, 0, n);
 	memcpy(buf, blob_magic, 8);
-	put16(buf + 8, BLOB_VERSION);
-	put16(buf + 10, (uint16_t)b->access);
-	v = htole32((uint32_t)n);
-	memcpy(buf + 12, &v, 4);
+	tpu__put_le16(buf + 8, BLOB_VERSION);
+	tpu__put_le16(buf + 10, (uint16_t)b->access);
+	tpu__put_le32(buf + 12, (uint32_t)n);
 	memcpy(buf + 16, b->agent, XFER_ID_LEN);
-	tpu__xfer_put64(buf + 32, b->reg);
-	tpu__xfer_put64(buf + 40, b->key);
-	tpu__xfer_put64(buf + 48, b->addr);
-	tpu__xfer_put64(buf + 56, b->len);
-	v = htole32(b->pid);
-	memcpy(buf + 64, &v, 4);
+	tpu__put_le64(buf + 32, b->reg);
+	tpu__put_le64(buf + 40, b->key);
+	tpu__put_le64(buf + 48, b->addr);
+	tpu__put_le64(buf + 56, b->len);
+	tpu__put_le32(buf + 64, b->pid);
 	memcpy(buf + 68, b->boot_id, strnlen(b->boot_id, sizeof(b->boot_id) - 1));
 	p = buf + BLOB_FIXED;
-	put16(p, (uint16_t)ls);
+	tpu__put_le16(p, (uint16_t)ls);
 	memcpy(p + 2, b->url_shm, ls);
 	p += 2 + ls;
-	put16(p, (uint16_t)lt);
+	tpu__put_le16(p, (uint16_t)lt);
 	memcpy(p + 2, b->url_tcp, lt);
 	p += 2 + lt;
 	digest(buf, (size_t)(p - buf), p);
@@ -88,7 +72,7 @@ static tpu_status get_url(const uint8_t *buf, size_t end, size_t *off, char out[
 
 	if (*off + 2 > end)
 		return TPU_E_BAD_BLOB;
-	n = get16(buf + *off);
+	n = tpu__get_le16(buf + *off);
 	if (n >= XFER_URL_MAX || *off + 2 + n > end)
 		return TPU_E_BAD_BLOB;
 	for (i = 0; i < n; i++)
@@ -104,29 +88,26 @@ tpu_status tpu__xfer_blob_get(const void *blob, size_t len, struct xfer_blob *b)
 {
 	const uint8_t *buf = blob;
 	uint8_t d[BLOB_DIGEST];
-	uint32_t total;
 	size_t off = BLOB_FIXED, i;
 
 	memset(b, 0, sizeof(*b));
 	if (!buf || len < BLOB_FIXED + 4 + BLOB_DIGEST || len > TPU_XFER_BLOB_MAX ||
 	    memcmp(buf, blob_magic, 8))
 		return TPU_E_BAD_BLOB;
-	memcpy(&total, buf + 12, 4);
-	if (get16(buf + 8) != BLOB_VERSION || le32toh(total) != len)
+	if (tpu__get_le16(buf + 8) != BLOB_VERSION || tpu__get_le32(buf + 12) != len)
 		return TPU_E_BAD_BLOB;
 	digest(buf, len - BLOB_DIGEST, d);
 	if (!tpu__ct_equal(d, buf + len - BLOB_DIGEST, BLOB_DIGEST))
 		return TPU_E_BAD_BLOB;
-	b->access = get16(buf + 10);
+	b->access = tpu__get_le16(buf + 10);
 	if (!b->access || (b->access & ~(TPU_XFER_READ | TPU_XFER_WRITE)))
 		return TPU_E_BAD_BLOB;
 	memcpy(b->agent, buf + 16, XFER_ID_LEN);
-	b->reg = tpu__xfer_get64(buf + 32);
-	b->key = tpu__xfer_get64(buf + 40);
-	b->addr = tpu__xfer_get64(buf + 48);
-	b->len = tpu__xfer_get64(buf + 56);
-	memcpy(&total, buf + 64, 4);
-	b->pid = le32toh(total);
+	b->reg = tpu__get_le64(buf + 32);
+	b->key = tpu__get_le64(buf + 40);
+	b->addr = tpu__get_le64(buf + 48);
+	b->len = tpu__get_le64(buf + 56);
+	b->pid = tpu__get_le32(buf + 64);
 	memcpy(b->boot_id, buf + 68, sizeof(b->boot_id) - 1);
 	for (i = 0; i < sizeof(b->boot_id) - 1 && b->boot_id[i]; i++)
 		if (b->boot_id[i] < 0x20 || b->boot_id[i] > 0x7e)

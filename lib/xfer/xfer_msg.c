@@ -4,7 +4,6 @@
  * per type the payloads it may carry, checked on the descriptor before any
  * byte of them is read (what a peer can make us allocate is bounded here).
  */
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -12,47 +11,23 @@
 
 #define HDR_MAGIC	0x46585054U	/* "TPXF" */
 
-void tpu__xfer_put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
 
-uint64_t tpu__xfer_get64(const uint8_t *p)
-{
-	uint64_t v;
 
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
 
 void tpu__xfer_hdr_put(const struct xfer_hdr *h, uint8_t buf[XFER_HDR_LEN])
 {
-	put32(buf, HDR_MAGIC);
-	put32(buf + 4, h->type);
-	put32(buf + 8, h->flags);
-	put32(buf + 12, h->n);
-	tpu__xfer_put64(buf + 16, h->id);
-	tpu__xfer_put64(buf + 24, h->reg);
-	tpu__xfer_put64(buf + 32, h->key);
-	tpu__xfer_put64(buf + 40, h->addr);
-	tpu__xfer_put64(buf + 48, h->len);
-	put32(buf + 56, (uint32_t)h->status);
-	put32(buf + 60, h->op | h->access << 8);
+	tpu__put_le32(buf, HDR_MAGIC);
+	tpu__put_le32(buf + 4, h->type);
+	tpu__put_le32(buf + 8, h->flags);
+	tpu__put_le32(buf + 12, h->n);
+	tpu__put_le64(buf + 16, h->id);
+	tpu__put_le64(buf + 24, h->reg);
+	tpu__put_le64(buf + 32, h->key);
+	tpu__put_le64(buf + 40, h->addr);
+	tpu__put_le64(buf + 48, h->len);
+	tpu__put_le32(buf + 56, (uint32_t)h->status);
+	tpu__put_le32(buf + 60, h->op | h->access << 8);
 }
 
 tpu_status tpu__xfer_hdr_get(const void *buf, size_t len, struct xfer_hdr *h)
@@ -60,18 +35,18 @@ tpu_status tpu__xfer_hdr_get(const void *buf, size_t len, struct xfer_hdr *h)
 	const uint8_t *b = buf;
 	uint32_t w;
 
-	if (len != XFER_HDR_LEN || get32(b) != HDR_MAGIC)
+	if (len != XFER_HDR_LEN || tpu__get_le32(b) != HDR_MAGIC)
 		return -EPROTO;
-	h->type = get32(b + 4);
-	h->flags = get32(b + 8);
-	h->n = get32(b + 12);
-	h->id = tpu__xfer_get64(b + 16);
-	h->reg = tpu__xfer_get64(b + 24);
-	h->key = tpu__xfer_get64(b + 32);
-	h->addr = tpu__xfer_get64(b + 40);
-	h->len = tpu__xfer_get64(b + 48);
-	h->status = (int32_t)get32(b + 56);
-	w = get32(b + 60);
+	h->type = tpu__get_le32(b + 4);
+	h->flags = tpu__get_le32(b + 8);
+	h->n = tpu__get_le32(b + 12);
+	h->id = tpu__get_le64(b + 16);
+	h->reg = tpu__get_le64(b + 24);
+	h->key = tpu__get_le64(b + 32);
+	h->addr = tpu__get_le64(b + 40);
+	h->len = tpu__get_le64(b + 48);
+	h->status = (int32_t)tpu__get_le32(b + 56);
+	w = tpu__get_le32(b + 60);
 	h->op = w & 0xff;
 	h->access = (w >> 8) & 0xff;
 	if (h->type < XFER_HELLO || h->type > XFER_REVOKE_ACK || (w >> 16))

@@ -180,9 +180,9 @@ static tpu_status build_pairs(struct tpu_xfer_req *r, const struct tpu_xfer_loca
 		r->liov[n].iov_len = len;
 		r->riov[n].iov_base = (void *)(uintptr_t)(rm->addr + remote[j].offset + ro);
 		r->riov[n].iov_len = len;
-		tpu__xfer_put64(r->elems + n * XFER_ELEM_LEN, rm->reg);
-		tpu__xfer_put64(r->elems + n * XFER_ELEM_LEN + 8, remote[j].offset + ro);
-		tpu__xfer_put64(r->elems + n * XFER_ELEM_LEN + 16, len);
+		tpu__put_le64(r->elems + n * XFER_ELEM_LEN, rm->reg);
+		tpu__put_le64(r->elems + n * XFER_ELEM_LEN + 8, remote[j].offset + ro);
+		tpu__put_le64(r->elems + n * XFER_ELEM_LEN + 16, len);
 		lo += len;
 		ro += len;
 		n++;

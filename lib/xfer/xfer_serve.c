@@ -98,9 +98,9 @@ static tpu_status check_elems(struct xfer_peer *p, const struct xfer_hdr *h, con
 
 	pthread_mutex_lock(&a->lock);
 	for (i = 0; i < h->n && !st; i++) {
-		uint64_t id = tpu__xfer_get64(el + i * XFER_ELEM_LEN);
-		uint64_t off = tpu__xfer_get64(el + i * XFER_ELEM_LEN + 8);
-		uint64_t len = tpu__xfer_get64(el + i * XFER_ELEM_LEN + 16);
+		uint64_t id = tpu__get_le64(el + i * XFER_ELEM_LEN);
+		uint64_t off = tpu__get_le64(el + i * XFER_ELEM_LEN + 8);
+		uint64_t len = tpu__get_le64(el + i * XFER_ELEM_LEN + 16);
 		struct tpu_xfer_reg *r = last && last->id == id ? last : tpu__xfer_reg_find(a, id);
 
 		if (!r || (r != last && !loaded_by(r, p)))
@@ -152,8 +152,8 @@ void tpu__xfer_serve(struct xfer_peer *p)
 	}
 	q = h->op == TPU_XFER_OP_READ ? data : p->in.pl[1].data;
 	for (i = 0; i < h->n && !ans.status; i++) {
-		uint64_t off = tpu__xfer_get64(el + i * XFER_ELEM_LEN + 8);
-		uint64_t len = tpu__xfer_get64(el + i * XFER_ELEM_LEN + 16);
+		uint64_t off = tpu__get_le64(el + i * XFER_ELEM_LEN + 8);
+		uint64_t len = tpu__get_le64(el + i * XFER_ELEM_LEN + 16);
 
 		if (h->op == TPU_XFER_OP_READ)
 			memcpy(q, regs[i]->addr + off, len);

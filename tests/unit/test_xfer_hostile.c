@@ -286,9 +286,9 @@ static void serve_budget(void)
 	      "serve budget: %d raw peers loaded a 16 MiB registration", K);
 	if (!ok)
 		goto out;
-	tpu__xfer_put64(el, rb->id);
-	tpu__xfer_put64(el + 8, 0);
-	tpu__xfer_put64(el + 16, BIG);
+	tpu__put_le64(el, rb->id);
+	tpu__put_le64(el + 8, 0);
+	tpu__put_le64(el + 16, BIG);
 	for (i = 0; i < K; i++) {
 		struct xfer_hdr rq = { .type = XFER_REQ, .id = 1, .n = 1, .op = TPU_XFER_OP_READ,
 				       .len = BIG, .flags = XFER_F_LAST };
