@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "xfer.h"
@@ -121,6 +122,27 @@ nomem:
 		free(o->own[i]);
 	free(o);
 	return -ENOMEM;
+}
+
+/* A request's notification, as its last message to @p (cma, and tcp with no chunk). */
+tpu_status tpu__xfer_send_notif(struct xfer_peer *p, const struct tpu_xfer_req *r)
+{
+	struct xfer_hdr h = { .type = XFER_NOTIF };
+	const void *d[1] = { r->notif };
+	size_t l[1] = { r->notif_len };
+
+	return tpu__xfer_send(p, &h, d, l, 1);
+}
+
+void tpu__xfer_deadline_in(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
 }
 
 tpu_status tpu__xfer_send(struct xfer_peer *p, const struct xfer_hdr *h, const void *const *data,

@@ -264,6 +264,10 @@ tpu_status tpu__xfer_agent_check(const struct tpu_agent *a);
 /* Send a message (copies @hdr and every payload); 0 or the pipe's error. */
 tpu_status tpu__xfer_send(struct xfer_peer *p, const struct xfer_hdr *h, const void *const *data,
 			  const size_t *len, size_t n);
+/* @r's notification message to @p. */
+tpu_status tpu__xfer_send_notif(struct xfer_peer *p, const struct tpu_xfer_req *r);
+/* @ts: CLOCK_REALTIME @ms from now, for pthread_cond_timedwait(). */
+void tpu__xfer_deadline_in(struct timespec *ts, int ms);
 /* Send with payloads the caller keeps valid until @done(arg, status). */
 tpu_status tpu__xfer_send_ref(struct xfer_peer *p, const struct xfer_hdr *h,
 			      const void *const *data, const size_t *len, size_t n,

@@ -73,13 +73,8 @@ static void cma_post(struct tpu_xfer_req *r)
 	}
 	pthread_rwlock_unlock(&p->rw);
 	pthread_rwlock_unlock(&a->local_rw);
-	if (!st && r->notif) {
-		struct xfer_hdr h = { .type = XFER_NOTIF };
-		const void *d[1] = { r->notif };
-		size_t l[1] = { r->notif_len };
-
-		st = tpu__xfer_send(p, &h, d, l, 1);
-	}
+	if (!st && r->notif)
+		st = tpu__xfer_send_notif(p, r);
 	tpu__xfer_req_complete(r, st);
 }
 

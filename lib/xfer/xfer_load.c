@@ -51,17 +51,6 @@ void tpu__xfer_revoke(struct xfer_peer *p, uint64_t reg)
 	tpu__xfer_send(p, &h, NULL, NULL, 0);
 }
 
-static void deadline_in(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
 /* Pick @p's backend once, after its first answer (a->lock held). */
 static tpu_status choose_backend(struct tpu_agent *a, struct xfer_peer *p)
 {
@@ -126,7 +115,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 
 		st = tpu__xfer_send(p, &h, d, l, 1);
 	}
-	deadline_in(&ts, XFER_LOAD_MS);
+	tpu__xfer_deadline_in(&ts, XFER_LOAD_MS);
 	pthread_mutex_lock(&a->lock);
 	while (!st && !ld.done && !atomic_load(&p->error))
 		if (pthread_cond_timedwait(&a->cond, &a->lock, &ts))

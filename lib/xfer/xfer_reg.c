@@ -156,17 +156,6 @@ void tpu__xfer_revoke_acked(struct xfer_peer *p, uint64_t reg)
 	pthread_mutex_unlock(&a->lock);
 }
 
-static void deadline_in(struct timespec *ts, int ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
 static void reg_unlink(struct tpu_agent *a, struct tpu_xfer_reg *r)
 {
 	struct tpu_xfer_reg **pp;
@@ -215,7 +204,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	}
 	free(tell);
 	pthread_mutex_lock(&a->lock);
-	deadline_in(&ts, XFER_REVOKE_MS);
+	tpu__xfer_deadline_in(&ts, XFER_REVOKE_MS);
 	while (r->nloaders && pthread_cond_timedwait(&a->cond, &a->lock, &ts) == 0)
 		;
 	/*

@@ -76,13 +76,8 @@ static void tcp_post(struct tpu_xfer_req *r)
 		st = tpu__xfer_req_live(r);
 	if (st || !r->nchunks) {
 		pthread_rwlock_unlock(&a->local_rw);
-		if (!st && r->notif) {
-			struct xfer_hdr h = { .type = XFER_NOTIF };
-			const void *d[1] = { r->notif };
-			size_t l[1] = { r->notif_len };
-
-			st = tpu__xfer_send(p, &h, d, l, 1);
-		}
+		if (!st && r->notif)
+			st = tpu__xfer_send_notif(p, r);
 		tpu__xfer_req_complete(r, st);
 		return;
 	}
