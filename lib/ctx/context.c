@@ -69,7 +69,16 @@ struct tpu_context {
 	char *transports;		/* pipes: allowed transports, NULL for all */
 	char *channels;
 
+	/*
+	 * wake_fd: written by peers (armed pollers, a duplicate in their
+	 * hands); kick_fd: by this process's threads (ctx_kick).  Apart so
+	 * that a thread lent to the context may sleep on the peers' writes in
+	 * the thread's place (tpu__ctx_lend_sleep) while the thread, asleep
+	 * after a lender's recent use, waits for kicks and CQEs only: one
+	 * wake-up per frame, not one for each of them.
+	 */
 	int wake_fd;
+	int kick_fd;
 	atomic_bool asleep;
 
 	pthread_mutex_t sq_lock;	/* the ring's SQ side and what follows */
@@ -116,6 +125,8 @@ struct tpu_context {
 	_Atomic uint64_t lend_last_ns;
 	atomic_bool timed_sleep;
 	atomic_uint npollers;		/* for tpu__ctx_lendable(), any thread */
+	/* Statistics for tests: the thread's wake-ups, a lender's sleeps in its place. */
+	_Atomic uint64_t wakes, deaf_wakes, lend_sleeps;
 
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
@@ -172,7 +183,16 @@ static void ctx_kick(struct tpu_context *ctx)
 
 	if (!atomic_exchange(&ctx->asleep, false))
 		return;
-	while (write(ctx->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+	while (write(ctx->kick_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+/* Both descriptors are non-blocking: whoever reads second finds nothing. */
+static void ctx_drain_fd(int fd)
+{
+	uint64_t n;
+
+	while (read(fd, &n, sizeof(n)) < 0 && errno == EINTR)
 		;
 }
 
@@ -522,15 +542,22 @@ static void ctx_progress(struct tpu_context *ctx)
 	pthread_mutex_unlock(&ctx->progress_lock);
 }
 
-/* Sleep until a CQE is there or the eventfd was written. */
+/*
+ * Sleep until a CQE is there or a kick came, or (@timed false) a peer wrote
+ * the wake descriptor.  Timed, a lender used the context lately and the
+ * pollers are not armed: a lender asleep in our place (tpu__ctx_lend_sleep)
+ * takes the peers' writes, and we look at the pollers when the time is up.
+ * Descriptors are read only once the context is ours again, so that what
+ * a lender sleeps on is never taken from under it.
+ */
 static void ctx_sleep(struct tpu_context *ctx, bool timed)
 {
-	struct pollfd p[2] = {
+	struct pollfd p[3] = {
 		{ .fd = ctx->ring.ring_fd, .events = POLLIN },
+		{ .fd = ctx->kick_fd, .events = POLLIN },
 		{ .fd = ctx->wake_fd, .events = POLLIN },
 	};
 	const struct timespec grace = { 0, LEND_GRACE_NS };
-	uint64_t n;
 	int ret;
 
 	if (io_uring_cq_ready(&ctx->ring))
@@ -540,18 +567,36 @@ static void ctx_sleep(struct tpu_context *ctx, bool timed)
 	pthread_mutex_unlock(&ctx->drive);
 	for (;;) {
 		/* EINTR is the module's task work having run: look at the ring again. */
-		ret = ppoll(p, 2, timed ? &grace : NULL, NULL);
-		if (ret > 0 && (p[1].revents & POLLIN))
-			while (read(ctx->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
-				;
-		if (ret != 0) {
-			pthread_mutex_lock(&ctx->drive);
+		ret = ppoll(p, timed ? 2 : 3, timed ? &grace : NULL, NULL);
+		if (ret == 0) {
+			/* Time to look at the unarmed pollers, unless a lender does. */
+			if (!pthread_mutex_trylock(&ctx->drive))
+				break;
+			continue;
+		}
+		if (ret < 0 || ((p[0].revents | p[1].revents) & POLLIN) ||
+		    !pthread_mutex_trylock(&ctx->drive)) {
+			if (ret < 0 || ((p[0].revents | p[1].revents) & POLLIN))
+				pthread_mutex_lock(&ctx->drive);
 			break;
 		}
-		/* Time to look at the unarmed pollers, unless a lender does. */
-		if (!pthread_mutex_trylock(&ctx->drive))
-			break;
+		/*
+		 * Only a peer's write, while a lender holds the context: it
+		 * sleeps on that descriptor in our place and takes the frame.
+		 * Sleep on without listening to peers until it gives the
+		 * context back (a kick then if it will not be back soon), or
+		 * the grace is over.
+		 */
+		atomic_fetch_add_explicit(&ctx->deaf_wakes, 1, memory_order_relaxed);
+		timed = true;
+		atomic_store(&ctx->timed_sleep, true);
 	}
+	if (ret > 0)
+		atomic_fetch_add_explicit(&ctx->wakes, 1, memory_order_relaxed);
+	if (ret > 0 && (p[1].revents & POLLIN))
+		ctx_drain_fd(ctx->kick_fd);
+	if (ret > 0 && (p[2].revents & POLLIN))
+		ctx_drain_fd(ctx->wake_fd);
 	atomic_store(&ctx->timed_sleep, false);
 }
 
@@ -757,6 +802,8 @@ bool tpu__ctx_lend_work(struct tpu_context *ctx)
 
 void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon)
 {
+	bool timed, kick;
+
 	/*
 	 * The thread sleeps on: arm its pollers again, and wake it for what
 	 * is left (our deferred work and SQEs, which it was not kicked for,
@@ -765,13 +812,72 @@ void tpu__ctx_lend_end(struct tpu_context *ctx, bool back_soon)
 	 */
 	atomic_store_explicit(&ctx->lend_last_ns, back_soon ? ctx_now_ns() : 0,
 			      memory_order_relaxed);
-	if ((!(back_soon && atomic_load(&ctx->timed_sleep)) && ctx_arm_all(ctx)) ||
-	    ctx_has_work(ctx))
+	timed = atomic_load(&ctx->timed_sleep);
+	kick = !(back_soon && timed) && ctx_arm_all(ctx);
+	/* Timed, the thread does not listen to peers: not coming back, have it listen again. */
+	if (kick || (timed && !back_soon) || ctx_has_work(ctx))
 		ctx_kick(ctx);
 	/* For threads in tpu__ctx_wait() (a run_sync whose task we ran). */
 	ctx_progress(ctx);
 	this_thread_ctx = NULL;
 	pthread_mutex_unlock(&ctx->drive);
+}
+
+bool tpu__ctx_lend_sleep(struct tpu_context *ctx, uint64_t deadline_ns)
+{
+	struct pollfd p[3] = {
+		{ .fd = ctx->wake_fd, .events = POLLIN },
+		{ .fd = ctx->ring.ring_fd, .events = POLLIN },
+		{ .fd = ctx->kick_fd, .events = POLLIN },
+	};
+	struct timespec ts;
+	uint64_t now;
+	bool own;
+	int ret;
+
+	if (tpu__ctx_lend_blocked(ctx))
+		return true;
+	/* Peers write the wake descriptor from now on; what came first is taken now. */
+	if (ctx_arm_all(ctx) || atomic_load(&ctx->done_hint)) {
+		ctx_disarm_all(ctx);
+		return false;
+	}
+	if (deadline_ns) {
+		now = ctx_now_ns();
+		if (now >= deadline_ns) {
+			ctx_disarm_all(ctx);
+			return false;
+		}
+		ts.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
+		ts.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+	}
+	atomic_fetch_add_explicit(&ctx->lend_sleeps, 1, memory_order_relaxed);
+	ret = ppoll(p, 3, deadline_ns ? &ts : NULL, NULL);
+	if (ret > 0 && (p[0].revents & POLLIN))
+		ctx_drain_fd(ctx->wake_fd);
+	ctx_disarm_all(ctx);
+	/* A CQE, or a kick (SQEs, another thread's deferred work): the thread's own. */
+	own = ret > 0 && ((p[1].revents & POLLIN) || (p[2].revents & POLLIN));
+	return own || tpu__ctx_lend_blocked(ctx);
+}
+
+uint64_t tpu__ctx_lend_sleeps(const struct tpu_context *ctx)
+{
+	return atomic_load_explicit(&ctx->lend_sleeps, memory_order_relaxed);
+}
+
+uint64_t tpu__ctx_wakes(const struct tpu_context *ctx)
+{
+	return atomic_load_explicit(&ctx->wakes, memory_order_relaxed) +
+	       atomic_load_explicit(&ctx->deaf_wakes, memory_order_relaxed);
+}
+
+void tpu__ctx_lend_wake(struct tpu_context *ctx)
+{
+	uint64_t one = 1;
+
+	while (write(ctx->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
 }
 
 void tpu__ctx_lend_forget(struct tpu_context *ctx)
@@ -948,6 +1054,8 @@ static void ctx_free(struct tpu_context *ctx)
 {
 	if (ctx->wake_fd >= 0)
 		close(ctx->wake_fd);
+	if (ctx->kick_fd >= 0)
+		close(ctx->kick_fd);
 	tpu__ep_ref_put(ctx->ep);
 	pthread_mutex_destroy(&ctx->sq_lock);
 	pthread_mutex_destroy(&ctx->done_lock);
@@ -1029,6 +1137,7 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx->magic = TPU__MAGIC_CONTEXT;
 	ctx->fork_gen = tpu__fork_gen();
 	ctx->wake_fd = -1;
+	ctx->kick_fd = -1;
 	pthread_mutex_init(&ctx->sq_lock, NULL);
 	pthread_mutex_init(&ctx->done_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
@@ -1061,8 +1170,9 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 		ctx_free(ctx);
 		return -ENOMEM;
 	}
-	ctx->wake_fd = eventfd(0, EFD_CLOEXEC);
-	if (ctx->wake_fd < 0) {
+	ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctx->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ctx->wake_fd < 0 || ctx->kick_fd < 0) {
 		st = tpu__errno();
 		ctx_free(ctx);
 		return st;

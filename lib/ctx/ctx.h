@@ -134,6 +134,21 @@ bool tpu__ctx_lendable(struct tpu_context *ctx);
  */
 bool tpu__ctx_lend_blocked(struct tpu_context *ctx);
 /*
+ * Lent, and the lender's wait goes on: sleep in the thread's place until a
+ * peer writes the wake descriptor (the pollers armed meanwhile), a kick
+ * or a CQE comes, tpu__ctx_lend_wake() is called, or @deadline_ns
+ * (CLOCK_MONOTONIC; 0: none).  The caller then runs lend_work.  True when
+ * the work is the context's own thread's (a CQE, a kick, SQEs): give the
+ * context back now.  The thread, asleep meanwhile, is not woken for what
+ * wakes the lender.
+ */
+bool tpu__ctx_lend_sleep(struct tpu_context *ctx, uint64_t deadline_ns);
+/* Wake a lender asleep in tpu__ctx_lend_sleep (any thread). */
+void tpu__ctx_lend_wake(struct tpu_context *ctx);
+/* For tests: the thread's wake-ups from sleep, and lenders' sleeps in its place. */
+uint64_t tpu__ctx_wakes(const struct tpu_context *ctx);
+uint64_t tpu__ctx_lend_sleeps(const struct tpu_context *ctx);
+/*
  * The lender that gave the context back expecting to come back does not
  * (it waits without lending): the thread arms its pollers now rather than
  * when its grace is up.

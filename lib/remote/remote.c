@@ -6,9 +6,14 @@
  * task, the inner inprocess rendezvous; otherwise the outbox of the
  * source's worker, fetched by the receiver over a pipe.
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "remote.h"
 
@@ -189,8 +194,11 @@ static void r_issued(struct tpu_rendezvous *rdv)
 	if (!atomic_load(&st->hooks_off) && tpu__ctx_lendable(st->pctx) &&
 	    tpu__ctx_lend_begin(st->pctx)) {
 		tpu__ctx_lend_work(st->pctx);
-		/* Back soon in a wait, unless this thread backs off from spinning. */
-		tpu__ctx_lend_end(st->pctx, !tpu__spin_contended(tpu__mono_ns()));
+		/*
+		 * Back soon in a wait, likely: a waiter lends itself whether it
+		 * spins or not (it sleeps in the thread's place).
+		 */
+		tpu__ctx_lend_end(st->pctx, true);
 	} else {
 		tpu__ctx_kick(st->pctx);
 	}
@@ -243,13 +251,10 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	}
 	/*
-	 * While this thread backs off the wait will not spin: lending would only cost,
-	 * and pctx's thread must be ready to take what comes.
+	 * A thread that backs off from spinning lends itself all the same: it
+	 * does not spin (r_spin_ns gives no floor then), but it sleeps in pctx
+	 * thread's place (r_wait_sleep), which saves the thread's wake-up.
 	 */
-	if (phase == TPU__WW_SPIN_BEGIN && tpu__spin_contended(tpu__mono_ns())) {
-		stood_down = st;
-		tpu__ctx_lend_forget(st->pctx);
-	}
 	if (lent_to != st) {
 		/* Nothing to poll (tcp): the context's thread is better at it. */
 		if (!tpu__ctx_lendable(st->pctx) || stood_down == st)
@@ -280,6 +285,79 @@ static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
 	struct remote *st = rdv->impl_state;
 
 	return st && lent_to == st ? atomic_load(&st->lend_spin_ns) : 0;
+}
+
+/*
+ * A waiter done spinning sleeps where pctx's thread would: lent to pctx,
+ * on its wake descriptor, with the pollers armed, so that the frame which
+ * ends the wait wakes the waiter itself, which reads it and finishes its
+ * own op (one wake-up per hand-off, not pctx's thread's and then the
+ * waiter's).  A waiter not lent (pctx's thread was awake, or the work is
+ * the thread's own) sleeps on st->kick_seq.  The token is kick_seq: a
+ * word posted by another thread (pctx's, a cancel, the inner rendezvous)
+ * changes it and wakes either sleep.
+ */
+static uint32_t r_wait_token(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	return st ? atomic_load(&st->kick_seq) : 0;
+}
+
+/* Give pctx back in the middle of a wait: its own thread has work only it can do. */
+static void stand_down(struct remote *st)
+{
+	lent_to = NULL;
+	stood_down = st;
+	tpu__ctx_lend_end(st->pctx, false);
+}
+
+static void r_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns)
+{
+	struct remote *st = rdv->impl_state;
+	struct timespec ts, *tsp = NULL;
+	uint64_t now;
+
+	if (!st)
+		return;
+	if (lent_to == st && atomic_load(&st->hooks_off))
+		stand_down(st);
+	if (lent_to == st) {
+		bool own = false;
+
+		atomic_store(&st->lend_asleep, true);
+		if (atomic_load(&st->kick_seq) == token)
+			own = tpu__ctx_lend_sleep(st->pctx, deadline_ns);
+		atomic_store(&st->lend_asleep, false);
+		if (own)
+			stand_down(st);
+		return;
+	}
+	if (deadline_ns) {
+		now = tpu__mono_ns();
+		if (now >= deadline_ns)
+			return;
+		ts.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
+		ts.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+		tsp = &ts;
+	}
+	atomic_fetch_add(&st->word_sleepers, 1);
+	syscall(SYS_futex, &st->kick_seq, FUTEX_WAIT_PRIVATE, token, tsp, NULL, 0);
+	atomic_fetch_sub(&st->word_sleepers, 1);
+}
+
+/* A sleeping waiter's word posted by another thread. */
+static void r_wait_kick(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	if (!st)
+		return;
+	atomic_fetch_add(&st->kick_seq, 1);
+	if (atomic_load(&st->word_sleepers))
+		syscall(SYS_futex, &st->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	if (atomic_load(&st->lend_asleep))
+		tpu__ctx_lend_wake(st->pctx);
 }
 
 static void local_send_done(void *arg, tpu_status status)
@@ -539,6 +617,9 @@ const struct tpu__rdv_ops tpu__remote_ops = {
 	.abort = r_abort,
 	.progress = r_progress,
 	.spin_ns = r_spin_ns,
+	.wait_token = r_wait_token,
+	.wait_sleep = r_wait_sleep,
+	.wait_kick = r_wait_kick,
 	.issued = r_issued,
 	.release = r_release,
 	.owns_pipes = true,
@@ -597,6 +678,9 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 		return -ENOMEM;
 	atomic_init(&st->refs, 1);
 	atomic_init(&st->hooks_off, false);
+	atomic_init(&st->kick_seq, 0);
+	atomic_init(&st->word_sleepers, 0);
+	atomic_init(&st->lend_asleep, false);
 	pthread_mutex_init(&st->lock, NULL);
 	st->ctx = ctx;
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,

@@ -173,6 +173,14 @@ struct remote {
 	 * each that was answered.
 	 */
 	_Atomic uint64_t lend_spin_ns;
+	/*
+	 * Blocked waiters that stopped spinning (remote.c, r_wait_sleep):
+	 * the sequence a post by another thread bumps, how many sleep on it,
+	 * and whether the lent one sleeps on pctx's wake descriptor.
+	 */
+	_Atomic uint32_t kick_seq;
+	atomic_uint word_sleepers;
+	atomic_bool lend_asleep;
 	struct tpu_rendezvous *rdv;	/* the front end's; NULL after destroy */
 	struct tpu_rendezvous *inner;	/* keys local to this task */
 	struct tpu_listener *listener;	/* ctx thread after create */

@@ -47,6 +47,7 @@ static const struct {
 	{ "store", test_store },
 	{ "auth", test_auth },
 	{ "remote_authz", test_remote_authz },
+	{ "remote_wake", test_remote_wake },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Wake-ups of the remote rendezvous (lib/remote, r_wait_sleep): a blocked
+ * receive that stops spinning sleeps in the place of its pipe context's
+ * thread, on the context's wake descriptor, so that the frame ending the
+ * wait wakes the waiter alone and not that thread first.
+ *
+ *   - a ping-pong between two workers of this process over shm, each side
+ *     answering 300 us after its receive returned (longer than any spin,
+ *     shorter than the context's grace after a lender): the contexts'
+ *     threads are woken for far fewer than the round trips, and the
+ *     waiters slept in their place about once per receive;
+ *   - a waiter asleep in that place is woken by another thread's post: a
+ *     key local to the worker (the inner rendezvous completes it on the
+ *     user's context thread), and an abort.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctx/ctx.h"
+#include "remote/remote.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define TASK_A		"/job:worker/replica:0/task:0"
+#define TASK_B		"/job:worker/replica:0/task:1"
+#define ROUNDS		200
+#define ANSWER_US	300
+#define WAIT_NS		(10ull * 1000000000ull)
+
+static size_t key_of(char *buf, const char *src, const char *dst, const char *edge,
+		     unsigned int iter)
+{
+	char s[96], d[96];
+	struct tpu_key k = { .src_incarnation = 3, .iter_id = iter };
+	size_t len = 0;
+
+	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
+	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
+	k.src_device = (struct tpu_str){ s, strlen(s) };
+	k.dst_device = (struct tpu_str){ d, strlen(d) };
+	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
+	if (tpu_key_build(&k, buf, 512, &len))
+		return 0;
+	return len;
+}
+
+struct worker {
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	char url[300];
+	tpu_status err;		/* the ping-pong's first failure */
+	uint64_t vals[ROUNDS];	/* what its posted sends send, until taken */
+};
+
+static bool worker_open(struct worker *w, const char *task, const char *tag)
+{
+	struct tpu_context_options o = { .transports = "shm", .flags = TPU_CTX_NO_KMOD };
+	char listen[96];
+	const char *lu = listen;
+	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
+
+	snprintf(listen, sizeof(listen), "shm://remotewake-%d-%s", (int)getpid(), tag);
+	memset(w, 0, sizeof(*w));
+	return !tpu_context_create(&o, &w->ctx) &&
+	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
+	       !tpu_rendezvous_url(w->rdv, NULL, w->url, sizeof(w->url));
+}
+
+static void worker_close(struct worker *w)
+{
+	tpu_rendezvous_destroy(w->rdv);
+	tpu_context_destroy(w->ctx);
+}
+
+static struct tpu_context *pctx_of(struct worker *w)
+{
+	return ((struct remote *)w->rdv->impl_state)->pctx;
+}
+
+static tpu_status take(struct worker *w, const char *src, const char *dst, const char *edge,
+		       unsigned int i, uint64_t *got)
+{
+	struct tpu_tensor t = { .data = got, .len = sizeof(*got) };
+	char k[512];
+	size_t kl = key_of(k, src, dst, edge, i), len = 0;
+	tpu_status st = tpu_rendezvous_recv_wait(w->rdv, k, kl, &t, WAIT_NS, &len);
+
+	return st ? st : len == sizeof(*got) && *got == i ? 0 : -EBADMSG;
+}
+
+/* A posted send of @i: its memory is the worker's until the key is taken. */
+static tpu_status give(struct worker *w, const char *src, const char *dst, const char *edge,
+		       unsigned int i)
+{
+	struct tpu_tensor t = { .data = &w->vals[i], .len = sizeof(w->vals[i]) };
+	char k[512];
+	size_t kl = key_of(k, src, dst, edge, i);
+
+	w->vals[i] = i;
+	return tpu_rendezvous_send(w->rdv, k, kl, &t, 0, NULL, NULL);
+}
+
+static void pause_us(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Worker B: answer each ping ANSWER_US after it came. */
+static void *answer(void *arg)
+{
+	struct worker *b = arg;
+	uint64_t got;
+
+	for (unsigned int i = 0; i < ROUNDS && !b->err; i++) {
+		b->err = take(b, TASK_A, TASK_B, "ping", i, &got);
+		pause_us(ANSWER_US);
+		if (!b->err)
+			b->err = give(b, TASK_B, TASK_A, "pong", i);
+	}
+	return NULL;
+}
+
+static void ping_pong_wakes(struct worker *a, struct worker *b)
+{
+	uint64_t wakes0, sleeps0, wakes, sleeps, got;
+	tpu_status err = 0;
+	unsigned int i;
+	pthread_t th;
+
+	/* One round first: the pipes are set up, their wake-ups not counted. */
+	err = give(a, TASK_A, TASK_B, "warm", 0);
+	if (!err)
+		err = take(b, TASK_A, TASK_B, "warm", 0, &got);
+	CHECK_STATUS(err, 0, "remote wake: a first tensor crosses the pipes");
+	if (err)
+		return;
+	wakes0 = tpu__ctx_wakes(pctx_of(a)) + tpu__ctx_wakes(pctx_of(b));
+	sleeps0 = tpu__ctx_lend_sleeps(pctx_of(a)) + tpu__ctx_lend_sleeps(pctx_of(b));
+	if (pthread_create(&th, NULL, answer, b)) {
+		CHECK(false, "remote wake: a thread for worker B");
+		return;
+	}
+	for (i = 0; i < ROUNDS && !err; i++) {
+		pause_us(ANSWER_US);
+		err = give(a, TASK_A, TASK_B, "ping", i);
+		if (!err)
+			err = take(a, TASK_B, TASK_A, "pong", i, &got);
+	}
+	if (err)
+		tpu_rendezvous_abort(b->rdv, err);
+	pthread_join(th, NULL);
+	wakes = tpu__ctx_wakes(pctx_of(a)) + tpu__ctx_wakes(pctx_of(b)) - wakes0;
+	sleeps = tpu__ctx_lend_sleeps(pctx_of(a)) + tpu__ctx_lend_sleeps(pctx_of(b)) - sleeps0;
+	CHECK(!err && !b->err, "remote wake: %d round trips with answers %d us late (%s, %s)",
+	      ROUNDS, ANSWER_US, tpu_strerror(err), tpu_strerror(b->err));
+	CHECK(wakes <= ROUNDS / 4,
+	      "remote wake: the contexts' threads woke %llu times in %d round trips (at most %d)",
+	      (unsigned long long)wakes, ROUNDS, ROUNDS / 4);
+	CHECK(sleeps >= ROUNDS,
+	      "remote wake: waiters slept in their place %llu times for %d receives (at least %d)",
+	      (unsigned long long)sleeps, 2 * ROUNDS, ROUNDS);
+}
+
+struct poster {
+	struct worker *w;
+	bool abort;
+};
+
+/* After 50 ms: send the local key, or abort. */
+static void *post_later(void *arg)
+{
+	struct poster *p = arg;
+
+	pause_us(50000);
+	if (p->abort)
+		tpu_rendezvous_abort(p->w->rdv, -ECONNABORTED);
+	else
+		give(p->w, TASK_A, TASK_A, "local", 7);
+	return NULL;
+}
+
+/* A waiter asleep in pctx's place, woken by a post from another thread. */
+static void woken_by_other_thread(struct worker *a, bool abort)
+{
+	struct poster p = { .w = a, .abort = abort };
+	uint64_t sleeps0 = tpu__ctx_lend_sleeps(pctx_of(a)), got = 0, t0;
+	struct timespec ts;
+	tpu_status st;
+	pthread_t th;
+
+	if (pthread_create(&th, NULL, post_later, &p)) {
+		CHECK(false, "remote wake: a posting thread");
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	st = take(a, abort ? TASK_B : TASK_A, TASK_A, abort ? "never" : "local", 7, &got);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - t0;
+	pthread_join(th, NULL);
+	CHECK_STATUS(st, abort ? -ECONNABORTED : 0, "remote wake: %s",
+		     abort ? "an abort ends a receive asleep in pctx's place"
+			   : "a local key's send ends a receive asleep in pctx's place");
+	CHECK(t0 < 2000000000ull, "remote wake: within %llu ms of a 10 s timeout",
+	      (unsigned long long)(t0 / 1000000));
+	CHECK(tpu__ctx_lend_sleeps(pctx_of(a)) > sleeps0,
+	      "remote wake: that waiter slept in pctx's place");
+}
+
+void test_remote_wake(void)
+{
+	struct worker a, b;
+	bool ok = worker_open(&a, TASK_A, "a") && worker_open(&b, TASK_B, "b");
+
+	CHECK(ok, "remote wake: two workers over shm");
+	if (ok)
+		ok = !tpu_rendezvous_add_peer(a.rdv, TASK_B, b.url) &&
+		     !tpu_rendezvous_add_peer(b.rdv, TASK_A, a.url);
+	if (ok) {
+		ping_pong_wakes(&a, &b);
+		woken_by_other_thread(&a, false);
+		woken_by_other_thread(&a, true);
+	}
+	worker_close(&b);
+	worker_close(&a);
+}
