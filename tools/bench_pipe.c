@@ -339,6 +339,7 @@ static tpu_status bench_url(const struct pair *pr, const struct pipe_opts *o, co
 		r->avg_us = sum / c.nsamples / 1e3;
 		r->p50_us = c.samples[c.nsamples / 2] / 1e3;
 		r->p90_us = c.samples[c.nsamples * 9 / 10] / 1e3;
+		r->p99_us = c.samples[c.nsamples * 99 / 100] / 1e3;
 		snprintf(r->xport, sizeof(r->xport), "%s", tpu_pipe_transport(c.pipe));
 		snprintf(r->chan, sizeof(r->chan), "%s",
 			 tpu_pipe_channel(c.pipe, TPU_DEVICE_CPU, TPU_DEVICE_CPU));

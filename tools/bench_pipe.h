@@ -17,7 +17,7 @@ extern const size_t bench_pipe_sizes[BENCH_PIPE_NSIZES];
 /* One pipe's figures: what it negotiated, its round trip, GB/s per size. */
 struct pair_result {
 	char xport[8], chan[8];
-	double avg_us, p50_us, p90_us;
+	double avg_us, p50_us, p90_us, p99_us;
 	double gbps[BENCH_PIPE_NSIZES];
 };
 

@@ -194,6 +194,7 @@ static tpu_status measure(struct side *s, struct remote_result *r)
 		qsort(t, s->o->iters, sizeof(*t), cmp_u64);
 		r->rtt_p50_us = (double)t[s->o->iters / 2] / 1e3;
 		r->rtt_p90_us = (double)t[s->o->iters * 9 / 10] / 1e3;
+		r->rtt_p99_us = (double)t[s->o->iters * 99 / 100] / 1e3;
 	}
 	for (si = 0; !st && si < NSIZES; si++) {
 		for (i = 0; !st && i < warm + s->o->bw_iters; i++) {
@@ -258,17 +259,19 @@ void bench_remote_print(const struct remote_opts *o, const struct remote_result 
 	printf("remote rendezvous between two workers over %s (path %s), against a pipe between\n"
 	       "two processes over the same transport (%s/%s), same run\n\n", o->transport,
 	       r->path[0] ? r->path : "?", r->pipe.xport, r->pipe.chan);
-	printf("%-10s %9s %9s", "", "rtt p50", "rtt p90");
+	printf("%-10s %9s %9s %9s", "", "rtt p50", "rtt p90", "rtt p99");
 	for (i = 0; i < NSIZES; i++)
 		printf(" %9s", format_size(bench_pipe_sizes[i], sz, sizeof(sz)));
-	printf("\n%-10s %9s %9s %9s  (GB/s)\n", "", "us", "us", "");
-	printf("%-10s %9.1f %9.1f", "remote", r->rtt_p50_us, r->rtt_p90_us);
+	printf("\n%-10s %9s %9s %9s %9s  (GB/s)\n", "", "us", "us", "us", "");
+	printf("%-10s %9.1f %9.1f %9.1f", "remote", r->rtt_p50_us, r->rtt_p90_us, r->rtt_p99_us);
 	for (i = 0; i < NSIZES; i++)
 		printf(" %9.2f", r->gbps[i]);
-	printf("\n%-10s %9.1f %9.1f", "pipe", r->pipe.p50_us, r->pipe.p90_us);
+	printf("\n%-10s %9.1f %9.1f %9.1f", "pipe", r->pipe.p50_us, r->pipe.p90_us,
+	       r->pipe.p99_us);
 	for (i = 0; i < NSIZES; i++)
 		printf(" %9.2f", r->pipe.gbps[i]);
-	printf("\n%-10s %8.2fx %9s", "ratio", r->rtt_p50_us / r->pipe.p50_us, "");
+	printf("\n%-10s %8.2fx %9s %8.2fx", "ratio", r->rtt_p50_us / r->pipe.p50_us, "",
+	       r->rtt_p99_us / r->pipe.p99_us);
 	for (i = 0; i < NSIZES; i++)
 		printf(" %8.2fx", r->gbps[i] / r->pipe.gbps[i]);
 	printf("\n\ngoals: round trip at most 1.2x the pipe's, bandwidth at least 0.9x from 1 MiB\n");
@@ -285,6 +288,7 @@ void bench_remote_json(const struct remote_opts *o, const struct remote_result *
 	json_string(j, "path", r->path);
 	json_double(j, "rtt_p50_us", r->rtt_p50_us, 2);
 	json_double(j, "rtt_p90_us", r->rtt_p90_us, 2);
+	json_double(j, "rtt_p99_us", r->rtt_p99_us, 2);
 	for (i = 0; i < NSIZES; i++) {
 		snprintf(name, sizeof(name), "gbps_%zu", bench_pipe_sizes[i]);
 		json_double(j, name, r->gbps[i], 3);
@@ -293,6 +297,7 @@ void bench_remote_json(const struct remote_opts *o, const struct remote_result *
 	json_string(j, "transport", r->pipe.xport);
 	json_string(j, "channel", r->pipe.chan);
 	json_double(j, "rtt_p50_us", r->pipe.p50_us, 2);
+	json_double(j, "rtt_p99_us", r->pipe.p99_us, 2);
 	for (i = 0; i < NSIZES; i++) {
 		snprintf(name, sizeof(name), "gbps_%zu", bench_pipe_sizes[i]);
 		json_double(j, name, r->pipe.gbps[i], 3);

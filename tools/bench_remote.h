@@ -17,7 +17,7 @@ struct remote_opts {
 
 struct remote_result {
 	char path[32];			/* the workers' pipe: "transport/channel" */
-	double rtt_p50_us, rtt_p90_us;
+	double rtt_p50_us, rtt_p90_us, rtt_p99_us;
 	double gbps[BENCH_PIPE_NSIZES];
 	struct pair_result pipe;	/* the reference, same run */
 };
