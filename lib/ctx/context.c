@@ -2,11 +2,14 @@
 /*
  * The context: one io_uring and the one thread that waits on it.
  *
- * The thread sleeps in poll() on the ring's descriptor and an eventfd, and
- * wakes for three reasons: a CQE of some operation, an op finished by
- * another thread (tpu__ctx_complete), or an SQE another thread queued.  The
- * last two write the eventfd, but only when the thread said it is about to
- * sleep, so that a busy context costs its producers no system call.
+ * The thread sleeps in poll() on the ring's descriptor and two eventfds,
+ * and wakes for four reasons: a CQE of some operation, an op finished by
+ * another thread (tpu__ctx_complete), an SQE another thread queued, or a
+ * peer's frame (the wake descriptor, written by peers whose poller we
+ * armed).  The middle two write the kick descriptor, but only when the
+ * thread said it is about to sleep, so that a busy context costs its
+ * producers no system call.  After a lender's recent use the thread does
+ * not listen to the wake descriptor: a lender sleeps on it in its place.
  *
  * Why poll and not io_uring_enter(GETEVENTS) with a READ armed on the
  * eventfd: the same wake-ups, one fewer SQE per wake, and valgrind (3.19)

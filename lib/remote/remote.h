@@ -22,7 +22,9 @@
  * pipe work itself while it spins (remote_progress), and a thread whose
  * send or receive deferred pipe work does it right after the front end's
  * lock is dropped (remote_issued), so that a hand-off costs no wake-up of
- * pctx's thread.  A user thread's send or receive changes the shared
+ * pctx's thread; one that stops spinning sleeps, still lent, on pctx's
+ * wake descriptor in its thread's place (r_wait_sleep), so the frame that
+ * ends its wait wakes it alone.  A user thread's send or receive changes the shared
  * tables under st->lock and defers the pipe work (tpu__remote_defer); no
  * pipe call is made with st->lock held, since on the context thread a pipe
  * may call back at once.  Everything marked "ctx thread" is touched only
