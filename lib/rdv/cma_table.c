@@ -43,6 +43,7 @@ struct tpu__cma_header {
 	uint32_t joins;			/* members joined so far; atomic access */
 	uint32_t sleepers;		/* threads in tpu__cma_wait(); atomic access */
 	uint32_t member_hwm;		/* member slots from here on never used; atomic access */
+	uint32_t futex_wakes;		/* FUTEX_WAKE calls on the wake word; atomic access */
 };
 
 struct tpu__cma_member {
@@ -222,6 +223,10 @@ tpu_status tpu__cma_table_open(struct tpu__cma_table *t, int fd)
 	}
 	set_views(t, map);
 	if (!layout_matches(t->hdr, t->size)) {
+		/* Another version's protocol (its wake-ups, say) must not meet ours. */
+		if (t->hdr->version != TPU__CMA_VERSION)
+			tpu__log_debug("cma table: version %u, this library speaks %u: refused",
+				       t->hdr->version, TPU__CMA_VERSION);
 		tpu__cma_table_close(t);
 		return -EINVAL;
 	}
@@ -259,8 +264,20 @@ void tpu__cma_wake(struct tpu__cma_table *t)
 {
 	/* Sequentially consistent, against the sleeper's count-then-check. */
 	__atomic_add_fetch(&t->hdr->wake, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&t->hdr->sleepers, __ATOMIC_SEQ_CST))
+	if (__atomic_load_n(&t->hdr->sleepers, __ATOMIC_SEQ_CST)) {
+		__atomic_add_fetch(&t->hdr->futex_wakes, 1, __ATOMIC_RELAXED);
 		futex(&t->hdr->wake, FUTEX_WAKE, INT_MAX, NULL);
+	}
+}
+
+void tpu__cma_wake_lazy(struct tpu__cma_table *t)
+{
+	__atomic_add_fetch(&t->hdr->wake, 1, __ATOMIC_SEQ_CST);
+}
+
+uint32_t tpu__cma_futex_wakes(const struct tpu__cma_table *t)
+{
+	return __atomic_load_n(&t->hdr->futex_wakes, __ATOMIC_RELAXED);
 }
 
 tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeout_ns)

@@ -37,7 +37,12 @@
  *
  * Wakeups: one 32-bit futex word, bumped after every change and woken with
  * FUTEX_WAKE (a shared futex, not FUTEX_PRIVATE), which every member's
- * helper thread waits on.
+ * helper thread waits on.  A slot's DONE only bumps it (tpu__cma_wake_lazy):
+ * the consumer's next wake carries it, most often the post of its answer,
+ * so that a producer whose next wait is a receive is woken once, not for
+ * the DONE and then for the answer.  The consumer wakes before it sleeps,
+ * and a producer with a send pending sleeps TPU__CMA_DONE_BOUND_NS at most:
+ * a DONE is never later than that.
  *
  * The members trust one another (any of them may write the table), but no
  * value read from it is used as an index or length without a range check.
@@ -53,7 +58,12 @@
 
 #include "rdv.h"	/* TPU__CMA_MAGIC, TPU__KEY_MAX */
 
-#define TPU__CMA_VERSION	4
+/*
+ * 5: a consumer's DONE bumps the wake word without waking sleepers
+ * (tpu__cma_wake_lazy), so members of version 4, whose producers sleep
+ * without a bound, must not share a table with it: refused on open.
+ */
+#define TPU__CMA_VERSION	5
 #define TPU__CMA_SLOTS		4096	/* tensors posted and not yet reaped */
 /* Every key the front end accepts; a slot's key then fills one page. */
 #define TPU__CMA_MAX_KEY	TPU__KEY_MAX
@@ -140,6 +150,15 @@ void tpu__cma_wake(struct tpu__cma_table *t);
  * -EINTR.  Spurious returns are possible: callers re-check.
  */
 tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeout_ns);
+/*
+ * Bump the wake word only: threads spinning on it or about to sleep see
+ * the change, sleepers are not woken (see "Wakeups" above).
+ */
+void tpu__cma_wake_lazy(struct tpu__cma_table *t);
+/* The longest a producer with a send pending sleeps: the bound on a lazy DONE. */
+#define TPU__CMA_DONE_BOUND_NS	500000
+/* For tests: FUTEX_WAKE calls made on this table so far, by every member. */
+uint32_t tpu__cma_futex_wakes(const struct tpu__cma_table *t);
 
 /* --- under the table lock ---------------------------------------------- */
 

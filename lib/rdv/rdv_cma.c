@@ -127,6 +127,7 @@ struct cma_member {
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
 	uint32_t parked;		/* 1 while the helper is parked (a private futex word) */
+	uint32_t owed;			/* a DONE of ours woke nobody yet (done_wake); atomic */
 	/* The watcher: evfd tells it to look at the members again, or to stop. */
 	pthread_t watcher;
 	int evfd;			/* -1: no watcher */
@@ -402,6 +403,9 @@ static int64_t sleep_ns(const struct cma_member *m)
 			t = DEATH_POLL_NS;
 		else if (cop->deadline)
 			t = cop->deadline > now ? (int64_t)(cop->deadline - now) : 0;
+		/* Its DONE may come without a wake-up (done_wake): look again by then. */
+		if (!is_recv(cop->op) && (t < 0 || t > TPU__CMA_DONE_BOUND_NS))
+			t = TPU__CMA_DONE_BOUND_NS;
 		if (t >= 0 && (best < 0 || t < best))
 			best = t;
 	}
@@ -455,6 +459,34 @@ static void note_joins(struct cma_member *m, uint32_t joins)
 	}
 }
 
+/*
+ * Slots of ours went DONE (or back to POSTED after a failed pull): bump the
+ * wake word without waking anybody.  The producer, if it waits for this
+ * DONE, is most often woken by what we do next anyway (our answer's post),
+ * and sees the DONE then: one wake-up per hand-off.  Owed until then: a
+ * thread of ours about to sleep wakes first (member_flush), and the
+ * producer sleeps TPU__CMA_DONE_BOUND_NS at most while a send is pending.
+ */
+static void done_wake(struct cma_member *m)
+{
+	tpu__cma_wake_lazy(&m->table);
+	__atomic_store_n(&m->owed, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A wake of the table, which carries any DONE still owed. */
+static void member_wake(struct cma_member *m)
+{
+	__atomic_store_n(&m->owed, 0, __ATOMIC_SEQ_CST);
+	tpu__cma_wake(&m->table);
+}
+
+/* Before a thread of this member sleeps: wake for a DONE still owed. */
+static void member_flush(struct cma_member *m)
+{
+	if (__atomic_exchange_n(&m->owed, 0, __ATOMIC_SEQ_CST))
+		tpu__cma_wake(&m->table);
+}
+
 static void helper_loop(struct cma_member *m)
 {
 	pthread_mutex_lock(&m->lock);
@@ -472,7 +504,7 @@ static void helper_loop(struct cma_member *m)
 			pull_all(m, pulls, &done);
 			/* Producers wait for DONE; a failed pull made a slot POSTED again. */
 			if (pulls || took)
-				tpu__cma_wake(&m->table);
+				done_wake(m);
 			complete_all(done, true);
 			pthread_mutex_lock(&m->lock);
 			continue;
@@ -483,6 +515,7 @@ static void helper_loop(struct cma_member *m)
 		       all_direct(m);
 		timeout = sleep_ns(m);
 		pthread_mutex_unlock(&m->lock);
+		member_flush(m);
 		if (park)
 			helper_park(m);
 		else
@@ -830,7 +863,7 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	pthread_mutex_unlock(&m->lock);
 	if (st)
 		return st;
-	tpu__cma_wake(&m->table);
+	member_wake(m);
 	if (!op->direct)
 		helper_unpark(m);
 	return 0;
@@ -876,7 +909,7 @@ static tpu_status cma_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	 */
 	if (op->direct && !__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST))
 		return 0;
-	tpu__cma_wake(&m->table);
+	member_wake(m);
 	if (!op->direct)
 		helper_unpark(m);
 	return 0;
@@ -1034,7 +1067,7 @@ static void cma_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 		return;
 	pull_all(m, pulls, &done);
 	if (pulls || took)
-		tpu__cma_wake(&m->table);
+		done_wake(m);
 	complete_all(done, true);
 }
 
@@ -1069,6 +1102,7 @@ static void cma_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t 
 		if (timeout < 0 || deadline_ns - now < (uint64_t)timeout)
 			timeout = (int64_t)(deadline_ns - now);
 	}
+	member_flush(m);
 	tpu__cma_wait(&m->table, token, timeout);
 }
 

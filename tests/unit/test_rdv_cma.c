@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cma_table.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -299,6 +300,135 @@ out:
 		close(fd);
 	free(src);
 	free(dst);
+}
+
+/*
+ * One wake-up per hand-off: in a ping-pong between two members whose
+ * answers come 300 us late (every waiter sleeps), a consumer's DONE wakes
+ * nobody by itself; its answer's post carries it.  FUTEX_WAKE calls on the
+ * table (every member's) stay near one per hand-off, where a wake for the
+ * DONE and another for the answer made two.  And a DONE that no post
+ * follows still reaches its producer's send_wait within the bound.
+ */
+#define PP_ROUNDS	200
+#define PP_LATE_US	300
+
+struct pp {
+	struct tpu_rendezvous *b;
+	uint64_t vals[PP_ROUNDS];
+	tpu_status err;
+};
+
+static void pp_key(char *k, size_t size, const char *edge, unsigned int i)
+{
+	snprintf(k, size, "%s-%u", edge, i);
+}
+
+static void pp_pause(void)
+{
+	struct timespec ts = { 0, PP_LATE_US * 1000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static tpu_status pp_post(struct tpu_rendezvous *r, const char *edge, unsigned int i,
+			  uint64_t *val)
+{
+	struct tpu_tensor t = { .data = val, .len = sizeof(*val) };
+	char k[32];
+
+	pp_key(k, sizeof(k), edge, i);
+	*val = i;
+	return tpu_rendezvous_send(r, k, strlen(k), &t, 0, NULL, NULL);
+}
+
+static tpu_status pp_take(struct tpu_rendezvous *r, const char *edge, unsigned int i)
+{
+	uint64_t got = 0;
+	struct tpu_tensor t = { .data = &got, .len = sizeof(got) };
+	char k[32];
+	size_t len = 0;
+	tpu_status st;
+
+	pp_key(k, sizeof(k), edge, i);
+	st = tpu_rendezvous_recv_wait(r, k, strlen(k), &t, 10ull * 1000000000ull, &len);
+	return st ? st : len == sizeof(got) && got == i ? 0 : -EBADMSG;
+}
+
+static void *pp_answer(void *arg)
+{
+	struct pp *p = arg;
+
+	for (unsigned int i = 0; i < PP_ROUNDS && !p->err; i++) {
+		p->err = pp_take(p->b, "ping", i);
+		pp_pause();
+		if (!p->err)
+			p->err = pp_post(p->b, "pong", i, &p->vals[i]);
+	}
+	return NULL;
+}
+
+static void one_wake_per_handoff(struct tpu_context *ctx)
+{
+	static uint64_t vals[PP_ROUNDS];
+	struct tpu_rendezvous *a = NULL;
+	struct pp p = { 0 };
+	struct tpu__cma_table t = { .fd = -1 };
+	uint32_t w0, wakes;
+	uint64_t one = 1, t0;
+	tpu_status err = 0;
+	pthread_t th;
+	int fd = -1;
+
+	if (tpu_rendezvous_create(ctx, TPU_RDV_CMA, &a) || tpu_rendezvous_share(a, &fd) ||
+	    tpu_rendezvous_join(ctx, fd, &p.b) || tpu__cma_table_open(&t, fd)) {
+		CHECK(false, "rdv_cma_one_wake_set_up");
+		goto out;
+	}
+	w0 = tpu__cma_futex_wakes(&t);
+	if (pthread_create(&th, NULL, pp_answer, &p)) {
+		CHECK(false, "rdv_cma_one_wake_thread");
+		goto out;
+	}
+	for (unsigned int i = 0; i < PP_ROUNDS && !err; i++) {
+		pp_pause();
+		err = pp_post(a, "ping", i, &vals[i]);
+		if (!err)
+			err = pp_take(a, "pong", i);
+	}
+	if (err)
+		tpu_rendezvous_abort(a, -ECONNABORTED);
+	pthread_join(th, NULL);
+	wakes = tpu__cma_futex_wakes(&t) - w0;
+	CHECK(!err && !p.err, "rdv_cma_one_wake_ping_pong_of_%d (%s, %s)", PP_ROUNDS,
+	      tpu_strerror(err), tpu_strerror(p.err));
+	CHECK(wakes <= 2 * PP_ROUNDS + PP_ROUNDS / 2,
+	      "rdv_cma_one_wake_per_handoff: %u FUTEX_WAKE calls for %d hand-offs (at most %d)",
+	      wakes, 2 * PP_ROUNDS, 2 * PP_ROUNDS + PP_ROUNDS / 2);
+	/* A DONE no post follows: the send_wait still returns, within the bound. */
+	t0 = (uint64_t)mono_ns();
+	{
+		struct tpu_tensor tt = { .data = &one, .len = sizeof(one) };
+		uint64_t got = 0;
+		struct tpu_tensor rt = { .data = &got, .len = sizeof(got) };
+		struct rec s;
+
+		rec_init(&s);
+		CHECK_STATUS(tpu_rendezvous_send(a, KEY("lone"), &tt, 0, on_send, &s), 0,
+			     "rdv_cma_lone_send_posted");
+		CHECK_STATUS(tpu_rendezvous_recv_wait(p.b, KEY("lone"), &rt, 0, NULL), 0,
+			     "rdv_cma_lone_send_received");
+		CHECK(rec_wait(&s, 1) && s.status == 0, "rdv_cma_lone_send_completes");
+	}
+	t0 = (uint64_t)mono_ns() - t0;
+	CHECK(t0 < 1000000000ull, "rdv_cma_lone_done_reaches_its_producer (%llu us)",
+	      (unsigned long long)(t0 / 1000));
+out:
+	tpu__cma_table_close(&t);
+	tpu_rendezvous_destroy(p.b);
+	tpu_rendezvous_destroy(a);
+	if (fd >= 0)
+		close(fd);
 }
 
 /*
@@ -955,6 +1085,7 @@ void test_rdv_cma(void)
 	blocked_waiters(ctx);
 	buffers(ctx);
 	two_members(ctx);
+	one_wake_per_handoff(ctx);
 	other_processes(ctx);
 	inline_tensors(ctx);
 	queued_waiters(ctx);
