@@ -133,6 +133,21 @@ static void recognise_and_open(void)
 	CHECK(!tpu__cma_fd_is_table(-1), "cma_table_bad_fd_is_not_recognised");
 	CHECK(tpu__cma_table_pid_ns(&a) == 1, "cma_table_keeps_the_creators_pid_namespace_id");
 	CHECK(ftruncate(a.fd, 4096) != 0, "cma_table_memfd_size_is_sealed");
+	{
+		/* A table of version 4 (whose producers wait for DONE unbounded) is refused. */
+		struct tpu__cma_table c;
+		uint32_t v = 4, keep = 0;
+
+		CHECK(pread(a.fd, &keep, sizeof(keep), TPU__CMA_MAGIC_LEN) == sizeof(keep) &&
+		      keep == TPU__CMA_VERSION &&
+		      pwrite(a.fd, &v, sizeof(v), TPU__CMA_MAGIC_LEN) == sizeof(v),
+		      "cma_table_version_rewritten_to_4");
+		CHECK_STATUS(tpu__cma_table_open(&c, a.fd), -EINVAL,
+			     "cma_table_of_version_4_is_refused");
+		CHECK(pwrite(a.fd, &keep, sizeof(keep), TPU__CMA_MAGIC_LEN) == sizeof(keep) &&
+		      tpu__cma_table_open(&c, a.fd) == 0, "cma_table_of_this_version_opens_again");
+		tpu__cma_table_close(&c);
+	}
 	close(other);
 	tpu__cma_table_close(&a);
 	/* The opened view has its own descriptor and mapping. */
