@@ -51,7 +51,7 @@ struct tpu__cma_member {
 	uint32_t state;
 	uint32_t gen;
 	int32_t pid;
-	uint32_t eager_done;		/* a thread of it waits for a DONE: wake at once; atomic */
+	uint32_t reserved;
 	uint64_t probe_addr;
 } __attribute__((aligned(CACHELINE)));
 
@@ -107,7 +107,6 @@ static void set_views(struct tpu__cma_table *t, void *map)
 	t->slots = (struct tpu__cma_slot *)(base + off_slots());
 	t->keys = base + off_keys();
 	t->inl = base + off_inline();
-	t->done_urgent = false;
 }
 
 static tpu_status init_shared_mutex(pthread_mutex_t *m)
@@ -704,25 +703,6 @@ tpu_status tpu__cma_claim(struct tpu__cma_table *t, struct tpu__cma_who me, cons
 	return tpu__cma_claim_into(t, me, key, key_len, capacity, NULL, out);
 }
 
-/* Lock held: @s goes DONE; its producer may want that at once (tpu__cma_done_urgent). */
-static void note_done(struct tpu__cma_table *t, const struct tpu__cma_slot *s)
-{
-	if (s->producer.idx < TPU__CMA_MEMBERS &&
-	    __atomic_load_n(&t->members[s->producer.idx].eager_done, __ATOMIC_SEQ_CST))
-		__atomic_store_n(&t->done_urgent, true, __ATOMIC_SEQ_CST);
-}
-
-void tpu__cma_set_eager_done(struct tpu__cma_table *t, struct tpu__cma_who me, bool on)
-{
-	if (me.idx < TPU__CMA_MEMBERS)
-		__atomic_store_n(&t->members[me.idx].eager_done, on ? 1u : 0u, __ATOMIC_SEQ_CST);
-}
-
-bool tpu__cma_done_urgent(struct tpu__cma_table *t)
-{
-	return __atomic_exchange_n(&t->done_urgent, false, __ATOMIC_SEQ_CST);
-}
-
 tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
 			       const uint8_t *key, size_t key_len, uint64_t capacity, void *dst,
 			       struct tpu__cma_claim *out)
@@ -766,7 +746,6 @@ tpu_status tpu__cma_claim_into(struct tpu__cma_table *t, struct tpu__cma_who me,
 			if (out->len)
 				memcpy(dst, slot_inline(t, i), (size_t)out->len);
 			out->done = true;
-			note_done(t, s);
 			__atomic_store_n(&s->state, TPU__CMA_DONE, __ATOMIC_RELEASE);
 		} else {
 			__atomic_store_n(&s->state, TPU__CMA_CLAIMED, __ATOMIC_RELEASE);
@@ -806,7 +785,6 @@ tpu_status tpu__cma_finish(struct tpu__cma_table *t, struct tpu__cma_who me,
 		return -ESRCH;
 	}
 	if (!pull_status) {
-		note_done(t, s);
 		/* Released: a producer that sees DONE without the lock sees the pull over. */
 		__atomic_store_n(&s->state, TPU__CMA_DONE, __ATOMIC_RELEASE);
 		return 0;

@@ -40,9 +40,7 @@
  * helper thread waits on.  A slot's DONE only bumps it (tpu__cma_wake_lazy):
  * the consumer's next wake carries it, most often the post of its answer,
  * so that a producer whose next wait is a receive is woken once, not for
- * the DONE and then for the answer.  A producer blocked in send_wait, which
- * waits for that DONE itself, marks its member (eager_done) and is woken
- * at once.  The consumer wakes before it sleeps,
+ * the DONE and then for the answer.  The consumer wakes before it sleeps,
  * and a producer with a send pending sleeps TPU__CMA_DONE_BOUND_NS at most:
  * a DONE is never later than that.
  *
@@ -103,7 +101,6 @@ struct tpu__cma_table {
 	struct tpu__cma_slot *slots;
 	uint8_t *keys;
 	uint8_t *inl;			/* TPU__CMA_INLINE_MAX bytes per slot */
-	bool done_urgent;		/* a DONE of ours whose producer waits for it; atomic */
 };
 
 /* A claimed slot: where to pull from and how to report back. */
@@ -160,14 +157,6 @@ tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeou
 void tpu__cma_wake_lazy(struct tpu__cma_table *t);
 /* The longest a producer with a send pending sleeps: the bound on a lazy DONE. */
 #define TPU__CMA_DONE_BOUND_NS	500000
-/*
- * A member with a thread blocked until a send of its is DONE (send_wait)
- * says so (@on), before that send is posted: its DONEs are not deferred.
- * tpu__cma_done_urgent(): whether a DONE this process made since the last
- * call was such a one (then wake with tpu__cma_wake(), not lazily).
- */
-void tpu__cma_set_eager_done(struct tpu__cma_table *t, struct tpu__cma_who me, bool on);
-bool tpu__cma_done_urgent(struct tpu__cma_table *t);
 /* For tests: FUTEX_WAKE calls made on this table so far, by every member. */
 uint32_t tpu__cma_futex_wakes(const struct tpu__cma_table *t);
 

@@ -128,7 +128,6 @@ struct cma_member {
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
 	uint32_t parked;		/* 1 while the helper is parked (a private futex word) */
 	uint32_t owed;			/* a DONE of ours woke nobody yet (done_wake); atomic */
-	bool eager_done;		/* told the table a send_wait of ours waits (cma_send) */
 	/* The watcher: evfd tells it to look at the members again, or to stop. */
 	pthread_t watcher;
 	int evfd;			/* -1: no watcher */
@@ -156,12 +155,6 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-/* A thread blocks in send_wait for this send. */
-static bool send_waited(const struct tpu__op *op)
-{
-	return op->kind == TPU__OP_SEND && op->direct && op->cb.send;
 }
 
 static bool is_recv(const struct tpu__op *op)
@@ -328,16 +321,6 @@ static bool scan(struct cma_member *m, struct cma_op **done, struct cma_op **pul
 	}
 	if (!st)
 		tpu__cma_unlock(&m->table);
-	if (m->eager_done) {
-		const struct cma_op *c;
-
-		for (c = m->ops; c && (is_recv(c->op) || !send_waited(c->op)); c = c->next)
-			;
-		if (!c) {
-			m->eager_done = false;
-			tpu__cma_set_eager_done(&m->table, m->me, false);
-		}
-	}
 	return took;
 }
 
@@ -480,17 +463,12 @@ static void note_joins(struct cma_member *m, uint32_t joins)
  * Slots of ours went DONE (or back to POSTED after a failed pull): bump the
  * wake word without waking anybody.  The producer, if it waits for this
  * DONE, is most often woken by what we do next anyway (our answer's post),
- * and sees the DONE then: one wake-up per hand-off.  Not when the producer
- * blocks in send_wait for it (tpu__cma_done_urgent): woken at once.  Owed until then: a
+ * and sees the DONE then: one wake-up per hand-off.  Owed until then: a
  * thread of ours about to sleep wakes first (member_flush), and the
  * producer sleeps TPU__CMA_DONE_BOUND_NS at most while a send is pending.
  */
 static void done_wake(struct cma_member *m)
 {
-	if (tpu__cma_done_urgent(&m->table)) {
-		tpu__cma_wake(&m->table);
-		return;
-	}
 	tpu__cma_wake_lazy(&m->table);
 	__atomic_store_n(&m->owed, 1, __ATOMIC_SEQ_CST);
 }
@@ -864,15 +842,6 @@ static tpu_status cma_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	cop = cop_of(op);
 	/* Member lock across the post, so the helper cannot see DONE before the op. */
 	pthread_mutex_lock(&m->lock);
-	/*
-	 * A send_wait (direct, with the waiter's callback; a send without a
-	 * callback is direct too, and nobody waits) waits for this very DONE:
-	 * its consumer must not defer it.
-	 */
-	if (send_waited(op) && !m->closing && !m->eager_done) {
-		m->eager_done = true;
-		tpu__cma_set_eager_done(&m->table, m->me, true);
-	}
 	st = m->closing ? TPU_E_CLOSED : tpu__cma_lock(&m->table);
 	if (!st) {
 		reap_slots(m);

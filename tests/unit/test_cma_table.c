@@ -273,57 +273,6 @@ static tpu_status claim_into(struct tpu__cma_table *t, struct tpu__cma_who who,
 }
 
 /*
- * A DONE is deferred (tpu__cma_wake_lazy) unless its producer said a
- * thread of it waits for that DONE (send_wait): the consumer then learns it
- * must wake at once (tpu__cma_done_urgent), for inline takes and pulls.
- */
-static void urgent_done(void)
-{
-	struct tpu__cma_table a, b;
-	struct tpu__cma_who prod, cons;
-	struct tpu__cma_ref ref;
-	struct tpu__cma_claim c = { 0 };
-	uint8_t byte = 7, got = 0;
-	uint32_t seq;
-
-	if (!two_views(&a, &b) || tpu__cma_member_join(&a, 0, &prod) ||
-	    tpu__cma_member_join(&b, 0, &cons)) {
-		CHECK(false, "cma_table_urgent_set_up");
-		return;
-	}
-	CHECK(post_inline(&a, prod, KEY("u1"), &byte, 1, &ref) == 0 &&
-	      claim_into(&b, cons, KEY("u1"), &got, 1, &c) == 0 && c.done,
-	      "cma_table_urgent_inline_taken");
-	CHECK(!tpu__cma_done_urgent(&b), "cma_table_done_not_urgent_by_default");
-	release(&a, ref);
-	tpu__cma_set_eager_done(&a, prod, true);
-	CHECK(post_inline(&a, prod, KEY("u2"), &byte, 1, &ref) == 0 &&
-	      claim_into(&b, cons, KEY("u2"), &got, 1, &c) == 0 && c.done,
-	      "cma_table_urgent_inline_taken_again");
-	CHECK(tpu__cma_done_urgent(&b), "cma_table_done_urgent_for_a_producer_in_send_wait");
-	CHECK(!tpu__cma_done_urgent(&b), "cma_table_done_urgent_is_taken_once");
-	release(&a, ref);
-	tpu__cma_set_eager_done(&a, prod, false);
-	CHECK(post_inline(&a, prod, KEY("u3"), &byte, 1, &ref) == 0 &&
-	      claim_into(&b, cons, KEY("u3"), &got, 1, &c) == 0 && !tpu__cma_done_urgent(&b),
-	      "cma_table_done_not_urgent_once_the_producer_stops_waiting");
-	release(&a, ref);
-	/* The lazy bump moves the word without a FUTEX_WAKE. */
-	seq = tpu__cma_wake_seq(&a);
-	{
-		uint32_t calls = tpu__cma_futex_wakes(&a);
-
-		tpu__cma_wake_lazy(&b);
-		CHECK(tpu__cma_wake_seq(&a) == seq + 1 && tpu__cma_futex_wakes(&a) == calls,
-		      "cma_table_lazy_wake_bumps_the_word_only");
-	}
-	tpu__cma_member_leave(&a, prod);
-	tpu__cma_member_leave(&b, cons);
-	tpu__cma_table_close(&a);
-	tpu__cma_table_close(&b);
-}
-
-/*
  * Small tensors in the slot: copied at post (the source may change after),
  * copied out and DONE in one step, or claimed and read from the table; the
  * lock-free looks agree with the slot states.
@@ -818,7 +767,6 @@ void test_cma_table(void)
 	post_claim_done();
 	failed_pull_and_withdraw();
 	inline_slots();
-	urgent_done();
 	scan_mark();
 	abort_and_capacity();
 	wakeups();
