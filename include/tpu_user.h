@@ -1571,6 +1571,28 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *world, int rank, struct tpu_
  * size that differs; stderr says which), -EDEADLK, the store's.
  */
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
+/** TPU_WORLD_BLOB_MAX - longest blob tpu_world_exchange_blobs() swaps */
+#define TPU_WORLD_BLOB_MAX	65536
+/**
+ * tpu_world_exchange_blobs - every rank publishes @blob and gets every
+ * rank's, through the world's store (e.g. tpu_agent_export() blobs).
+ * @blob, @len:	this rank's, at most TPU_WORLD_BLOB_MAX bytes (0 is fine).
+ * @out:	size * @stride bytes: rank r's blob lands at @out + r * @stride
+ *		(this rank's own is copied there too).
+ * @stride:	room per rank, at least @len.
+ * @lens:	size entries: rank r's length.
+ *
+ * Collective: every rank calls it, and makes its calls in the same order
+ * as the others (each call is one round of the store's keys, which stay
+ * there until the world ends).  Waits at most the world's timeout.
+ * Errors: -EINVAL (NULLs, @len over TPU_WORLD_BLOB_MAX or @stride),
+ * -EMSGSIZE (a rank's blob longer than @stride: @lens says how long; the
+ * other blobs are read), -ETIMEDOUT (a rank that did not publish; stderr
+ * says which), -EDEADLK (on the context's thread), those of the barrier
+ * and the store's.
+ */
+TPU_API tpu_status tpu_world_exchange_blobs(struct tpu_world *world, const void *blob,
+					    size_t len, void *out, size_t stride, size_t *lens);
 
 /* ------------------------------------------------------------------ */
 /* Collectives                                                         */
