@@ -2140,6 +2140,23 @@ TPU_API const char *tpu_agent_name(const struct tpu_agent *a);
 TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t len,
 				      unsigned int access, struct tpu_xfer_reg **out);
 /**
+ * tpu_agent_register_dmabuf - register @len bytes at @offset of the
+ * dma-buf @fd (udmabuf, or any exporter whose buffer maps into this
+ * process; @fd must be open for reading and writing).  The buffer is
+ * mapped and the mapping registered as host memory: both backends reach
+ * it, and it is unmapped when the registration is freed (the caller keeps
+ * @fd; closing it does not end the registration).  @access as
+ * tpu_agent_register().
+ * Errors: -EINVAL, -ERANGE (@offset + @len beyond the buffer's size),
+ * -EACCES (not open for writing), -ENODEV (the buffer does not map: its
+ * exporter serves devices only), -EOPNOTSUPP (it maps raw page frames,
+ * which cma peers' process_vm_readv cannot reach), those of
+ * tpu_agent_register().
+ */
+TPU_API tpu_status tpu_agent_register_dmabuf(struct tpu_agent *a, int fd, uint64_t offset,
+					     size_t len, unsigned int access,
+					     struct tpu_xfer_reg **out);
+/**
  * tpu_agent_deregister - revoke and free @reg.  Returns once no peer can
  * reach the memory: every peer that loaded it acknowledged the revocation
  * (one that does not within 2 s has its pipe closed) and no request is
