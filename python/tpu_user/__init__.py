@@ -552,6 +552,11 @@ class World:
         else:
             self._c.barrier_timeout(timeout)
 
+    def exchange_blobs(self, blob: bytes) -> list:
+        """Every rank's blob (at most 64 KiB each; e.g. Registration.export()),
+        by rank, through the world's store. Every rank calls it, in the same order."""
+        return self._c.exchange_blobs(bytes(blob))
+
     def device_name(self, rank: int) -> str:
         """The device of rank in the world's keys: "/job:worker/replica:0/task:RANK/device:CPU:0"."""
         return self._c.device_name(rank)

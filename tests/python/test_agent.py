@@ -212,3 +212,33 @@ def test_close_with_transfers_in_flight(pair):
         assert f.exception(timeout=10) is None or isinstance(f.exception(),
                                                              tpu_user.CancelledError)
     assert all(f.done() for f in futs)
+
+
+WORLD_AGENTS = r"""
+import numpy as np, tpu_user
+with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
+    r, n = w.rank, w.size
+    with tpu_user.Agent(ctx, name="rank%d" % r) as a:
+        mine = np.full(1000, r, dtype=np.int64)
+        reg = a.register(mine)
+        blob = reg.export()
+        blobs = w.exchange_blobs(blob)
+        assert len(blobs) == n and blobs[r] == blob
+        got = np.zeros(1000, dtype=np.int64)
+        rg = a.register(got)
+        rm = a.load(blobs[(r + 1) % n])
+        a.read([rg], [rm])
+        assert (got == (r + 1) % n).all(), got[:4]
+        w.barrier()
+        del rm
+        reg.deregister()
+print("rank", r, "ok", flush=True)
+"""
+
+
+def test_agents_swap_blobs_through_the_world():
+    from test_world import start_ranks
+    procs, results = start_ranks(WORLD_AGENTS, 3)
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out
