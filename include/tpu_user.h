@@ -2157,6 +2157,22 @@ TPU_API tpu_status tpu_agent_register_dmabuf(struct tpu_agent *a, int fd, uint64
 					     size_t len, unsigned int access,
 					     struct tpu_xfer_reg **out);
 /**
+ * tpu_agent_register_cuda - register @len bytes of CUDA device memory at
+ * @dptr (a CUdeviceptr, of CUDA device @device, loaded as for pipes:
+ * Documentation/cuda.rst).  No process can reach device memory with
+ * host copies, so this agent's own copies serve it, through the driver:
+ * peers reach it over the tcp backend (a peer whose backend is cma fails
+ * its tpu_agent_load() with -EOPNOTSUPP), and it cannot be the local side
+ * of a request (tpu_xfer_prepare() fails -EOPNOTSUPP).  @access as
+ * tpu_agent_register().
+ * Errors: -EINVAL (not one allocation of that device, or bad arguments),
+ * TPU_E_NO_CUDA (no driver), -ENODEV (no such device), those of
+ * tpu_agent_register().
+ */
+TPU_API tpu_status tpu_agent_register_cuda(struct tpu_agent *a, uint32_t device, void *dptr,
+					   size_t len, unsigned int access,
+					   struct tpu_xfer_reg **out);
+/**
  * tpu_agent_deregister - revoke and free @reg.  Returns once no peer can
  * reach the memory: every peer that loaded it acknowledged the revocation
  * (one that does not within 2 s has its pipe closed) and no request is

@@ -56,7 +56,13 @@ static tpu_status range_mapped(const void *addr, size_t len)
 TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t len,
 				      unsigned int access, struct tpu_xfer_reg **out)
 {
-	return tpu__xfer_register(a, addr, len, access, NULL, 0, out);
+	tpu_status st = tpu__xfer_agent_check(a);
+
+	if (!st && out && addr && len && (uintptr_t)addr + len >= (uintptr_t)addr) {
+		*out = NULL;
+		st = range_mapped(addr, len);
+	}
+	return st ? st : tpu__xfer_register(a, addr, len, access, NULL, 0, out);
 }
 
 tpu_status tpu__xfer_register(struct tpu_agent *a, void *addr, size_t len, unsigned int access,
@@ -73,9 +79,6 @@ tpu_status tpu__xfer_register(struct tpu_agent *a, void *addr, size_t len, unsig
 	    (access & ~(TPU_XFER_READ | TPU_XFER_WRITE)))
 		return -EINVAL;
 	*out = NULL;
-	st = range_mapped(addr, len);
-	if (st)
-		return st;
 	st = tpu__auth_nonce(nonce);
 	if (st)
 		return st;
