@@ -1571,6 +1571,28 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *world, int rank, struct tpu_
  * size that differs; stderr says which), -EDEADLK, the store's.
  */
 TPU_API tpu_status tpu_world_barrier(struct tpu_world *world);
+/** TPU_WORLD_BLOB_MAX - longest blob tpu_world_exchange_blobs() swaps */
+#define TPU_WORLD_BLOB_MAX	65536
+/**
+ * tpu_world_exchange_blobs - every rank publishes @blob and gets every
+ * rank's, through the world's store (e.g. tpu_agent_export() blobs).
+ * @blob, @len:	this rank's, at most TPU_WORLD_BLOB_MAX bytes (0 is fine).
+ * @out:	size * @stride bytes: rank r's blob lands at @out + r * @stride
+ *		(this rank's own is copied there too).
+ * @stride:	room per rank, at least @len.
+ * @lens:	size entries: rank r's length.
+ *
+ * Collective: every rank calls it, and makes its calls in the same order
+ * as the others (each call is one round of the store's keys, which stay
+ * there until the world ends).  Waits at most the world's timeout.
+ * Errors: -EINVAL (NULLs, @len over TPU_WORLD_BLOB_MAX or @stride),
+ * -EMSGSIZE (a rank's blob longer than @stride: @lens says how long; the
+ * other blobs are read), -ETIMEDOUT (a rank that did not publish; stderr
+ * says which), -EDEADLK (on the context's thread), those of the barrier
+ * and the store's.
+ */
+TPU_API tpu_status tpu_world_exchange_blobs(struct tpu_world *world, const void *blob,
+					    size_t len, void *out, size_t stride, size_t *lens);
 
 /* ------------------------------------------------------------------ */
 /* Collectives                                                         */
@@ -2117,6 +2139,39 @@ TPU_API const char *tpu_agent_name(const struct tpu_agent *a);
  */
 TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t len,
 				      unsigned int access, struct tpu_xfer_reg **out);
+/**
+ * tpu_agent_register_dmabuf - register @len bytes at @offset of the
+ * dma-buf @fd (udmabuf, or any exporter whose buffer maps into this
+ * process; @fd must be open for reading and writing).  The buffer is
+ * mapped and the mapping registered as host memory: both backends reach
+ * it, and it is unmapped when the registration is freed (the caller keeps
+ * @fd; closing it does not end the registration).  @access as
+ * tpu_agent_register().
+ * Errors: -EINVAL, -ERANGE (@offset + @len beyond the buffer's size),
+ * -EACCES (not open for writing), -ENODEV (the buffer does not map: its
+ * exporter serves devices only), -EOPNOTSUPP (it maps raw page frames,
+ * which cma peers' process_vm_readv cannot reach), those of
+ * tpu_agent_register().
+ */
+TPU_API tpu_status tpu_agent_register_dmabuf(struct tpu_agent *a, int fd, uint64_t offset,
+					     size_t len, unsigned int access,
+					     struct tpu_xfer_reg **out);
+/**
+ * tpu_agent_register_cuda - register @len bytes of CUDA device memory at
+ * @dptr (a CUdeviceptr, of CUDA device @device, loaded as for pipes:
+ * Documentation/cuda.rst).  No process can reach device memory with
+ * host copies, so this agent's own copies serve it, through the driver:
+ * peers reach it over the tcp backend (a peer whose backend is cma fails
+ * its tpu_agent_load() with -EOPNOTSUPP), and it cannot be the local side
+ * of a request (tpu_xfer_prepare() fails -EOPNOTSUPP).  @access as
+ * tpu_agent_register().
+ * Errors: -EINVAL (not one allocation of that device, or bad arguments),
+ * TPU_E_NO_CUDA (no driver), -ENODEV (no such device), those of
+ * tpu_agent_register().
+ */
+TPU_API tpu_status tpu_agent_register_cuda(struct tpu_agent *a, uint32_t device, void *dptr,
+					   size_t len, unsigned int access,
+					   struct tpu_xfer_reg **out);
 /**
  * tpu_agent_deregister - revoke and free @reg.  Returns once no peer can
  * reach the memory: every peer that loaded it acknowledged the revocation

@@ -16,7 +16,8 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
 SOURCES = ["module.c", "errors.c", "header.c", "tensor.c", "completion.c", "context.c",
-           "rendezvous.c", "pipe.c", "world.c", "log.c", "agent.c"]
+           "rendezvous.c", "pipe.c", "world.c", "log.c", "agent.c",
+           "agent_async.c"]
 
 
 def library():

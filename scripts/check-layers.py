@@ -29,7 +29,7 @@ LAYERS = {
     "pipe":      ("pipe_internal.h", ["base", "cuda", "dev", "ctx", "rdv", "transport",
                                       "channel"]),
     "remote":    ("remote.h",        ["base", "dev", "ctx", "rdv"]),
-    "xfer":      ("xfer.h",          ["base", "dev", "ctx", "pipe"]),
+    "xfer":      ("xfer.h",          ["base", "cuda", "dev", "ctx", "pipe"]),
     "coll":      ("coll.h",          ["base", "dev", "ctx", "rdv", "remote"]),
     "boot":      ("boot.h",          ["base", "dev", "ctx", "coll"]),
 }

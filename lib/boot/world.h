@@ -45,6 +45,7 @@ struct tpu_world {
 	bool ext_store;			/* the caller's store (ext), not store/server */
 	struct tpu_world_store ext;
 	unsigned int barriers;		/* under store_lock */
+	unsigned int exchanges;		/* under store_lock: tpu_world_exchange_blobs() rounds */
 
 	struct tpu_rendezvous *rdv;
 	struct tpu_listener *listener;	/* pipes */

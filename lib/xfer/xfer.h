@@ -5,6 +5,7 @@
  * its peers' pipes; xfer_msg.c: the control messages read and written on
  * them; xfer_reg.c: registrations, export and deregistration; xfer_blob.c:
  * the metadata blob; xfer_load.c: loading a blob (a remote handle);
+ * xfer_dmabuf.c and xfer_cuda.c: dma-buf and CUDA registrations;
  * xfer_req.c: prepared requests (the public calls); xfer_cma.c and
  * xfer_tcp.c: the two backends; xfer_serve.c: what a target agent serves.
  *
@@ -71,6 +72,7 @@ enum xfer_msg {
 
 #define XFER_F_LAST		(1U << 0)	/* REQ: the last chunk of a post */
 #define XFER_F_NOTIF		(1U << 1)	/* REQ: payload 2 is a notification */
+#define XFER_F_SERVED		(1U << 2)	/* LOAD_ANS: only the target's copies reach it */
 
 struct xfer_hdr {
 	uint32_t type;
@@ -110,6 +112,9 @@ struct tpu_xfer_reg {
 	bool gone;			/* a->lock: deregistered; freed with the last ref */
 	struct xfer_peer **loaders;	/* a->lock: in peers that loaded it */
 	size_t nloaders, loaders_cap;
+	void *map;			/* a mapping of its own (a dma-buf's), unmapped */
+	size_t map_len;			/* once no peer or request can reach it */
+	struct tpu_device dev;		/* CUDA memory: only the target's copies reach it */
 };
 
 struct tpu_xfer_remote {
@@ -297,6 +302,12 @@ void tpu__xfer_reg_forget_peer(struct tpu_agent *a, struct xfer_peer *p);	/* a->
 void tpu__xfer_revoke_acked(struct xfer_peer *p, uint64_t reg);
 /* Drop a request's reference (a->lock held); frees a deregistered one. */
 void tpu__xfer_reg_put(struct tpu_xfer_reg *r);
+/* Register @len bytes at @addr; @map, @map_len: a mapping @reg then owns (or NULL). */
+tpu_status tpu__xfer_register(struct tpu_agent *a, void *addr, size_t len, unsigned int access,
+			      void *map, size_t map_len, struct tpu_xfer_reg **out);
+/* xfer_cuda.c: the target's copy of @len bytes at @off of @r from (@in) or to @host. */
+tpu_status tpu__xfer_reg_copy(struct tpu_xfer_reg *r, uint64_t off, void *host, uint64_t len,
+			      bool in);
 
 /* xfer_blob.c */
 struct xfer_blob {

@@ -135,6 +135,9 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 		st = -EPROTO;
 	if (!st)
 		st = choose_backend(a, p);
+	/* Memory only the target's own copies reach (CUDA): not for cma. */
+	if (!st && (ld.ans.flags & XFER_F_SERVED) && p->be != &tpu__xfer_tcp)
+		st = -EOPNOTSUPP;
 	if (st) {
 		pthread_mutex_unlock(&a->lock);
 		return st;

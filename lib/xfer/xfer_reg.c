@@ -26,6 +26,13 @@ struct tpu_xfer_reg *tpu__xfer_reg_find(struct tpu_agent *a, uint64_t id)
 	return r && r->id == id ? r : NULL;
 }
 
+static void unmap(struct tpu_xfer_reg *r)
+{
+	if (r->map)
+		munmap(r->map, r->map_len);
+	r->map = NULL;
+}
+
 /* The whole range is mapped (mincore fails ENOMEM on a hole). */
 static tpu_status range_mapped(const void *addr, size_t len)
 {
@@ -49,6 +56,18 @@ static tpu_status range_mapped(const void *addr, size_t len)
 TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t len,
 				      unsigned int access, struct tpu_xfer_reg **out)
 {
+	tpu_status st = tpu__xfer_agent_check(a);
+
+	if (!st && out && addr && len && (uintptr_t)addr + len >= (uintptr_t)addr) {
+		*out = NULL;
+		st = range_mapped(addr, len);
+	}
+	return st ? st : tpu__xfer_register(a, addr, len, access, NULL, 0, out);
+}
+
+tpu_status tpu__xfer_register(struct tpu_agent *a, void *addr, size_t len, unsigned int access,
+			      void *map, size_t map_len, struct tpu_xfer_reg **out)
+{
 	uint8_t nonce[TPU__AUTH_NONCE];
 	struct tpu_xfer_reg *r;
 	tpu_status st = tpu__xfer_agent_check(a);
@@ -60,9 +79,6 @@ TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t le
 	    (access & ~(TPU_XFER_READ | TPU_XFER_WRITE)))
 		return -EINVAL;
 	*out = NULL;
-	st = range_mapped(addr, len);
-	if (st)
-		return st;
 	st = tpu__auth_nonce(nonce);
 	if (st)
 		return st;
@@ -73,6 +89,8 @@ TPU_API tpu_status tpu_agent_register(struct tpu_agent *a, void *addr, size_t le
 	r->addr = addr;
 	r->len = len;
 	r->access = access;
+	r->map = map;
+	r->map_len = map_len;
 	memcpy(&r->key, nonce, sizeof(r->key));
 	pthread_mutex_lock(&a->lock);
 	if (a->nregs >= XFER_REGS_MAX) {
@@ -233,6 +251,8 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	r->gone = true;
 	free(r->loaders);
 	r->loaders = NULL;
+	/* Revoked, and no local copy between its check and its copy: nothing reaches it. */
+	unmap(r);
 	if (!r->refs)
 		free(r);
 	pthread_mutex_unlock(&a->lock);
@@ -252,6 +272,7 @@ void tpu__xfer_regs_free(struct tpu_agent *a)
 	for (r = a->regs; r; r = n) {
 		n = r->next;
 		free(r->loaders);
+		unmap(r);
 		free(r);
 	}
 	a->regs = NULL;

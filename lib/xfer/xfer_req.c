@@ -96,6 +96,8 @@ static tpu_status check_lists(struct tpu_agent *a, enum tpu_xfer_op op,
 
 		if (!e->reg || e->reg->a != a)
 			return -EINVAL;
+		if (e->reg->dev.type)
+			return -EOPNOTSUPP;	/* CUDA memory: a peer's to reach, not ours to copy */
 		if (atomic_load(&e->reg->revoked))
 			return TPU_E_REVOKED;
 		if (e->offset > e->reg->len || e->len > e->reg->len - e->offset || lt + e->len < lt)

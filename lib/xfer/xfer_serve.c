@@ -51,6 +51,7 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 		ans.addr = (uintptr_t)r->addr;
 		ans.len = r->len;
 		ans.access = r->access;
+		ans.flags = r->dev.type ? XFER_F_SERVED : 0;
 	}
 	pthread_mutex_unlock(&a->lock);
 answer:
@@ -155,7 +156,10 @@ void tpu__xfer_serve(struct xfer_peer *p)
 		uint64_t off = tpu__get_le64(el + i * XFER_ELEM_LEN + 8);
 		uint64_t len = tpu__get_le64(el + i * XFER_ELEM_LEN + 16);
 
-		if (h->op == TPU_XFER_OP_READ)
+		if (regs[i]->dev.type)
+			ans.status = tpu__xfer_reg_copy(regs[i], off, q, len,
+							h->op == TPU_XFER_OP_WRITE);
+		else if (h->op == TPU_XFER_OP_READ)
 			memcpy(q, regs[i]->addr + off, len);
 		else
 			memcpy(regs[i]->addr + off, q, len);

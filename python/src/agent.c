@@ -2,20 +2,15 @@
 /*
  * Agent, Registration and Remote: one-sided transfers (lib/xfer,
  * Documentation/xfer.rst) for NumPy arrays, torch tensors and anything
- * with the buffer protocol or __dlpack__.  Transfers block with the GIL
- * released; the library's callbacks run no Python (none are used: posts
- * are waited for on the calling thread).
+ * with the buffer protocol or __dlpack__.  read() and write() block with
+ * the GIL released; _post() and _notif_op() return ops the Python layer
+ * (tpu_user.Agent) wraps in Futures (agent_async.c).  The library's
+ * callbacks run no Python.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tpupy.h"
-
-typedef struct {
-	PyObject_HEAD
-	tpupy_context *ctx;
-	struct tpu_agent *a;
-} tpupy_agent;
 
 typedef struct {
 	PyObject_HEAD
@@ -83,7 +78,8 @@ static int agent_init(PyObject *self, PyObject *args, PyObject *kw)
 		tpupy_raise(st, "tpu_agent_create");
 		return -1;
 	}
-	return 0;
+	/* No peer has its blobs yet: no notification can come before this. */
+	return tpupy_agent_notif_start(a);
 }
 
 static PyObject *agent_close(PyObject *self, PyObject *unused)
@@ -92,11 +88,13 @@ static PyObject *agent_close(PyObject *self, PyObject *unused)
 
 	(void)unused;
 	if (a->a) {
+		tpupy_agent_ops_release(a);
 		Py_BEGIN_ALLOW_THREADS
 		tpu_agent_destroy(a->a);
 		Py_END_ALLOW_THREADS
 		a->a = NULL;
 	}
+	tpupy_agent_notif_stop(a);
 	Py_RETURN_NONE;
 }
 
@@ -104,9 +102,12 @@ static void agent_dealloc(PyObject *self)
 {
 	tpupy_agent *a = (tpupy_agent *)self;
 
-	/* Registrations and remotes hold the agent: none is left here. */
+	/* Registrations, remotes and transfer ops hold the agent: none is left here. */
 	if (a->a)
 		tpu_agent_destroy(a->a);
+	tpupy_agent_notif_stop(a);
+	if (a->nlock_ok)
+		pthread_mutex_destroy(&a->nlock);
 	Py_XDECREF((PyObject *)a->ctx);
 	PyObject_Free(self);
 }
@@ -241,33 +242,47 @@ bad:
 	return -1;
 }
 
+/* Parse (local, remote, notif) and prepare the request. */
+static int prepare(tpupy_agent *a, PyObject *lo, PyObject *ro, Py_buffer *notif,
+		   enum tpu_xfer_op op, struct tpu_xfer_req **req)
+{
+	void *l = NULL, *r = NULL;
+	size_t nl = 0, nr = 0;
+	tpu_status st;
+
+	if (agent_check(a) < 0 || elems_arg(a, lo, true, &l, &nl) < 0 ||
+	    elems_arg(a, ro, false, &r, &nr) < 0) {
+		free(l);
+		return -1;
+	}
+	st = tpu_xfer_prepare(a->a, op, l, nl, r, nr, notif->buf,
+			      notif->buf ? (size_t)notif->len : 0, req);
+	free(l);
+	free(r);
+	if (st) {
+		tpupy_raise(st, "tpu_xfer_prepare");
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *transfer(PyObject *self, PyObject *args, PyObject *kw, enum tpu_xfer_op op)
 {
 	static char *kwlist[] = { "local", "remote", "notif", "repeat", NULL };
 	tpupy_agent *a = (tpupy_agent *)self;
 	PyObject *lo, *ro;
 	Py_buffer notif = { 0 };
-	void *l = NULL, *r = NULL;
-	size_t nl = 0, nr = 0;
 	struct tpu_xfer_req *req = NULL;
 	unsigned int repeat = 1, i;
-	tpu_status st;
+	tpu_status st = 0;
+	int rc;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|z*I", kwlist, &lo, &ro, &notif, &repeat))
 		return NULL;
-	if (agent_check(a) < 0 || elems_arg(a, lo, true, &l, &nl) < 0 ||
-	    elems_arg(a, ro, false, &r, &nr) < 0) {
-		free(l);
-		PyBuffer_Release(&notif);
-		return NULL;
-	}
-	st = tpu_xfer_prepare(a->a, op, l, nl, r, nr, notif.buf, notif.buf ? (size_t)notif.len : 0,
-			      &req);
-	free(l);
-	free(r);
+	rc = prepare(a, lo, ro, &notif, op, &req);
 	PyBuffer_Release(&notif);
-	if (st)
-		return tpupy_raise(st, "tpu_xfer_prepare");
+	if (rc < 0)
+		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	for (i = 0; i < repeat && !st; i++) {
 		st = tpu_xfer_post(req, NULL, NULL);
@@ -279,6 +294,47 @@ static PyObject *transfer(PyObject *self, PyObject *args, PyObject *kw, enum tpu
 	if (st)
 		return tpupy_raise(st, op == TPU_XFER_OP_READ ? "xfer READ" : "xfer WRITE");
 	Py_RETURN_NONE;
+}
+
+/* _post(write, local, remote, notif=None) -> op: one post, completed later. */
+static PyObject *agent_post(PyObject *self, PyObject *args)
+{
+	tpupy_agent *a = (tpupy_agent *)self;
+	PyObject *lo, *ro, *keep, *res;
+	Py_buffer notif = { 0 };
+	struct tpu_xfer_req *req = NULL;
+	int wr, rc;
+
+	if (!PyArg_ParseTuple(args, "pOO|z*:_post", &wr, &lo, &ro, &notif))
+		return NULL;
+	rc = prepare(a, lo, ro, &notif, wr ? TPU_XFER_OP_WRITE : TPU_XFER_OP_READ, &req);
+	PyBuffer_Release(&notif);
+	if (rc < 0)
+		return NULL;
+	/* The lists keep their handles, and so the memory, until the op is done. */
+	keep = PyTuple_Pack(2, lo, ro);
+	if (!keep) {
+		tpu_xfer_release(req);
+		return NULL;
+	}
+	res = tpupy_agent_post_op(a, req, keep);
+	Py_DECREF(keep);
+	return res;
+}
+
+static PyObject *agent_notif_op(PyObject *self, PyObject *unused)
+{
+	tpupy_agent *a = (tpupy_agent *)self;
+
+	(void)unused;
+	if (agent_check(a) < 0)
+		return NULL;
+	return tpupy_agent_notif_op(a);
+}
+
+static PyObject *agent_notif_cancel(PyObject *self, PyObject *op)
+{
+	return tpupy_agent_notif_cancel((tpupy_agent *)self, op);
 }
 
 static PyObject *agent_read(PyObject *self, PyObject *args, PyObject *kw)
@@ -294,17 +350,13 @@ static PyObject *agent_write(PyObject *self, PyObject *args, PyObject *kw)
 static PyObject *agent_notifications(PyObject *self, PyObject *unused)
 {
 	tpupy_agent *a = (tpupy_agent *)self;
-	char peer[TPU_XFER_NAME_MAX], msg[TPU_XFER_NOTIF_MAX];
-	PyObject *list;
-	size_t len;
+	PyObject *list, *t;
 
 	(void)unused;
 	if (agent_check(a) < 0)
 		return NULL;
 	list = PyList_New(0);
-	while (list && !tpu_agent_notif_poll(a->a, peer, sizeof(peer), msg, sizeof(msg), &len)) {
-		PyObject *t = Py_BuildValue("(sy#)", peer, msg, (Py_ssize_t)len);
-
+	while (list && (t = tpupy_agent_notif_take(a)) != Py_None) {
 		if (!t || PyList_Append(list, t) < 0) {
 			Py_XDECREF(t);
 			Py_DECREF(list);
@@ -312,6 +364,8 @@ static PyObject *agent_notifications(PyObject *self, PyObject *unused)
 		}
 		Py_DECREF(t);
 	}
+	if (list)
+		Py_DECREF(t);	/* None */
 	return list;
 }
 
@@ -335,6 +389,12 @@ static PyMethodDef agent_methods[] = {
 	  "write(local, remote, notif=None, repeat=1): local pieces into remote ones; blocks" },
 	{ "notifications", agent_notifications, METH_NOARGS,
 	  "notifications() -> [(peer, bytes)]: those queued, oldest first" },
+	{ "_post", agent_post, METH_VARARGS,
+	  "_post(write, local, remote, notif=None) -> op: one post, completed later" },
+	{ "_notif_op", agent_notif_op, METH_NOARGS,
+	  "_notif_op() -> op: the next notification as (peer, bytes)" },
+	{ "_notif_cancel", agent_notif_cancel, METH_O,
+	  "_notif_cancel(op) -> bool: give up a waiting notification op (-ECANCELED)" },
 	{ NULL, NULL, 0, NULL },
 };
 
@@ -349,8 +409,8 @@ static PyType_Slot agent_slots[] = {
 	{ Py_tp_dealloc, agent_dealloc },
 	{ Py_tp_methods, agent_methods },
 	{ Py_tp_getset, agent_getset },
-	{ Py_tp_doc, "Agent(context, name=None, backends=None)\n\n"
-		     "One-sided transfers (Documentation/xfer.rst)." },
+	{ Py_tp_doc, "_Agent(context, name=None, backends=None)\n\n"
+		     "One-sided transfers (internal: tpu_user.Agent wraps it)." },
 	{ 0, NULL },
 };
 
@@ -465,7 +525,7 @@ static PyType_Slot remote_slots[] = {
 };
 
 static PyType_Spec agent_spec = {
-	.name = "tpu_user.Agent",
+	.name = "tpu_user._Agent",
 	.basicsize = sizeof(tpupy_agent),
 	.flags = Py_TPFLAGS_DEFAULT,
 	.slots = agent_slots,
@@ -490,7 +550,7 @@ int tpupy_agent_init(PyObject *m)
 	RemoteType = (PyTypeObject *)PyType_FromSpec(&remote_spec);
 	if (!AgentType || !RegType || !RemoteType)
 		return -1;
-	if (PyModule_AddObjectRef(m, "Agent", (PyObject *)AgentType) < 0 ||
+	if (PyModule_AddObjectRef(m, "_Agent", (PyObject *)AgentType) < 0 ||
 	    PyModule_AddObjectRef(m, "Registration", (PyObject *)RegType) < 0 ||
 	    PyModule_AddObjectRef(m, "Remote", (PyObject *)RemoteType) < 0)
 		return -1;

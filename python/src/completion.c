@@ -134,6 +134,8 @@ static void op_dealloc(PyObject *self)
 
 	if (op->c.kind == TPUPY_OP_SEND || op->c.kind == TPUPY_OP_RECV)
 		tpupy_rdv_op_free(&op->c);
+	else if (op->c.kind == TPUPY_OP_XFER || op->c.kind == TPUPY_OP_NOTIF)
+		tpupy_agent_op_free(&op->c);
 	else
 		tpupy_pipe_op_free(&op->c);
 	tpupy_view_release(&op->view);
@@ -207,8 +209,12 @@ static PyObject *op_outcome(PyObject *self, PyObject *unused)
 				return NULL;
 			op->outcome = Py_BuildValue("(ON)", Py_False, val);
 		} else {
-			val = op->c.kind == TPUPY_OP_SEND || op->c.kind == TPUPY_OP_RECV ?
-				tpupy_rdv_op_result(op) : tpupy_pipe_op_result(op);
+			if (op->c.kind == TPUPY_OP_SEND || op->c.kind == TPUPY_OP_RECV)
+				val = tpupy_rdv_op_result(op);
+			else if (op->c.kind == TPUPY_OP_XFER || op->c.kind == TPUPY_OP_NOTIF)
+				val = tpupy_agent_op_result(op);
+			else
+				val = tpupy_pipe_op_result(op);
 			if (!val)
 				return NULL;
 			op->outcome = Py_BuildValue("(ON)", Py_True, val);

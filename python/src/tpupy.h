@@ -117,6 +117,8 @@ enum tpupy_op_kind {
 	TPUPY_OP_WRITE,
 	TPUPY_OP_READ,
 	TPUPY_OP_ACCEPT,
+	TPUPY_OP_XFER,		/* an Agent's read or write */
+	TPUPY_OP_NOTIF,		/* the next notification of an Agent */
 };
 
 /*
@@ -157,6 +159,13 @@ struct tpupy_cop {
 	struct tpupy_view *into;	/* read_into: the caller's tensors */
 	size_t ninto;
 	struct tpu_pipe *accepted;
+	/* agents (agent.c) */
+	struct tpu_xfer_req *req;	/* xfer: released with the op or the agent */
+	struct tpupy_cop *lnext, *lprev;	/* xfer: the agent's live ops (GIL) */
+	struct tpupy_cop *wnext;	/* notif: the agent's waiters (its lock) */
+	void *agent;			/* xfer, notif: the tpupy_agent, NULL once it closed */
+	char peer[TPU_XFER_NAME_MAX];	/* notif: who sent it */
+	void *nmsg;			/* notif: the message (malloc'd), c->len bytes */
 };
 
 /* the completion queue of one context */
@@ -232,6 +241,38 @@ PyObject *tpupy_rdv_op_result(tpupy_op *op);
 PyObject *tpupy_pipe_op_result(tpupy_op *op);
 void tpupy_pipe_op_free(struct tpupy_cop *c);
 void tpupy_rdv_op_free(struct tpupy_cop *c);
+PyObject *tpupy_agent_op_result(tpupy_op *op);
+void tpupy_agent_op_free(struct tpupy_cop *c);
+
+/* ---- agent.c, agent_async.c ---- */
+struct tpupy_notif;
+
+typedef struct {
+	PyObject_HEAD
+	tpupy_context *ctx;
+	struct tpu_agent *a;
+	/* Notifications, queued here by the library's callback (agent_async.c). */
+	pthread_mutex_t nlock;
+	bool nlock_ok;
+	struct tpupy_notif *nq, **nq_tail;	/* nlock */
+	size_t nq_n, nq_bytes;			/* nlock */
+	struct tpupy_cop *waiters, **w_tail;	/* nlock: notification ops */
+	struct tpupy_cop *live;			/* GIL: xfer ops holding a request */
+} tpupy_agent;
+
+/* Route @a's notifications here (before any peer can send one). */
+int tpupy_agent_notif_start(tpupy_agent *a);
+/* Before tpu_agent_destroy: release every request (their ops fail -ECANCELED). */
+void tpupy_agent_ops_release(tpupy_agent *a);
+/* After it: fail the notification waiters with TPU_E_DESTROYED, free the queue. */
+void tpupy_agent_notif_stop(tpupy_agent *a);
+/* The oldest queued notification as (peer, bytes), or None. */
+PyObject *tpupy_agent_notif_take(tpupy_agent *a);
+/* Post a prepared @req as an op (owner: @a); the op takes @req and @keep. */
+PyObject *tpupy_agent_post_op(tpupy_agent *a, struct tpu_xfer_req *req, PyObject *keep);
+PyObject *tpupy_agent_notif_op(tpupy_agent *a);
+/* A waiting notification op: finish it -ECANCELED; False when it finished already. */
+PyObject *tpupy_agent_notif_cancel(tpupy_agent *a, PyObject *op);
 
 /* key argument: str or bytes; fills @buf/@len (borrowed while @obj lives) */
 int tpupy_key_arg(PyObject *obj, const char **buf, Py_ssize_t *len);

@@ -186,6 +186,54 @@ static PyObject *world_barrier(PyObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+/* exchange_blobs(blob) -> [bytes]: every rank's blob (tpu_world_exchange_blobs). */
+static PyObject *world_exchange_blobs(PyObject *self, PyObject *args)
+{
+	tpupy_world *w = (tpupy_world *)self;
+	size_t n, *lens = NULL;
+	PyObject *list = NULL;
+	unsigned char *out;
+	tpu_status st;
+	Py_buffer b;
+
+	if (!PyArg_ParseTuple(args, "y*:exchange_blobs", &b))
+		return NULL;
+	if (world_check(w) < 0) {
+		PyBuffer_Release(&b);
+		return NULL;
+	}
+	/* Room for the longest blob any rank may send: freed before returning. */
+	n = (size_t)tpu_world_get_info(w->w)->size;
+	out = malloc(n * TPU_WORLD_BLOB_MAX);
+	lens = calloc(n, sizeof(*lens));
+	if (!out || !lens) {
+		PyBuffer_Release(&b);
+		free(out);
+		free(lens);
+		return PyErr_NoMemory();
+	}
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_exchange_blobs(w->w, b.buf, (size_t)b.len, out, TPU_WORLD_BLOB_MAX, lens);
+	Py_END_ALLOW_THREADS
+	PyBuffer_Release(&b);
+	if (st) {
+		tpupy_raise(st, "exchange_blobs");
+		goto out;
+	}
+	list = PyList_New((Py_ssize_t)n);
+	for (size_t r = 0; list && r < n; r++) {
+		PyObject *o = PyBytes_FromStringAndSize((const char *)out + r * TPU_WORLD_BLOB_MAX,
+						      (Py_ssize_t)lens[r]);
+
+		if (!o || PyList_SetItem(list, (Py_ssize_t)r, o) < 0)
+			Py_CLEAR(list);
+	}
+out:
+	free(out);
+	free(lens);
+	return list;
+}
+
 static int coll_dtype(DLDataType dt)
 {
 	switch (dt.code) {
@@ -529,6 +577,8 @@ static PyMethodDef world_methods[] = {
 	  "rendezvous() -> the world's remote rendezvous (owned by the world)" },
 	{ "pipe", world_pipe, METH_VARARGS, "pipe(rank) -> the pipe to rank (owned by the world)" },
 	{ "barrier", world_barrier, METH_NOARGS, "barrier(): wait for every rank" },
+	{ "exchange_blobs", world_exchange_blobs, METH_VARARGS,
+	  "exchange_blobs(blob) -> [bytes]: every rank's blob, by rank, through the store" },
 	{ "all_reduce", (PyCFunction)(void (*)(void))world_all_reduce,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "all_reduce(tensor, op='sum', timeout=None) -> tensor, reduced in place (sum, prod, min, "

@@ -27,7 +27,6 @@ from typing import Any, Optional, Sequence
 from . import _tpu_user as _c
 from ._tpu_user import (  # noqa: F401  (re-exported)
     INLINE_MAX,
-    Agent,
     Registration,
     Remote,
     MAX_DIMS,
@@ -553,6 +552,11 @@ class World:
         else:
             self._c.barrier_timeout(timeout)
 
+    def exchange_blobs(self, blob: bytes) -> list:
+        """Every rank's blob (at most 64 KiB each; e.g. Registration.export()),
+        by rank, through the world's store. Every rank calls it, in the same order."""
+        return self._c.exchange_blobs(bytes(blob))
+
     def device_name(self, rank: int) -> str:
         """The device of rank in the world's keys: "/job:worker/replica:0/task:RANK/device:CPU:0"."""
         return self._c.device_name(rank)
@@ -597,6 +601,87 @@ class World:
         self._c.close()
 
     def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Agent:
+    """One-sided transfers (Documentation/xfer.rst): registers tensors,
+    exports and loads their blobs, reads and writes lists of slices.
+
+    Each list is of handles (whole) or ``(handle, offset, length)`` slices in
+    bytes.  ``read``/``write`` block (GIL released); ``read_async``/
+    ``write_async`` return a :class:`Future` (``await`` it in asyncio code)
+    that resolves to None once the data moved (and the notification went).
+    Notifications: ``notifications()`` takes those queued,
+    ``notification(timeout)`` waits for the next one, ``notification_async()``
+    is a Future of it, as ``(peer, bytes)``, in order per peer.
+
+    Close it (or use it as a context manager) before its context: transfers in
+    flight fail with CancelledError, waiting notifications with an Error.
+    """
+
+    def __init__(self, context: Context, name: Optional[str] = None,
+                 backends: Optional[str] = None):
+        if not isinstance(context, Context):
+            raise TypeError("Agent(context): a tpu_user.Context")
+        self._ctx = context
+        self._c = _c._Agent(context._c, name, backends)
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    def register(self, tensor, read: bool = True, write: bool = False) -> Registration:
+        """Register tensor's memory; read/write: what peers that load its export may do."""
+        return self._c.register(tensor, read=read, write=write)
+
+    def load(self, blob: bytes) -> Remote:
+        """A peer's registration from its exported blob."""
+        return self._c.load(blob)
+
+    def read(self, local, remote, notif: Optional[bytes] = None, repeat: int = 1) -> None:
+        """Remote slices into local ones; blocks. repeat posts it that many times."""
+        self._c.read(local, remote, notif, repeat)
+
+    def write(self, local, remote, notif: Optional[bytes] = None, repeat: int = 1) -> None:
+        """Local slices into remote ones; blocks."""
+        self._c.write(local, remote, notif, repeat)
+
+    def read_async(self, local, remote, notif: Optional[bytes] = None) -> Future:
+        """read() as a Future (resolving to None); the slices' tensors stay
+        referenced until it is done. Errors in the lists raise here."""
+        return self._ctx._future(self._c._post(False, local, remote, notif))
+
+    def write_async(self, local, remote, notif: Optional[bytes] = None) -> Future:
+        """write() as a Future."""
+        return self._ctx._future(self._c._post(True, local, remote, notif))
+
+    def notifications(self) -> list:
+        """The queued notifications, oldest first, as [(peer, bytes)]."""
+        return self._c.notifications()
+
+    def notification(self, timeout: Optional[float] = None) -> tuple:
+        """Wait for the next notification: (peer, bytes); TimeoutError after timeout."""
+        op = self._c._notif_op()
+        try:
+            return self._ctx._wait(op, timeout, "notification")
+        except TimeoutError:
+            # Give the waiter back, unless a notification reached it meanwhile.
+            if not self._c._notif_cancel(op):
+                return self._ctx._wait(op, None, "notification")
+            raise
+
+    def notification_async(self) -> Future:
+        """The next notification as a Future of (peer, bytes)."""
+        return self._ctx._future(self._c._notif_op())
+
+    def close(self) -> None:
+        self._c.close()
+
+    def __enter__(self) -> "Agent":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,8 +3,13 @@
 
 Two agents of this process on two contexts; each backend (cma, tcp) moves
 lists of slices both ways, notifications arrive in order, a WRITE to a
-read-only export and a damaged blob are refused, deregistration revokes.
+read-only export and a damaged blob are refused, deregistration revokes;
+transfers as futures and awaited in asyncio, notifications waited for, as
+futures and across close.
 """
+import asyncio
+import time
+
 import numpy as np
 import pytest
 
@@ -94,3 +99,146 @@ def test_torch_tensors(pair):
     rm = a.load(rb.export())
     a.read([ra], [rm], repeat=3)
     assert torch.equal(src, dst)
+
+
+def test_futures_move_slices(pair):
+    _, a, b = pair
+    src = np.arange(8192, dtype=np.uint8)
+    dst = np.zeros(8192, dtype=np.uint8)
+    rb = b.register(src, read=True, write=True)
+    ra = a.register(dst)
+    rm = a.load(rb.export())
+    # 16 reads of 512 bytes each, in reverse order, all in flight together.
+    futs = [a.read_async([(ra, i * 512, 512)], [(rm, (15 - i) * 512, 512)]) for i in range(16)]
+    assert all(isinstance(f, tpu_user.Future) for f in futs)
+    assert [f.result(timeout=10) for f in futs] == [None] * 16
+    for i in range(16):
+        assert np.array_equal(dst[i * 512:(i + 1) * 512], src[(15 - i) * 512:(16 - i) * 512])
+    dst[:] = 9
+    assert a.write_async([(ra, 0, 100)], [(rm, 8000, 100)], notif=b"w").result(10) is None
+    assert np.all(src[8000:8100] == 9) and src[7999] == (7999 & 0xff)
+    assert b.notification(timeout=10) == ("A", b"w")
+
+
+def test_asyncio_awaits_transfers_and_notifications(pair):
+    _, a, b = pair
+    src = np.arange(4096, dtype=np.int32)
+    dst = np.zeros(4096, dtype=np.int32)
+    rb = b.register(src, read=True, write=True)
+    ra = a.register(dst)
+    rm = a.load(rb.export())
+
+    async def main():
+        got = b.notification_async()  # before anything was sent
+        await asyncio.gather(*(a.read_async([(ra, i * 4096, 4096)], [(rm, i * 4096, 4096)],
+                                            notif=b"%d" % i) for i in range(4)))
+        first = await got
+        rest = [await b.notification_async() for _ in range(3)]
+        return [first] + rest
+
+    notes = asyncio.run(asyncio.wait_for(main(), 20))
+    assert np.array_equal(dst, src)
+    # Per peer in the order the posts completed: every one, once.
+    assert sorted(notes) == [("A", b"%d" % i) for i in range(4)]
+
+
+def test_async_failures_reach_the_future(pair):
+    _, a, b = pair
+    buf = np.zeros(1024, dtype=np.uint8)
+    rb = b.register(buf, read=True, write=False)
+    ra = a.register(np.ones(1024, dtype=np.uint8))
+    rm = a.load(rb.export())
+    # Checked at preparation: raised at once, nothing posted.
+    with pytest.raises(tpu_user.Error):
+        a.write_async([ra], [rm])
+    with pytest.raises(tpu_user.Error):
+        a.read_async([(ra, 0, 1025)], [(rm, 0, 1025)])
+    with pytest.raises(TypeError):
+        a.read_async([rm], [ra])
+    rb.deregister()
+    deadline = time.monotonic() + 10
+    with pytest.raises(tpu_user.Error):
+        # Revoked: the post itself fails, through the future.
+        while time.monotonic() < deadline:
+            a.read_async([ra], [rm]).result(timeout=10)
+            time.sleep(0.01)
+    assert not buf.any()
+
+
+def test_notification_wait_gives_back_its_turn(pair):
+    _, a, b = pair
+    buf = np.zeros(64, dtype=np.uint8)
+    rb = b.register(buf, write=True)
+    ra = a.register(np.ones(64, dtype=np.uint8))
+    rm = a.load(rb.export())
+    t0 = time.monotonic()
+    with pytest.raises(tpu_user.TimeoutError):
+        b.notification(timeout=0.2)
+    assert 0.15 < time.monotonic() - t0 < 5
+    # The waiter that timed out does not swallow the next one.
+    a.write([ra], [rm], notif=b"one")
+    a.write([ra], [rm], notif=b"two")
+    assert b.notification(timeout=10) == ("A", b"one")
+    deadline = time.monotonic() + 10
+    got = []
+    while not got and time.monotonic() < deadline:
+        got = b.notifications()
+        time.sleep(0.005)
+    assert got == [("A", b"two")]
+
+
+def test_close_fails_waiting_notifications():
+    with tpu_user.Context() as ctx:
+        a = tpu_user.Agent(ctx, name="A")
+        fut = a.notification_async()
+        assert not fut.done()
+        a.close()
+        with pytest.raises(tpu_user.Error):
+            fut.result(timeout=10)
+        with pytest.raises(tpu_user.Error):
+            a.notification_async()
+
+
+def test_close_with_transfers_in_flight(pair):
+    _, a, b = pair
+    src = np.ones(32 << 20, dtype=np.uint8)
+    dst = np.zeros(32 << 20, dtype=np.uint8)
+    rb = b.register(src)
+    rm = a.load(rb.export())
+    ra = a.register(dst)
+    futs = [a.read_async([ra], [rm]) for _ in range(4)]
+    a.close()  # releases every request first: each future ends, one way or the other
+    for f in futs:
+        assert f.exception(timeout=10) is None or isinstance(f.exception(),
+                                                             tpu_user.CancelledError)
+    assert all(f.done() for f in futs)
+
+
+WORLD_AGENTS = r"""
+import numpy as np, tpu_user
+with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
+    r, n = w.rank, w.size
+    with tpu_user.Agent(ctx, name="rank%d" % r) as a:
+        mine = np.full(1000, r, dtype=np.int64)
+        reg = a.register(mine)
+        blob = reg.export()
+        blobs = w.exchange_blobs(blob)
+        assert len(blobs) == n and blobs[r] == blob
+        got = np.zeros(1000, dtype=np.int64)
+        rg = a.register(got)
+        rm = a.load(blobs[(r + 1) % n])
+        a.read([rg], [rm])
+        assert (got == (r + 1) % n).all(), got[:4]
+        w.barrier()
+        del rm
+        reg.deregister()
+print("rank", r, "ok", flush=True)
+"""
+
+
+def test_agents_swap_blobs_through_the_world():
+    from test_world import start_ranks
+    procs, results = start_ranks(WORLD_AGENTS, 3)
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out

@@ -54,6 +54,8 @@ static const struct {
 	{ "world_shm", test_world_shm },
 	{ "xfer", test_xfer },
 	{ "xfer_trust", test_xfer_trust },
+	{ "xfer_dmabuf", test_xfer_dmabuf },
+	{ "xfer_cuda", test_xfer_cuda },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },

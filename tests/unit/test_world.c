@@ -192,6 +192,21 @@ static const char *want_transport(const struct job *j, int me, int r)
 	return r == me || j->salted ? "tcp" : "shm";
 }
 
+/* Blobs through rank 0's store: rank 0's of the most a store value holds. */
+static int blobs(struct tpu_world *w, int me, int n)
+{
+	static uint8_t mine[TPU_WORLD_BLOB_MAX], all[3][TPU_WORLD_BLOB_MAX];
+	size_t lens[3], len = me ? (size_t)me * 1000 : TPU_WORLD_BLOB_MAX;
+
+	R_CHECK(n <= 3);
+	fill(mine, len, me, 9);
+	R_CHECK(tpu_world_exchange_blobs(w, mine, len, all, TPU_WORLD_BLOB_MAX, lens) == 0);
+	for (int r = 0; r < n; r++)
+		R_CHECK(lens[r] == (r ? (size_t)r * 1000 : TPU_WORLD_BLOB_MAX) &&
+			filled(all[r], lens[r], r, 9));
+	return 0;
+}
+
 static int world_rank(int me, int n, void *arg)
 {
 	const struct job *j = arg;
@@ -254,6 +269,7 @@ static int world_rank(int me, int n, void *arg)
 			R_CHECK(tpu_rendezvous_peer_path(rdv, task, &tr, &ch) == 0 &&
 				!strcmp(tr, "shm"));
 	}
+	R_CHECK(blobs(w, me, n) == 0);
 	rc = ring(w, me, n);
 	R_CHECK(tpu_world_barrier(w) == 0);
 	tpu_world_destroy(w);

@@ -6,7 +6,9 @@
  * They form the world, all-reduce through it, meet in the store barrier
  * and open a world pipe; then the argument checks, a store that fails or
  * lies about a value's length, a rank that never comes and ranks that
- * disagree on the size.
+ * disagree on the size.  And blobs swapped through the store
+ * (tpu_world_exchange_blobs): lengths, rounds, room too short, and agents
+ * that load each other's exported registrations that way.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -322,10 +324,187 @@ static void missing_rank_and_size_conflict(void)
 	store_fini(&s);
 }
 
+/* Rank @me's blob of round @round: @len bytes of a pattern of both. */
+static void blob_fill(uint8_t *b, size_t len, int me, int round)
+{
+	for (size_t i = 0; i < len; i++)
+		b[i] = (uint8_t)(me * 31 + round * 7 + i);
+}
+
+static bool blob_is(const uint8_t *b, size_t len, int me, int round)
+{
+	uint8_t want[512];
+
+	blob_fill(want, len, me, round);
+	return !memcmp(b, want, len);
+}
+
+#define BLOB_STRIDE	512
+
+/* Lengths of round @round's blobs: rank 1 sends none in round 0. */
+static size_t blob_len(int me, int round)
+{
+	return round == 0 && me == 1 ? 0 : (size_t)(100 * me + 40 * round + 1);
+}
+
+/* Two rounds, one where rank 2's blob does not fit the others' room, then agents. */
+static bool blob_rounds(struct tpu_world *w, int me, int size, struct tpu_context *ctx)
+{
+	uint8_t mine[BLOB_STRIDE], out[RANKS * BLOB_STRIDE], buf[4096], got[64];
+	size_t lens[RANKS];
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *reg = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	struct tpu_xfer_req *req = NULL;
+	bool ok = true;
+	size_t blen = 0;
+
+	for (int round = 0; ok && round < 2; round++) {
+		blob_fill(mine, blob_len(me, round), me, round);
+		memset(out, 0xee, sizeof(out));
+		ok = !tpu_world_exchange_blobs(w, mine, blob_len(me, round), out, BLOB_STRIDE,
+					       lens);
+		for (int r = 0; ok && r < size; r++)
+			ok = lens[r] == blob_len(r, round) &&
+			     blob_is(out + r * BLOB_STRIDE, lens[r], r, round);
+	}
+	/* Rank 2's 300 bytes do not fit 200 bytes of room: the others still get the rest. */
+	if (ok) {
+		size_t len = me == 2 ? 300 : 10, stride = me == 2 ? 300 : 200;
+
+		blob_fill(mine, len, me, 9);
+		if (me == 2)
+			ok = !tpu_world_exchange_blobs(w, mine, len, out, stride, lens);
+		else
+			ok = tpu_world_exchange_blobs(w, mine, len, out, stride, lens) == -EMSGSIZE &&
+			     lens[2] == 300 && lens[0] == 10 && lens[1] == 10 &&
+			     blob_is(out + (1 - me) * stride, 10, 1 - me, 9);
+	}
+	/* What it is for: every rank exports a registration, reads the next rank's. */
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(me + i);
+	ok = ok && !tpu_agent_create(ctx, NULL, &a) &&
+	     !tpu_agent_register(a, buf, sizeof(buf), TPU_XFER_READ, &reg) &&
+	     !tpu_agent_export(reg, mine, sizeof(mine), &blen) &&
+	     !tpu_world_exchange_blobs(w, mine, blen, out, BLOB_STRIDE, lens) &&
+	     !tpu_agent_load(a, out + ((me + 1) % size) * BLOB_STRIDE, lens[(me + 1) % size],
+			     &rm);
+	if (ok) {
+		struct tpu_xfer_reg *lr = NULL;
+		uint8_t dst[64];
+
+		ok = !tpu_agent_register(a, dst, sizeof(dst), 0, &lr);
+		if (ok) {
+			struct tpu_xfer_local_elem l = { .reg = lr, .offset = 0, .len = sizeof(dst) };
+			struct tpu_xfer_remote_elem r = { .remote = rm, .offset = 100,
+							  .len = sizeof(dst) };
+
+			ok = !tpu_xfer_prepare(a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &req) &&
+			     !tpu_xfer_post(req, NULL, NULL) && !tpu_xfer_wait(req, 10000);
+			memcpy(got, dst, sizeof(got));
+			for (size_t i = 0; ok && i < sizeof(got); i++)
+				ok = got[i] == (uint8_t)((me + 1) % size + 100 + i);
+			tpu_xfer_release(req);
+			tpu_agent_deregister(lr);
+		}
+	}
+	/* Nobody deregisters before every rank has read. */
+	ok = !tpu_world_barrier(w) && ok;
+	tpu_agent_unload(rm);
+	if (reg)
+		tpu_agent_deregister(reg);
+	tpu_agent_destroy(a);
+	return ok;
+}
+
+static void *blob_rank(void *arg)
+{
+	struct rank *r = arg;
+	struct tpu_world_info info = { .rank = r->me, .size = r->size, .local_rank = -1,
+				       .local_size = -1 };
+	struct tpu_world_options wo = { .info = &info, .timeout_ms = r->timeout_ms };
+	struct tpu_world_store cb = callbacks(r->store);
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+
+	if (tpu_context_create(NULL, &ctx)) {
+		r->formed = -ENODEV;
+		return NULL;
+	}
+	r->formed = tpu_world_create_with_store(ctx, &wo, &cb, &w);
+	if (!r->formed)
+		r->ok = blob_rounds(w, r->me, r->size, ctx);
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	return NULL;
+}
+
+static void blobs_through_the_store(void)
+{
+	struct mem_store s;
+	struct rank r[RANKS];
+	pthread_t t[RANKS];
+
+	store_init(&s);
+	for (int i = 0; i < RANKS; i++) {
+		r[i] = (struct rank){ .store = &s, .me = i, .size = RANKS, .timeout_ms = 20000 };
+		pthread_create(&t[i], NULL, blob_rank, &r[i]);
+	}
+	for (int i = 0; i < RANKS; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < RANKS; i++) {
+		CHECK_STATUS(r[i].formed, 0, "blobs: rank %d formed", i);
+		CHECK(r[i].ok, "blobs: rank %d got every rank's blob of each round (one empty), "
+		      "a blob too long for its room said -EMSGSIZE with its length, and it read "
+		      "the next rank's registration through the swapped export", i);
+	}
+	store_fini(&s);
+}
+
+static void blob_arguments(void)
+{
+	struct tpu_world_info info = { .rank = 0, .size = 1, .local_rank = -1, .local_size = -1 };
+	struct tpu_world_options wo = { .info = &info };
+	static uint8_t big[TPU_WORLD_BLOB_MAX + 1], out[TPU_WORLD_BLOB_MAX + 1];
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	struct mem_store s;
+	struct tpu_world_store cb;
+	size_t lens[1] = { 99 };
+
+	store_init(&s);
+	cb = callbacks(&s);
+	if (tpu_context_create(NULL, &ctx) || tpu_world_create_with_store(ctx, &wo, &cb, &w)) {
+		CHECK(false, "blobs: a world of one");
+		tpu_context_destroy(ctx);
+		store_fini(&s);
+		return;
+	}
+	CHECK_STATUS(tpu_world_exchange_blobs(NULL, big, 1, out, 1, lens), -EINVAL, "no world");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, NULL, 1, out, 1, lens), -EINVAL, "no blob");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, big, 1, NULL, 1, lens), -EINVAL, "no room");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, big, 1, out, 1, NULL), -EINVAL, "no lengths");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, big, 2, out, 1, lens), -EINVAL,
+		     "a blob longer than its own room");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, big, sizeof(big), out, sizeof(out), lens),
+		     -EINVAL, "a blob over TPU_WORLD_BLOB_MAX");
+	big[0] = 42;
+	CHECK_STATUS(tpu_world_exchange_blobs(w, big, TPU_WORLD_BLOB_MAX, out, sizeof(out), lens),
+		     0, "a blob of TPU_WORLD_BLOB_MAX in a world of one");
+	CHECK(lens[0] == TPU_WORLD_BLOB_MAX && out[0] == 42, "its own blob comes back");
+	CHECK_STATUS(tpu_world_exchange_blobs(w, NULL, 0, out, 0, lens), 0, "an empty blob");
+	CHECK(lens[0] == 0, "of length 0");
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	store_fini(&s);
+}
+
 void test_world_store(void)
 {
 	three_ranks_form_and_reduce();
 	bad_arguments();
 	failing_and_lying_stores();
 	missing_rank_and_size_conflict();
+	blobs_through_the_store();
+	blob_arguments();
 }
