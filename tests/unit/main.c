@@ -51,6 +51,7 @@ static const struct {
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },
 	{ "world_shm", test_world_shm },
+	{ "world_hier", test_world_hier },
 	{ "xfer", test_xfer },
 	{ "xfer_trust", test_xfer_trust },
 	{ "bounds_pipe", test_bounds_pipe },

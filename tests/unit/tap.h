@@ -88,6 +88,7 @@ void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);
 void test_world_shm(void);
+void test_world_hier(void);
 void test_xfer(void);
 void test_xfer_trust(void);
 void test_xfer_hostile(void);
