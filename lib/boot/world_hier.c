@@ -32,7 +32,6 @@
 
 #include "world_shm.h"
 #include "coll/coll.h"
-#include "coll/coll_shm.h"
 
 /* The leaders' group key, apart from the world's flat group (world_coll.c). */
 #define WORLD_HIER_GROUP	0x48696572	/* "Hier" */
@@ -226,8 +225,7 @@ tpu_status tpu__world_hier_run(struct tpu_world *w, struct world_shm *ws,
 	}
 	if (st) {
 		/* The others, on this host and beyond, are out of step: fail them now. */
-		if (ws->seg)
-			tpu__shm_fail(ws->seg, st, -ECONNABORTED);
+		tpu__shm_coll_fail(ws->seg, st);
 		tpu_rendezvous_abort(w->rdv, -ECONNABORTED);
 	}
 	tpu__log_debug("world: rank %d: %s of %llu elements in two levels (%d hosts%s): %s",
