@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * Whether a world's collectives take the shared-memory path
- * (lib/coll/coll_shm.c) and its segment, decided once, at the first
- * collective, the same way on every rank:
+ * (lib/coll/coll_shm.c), one segment for the world or one per host with
+ * the leaders over the network (world_hier.c), decided once, at the
+ * first collective, the same way on every rank:
  *
- * - TPU_COLL_PATH: "rdv" rules the path out, "shm" makes it a must (a
- *   collective fails with -EOPNOTSUPP where it cannot be had), unset or
- *   "auto" takes it where it can be had; anything else is -EINVAL.
- * - Every rank reaches every other over shm (same host: boot id and network
- *   namespace, choose() in world.c).  Each rank can tell this alone, and
- *   all tell the same, so a world that fails it costs no exchange.
- * - Each rank then takes the pid of every peer from the world's pipe to it,
- *   as the kernel proved it (tpu_pipe_peer_pid(): SO_PEERCRED), and votes.
- *   Rank 0 makes the segment (a sealed memfd) and says its descriptor
- *   number; the others copy the descriptor out of rank 0's process
- *   (pidfd_getfd() on a pidfd of the proven pid: the kernel checks the
- *   right to, as for process_vm_readv), check it is sealed and sized as
- *   expected, and map it.  A second round confirms every rank mapped it;
- *   only then the path is on.  Where any rank says no, all take the
- *   rendezvous.  The segment goes with the last mapping (the last member
- *   to leave or die).
+ * - TPU_COLL_PATH: "rdv" or "flat" rules both out, "shm" makes one
+ *   segment a must and "hier" two levels (a collective fails with
+ *   -EOPNOTSUPP where they cannot be had), unset or "auto" takes either
+ *   where it can be had; anything else is -EINVAL.
+ * - This rank's host is this rank and the ranks it reaches over shm (same
+ *   boot id and network namespace, choose() in world.c; the pipe's
+ *   handshake checks them again).  With "shm", a rank that is not there
+ *   rules the path out at once: every rank tells the same, no exchange.
+ * - Each rank takes the pid of every peer of its host from the world's
+ *   pipe to it, as the kernel proved it (tpu_pipe_peer_pid():
+ *   SO_PEERCRED), and votes, naming its host's leader (lowest rank) and
+ *   size.  The leader makes the host's segment (a sealed memfd) and says
+ *   its descriptor number; the others copy the descriptor out of the
+ *   leader's process (pidfd_getfd() on a pidfd of the proven pid: the
+ *   kernel checks the right to, as for process_vm_readv), check it is
+ *   sealed and sized as expected, and map it.  Every rank reads every
+ *   vote: the claims must form one partition that matches what this rank
+ *   reaches over shm (partition()), else it says no in the second round,
+ *   which confirms every rank mapped its segment; only then the path is
+ *   on.  Where any rank says no, all take the rendezvous.  A segment goes
+ *   with its last mapping (the last member to leave or die).
  *
  * A set-up cut short by the call's timeout resumes at the next call.
  */
