@@ -334,3 +334,54 @@ void test_world_hier(void)
 	unsetenv("TPU_COLL_PATH");
 	boot_env_clear();
 }
+
+/*
+ * One rank of a world formed from the launcher's variables, for
+ * tests/vm/pair-xfer.sh (two VMs, two ranks on each): @mode "check" runs
+ * the collectives (two types, the sum and the max, every length) and
+ * wants the two-level path; "dies" is member_dies() (the last rank exits,
+ * every other must fail within the bound).  0 when this rank's part held.
+ */
+int world_hier_rank(const char *mode)
+{
+	struct tpu_world_options wo = { .timeout_ms = 60000 };
+	bool dies = !strcmp(mode, "dies");
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	int me, n, line;
+	tpu_status st;
+
+	if (dies)
+		wo.timeout_ms = 8000;
+	/* To try this mode on one machine: ranks with different salts look like two hosts. */
+	if (getenv("TPU_TEST_HOST_SALT"))
+		snprintf(tpu__world_host_salt, sizeof(tpu__world_host_salt), "%s",
+			 getenv("TPU_TEST_HOST_SALT"));
+	st = tpu_context_create(NULL, &ctx);
+	if (!st)
+		st = tpu_world_create(ctx, &wo, &w);
+	if (st) {
+		fprintf(stderr, "# forming the world: %s\n", tpu_status_name(st));
+		return 1;
+	}
+	me = tpu_world_get_info(w)->rank;
+	n = tpu_world_get_info(w)->size;
+	if (dies) {
+		line = member_dies(w, me, n);
+	} else {
+		line = collectives(w, me, n, false);
+		if (!line && strcmp(tpu_world_coll_path(w), "hier"))
+			line = __LINE__;
+	}
+	printf("# rank %d of %d: %s over \"%s\": %s (line %d)\n", me, n, mode,
+	       tpu_world_coll_path(w), line ? "failed" : "held", line);
+	fflush(stdout);
+	if (line)
+		return 1;
+	/* A world with a dead rank: no farewell barrier to wait out. */
+	if (!dies) {
+		tpu_world_destroy(w);
+		tpu_context_destroy(ctx);
+	}
+	return 0;
+}
