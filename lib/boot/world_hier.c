@@ -99,6 +99,9 @@ static tpu_status among_leaders(struct hier *h, enum tpu_coll_type type, int roo
 	if (!st)
 		st = tpu_coll_exec_run(exec, &g, &inst, &m, in, out);
 	tpu_coll_exec_destroy(exec);
+	/* This host's other ranks wait for the result in the segment: fail them now. */
+	if (st)
+		tpu__shm_coll_fail(h->ws->seg, st);
 	if (st && coll && h->reason && h->size && !h->reason[0]) {
 		char why[200] = "";
 
@@ -224,8 +227,14 @@ tpu_status tpu__world_hier_run(struct tpu_world *w, struct world_shm *ws,
 		return -EINVAL;
 	}
 	if (st) {
-		/* The others, on this host and beyond, are out of step: fail them now. */
-		tpu__shm_coll_fail(ws->seg, st);
+		/*
+		 * The others, on this host and beyond, are out of step: fail
+		 * them now.  A mismatch on this host every rank here found
+		 * itself (failing the segment would race their finding it);
+		 * one among the leaders failed the segment already.
+		 */
+		if (st != TPU_E_COLL_MISMATCH)
+			tpu__shm_coll_fail(ws->seg, st);
 		tpu_rendezvous_abort(w->rdv, -ECONNABORTED);
 	}
 	tpu__log_debug("world: rank %d: %s of %llu elements in two levels (%d hosts%s): %s",

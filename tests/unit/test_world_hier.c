@@ -11,7 +11,7 @@
  * checked element by element against a reference; the same for three
  * ranks as hosts of two and one; the path reported ("hier") and the
  * segment mapped; a rank killed on one host failing every other rank on
- * both within a bound; TPU_COLL_PATH=flat keeping the rendezvous (right
+ * both within a bound, and so does a mismatch found on one host; TPU_COLL_PATH=flat keeping the rendezvous (right
  * results, no segment); =hier refused on one host and =shm across hosts.
  */
 #include <errno.h>
@@ -260,7 +260,36 @@ static int member_dies(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
-enum { SC_TYPES, SC_UNEVEN, SC_DIES, SC_FLAT, SC_HIER_ONE_HOST, SC_SHM_TWO_HOSTS };
+/*
+ * Rank 3 calls a longer all-reduce than the others: its host finds the
+ * mismatch in its segment, and the other host, whose leader would wait in
+ * the leaders' step, fails too, within 3 s of a 30 s timeout.
+ */
+static int mismatch_fails_both_hosts(struct tpu_world *w, int me, int n)
+{
+	float a[4] = { 1, 2, 3, 4 }, b[4];
+	char why[256];
+	uint64_t t0;
+	tpu_status st;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	t0 = now_ns();
+	st = tpu_world_all_reduce(w, a, b, me == n - 1 ? 4 : 3, TPU_DT_FLOAT32, TPU_OP_SUM,
+				  TPU_FINAL_NONE, 30 * SECOND);
+	tpu_world_last_reason(w, why, sizeof(why));
+	if (st != TPU_E_COLL_MISMATCH && st != -ECONNABORTED)
+		fprintf(stderr, "# rank %d: %s (%s)\n", me, tpu_status_name(st), why);
+	/* Rank 3's host: the segment's own reason; the other: the abort passed on. */
+	if (me % 2 == (n - 1) % 2)
+		R_CHECK(st == TPU_E_COLL_MISMATCH && strstr(why, "count"));
+	else
+		R_CHECK(st == -ECONNABORTED);
+	R_CHECK(now_ns() - t0 < 3 * SECOND);
+	return 0;
+}
+
+enum { SC_TYPES, SC_UNEVEN, SC_DIES, SC_FLAT, SC_HIER_ONE_HOST, SC_SHM_TWO_HOSTS,
+       SC_MISMATCH };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -284,6 +313,9 @@ static int rank_main(int me, int n, void *arg)
 		break;
 	case SC_DIES:
 		line = member_dies(w, me, n);
+		break;
+	case SC_MISMATCH:
+		line = mismatch_fails_both_hosts(w, me, n);
 		break;
 	case SC_FLAT:
 		line = collectives(w, me, n, false);
@@ -322,6 +354,7 @@ void test_world_hier(void)
 		[SC_FLAT] = { "TPU_COLL_PATH_flat_keeps_the_rendezvous", 4, 2, "flat", 200 },
 		[SC_HIER_ONE_HOST] = { "TPU_COLL_PATH_hier_refused_on_one_host", 2, 0, "hier", 60 },
 		[SC_SHM_TWO_HOSTS] = { "TPU_COLL_PATH_shm_refused_across_hosts", 4, 2, "shm", 60 },
+		[SC_MISMATCH] = { "a_mismatch_on_one_host_fails_both_hosts_promptly", 4, 2, NULL, 60 },
 	};
 
 	for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
