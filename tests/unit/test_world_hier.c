@@ -11,7 +11,8 @@
  * checked element by element against a reference; the same for three
  * ranks as hosts of two and one; the path reported ("hier") and the
  * segment mapped; a rank killed on one host failing every other rank on
- * both within a bound, and so does a mismatch found on one host; TPU_COLL_PATH=flat keeping the rendezvous (right
+ * both within a bound, and so does a mismatch found on one host; a rank
+ * whose vote misstates its host making every rank take the flat path; TPU_COLL_PATH=flat keeping the rendezvous (right
  * results, no segment); =hier refused on one host and =shm across hosts.
  */
 #include <errno.h>
@@ -288,8 +289,36 @@ static int mismatch_fails_both_hosts(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/*
+ * Rank 3 lies in its vote before the others read it: alone on a host of
+ * its own, while rank 1 reaches it over shm.  Its host's ranks must see
+ * the claim does not match, and every rank take the flat rendezvous
+ * (right results, path "rdv") rather than two levels on a partition that
+ * is not one.  Rank 3 joins the collective (its own, true vote then
+ * replacing the lie) only once rank 0 said whether it mapped its segment,
+ * i.e. read every vote.
+ */
+static int lying_vote_means_flat(struct tpu_world *w, int me, int n)
+{
+	int32_t in = me + 1, out = 0;
+
+	if (me == n - 1) {
+		char ok[8];
+		size_t len;
+
+		R_CHECK(tpu__world_store_set(w, "tpu/coll-shm/vote/3", "1 0 3 1", 7) == 0);
+		R_CHECK(tpu__world_store_get(w, "tpu/coll-shm/ok/0", ok, sizeof(ok), &len,
+					     20000) == 0);
+	}
+	R_CHECK(tpu_world_all_reduce(w, &in, &out, 1, TPU_DT_INT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     30 * SECOND) == 0);
+	R_CHECK(out == n * (n + 1) / 2);
+	R_CHECK(!strcmp(tpu_world_coll_path(w), "rdv"));
+	return 0;
+}
+
 enum { SC_TYPES, SC_UNEVEN, SC_DIES, SC_FLAT, SC_HIER_ONE_HOST, SC_SHM_TWO_HOSTS,
-       SC_MISMATCH };
+       SC_MISMATCH, SC_LYING_VOTE };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -316,6 +345,9 @@ static int rank_main(int me, int n, void *arg)
 		break;
 	case SC_MISMATCH:
 		line = mismatch_fails_both_hosts(w, me, n);
+		break;
+	case SC_LYING_VOTE:
+		line = lying_vote_means_flat(w, me, n);
 		break;
 	case SC_FLAT:
 		line = collectives(w, me, n, false);
@@ -355,6 +387,7 @@ void test_world_hier(void)
 		[SC_HIER_ONE_HOST] = { "TPU_COLL_PATH_hier_refused_on_one_host", 2, 0, "hier", 60 },
 		[SC_SHM_TWO_HOSTS] = { "TPU_COLL_PATH_shm_refused_across_hosts", 4, 2, "shm", 60 },
 		[SC_MISMATCH] = { "a_mismatch_on_one_host_fails_both_hosts_promptly", 4, 2, NULL, 60 },
+		[SC_LYING_VOTE] = { "a_vote_that_breaks_the_partition_means_flat", 4, 2, NULL, 60 },
 	};
 
 	for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
