@@ -12,7 +12,8 @@
  * ranks as hosts of two and one; the path reported ("hier") and the
  * segment mapped; a rank killed on one host failing every other rank on
  * both within a bound, and so does a mismatch found on one host; a rank
- * whose vote misstates its host making every rank take the flat path; TPU_COLL_PATH=flat keeping the rendezvous (right
+ * whose vote misstates its host making every rank take the flat path, and
+ * one that is no vote at all refused; TPU_COLL_PATH=flat keeping the rendezvous (right
  * results, no segment); =hier refused on one host and =shm across hosts.
  */
 #include <errno.h>
@@ -317,8 +318,27 @@ static int lying_vote_means_flat(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/*
+ * Rank 3's vote is not one ("1" and then no numbers): the others' first
+ * collective fails with -EPROTO instead of acting on it.  Rank 3 calls no
+ * collective (its own vote would replace the bad one).
+ */
+static int garbled_vote_refused(struct tpu_world *w, int me, int n)
+{
+	int32_t in = 1, out = 0;
+	char why[256];
+
+	if (me == n - 1)
+		return tpu__world_store_set(w, "tpu/coll-shm/vote/3", "1 x y z", 7) ? __LINE__ : 0;
+	R_CHECK(tpu_world_all_reduce(w, &in, &out, 1, TPU_DT_INT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == -EPROTO);
+	tpu_world_last_reason(w, why, sizeof(why));
+	R_CHECK(strstr(why, "setting up"));
+	return 0;
+}
+
 enum { SC_TYPES, SC_UNEVEN, SC_DIES, SC_FLAT, SC_HIER_ONE_HOST, SC_SHM_TWO_HOSTS,
-       SC_MISMATCH, SC_LYING_VOTE };
+       SC_MISMATCH, SC_LYING_VOTE, SC_GARBLED_VOTE };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -348,6 +368,9 @@ static int rank_main(int me, int n, void *arg)
 		break;
 	case SC_LYING_VOTE:
 		line = lying_vote_means_flat(w, me, n);
+		break;
+	case SC_GARBLED_VOTE:
+		line = garbled_vote_refused(w, me, n);
 		break;
 	case SC_FLAT:
 		line = collectives(w, me, n, false);
@@ -388,6 +411,7 @@ void test_world_hier(void)
 		[SC_SHM_TWO_HOSTS] = { "TPU_COLL_PATH_shm_refused_across_hosts", 4, 2, "shm", 60 },
 		[SC_MISMATCH] = { "a_mismatch_on_one_host_fails_both_hosts_promptly", 4, 2, NULL, 60 },
 		[SC_LYING_VOTE] = { "a_vote_that_breaks_the_partition_means_flat", 4, 2, NULL, 60 },
+		[SC_GARBLED_VOTE] = { "a_vote_that_is_not_one_is_refused", 4, 2, NULL, 60 },
 	};
 
 	for (int k = 0; k < (int)(sizeof(cases) / sizeof(cases[0])); k++) {
