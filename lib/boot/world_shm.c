@@ -331,11 +331,10 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 	int n = w->info.size, me = w->info.rank, fd = -1;
 	char rest[48] = "";
 	bool all = true, yes = false, ok = true;
-	long v[3], *fds = calloc((size_t)n * 3, sizeof(long)), *leader, *nloc;
+	long v[3], *fds = calloc((size_t)n * 3, sizeof(long));
+	long *leader = fds ? fds + n : NULL, *nloc = fds ? fds + 2 * n : NULL;
 	tpu_status st = fds ? 0 : -ENOMEM;
 
-	leader = fds + n;
-	nloc = fds + 2 * n;
 	for (int r = 0; r < n && !st; r++) {
 		st = get(w, "vote", r, &yes, rest, sizeof(rest), deadline);
 		if (st)
