@@ -428,6 +428,8 @@ static tpu_status confirm(struct tpu_world *w, struct world_shm *ws, uint64_t de
 	}
 	if (all) {
 		ws->state = WS_ON;
+		if (ws->hier)
+			tpu__shm_coll_yield(ws->seg);
 	} else {
 		ws->hier = false;
 		tpu__shm_coll_detach(ws->seg);

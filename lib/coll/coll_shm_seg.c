@@ -364,3 +364,9 @@ void tpu__shm_coll_fail(struct tpu__shm_coll *s, tpu_status st)
 	if (s)
 		tpu__shm_fail(s, st, -ECONNABORTED);
 }
+
+void tpu__shm_coll_yield(struct tpu__shm_coll *s)
+{
+	if (s)
+		s->spin_ns = 0;
+}
