@@ -1897,9 +1897,14 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * meet in a shared segment instead of the rendezvous, set up at the first
  * collective (Documentation/collectives.rst): the same statuses, and a
  * member that dies fails every member's call with TPU_E_PEER_GONE within
- * a few milliseconds.  TPU_COLL_PATH=rdv (on every rank) keeps the
- * rendezvous, =shm makes the collectives fail with -EOPNOTSUPP where the
- * segment cannot be had, any value but these and "auto" with -EINVAL.
+ * a few milliseconds.  When the ranks sit on several hosts (some with
+ * more than one rank), the collectives run in two levels: each host's
+ * ranks meet in a segment of their own and one leader per host meets the
+ * others over the rendezvous; a failure, or a rank that dies, on one host
+ * fails every rank's call on every host.  TPU_COLL_PATH=rdv or =flat (on
+ * every rank) keeps the flat rendezvous, =shm (one segment for the world)
+ * and =hier (two levels) make the collectives fail with -EOPNOTSUPP where
+ * that cannot be had, any value but these and "auto" with -EINVAL.
  */
 
 /**
@@ -1953,7 +1958,8 @@ TPU_API tpu_status tpu_world_reduce_scatter(struct tpu_world *world, const void 
 TPU_API tpu_status tpu_world_barrier_timeout(struct tpu_world *world, uint64_t timeout_ns);
 /**
  * tpu_world_coll_path - which path the collectives above take on @world:
- * "shm" (the shared segment) or "rdv" (the rendezvous), the same on every
+ * "shm" (the shared segment), "hier" (a segment per host and the
+ * rendezvous between hosts) or "rdv" (the rendezvous), the same on every
  * rank once decided at the first collective; "" before that, after a
  * set-up that failed, while another thread's collective runs, or for a
  * bad @world.  A caller that has its own way for the rendezvous case (a

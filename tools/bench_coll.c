@@ -14,6 +14,13 @@
  * all-gather (output bytes) * (n-1)/n, broadcast bytes, reduce-scatter
  * bytes * (n-1)/n, per second.
  * Workers report their times to the parent over a pipe.
+ *
+ * --env: no workers; this process is one rank of a world formed from the
+ * launcher's variables (torchrun's, mpirun's; ranks on several hosts), and
+ * the ranks take the slowest rank's time per step with a max all-reduce
+ * after each size; rank 0 prints, naming the path the world took
+ * (tpu_world_coll_path(): "hier", "shm" or "rdv", as TPU_COLL_PATH lets
+ * it).  tests/vm/pair-bench.sh runs it across two VMs.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,6 +52,7 @@ struct coll_opts {
 	int nsizes;
 	bool lines;			/* peer=tpu lines for tools/bench-peers.sh */
 	bool world;			/* tpu_world_* calls instead of a cluster */
+	bool env;			/* this process: one rank of a launcher's world */
 	bool no_bind;			/* leave the workers where the scheduler puts them */
 	uint16_t port;			/* --world: the store's */
 };
@@ -120,6 +128,74 @@ static int world_worker(const struct coll_opts *o, int me, int fd)
 		}
 	if (st)
 		fprintf(stderr, "tpbench coll: worker %d: %s\n", me, tpu_strerror(st));
+	tpu_world_destroy(w);
+	tpu_context_destroy(ctx);
+	free(in);
+	free(out);
+	return st ? 1 : 0;
+}
+
+static double bus_factor(enum tpu_coll_type type, int n);
+
+/* --env: this process is one rank; rank 0 prints. */
+static int env_rank(const struct coll_opts *o)
+{
+	struct tpu_world_options wo = { .timeout_ms = 60000 };
+	struct tpu_context *ctx = NULL;
+	struct tpu_world *w = NULL;
+	char *in = NULL, *out = NULL, sz[32];
+	int me = 0, n = 1;
+	tpu_status st = tpu_context_create(NULL, &ctx);
+
+	if (!st)
+		st = tpu_world_create(ctx, &wo, &w);
+	if (!st) {
+		me = tpu_world_get_info(w)->rank;
+		n = tpu_world_get_info(w)->size;
+		in = calloc(1, o->max + 1);
+		out = calloc((size_t)n, o->max + 1);
+		st = in && out ? 0 : -ENOMEM;
+	}
+	/* The first collective decides the path: then it can be named. */
+	if (!st)
+		st = tpu_world_barrier_timeout(w, 0);
+	if (!st && !me)
+		printf("# tpbench coll --env: %d ranks, float32, path %s, median of %u steps of "
+		       "the slowest rank\n%-14s %10s %12s %12s\n", n, tpu_world_coll_path(w),
+		       o->iters, "collective", "size", "time_us", "busbw_GB/s");
+	for (size_t k = 0; k < NKINDS && !st; k++)
+		for (int si = 0; si < o->nsizes && !st; si++) {
+			int64_t times[MAX_ITERS + 1];
+			uint64_t bytes = o->sizes[si] - o->sizes[si] % 4;
+			double t;
+
+			for (unsigned int it = 0; it <= o->iters && !st; it++) {
+				uint64_t t0 = now_ns();
+
+				st = world_op(w, kinds[k].type, in, out, bytes);
+				times[it] = (int64_t)(now_ns() - t0);
+			}
+			/* Step 0 is the warm-up; the slowest rank's time of each other. */
+			if (!st)
+				st = tpu_world_all_reduce(w, times + 1, times + 1, o->iters,
+							  TPU_DT_INT64, TPU_OP_MAX, TPU_FINAL_NONE, 0);
+			if (st || me)
+				continue;
+			qsort(times + 1, o->iters, sizeof(times[0]), cmp_u64);
+			t = (double)times[1 + o->iters / 2] / 1e9;
+			if (o->lines)
+				printf("peer=tpu transport=%s coll=%s ranks=%d size=%llu iters=%u "
+				       "time_us=%.1f busbw=%.3f\n", tpu_world_coll_path(w),
+				       kinds[k].name, n, (unsigned long long)bytes, o->iters, t * 1e6,
+				       (double)bytes * bus_factor(kinds[k].type, n) / t / 1e9);
+			else
+				printf("%-14s %10s %12.1f %12.3f\n", kinds[k].name,
+				       format_size(bytes, sz, sizeof(sz)), t * 1e6,
+				       (double)bytes * bus_factor(kinds[k].type, n) / t / 1e9);
+			fflush(stdout);
+		}
+	if (st)
+		fprintf(stderr, "tpbench coll: rank %d: %s\n", me, tpu_strerror(st));
 	tpu_world_destroy(w);
 	tpu_context_destroy(ctx);
 	free(in);
@@ -248,7 +324,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: tpbench coll [--ranks N] [--min SIZE] [--max SIZE] "
 			"[--sizes LIST] [--iters N] [--impl ring|doubling] [--world] [--no-bind] "
-			"[--lines]\n");
+			"[--lines] [--env]\n");
 	return 1;
 }
 
@@ -264,6 +340,10 @@ int bench_coll_main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (!strcmp(argv[i], "--env")) {
+			o.env = true;
+			continue;
+		}
 		if (!strcmp(argv[i], "--lines") || !strcmp(argv[i], "--world") ||
 		    !strcmp(argv[i], "--no-bind")) {
 			o.lines = o.lines || argv[i][2] == 'l';
@@ -314,6 +394,8 @@ int bench_coll_main(int argc, char **argv)
 				break;
 		}
 	}
+	if (o.env)
+		return env_rank(&o);
 	if (o.world && !(o.port = free_port()))
 		return 1;
 	for (int r = 0; r < o.ranks; r++) {

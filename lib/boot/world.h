@@ -118,14 +118,17 @@ struct world_shm;
 struct tpu__shm_call;
 void tpu__world_shm_free(struct world_shm *ws);
 /*
- * Run @c over the shared segment if this world's collectives take it
- * (*@ran then true); 0 with *@ran false: take the rendezvous.  @reason
- * says why a call failed.
+ * Run @c over the shared segment, or the segments of each host and the
+ * network between them, if this world's collectives take them (*@ran then
+ * true); 0 with *@ran false: take the rendezvous.  @step is the call's
+ * step id and @devices every rank's device name (for the leaders' part).
+ * @reason says why a call failed.
  */
 tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **ws,
-			      const struct tpu__shm_call *c, char *reason, size_t size, bool *ran);
+			      const struct tpu__shm_call *c, int64_t step,
+			      const char *const *devices, char *reason, size_t size, bool *ran);
 bool tpu__world_shm_on(const struct world_shm *ws);
-/* "shm", "rdv" once decided, "" before (or where the set-up failed). */
+/* "shm", "hier", "rdv" once decided, "" before (or where the set-up failed). */
 const char *tpu__world_shm_path(const struct world_shm *ws);
 
 #endif /* TPU_WORLD_H */

@@ -115,7 +115,7 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
  * The shared-memory path where the world takes it (world_shm.c): *@ran
  * false when the call is the rendezvous's.
  */
-static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc,
+static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc, int64_t step,
 			  const struct tpu_coll_instance *inst, int root, const void *in, void *out,
 			  bool *ran)
 {
@@ -124,7 +124,8 @@ static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc,
 				   .in = in, .out = out,
 				   .deadline_ns = tpu__deadline_ns(inst->timeout_ns) };
 	char reason[sizeof(wc->reason)] = "";
-	tpu_status st = tpu__world_shm_run(w, &wc->shm, &c, reason, sizeof(reason), ran);
+	tpu_status st = tpu__world_shm_run(w, &wc->shm, &c, step, wc->devices, reason,
+					   sizeof(reason), ran);
 
 	if (st) {
 		pthread_mutex_lock(&wc->lock);
@@ -163,7 +164,7 @@ static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst,
 	{
 		bool ran = false;
 
-		st = run_shm(w, wc, inst, root, in, out, &ran);
+		st = run_shm(w, wc, step, inst, root, in, out, &ran);
 		if (st || ran) {
 			pthread_mutex_lock(&wc->lock);
 			wc->busy = false;

@@ -1,25 +1,31 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * Whether a world's collectives take the shared-memory path
- * (lib/coll/coll_shm.c) and its segment, decided once, at the first
- * collective, the same way on every rank:
+ * (lib/coll/coll_shm.c), one segment for the world or one per host with
+ * the leaders over the network (world_hier.c), decided once, at the
+ * first collective, the same way on every rank:
  *
- * - TPU_COLL_PATH: "rdv" rules the path out, "shm" makes it a must (a
- *   collective fails with -EOPNOTSUPP where it cannot be had), unset or
- *   "auto" takes it where it can be had; anything else is -EINVAL.
- * - Every rank reaches every other over shm (same host: boot id and network
- *   namespace, choose() in world.c).  Each rank can tell this alone, and
- *   all tell the same, so a world that fails it costs no exchange.
- * - Each rank then takes the pid of every peer from the world's pipe to it,
- *   as the kernel proved it (tpu_pipe_peer_pid(): SO_PEERCRED), and votes.
- *   Rank 0 makes the segment (a sealed memfd) and says its descriptor
- *   number; the others copy the descriptor out of rank 0's process
- *   (pidfd_getfd() on a pidfd of the proven pid: the kernel checks the
- *   right to, as for process_vm_readv), check it is sealed and sized as
- *   expected, and map it.  A second round confirms every rank mapped it;
- *   only then the path is on.  Where any rank says no, all take the
- *   rendezvous.  The segment goes with the last mapping (the last member
- *   to leave or die).
+ * - TPU_COLL_PATH: "rdv" or "flat" rules both out, "shm" makes one
+ *   segment a must and "hier" two levels (a collective fails with
+ *   -EOPNOTSUPP where they cannot be had), unset or "auto" takes either
+ *   where it can be had; anything else is -EINVAL.
+ * - This rank's host is this rank and the ranks it reaches over shm (same
+ *   boot id and network namespace, choose() in world.c; the pipe's
+ *   handshake checks them again).  With "shm", a rank that is not there
+ *   rules the path out at once: every rank tells the same, no exchange.
+ * - Each rank takes the pid of every peer of its host from the world's
+ *   pipe to it, as the kernel proved it (tpu_pipe_peer_pid():
+ *   SO_PEERCRED), and votes, naming its host's leader (lowest rank) and
+ *   size.  The leader makes the host's segment (a sealed memfd) and says
+ *   its descriptor number; the others copy the descriptor out of the
+ *   leader's process (pidfd_getfd() on a pidfd of the proven pid: the
+ *   kernel checks the right to, as for process_vm_readv), check it is
+ *   sealed and sized as expected, and map it.  Every rank reads every
+ *   vote: the claims must form one partition that matches what this rank
+ *   reaches over shm (partition()), else it says no in the second round,
+ *   which confirms every rank mapped its segment; only then the path is
+ *   on.  Where any rank says no, all take the rendezvous.  A segment goes
+ *   with its last mapping (the last member to leave or die).
  *
  * A set-up cut short by the call's timeout resumes at the next call.
  */
@@ -33,19 +39,8 @@
 #include <unistd.h>
 
 #include "world.h"
+#include "world_shm.h"
 #include "coll/coll.h"
-
-enum { WS_NEW, WS_VOTED, WS_MAPPED, WS_ON, WS_OFF, WS_BAD };
-
-struct world_shm {
-	int state;
-	bool must;			/* TPU_COLL_PATH=shm */
-	bool vote;
-	int fd;				/* the segment's, until every rank mapped it */
-	pid_t *pids;			/* proven; this rank's own is 0 */
-	struct tpu__shm_coll *seg;
-	char why[200];			/* why the path is off */
-};
 
 void tpu__world_shm_free(struct world_shm *ws)
 {
@@ -55,6 +50,11 @@ void tpu__world_shm_free(struct world_shm *ws)
 	if (ws->fd >= 0)
 		close(ws->fd);
 	free(ws->pids);
+	free(ws->locals);
+	free(ws->host);
+	free(ws->local);
+	free(ws->by_host);
+	free(ws->host_start);
 	free(ws);
 }
 
@@ -101,7 +101,7 @@ static tpu_status put(struct tpu_world *w, const char *what, const char *val, ui
 static tpu_status get(struct tpu_world *w, const char *what, int r, bool *yes, char *rest,
 		      size_t size, uint64_t deadline)
 {
-	char key[64], val[32];
+	char key[64], val[48];
 	size_t len = 0;
 	tpu_status st;
 
@@ -119,33 +119,73 @@ static tpu_status get(struct tpu_world *w, const char *what, int r, bool *yes, c
 	return 0;
 }
 
+static int mode_of(const char *mode)
+{
+	if (!mode || !*mode || !strcmp(mode, "auto"))
+		return WM_AUTO;
+	if (!strcmp(mode, "shm"))
+		return WM_SHM;
+	if (!strcmp(mode, "hier"))
+		return WM_HIER;
+	if (!strcmp(mode, "rdv") || !strcmp(mode, "flat"))
+		return WM_FLAT;
+	return -1;
+}
+
+/* This host's ranks: this one and those its pipes reach over shm (proven when they open). */
+static void local_ranks(struct tpu_world *w, struct world_shm *ws)
+{
+	ws->nloc = 0;
+	for (int r = 0; r < w->info.size; r++) {
+		if (r == w->info.rank)
+			ws->loc = ws->nloc;
+		if (r == w->info.rank || !strncmp(w->pipe_url[r], "shm://", 6))
+			ws->locals[ws->nloc++] = r;
+	}
+}
+
+/*
+ * The vote: "1 FD LEADER NLOC" (FD the segment's descriptor on the
+ * leader, the lowest rank of this host, which makes it) or "0".
+ */
 static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
 {
 	int n = w->info.size, me = w->info.rank;
-	char val[32] = "0";
+	char val[48] = "0";
 	const char *mode = getenv("TPU_COLL_PATH");
 	tpu_status st;
 
-	if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "shm") && strcmp(mode, "rdv")) {
+	ws->mode = mode_of(mode);
+	if (ws->mode < 0) {
 		ws->state = WS_BAD;
-		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_PATH=%.40s: not shm, rdv or auto",
-			 mode);
+		snprintf(ws->why, sizeof(ws->why),
+			 "TPU_COLL_PATH=%.40s: not shm, hier, rdv, flat or auto", mode);
 		return -EINVAL;
 	}
-	ws->must = mode && !strcmp(mode, "shm");
-	if (n < 2 || n > TPU__SHM_MAX_MEMBERS) {
+	if (n < 2) {
 		off(ws, "%d ranks: the shared segment serves 2 to 64", n, "");
 		return 0;
 	}
-	for (int r = 0; r < n; r++)
-		if (r != me && strncmp(w->pipe_url[r], "shm://", 6)) {
-			off(ws, "rank %d is not reached over shm (%s)", r, w->pipe_url[r]);
-			return 0;
-		}
-	ws->vote = !(mode && !strcmp(mode, "rdv"));
+	local_ranks(w, ws);
+	/* One segment for the world, or nothing: no exchange needed to tell. */
+	if (ws->mode == WM_SHM && ws->nloc != n) {
+		for (int r = 0; r < n; r++)
+			if (r != me && strncmp(w->pipe_url[r], "shm://", 6)) {
+				off(ws, "rank %d is not reached over shm (%s)", r, w->pipe_url[r]);
+				return 0;
+			}
+	}
+	ws->vote = ws->mode != WM_FLAT;
 	if (!ws->vote)
-		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_PATH=rdv");
-	for (int r = 0; r < n && ws->vote; r++) {
+		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_PATH=%s", mode);
+	if (ws->vote && ws->nloc > TPU__SHM_MAX_MEMBERS) {
+		ws->vote = false;
+		snprintf(ws->why, sizeof(ws->why), "%d ranks on this host: a segment serves 64",
+			 ws->nloc);
+	}
+	for (int k = 0; k < ws->nloc && ws->vote; k++) {
+		int r = ws->locals[k];
+
 		if (r == me)
 			continue;
 		st = proven_pid(w, r, deadline, &ws->pids[r]);
@@ -157,15 +197,16 @@ static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadl
 		}
 	}
 	/* A set-up cut short by a timeout comes here again: one segment. */
-	if (ws->vote && me == 0 && ws->fd < 0) {
-		st = tpu__shm_coll_create(n, TPU__SHM_SLOT, &ws->fd);
+	if (ws->vote && ws->loc == 0 && ws->nloc > 1 && ws->fd < 0) {
+		st = tpu__shm_coll_create(ws->nloc, TPU__SHM_SLOT, &ws->fd);
 		if (st) {
 			ws->vote = false;
 			snprintf(ws->why, sizeof(ws->why), "no segment: %s", tpu_strerror(st));
 		}
 	}
 	if (ws->vote)
-		snprintf(val, sizeof(val), "1 %d", me == 0 ? ws->fd : 0);
+		snprintf(val, sizeof(val), "1 %d %d %d", ws->loc == 0 && ws->fd >= 0 ? ws->fd : 0,
+			 ws->locals[0], ws->nloc);
 	st = put(w, "vote", val, deadline);
 	if (!st)
 		ws->state = WS_VOTED;
@@ -204,40 +245,164 @@ static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
 	return st;
 }
 
+/* "FD LEADER NLOC" of a vote; false if it is not one. */
+static bool parse_vote(const char *rest, int n, long v[3])
+{
+	const char *p = rest;
+
+	for (int i = 0; i < 3; i++) {
+		char *end;
+
+		v[i] = strtol(p, &end, 10);
+		if (end == p || (*end && *end != ' ') || v[i] < 0)
+			return false;
+		p = end;
+	}
+	return !*p && v[0] <= 1 << 24 && v[1] < n && v[2] >= 1 && v[2] <= n;
+}
+
+/*
+ * The partition the votes describe (@leader: each rank's claim), checked
+ * against this host's own: the ranks claiming this host's leader must be
+ * exactly the ones this rank reaches over shm, with the count it counted,
+ * and every leader must claim itself.  Every rank checks its own host, so
+ * when all say yes the hosts are one partition.
+ */
+static bool partition(struct tpu_world *w, struct world_shm *ws, const long *leader,
+		      const long *nloc)
+{
+	int n = w->info.size, k = 0, h = 0;
+
+	for (int r = 0; r < n; r++) {
+		bool mine = k < ws->nloc && ws->locals[k] == r;
+
+		if (mine)
+			k++;
+		if ((leader[r] == ws->locals[0]) != mine || leader[leader[r]] != leader[r] ||
+		    nloc[r] != nloc[leader[r]])
+			return false;
+	}
+	ws->nhosts = 0;
+	ws->maxloc = 0;
+	for (int r = 0; r < n; r++)
+		if (leader[r] == r) {
+			ws->nhosts++;
+			if (nloc[r] > ws->maxloc)
+				ws->maxloc = (int)nloc[r];
+		}
+	/* Hosts in the order of their leaders; ranks in order within each. */
+	for (int r = 0, at = 0; r < n; r++) {
+		if (leader[r] != r)
+			continue;
+		ws->host_start[h] = at;
+		for (int q = r, i = 0; q < n; q++)
+			if (leader[q] == r) {
+				ws->host[q] = h;
+				ws->local[q] = i++;
+				ws->by_host[at++] = q;
+			}
+		h++;
+	}
+	ws->host_start[ws->nhosts] = n;
+	for (h = 0; h < ws->nhosts; h++)
+		if (ws->host_start[h + 1] - ws->host_start[h] != nloc[ws->by_host[ws->host_start[h]]])
+			return false;
+	return true;
+}
+
+/* Which path the (consistent) partition makes: WS_ON with ws->hier, or WS_OFF. */
+static void path_of(struct world_shm *ws, int n)
+{
+	if (ws->nhosts == 1) {
+		if (ws->mode == WM_HIER)
+			off(ws, "%d ranks on one host: no two levels%s", n, "");
+		return;
+	}
+	if (ws->mode == WM_SHM)
+		off(ws, "the ranks are on %d hosts%s", ws->nhosts, "");
+	else if (ws->mode == WM_AUTO && ws->maxloc == 1)
+		off(ws, "every rank on a host of its own (%d)%s", n, "");
+	else
+		ws->hier = true;
+}
+
 static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
 {
 	int n = w->info.size, me = w->info.rank, fd = -1;
-	char rest[32] = "";
-	bool all = true, yes = false;
-	tpu_status st;
+	char rest[48] = "";
+	bool all = true, yes = false, ok = true;
+	long v[3], *fds = calloc((size_t)n * 3, sizeof(long));
+	long *leader = fds ? fds + n : NULL, *nloc = fds ? fds + 2 * n : NULL;
+	tpu_status st = fds ? 0 : -ENOMEM;
 
-	for (int r = 0; r < n; r++) {
-		st = get(w, "vote", r, &yes, r ? NULL : rest, sizeof(rest), deadline);
+	for (int r = 0; r < n && !st; r++) {
+		st = get(w, "vote", r, &yes, rest, sizeof(rest), deadline);
 		if (st)
-			return st;
+			break;
+		if (yes && !parse_vote(rest, n, v)) {
+			st = -EPROTO;
+			break;
+		}
 		/* This rank's own reason stays when it voted against. */
 		if (!yes && all && ws->vote)
 			off(ws, "rank %d voted against it%s", r, "");
 		all = all && yes;
+		if (yes) {
+			fds[r] = v[0];
+			leader[r] = v[1];
+			nloc[r] = v[2];
+		}
 	}
-	if (!all) {
-		ws->state = WS_OFF;
+	if (st || !all) {
+		if (!st) {
+			ws->state = WS_OFF;
+			if (ws->fd >= 0)
+				close(ws->fd);
+			ws->fd = -1;
+		}
+		free(fds);
+		return st;
+	}
+	ok = partition(w, ws, leader, nloc);
+	if (!ok) {
+		tpu__log_debug("world: rank %d: the ranks disagree on who shares a host", me);
+		snprintf(ws->why, sizeof(ws->why), "the ranks disagree on who shares a host");
+	}
+	if (ok)
+		path_of(ws, n);
+	if (ws->state == WS_OFF) {
+		/* Every rank read the same votes: all come to the same. */
 		if (ws->fd >= 0)
 			close(ws->fd);
 		ws->fd = -1;
+		free(fds);
 		return 0;
 	}
-	st = ws->seg || !me ? 0 : fetch_fd(ws->pids[0], rest, &fd);
-	if (!st && !ws->seg)
-		st = tpu__shm_coll_attach(me ? fd : ws->fd, n, me, TPU__SHM_SLOT, ws->pids,
-					  &ws->seg);
+	st = 0;
+	if (ok && ws->nloc > 1 && !ws->seg) {
+		pid_t *lp = calloc((size_t)ws->nloc, sizeof(*lp));
+		char num[24];
+
+		snprintf(num, sizeof(num), "%ld", fds[ws->locals[0]]);
+		st = lp ? 0 : -ENOMEM;
+		for (int k = 0; k < ws->nloc && lp; k++)
+			lp[k] = ws->pids[ws->locals[k]];
+		if (!st && ws->loc)
+			st = fetch_fd(ws->pids[ws->locals[0]], num, &fd);
+		if (!st)
+			st = tpu__shm_coll_attach(ws->loc ? fd : ws->fd, ws->nloc, ws->loc,
+						  TPU__SHM_SLOT, lp, &ws->seg);
+		free(lp);
+	}
+	free(fds);
 	if (fd >= 0)
 		close(fd);
 	if (st)
-		tpu__log_debug("world: rank %d cannot map rank 0's collective segment: %s", me,
+		tpu__log_debug("world: rank %d cannot map its host's collective segment: %s", me,
 			       tpu_strerror(st));
-	snprintf(ws->why, sizeof(ws->why), "rank %d could not map the segment", me);
-	st = put(w, "ok", st ? "0" : "1", deadline);
+	if (ok)
+		snprintf(ws->why, sizeof(ws->why), "rank %d could not map the segment", me);
+	st = put(w, "ok", st || !ok ? "0" : "1", deadline);
 	if (!st)
 		ws->state = WS_MAPPED;
 	return st;
@@ -263,7 +428,10 @@ static tpu_status confirm(struct tpu_world *w, struct world_shm *ws, uint64_t de
 	}
 	if (all) {
 		ws->state = WS_ON;
+		if (ws->hier)
+			tpu__shm_coll_yield(ws->seg);
 	} else {
+		ws->hier = false;
 		tpu__shm_coll_detach(ws->seg);
 		ws->seg = NULL;
 	}
@@ -282,14 +450,18 @@ static tpu_status decide(struct tpu_world *w, struct world_shm *ws, uint64_t dea
 		st = confirm(w, ws, deadline);
 	if (!st && (ws->state == WS_ON || ws->state == WS_OFF))
 		tpu__log_debug("world: rank %d: collectives over %s%s%s", w->info.rank,
-			       ws->state == WS_ON ? "the shared segment" : "the rendezvous",
+			       ws->state == WS_OFF ? "the rendezvous" : ws->hier ?
+			       "two levels (a segment per host, its leader over the network)" :
+			       "the shared segment",
 			       ws->state == WS_ON ? "" : ": ", ws->state == WS_ON ? "" : ws->why);
 	return st;
 }
 
 tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
-			      const struct tpu__shm_call *c, char *reason, size_t size, bool *ran)
+			      const struct tpu__shm_call *c, int64_t step,
+			      const char *const *devices, char *reason, size_t size, bool *ran)
 {
+	size_t n = (size_t)w->info.size;
 	struct world_shm *ws = *wsp;
 	uint64_t now = tpu__mono_ns(), left = c->deadline_ns > now ? c->deadline_ns - now : 0;
 	uint64_t deadline = tpu__store_now_ms() + left / 1000000;
@@ -298,13 +470,20 @@ tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
 	*ran = false;
 	if (!ws) {
 		ws = calloc(1, sizeof(*ws));
-		if (ws)
-			ws->pids = calloc((size_t)w->info.size, sizeof(*ws->pids));
-		if (!ws || !ws->pids) {
-			free(ws);
+		if (!ws)
+			return -ENOMEM;
+		ws->fd = -1;
+		ws->pids = calloc(n, sizeof(*ws->pids));
+		ws->locals = calloc(n, sizeof(*ws->locals));
+		ws->host = calloc(n, sizeof(*ws->host));
+		ws->local = calloc(n, sizeof(*ws->local));
+		ws->by_host = calloc(n, sizeof(*ws->by_host));
+		ws->host_start = calloc(n + 1, sizeof(*ws->host_start));
+		if (!ws->pids || !ws->locals || !ws->host || !ws->local || !ws->by_host ||
+		    !ws->host_start) {
+			tpu__world_shm_free(ws);
 			return -ENOMEM;
 		}
-		ws->fd = -1;
 		*wsp = ws;
 	}
 	if (deadline > tpu__store_now_ms() + w->timeout_ms)
@@ -322,12 +501,15 @@ tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
 		}
 	}
 	if (ws->state == WS_OFF) {
-		if (!ws->must)
+		if (ws->mode != WM_SHM && ws->mode != WM_HIER)
 			return 0;
-		snprintf(reason, size, "TPU_COLL_PATH=shm, but %s", ws->why);
+		snprintf(reason, size, "TPU_COLL_PATH=%s, but %s",
+			 ws->mode == WM_SHM ? "shm" : "hier", ws->why);
 		return -EOPNOTSUPP;
 	}
 	*ran = true;
+	if (ws->hier)
+		return tpu__world_hier_run(w, ws, c, step, devices, reason, size);
 	st = tpu__shm_coll_run(ws->seg, c, reason, size);
 	tpu__log_debug("world: rank %d: %s of %llu elements over the shared segment (%s): %s",
 		       w->info.rank, c->type == TPU_COLL_REDUCTION ? "all-reduce" :
@@ -347,5 +529,7 @@ const char *tpu__world_shm_path(const struct world_shm *ws)
 {
 	if (!ws)
 		return "";
-	return ws->state == WS_ON ? "shm" : ws->state == WS_OFF ? "rdv" : "";
+	if (ws->state == WS_ON)
+		return ws->hier ? "hier" : "shm";
+	return ws->state == WS_OFF ? "rdv" : "";
 }

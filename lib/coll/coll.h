@@ -260,6 +260,18 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 			     char *reason, size_t size);
 /* Which way the last call went: "slots" or "cma"; for the log. */
 const char *tpu__shm_coll_last_way(const struct tpu__shm_coll *s);
+/*
+ * Fail the segment for every member: this member's later calls fail with
+ * @st, the others' pending and later ones with -ECONNABORTED (a caller
+ * that failed elsewhere, e.g. a two-level world's leader over the network).
+ */
+void tpu__shm_coll_fail(struct tpu__shm_coll *s, tpu_status st);
+/*
+ * Waiters yield their core at every look instead of spinning on it (a
+ * two-level world: a host's ranks wait while their leader talks over the
+ * network, and its threads and the network stack need the cores).
+ */
+void tpu__shm_coll_yield(struct tpu__shm_coll *s);
 
 /* Chunk @c of @n over @count elements: balanced, the first count % n one longer. */
 static inline size_t tpu__coll_chunk_start(size_t count, int n, int c)

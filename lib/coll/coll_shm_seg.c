@@ -358,3 +358,15 @@ tpu_status tpu__shm_barrier(struct tpu__shm_coll *s, uint64_t deadline_ns)
 		s->failed = st;
 	return st;
 }
+
+void tpu__shm_coll_fail(struct tpu__shm_coll *s, tpu_status st)
+{
+	if (s)
+		tpu__shm_fail(s, st, -ECONNABORTED);
+}
+
+void tpu__shm_coll_yield(struct tpu__shm_coll *s)
+{
+	if (s)
+		s->spin_ns = 0;
+}

@@ -52,6 +52,7 @@ static const struct {
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },
 	{ "world_shm", test_world_shm },
+	{ "world_hier", test_world_hier },
 	{ "xfer", test_xfer },
 	{ "xfer_trust", test_xfer_trust },
 	{ "xfer_dmabuf", test_xfer_dmabuf },
@@ -86,6 +87,9 @@ int main(void)
 	/* Started again by test_pipe_rdma.c as a peer process: no lists then. */
 	if (getenv("TPU_TEST_RDMA_WRITER"))
 		return pipe_rdma_writer(getenv("TPU_TEST_RDMA_WRITER"));
+	/* Run by tests/vm/pair-xfer.sh: one rank of a world across two VMs. */
+	if (getenv("TPU_TEST_WORLD_HIER"))
+		return world_hier_rank(getenv("TPU_TEST_WORLD_HIER"));
 	/* Started again by test_cuda.c. */
 	if (getenv("TPU_TEST_CUDA_WRITER"))
 		return cuda_writer(getenv("TPU_TEST_CUDA_WRITER"));

@@ -89,6 +89,9 @@ void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);
 void test_world_shm(void);
+void test_world_hier(void);
+/* One rank of a launcher-formed world ("check" or "dies"); tests/vm/pair-xfer.sh. */
+int world_hier_rank(const char *mode);
 void test_xfer(void);
 void test_xfer_trust(void);
 void test_xfer_dmabuf(void);

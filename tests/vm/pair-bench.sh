@@ -21,7 +21,13 @@
 # make check is the normal count, which is itself small: the VMs are
 # emulated); PAIR_BENCH_UCX_TLS (default rc_verbs,ud_verbs,self: rc_verbs
 # carries the data, ud_verbs only wires the endpoints up).
-# PAIR_BENCH_ONLY (default perftest,ucx,tpbench): a subset, for trying one.
+# PAIR_BENCH_ONLY (default perftest,ucx,tpbench,coll): a subset, for trying one.
+#
+# coll: the world's collectives across the two VMs, four ranks (0 and 1 on
+# b, 2 and 3 on a), in two levels (a segment per VM, the leaders over tcp)
+# and flat (TPU_COLL_PATH=flat: every rank over the rendezvous), one after
+# the other in this run: tpbench coll --env on each rank, rank 0 reporting;
+# the table gives all-reduce's time under both and their ratio.
 # A tool that is missing or fails is reported "unavailable" with its
 # reason; VM b's exit status is non-zero when the pipe itself could not be
 # measured.
@@ -41,7 +47,36 @@ else
 	budget=$((256 << 20))
 fi
 step_timeout=240
-only=",${PAIR_BENCH_ONLY:-perftest,ucx,tpbench},"
+only=",${PAIR_BENCH_ONLY:-perftest,ucx,tpbench,coll},"
+coll_sizes=4,64K,1M,16M
+coll_iters=5
+[ "${PAIR_BENCH_QUICK:-0}" = 1 ] && coll_iters=3
+coll_port=7790
+
+# coll_ranks FIRST STORE_ADDR PORT PATH LOG: two ranks of the four-rank
+# world on this VM under TPU_COLL_PATH=PATH; rank 0's report in LOG.  A
+# rank that finds no store yet (the other VM still busy) tries again.
+coll_ranks() {
+	for lr in 0 1; do
+		(
+			tries=0
+			until env WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 LOCAL_RANK=$lr RANK=$(($1 + lr)) \
+				MASTER_ADDR="$2" MASTER_PORT="$3" TPU_COLL_PATH="$4" \
+				timeout $step_timeout tools/tpbench coll --env --lines \
+				--sizes $coll_sizes --iters $coll_iters >"$5.$lr" 2>&1; do
+				tries=$((tries + 1))
+				[ $tries -lt 3 ] && grep -qi -e refused -e 'timed out' "$5.$lr" || exit 1
+				sleep 1
+			done
+		) &
+		eval "coll_pid$lr=\$!"
+	done
+	cst=0
+	wait "$coll_pid0" || cst=1
+	wait "$coll_pid1" || cst=1
+	cat "$5.0" "$5.1" >"$5"
+	return $cst
+}
 want() { case "$only" in *",$1,"*) return 0 ;; esac; return 1; }
 
 # UCX picks a GID by itself, and on rxe its first choice (the link-local
@@ -88,9 +123,16 @@ if [ "$TP_VM_ROLE" = a ]; then
 			serve "srv-ucx-bw-$s" env $ucx_env ucx_perftest -p $port
 		done
 	fi
-	want tpbench || exit 0
-	serve srv-tp-rdma tools/tpbench pipe --listen "rdma://$TP_VM_ADDR:$port" --channel rdma
-	serve srv-tp-tcp tools/tpbench pipe --listen "tcp://$TP_VM_ADDR:$port"
+	if want tpbench; then
+		serve srv-tp-rdma tools/tpbench pipe --listen "rdma://$TP_VM_ADDR:$port" --channel rdma
+		serve srv-tp-tcp tools/tpbench pipe --listen "tcp://$TP_VM_ADDR:$port"
+	fi
+	if want coll; then
+		coll_ranks 2 "$TP_VM_PEER" $coll_port hier /tmp/coll-hier
+		echo "pair-bench (a): coll hier exited $?"
+		coll_ranks 2 "$TP_VM_PEER" $((coll_port + 1)) flat /tmp/coll-flat
+		echo "pair-bench (a): coll flat exited $?"
+	fi
 	exit 0
 fi
 
@@ -237,6 +279,21 @@ for x in $(want tpbench && echo rdma tcp); do
 	sed 's/^/# /' "/tmp/cli-tp-$x"
 done
 
+# The world's collectives, two levels then flat (rank 0's lines).
+for path in $(want coll && echo hier flat); do
+	port=$coll_port
+	[ $path = flat ] && port=$((coll_port + 1))
+	if coll_ranks 0 "$TP_VM_ADDR" $port $path "/tmp/coll-$path"; then
+		grep '^peer=tpu ' "/tmp/coll-$path" | while read -r line; do
+			emit "tool=coll path=$path ${line#peer=tpu }"
+		done
+	else
+		emit "tool=coll path=$path unavailable: $(grep -v '^peer=' "/tmp/coll-$path" | tail -n 1)"
+		[ $path = hier ] && failed=1
+	fi
+	sed 's/^/# /' "/tmp/coll-$path"
+done
+
 # ------------------------------------------------------------- the table --
 
 awk -v sizes="$sizes" '
@@ -249,6 +306,7 @@ function kv(line, key,    re, m) {
 	return substr(m, length(key) + 2)
 }
 / unavailable: / { next }
+kv($0, "tool") == "coll" { next }
 {
 	tool = kv($0, "tool")
 	if (tool == "tpbench")
@@ -294,6 +352,34 @@ END {
 		for (k = 1; k <= ns; k++)
 			printf " %9s", ratio(bw[tp, sz[k]], bw[ref, sz[k]])
 		printf "\n"
+	}
+}' $results
+awk '
+function kv(line, key,    re, m) {
+	re = "(^| )" key "=[^ ]*"
+	if (!match(line, re))
+		return ""
+	m = substr(line, RSTART, RLENGTH)
+	sub(/^ /, "", m)
+	return substr(m, length(key) + 2)
+}
+/ unavailable: / { next }
+kv($0, "tool") == "coll" {
+	k = kv($0, "coll") SUBSEP kv($0, "size")
+	if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	t[kv($0, "path"), k] = kv($0, "time_us")
+	path[kv($0, "path")] = kv($0, "transport")
+}
+END {
+	if (!n)
+		exit
+	printf "\n== the world across the two VMs, 4 ranks (2 per VM): two levels (path %s) against flat (path %s)\n", path["hier"], path["flat"]
+	printf "%-16s %10s %12s %12s %10s\n", "collective", "bytes", "hier_us", "flat_us", "flat/hier"
+	for (i = 1; i <= n; i++) {
+		split(order[i], p, SUBSEP)
+		h = t["hier", order[i]]
+		f = t["flat", order[i]]
+		printf "%-16s %10s %12s %12s %10s\n", p[1], p[2], h == "" ? "-" : h, f == "" ? "-" : f, (h == "" || f == "" || h + 0 == 0) ? "-" : sprintf("%.2f", f / h)
 	}
 }' $results
 if grep -q ' unavailable: ' $results; then

@@ -13,6 +13,12 @@
 # Last, tpbench cuda between the hosts (a listens, b connects): every
 # device pair through cuda_staged over rdma://, every byte checked; with
 # the stand-in a correctness check, not a measurement.
+# Then a world of four ranks, two on each VM (ranks 0 and 1 on a, 2 and 3
+# on b), whose collectives run in two levels (a segment per VM, its
+# leader over tcp to the other's): every collective checked against a
+# reference (two types, the sum and the max, lengths 0, 1, odd and past
+# the segment's slots), then a second world whose rank 3 exits: every
+# other rank, on both VMs, fails its collective within 3 s.
 # b reports TAP; a's exit status says whether its side held.
 
 port=7711
@@ -20,6 +26,23 @@ cuda_port=7730
 bench_port=7740
 standin=tests/unit/build/libcuda_standin.so
 world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
+hier="WORLD_SIZE=4 LOCAL_WORLD_SIZE=2"
+
+# Two ranks of the four-rank world on this VM (@1: first rank, @2: the
+# store's address, @3: its port, @4: "check" or "dies"); both logs to @5.
+hier_ranks() {
+	for lr in 0 1; do
+		env $hier LOCAL_RANK=$lr RANK=$(($1 + lr)) MASTER_ADDR="$2" MASTER_PORT="$3" \
+			TPU_TEST_WORLD_HIER="$4" timeout 300 tests/unit/build/plain/unit_tests \
+			>"$5.$lr" 2>&1 &
+		eval "hier_pid$lr=\$!"
+	done
+	hst=0
+	wait "$hier_pid0" || hst=1
+	wait "$hier_pid1" || hst=1
+	cat "$5.0" "$5.1" >"$5"
+	return $hst
+}
 
 if [ "$TP_VM_ROLE" = a ]; then
 	examples/pipe_echo serve "rdma://$TP_VM_ADDR:$port" >/tmp/echo.log 2>&1 &
@@ -48,11 +71,13 @@ if [ "$TP_VM_ROLE" = a ]; then
 		cat /tmp/bench.log
 		st=1
 	fi
+	hier_ranks 0 "$TP_VM_ADDR" 7750 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
+	hier_ranks 0 "$TP_VM_ADDR" 7751 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..4"
+echo "1..6"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -97,4 +122,18 @@ else
 	echo "not ok 4 - tpbench cuda between the hosts (exit $bench_st)"
 	failed=1
 fi
+if hier_ranks 2 "$TP_VM_PEER" 7750 check /tmp/hier.log; then
+	echo "ok 5 - four ranks, two on each host: every collective in two levels, checked"
+else
+	echo "not ok 5 - four ranks, two on each host: collectives in two levels"
+	failed=1
+fi
+sed 's/^/# /' /tmp/hier.log
+if hier_ranks 2 "$TP_VM_PEER" 7751 dies /tmp/hier-dies.log; then
+	echo "ok 6 - a rank that exits on this host fails the others on both hosts within 3 s"
+else
+	echo "not ok 6 - a rank that exits on this host fails the others on both hosts"
+	failed=1
+fi
+sed 's/^/# /' /tmp/hier-dies.log
 exit $failed
