@@ -411,7 +411,7 @@ tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iter
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic]\n"
-		   "                    [--iters N] [--bw-iters N] [--json]\n"
+		   "                    [--iters N] [--bw-iters N] [--json] [--rtt-only]\n"
 		   "       tpbench pipe --listen URL [--transport T] [--channel C]\n"
 		   "       tpbench pipe --connect URL [--transport T] [--channel C]\n"
 		   "                    [--iters N] [--bw-iters N] [--json]\n");
@@ -530,6 +530,8 @@ int bench_pipe_main(int argc, char **argv)
 			o.bw_iters = (unsigned int)strtoul(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--json")) {
 			o.json = true;
+		} else if (!strcmp(argv[i], "--rtt-only")) {
+			o.rtt_only = true;
 		} else if (!strcmp(argv[i], "--help")) {
 			usage(stdout);
 			return 0;
