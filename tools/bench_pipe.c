@@ -412,7 +412,8 @@ tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iter
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic]\n"
-		   "                    [--iters N] [--bw-iters N] [--json]\n"
+		   "                    [--iters N] [--bw-iters N] [--json] [--rtt-only]\n"
+		   "       tpbench pipe --one-context [--iters N] [--json]\n"
 		   "       tpbench pipe --listen URL [--transport T] [--channel C]\n"
 		   "       tpbench pipe --connect URL [--transport T] [--channel C]\n"
 		   "                    [--iters N] [--bw-iters N] [--json]\n");
@@ -514,7 +515,7 @@ static int two_hosts(const struct pipe_opts *o)
 int bench_pipe_main(int argc, char **argv)
 {
 	struct pipe_opts o = { .iters = 2000, .bw_iters = 20 };
-	bool any = false;
+	bool any = false, one_ctx = false;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
@@ -531,6 +532,10 @@ int bench_pipe_main(int argc, char **argv)
 			o.bw_iters = (unsigned int)strtoul(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--json")) {
 			o.json = true;
+		} else if (!strcmp(argv[i], "--rtt-only")) {
+			o.rtt_only = true;
+		} else if (!strcmp(argv[i], "--one-context")) {
+			one_ctx = true;
 		} else if (!strcmp(argv[i], "--help")) {
 			usage(stdout);
 			return 0;
@@ -543,6 +548,8 @@ int bench_pipe_main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (one_ctx)
+		return bench_pipe_one_context(o.iters, o.json);
 	if (o.listen || o.connect)
 		return two_hosts(&o);
 	print_header(&o);

@@ -3,12 +3,15 @@
 #ifndef TP_BENCH_PIPE_H
 #define TP_BENCH_PIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <tpu_user.h>
 
 /* argv[0] is "pipe"; returns the exit status. */
 int bench_pipe_main(int argc, char **argv);
+/* --one-context (bench_pipe_one.c): shm/basic with both ends on one context thread. */
+int bench_pipe_one_context(unsigned int iters, bool json);
 
 /* The tensor sizes of the bandwidth runs. */
 #define BENCH_PIPE_NSIZES	4

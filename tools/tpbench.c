@@ -756,7 +756,7 @@ static void usage(FILE *f)
 "tpbench uring [--size BYTES] [--rounds N] [--json]: SEND/RECV pairs through\n"
 "             io_uring commands against the ioctls, at queue depth 1 and 16\n"
 "tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic] [--iters N]\n"
-"             [--bw-iters N] [--json]: pipe round trip (avg, p50, p90) and\n"
+"             [--bw-iters N] [--json] [--rtt-only] [--one-context]: pipe round trip (avg, p50, p90) and\n"
 "             bandwidth at 64 KiB..64 MiB per transport/channel pair\n"
 "tpbench pipe --listen URL | --connect URL [--transport T] [--channel C] ...:\n"
 "             the same between two hosts: --listen answers one pipe on URL\n"

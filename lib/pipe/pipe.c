@@ -52,6 +52,12 @@ static void pipe_free(struct tpu_pipe *p)
 	free(p->setup_body);
 	free(p->in_body);
 	free(p->desc_calls);
+	while (p->call_cache) {
+		struct pipe_call *c = p->call_cache;
+
+		p->call_cache = (struct pipe_call *)c->task.next;
+		free(c);
+	}
 	if (p->link.fd >= 0)
 		close(p->link.fd);
 	pthread_mutex_destroy(&p->reads_lock);
@@ -91,7 +97,7 @@ static void pipe_desc_calls_fail(struct tpu_pipe *p, tpu_status err)
 
 		memmove(p->desc_calls, p->desc_calls + 1, --p->ndesc_calls * sizeof(*p->desc_calls));
 		c->cb.desc(c->arg, err, NULL);
-		free(c);
+		tpu__pipe_call_free(p, c);
 	}
 }
 
@@ -187,7 +193,7 @@ static void pipe_call_run(struct tpu__task *t)
 		tpu__pipe_read_start(p, c);
 		break;
 	case PIPE_CALL_CLOSE:
-		free(c);
+		tpu__pipe_call_free(p, c);
 		tpu__pipe_fail(p, TPU_E_CLOSED);
 		p->closed = true;
 		tpu__pipe_maybe_free(p);
@@ -195,10 +201,37 @@ static void pipe_call_run(struct tpu__task *t)
 	}
 }
 
+/* Calls kept per pipe: a ping-pong has at most a few in flight. */
+#define PIPE_CALL_CACHE	8
+
+void tpu__pipe_call_free(struct tpu_pipe *p, struct pipe_call *c)
+{
+	if (p->ncall_cache < PIPE_CALL_CACHE && tpu__ctx_on_thread(p->ctx)) {
+		c->task.next = (struct tpu__task *)p->call_cache;
+		p->call_cache = c;
+		p->ncall_cache++;
+		return;
+	}
+	free(c);
+}
+
+/* The cache belongs to whoever drives the context: other threads allocate. */
+static struct pipe_call *pipe_call_alloc(struct tpu_pipe *p)
+{
+	struct pipe_call *c = p->call_cache;
+
+	if (!c || !tpu__ctx_on_thread(p->ctx))
+		return calloc(1, sizeof(*c));
+	p->call_cache = (struct pipe_call *)c->task.next;
+	p->ncall_cache--;
+	memset(c, 0, sizeof(*c));
+	return c;
+}
+
 static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct tpu_message *msg,
 			    void (*cb)(void), void *arg)
 {
-	struct pipe_call *c = calloc(1, sizeof(*c));
+	struct pipe_call *c = pipe_call_alloc(p);
 
 	if (!c)
 		return -ENOMEM;

@@ -220,6 +220,9 @@ struct tpu_pipe {
 	/* read_descriptor calls not served yet, in order. */
 	struct pipe_call **desc_calls;
 	size_t ndesc_calls, desc_calls_cap;
+	/* Finished calls kept for reuse by calls made on the context thread. */
+	struct pipe_call *call_cache;
+	unsigned int ncall_cache;
 
 	char xport_name[8];		/* for tpu_pipe_transport(), written once */
 	char chan_name[8];
@@ -233,6 +236,8 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector);
 void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err);
 /* Negotiation done: the pipe carries messages now. */
 void tpu__pipe_opened(struct tpu_pipe *p);
+/* A finished call: kept for reuse when on the context thread, else freed. */
+void tpu__pipe_call_free(struct tpu_pipe *p, struct pipe_call *c);
 /* Free the pipe if it is closed and idle. */
 void tpu__pipe_maybe_free(struct tpu_pipe *p);
 /* Take a transport operation's reference, and give it back. */

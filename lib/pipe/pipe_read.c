@@ -86,7 +86,7 @@ static void deliver(struct tpu_pipe *p)
 	p->reads_tail = &rd->next;
 	pthread_mutex_unlock(&p->reads_lock);
 	c->cb.desc(c->arg, 0, &rd->msg);
-	free(c);
+	tpu__pipe_call_free(p, c);
 }
 
 #define in_read tpu__pipe_conn_read
@@ -279,7 +279,7 @@ void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c)
 
 	if (p->state == PIPE_FAILED) {
 		c->cb.desc(c->arg, p->error, NULL);
-		free(c);
+		tpu__pipe_call_free(p, c);
 		return;
 	}
 	if (p->ndesc_calls == p->desc_calls_cap) {
@@ -288,7 +288,7 @@ void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c)
 		grown = realloc(p->desc_calls, cap * sizeof(*grown));
 		if (!grown) {
 			c->cb.desc(c->arg, -ENOMEM, NULL);
-			free(c);
+			tpu__pipe_call_free(p, c);
 			return;
 		}
 		p->desc_calls = grown;
@@ -505,12 +505,12 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 			break;
 	if (!rd) {
 		c->cb.read(c->arg, -EINVAL, c->msg);
-		free(c);
+		tpu__pipe_call_free(p, c);
 		return;
 	}
 	rd->cb = c->cb.read;
 	rd->arg = c->arg;
-	free(c);
+	tpu__pipe_call_free(p, c);
 	pthread_mutex_lock(&p->reads_lock);
 	rd->started = true;
 	pthread_mutex_unlock(&p->reads_lock);

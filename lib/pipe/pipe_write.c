@@ -378,13 +378,13 @@ void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c)
 		if (w)
 			free(w);
 		c->cb.write(c->arg, -ENOMEM, c->msg);
-		free(c);
+		tpu__pipe_call_free(p, c);
 		return;
 	}
 	w->msg = c->msg;
 	w->cb = c->cb.write;
 	w->arg = c->arg;
-	free(c);
+	tpu__pipe_call_free(p, c);
 	*p->writes_tail = w;
 	p->writes_tail = &w->next;
 	if (p->state == PIPE_FAILED) {

@@ -33,6 +33,11 @@
 #define SHM_HS_WELCOME		2
 /* The one byte that carries a descriptor after the handshake. */
 #define SHM_FD_TAG		'F'
+/* Ops of up to this many iovecs are kept for reuse, at most SHM_OP_CACHE of them. */
+#define SHM_OP_CACHED_IOV	4
+#define SHM_OP_CACHE		16
+/* Passes over one connection's queues per poll while reads call back writes. */
+#define SHM_PROGRESS_PASSES	4
 /* Room for a few descriptors, so that a peer sending too many is seen (and they are closed). */
 #define SHM_MAX_FDS		4
 
@@ -66,6 +71,7 @@ struct shm_op {
 	int fd;			/* OP_SEND_FD: our duplicate, until the sendmsg takes it */
 	int *fdp;		/* OP_RECV_FD */
 	unsigned int niov;	/* OP_WRITE */
+	unsigned int cap_iov;	/* room in iov[] */
 	struct iovec iov[];
 };
 
@@ -109,6 +115,8 @@ struct shm_conn {
 	unsigned int busy;	/* frames on the stack that use c after calling back */
 	struct shm_op *tx_head, **tx_tail;
 	struct shm_op *rx_head, **rx_tail;
+	struct shm_op *free_ops;	/* finished ops kept for reuse (context thread) */
+	unsigned int nfree_ops;
 	struct shm_listener *listener;	/* acceptor: until handed to the listener's fn */
 	struct shm_conn *lnext;
 	struct tpu__timer hs_timer;	/* acceptor: the handshake's deadline (an inflight) */

@@ -195,6 +195,12 @@ void tpu__shm_conn_free(struct shm_conn *c)
 	tpu__shm_close_fd(&c->memfd);
 	tpu__shm_close_fd(&c->peer_wake);
 	tpu__shm_close_fd(&c->tx_fd);
+	while (c->free_ops) {
+		struct shm_op *op = c->free_ops;
+
+		c->free_ops = op->next;
+		free(op);
+	}
 	free(c);
 }
 
@@ -271,14 +277,26 @@ static struct shm_op *op_pop(struct shm_op **head, struct shm_op ***tail)
 	return op;
 }
 
-static void op_finish(struct shm_op *op, tpu_status st)
+/* An op back to the connection's cache, or freed. */
+static void op_put(struct shm_conn *c, struct shm_op *op)
+{
+	if (op->cap_iov == SHM_OP_CACHED_IOV && c->nfree_ops < SHM_OP_CACHE) {
+		op->next = c->free_ops;
+		c->free_ops = op;
+		c->nfree_ops++;
+		return;
+	}
+	free(op);
+}
+
+static void op_finish(struct shm_conn *c, struct shm_op *op, tpu_status st)
 {
 	tpu__io_cb cb = op->cb;
 	void *arg = op->arg;
 
 	if (op->kind == OP_SEND_FD && op->fd >= 0)
 		close(op->fd);
-	free(op);
+	op_put(c, op);
 	cb(arg, st);
 }
 
@@ -288,11 +306,11 @@ static bool conn_fail_pending(struct shm_conn *c)
 	bool any = false;
 
 	while (c->werr && c->tx_head) {
-		op_finish(op_pop(&c->tx_head, &c->tx_tail), c->closed ? TPU_E_CLOSED : c->werr);
+		op_finish(c, op_pop(&c->tx_head, &c->tx_tail), c->closed ? TPU_E_CLOSED : c->werr);
 		any = true;
 	}
 	while (c->rerr && c->rx_head) {
-		op_finish(op_pop(&c->rx_head, &c->rx_tail), c->closed ? TPU_E_CLOSED : c->rerr);
+		op_finish(c, op_pop(&c->rx_head, &c->rx_tail), c->closed ? TPU_E_CLOSED : c->rerr);
 		any = true;
 	}
 	return any;
@@ -309,7 +327,7 @@ static void on_fd_sent(void *arg, const struct io_uring_cqe *cqe)
 	if (!c->closed && !c->werr) {
 		if (cqe->res == 1) {
 			c->busy++;
-			op_finish(op_pop(&c->tx_head, &c->tx_tail), 0);
+			op_finish(c, op_pop(&c->tx_head, &c->tx_tail), 0);
 			c->busy--;
 		} else if (cqe->res == -EPIPE || cqe->res == -ECONNRESET || cqe->res >= 0) {
 			c->werr = -EPIPE;
@@ -369,7 +387,7 @@ static void on_fd_received(void *arg, const struct io_uring_cqe *cqe)
 
 		*op->fdp = fds[0];
 		c->busy++;
-		op_finish(op, 0);
+		op_finish(c, op, 0);
 		c->busy--;
 		conn_schedule(c);
 	}
@@ -419,7 +437,7 @@ static bool tx_progress(struct shm_conn *c)
 				break;
 			}
 		}
-		op_finish(op_pop(&c->tx_head, &c->tx_tail), 0);
+		op_finish(c, op_pop(&c->tx_head, &c->tx_tail), 0);
 		any = true;
 	}
 	return any;
@@ -455,7 +473,7 @@ static bool rx_progress(struct shm_conn *c)
 				c->rerr = -ECONNRESET;	/* the peer left no more bytes */
 			break;
 		}
-		op_finish(op_pop(&c->rx_head, &c->rx_tail), 0);
+		op_finish(c, op_pop(&c->rx_head, &c->rx_tail), 0);
 		any = true;
 	}
 	return any;
@@ -469,8 +487,20 @@ static bool conn_progress(struct shm_conn *c)
 		return false;
 	c->busy++;
 	if (c->state == SHM_OPEN) {
-		any |= tx_progress(c);
-		any |= rx_progress(c);
+		unsigned int pass = 0;
+		bool rx;
+
+		/*
+		 * A read's callback often writes the answer at once (a reply,
+		 * the next frame's read): take it in this pass, not the next
+		 * round of the context thread.  Bounded, so that one busy
+		 * connection does not starve the context's other work.
+		 */
+		do {
+			any |= tx_progress(c);
+			rx = rx_progress(c);
+			any |= rx;
+		} while (rx && ++pass < SHM_PROGRESS_PASSES && !c->closed && c->tx_head);
 	}
 	if (!c->closed)
 		any |= conn_fail_pending(c);
@@ -634,12 +664,23 @@ tpu_status tpu__shm_map_rings(struct shm_conn *c, uint64_t cap, bool connector)
 
 /* ---- connection ops -------------------------------------------------------- */
 
-static struct shm_op *op_new(enum shm_op_kind kind, unsigned int niov, tpu__io_cb cb, void *arg)
+/* A cleared op with room for @niov iovecs: from the cache when it fits. */
+static struct shm_op *op_new(struct shm_conn *c, enum shm_op_kind kind, unsigned int niov,
+			     tpu__io_cb cb, void *arg)
 {
-	struct shm_op *op = calloc(1, sizeof(*op) + niov * sizeof(struct iovec));
+	unsigned int cap = niov > SHM_OP_CACHED_IOV ? niov : SHM_OP_CACHED_IOV;
+	struct shm_op *op = c->free_ops;
 
-	if (!op)
-		return NULL;
+	if (op && niov <= SHM_OP_CACHED_IOV) {
+		c->free_ops = op->next;
+		c->nfree_ops--;
+		memset(op, 0, sizeof(*op));
+	} else {
+		op = calloc(1, sizeof(*op) + cap * sizeof(struct iovec));
+		if (!op)
+			return NULL;
+	}
+	op->cap_iov = cap;
 	op->kind = kind;
 	op->cb = cb;
 	op->arg = arg;
@@ -672,7 +713,7 @@ static tpu_status shm_write(struct tpu__conn *base, const struct iovec *iov, uns
 
 	if (!cb || n > TPU__XPORT_IOV_MAX || (n && !iov))
 		return -EINVAL;
-	op = op_new(OP_WRITE, n, cb, arg);
+	op = op_new(c, OP_WRITE, n, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
@@ -696,7 +737,7 @@ static tpu_status shm_read(struct tpu__conn *base, void *buf, size_t len, tpu__i
 
 	if (!cb || !buf || !len)
 		return -EINVAL;
-	op = op_new(OP_READ, 0, cb, arg);
+	op = op_new(c, OP_READ, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	op->buf = buf;
@@ -713,7 +754,7 @@ static tpu_status shm_send_fd(struct tpu__conn *base, int fd, tpu__io_cb cb, voi
 
 	if (!cb || fd < 0)
 		return -EINVAL;
-	op = op_new(OP_SEND_FD, 0, cb, arg);
+	op = op_new(c, OP_SEND_FD, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	op->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -733,7 +774,7 @@ static tpu_status shm_recv_fd(struct tpu__conn *base, int *fd, tpu__io_cb cb, vo
 
 	if (!cb || !fd)
 		return -EINVAL;
-	op = op_new(OP_RECV_FD, 0, cb, arg);
+	op = op_new(c, OP_RECV_FD, 0, cb, arg);
 	if (!op)
 		return -ENOMEM;
 	op->fdp = fd;
@@ -794,9 +835,9 @@ void tpu__shm_close(struct tpu__conn *base)
 	tpu__shm_close_fd(&c->peer_wake);
 	c->rerr = c->werr = TPU_E_CLOSED;
 	while (c->tx_head)
-		op_finish(op_pop(&c->tx_head, &c->tx_tail), TPU_E_CLOSED);
+		op_finish(c, op_pop(&c->tx_head, &c->tx_tail), TPU_E_CLOSED);
 	while (c->rx_head)
-		op_finish(op_pop(&c->rx_head, &c->rx_tail), TPU_E_CLOSED);
+		op_finish(c, op_pop(&c->rx_head, &c->rx_tail), TPU_E_CLOSED);
 	c->busy--;
 	conn_maybe_free(c);
 }

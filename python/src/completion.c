@@ -54,7 +54,8 @@ void tpupy_cop_complete(struct tpupy_cop *c, tpu_status st)
 
 	pthread_mutex_lock(&q->lock);
 	c->status = st;
-	c->done = 1;
+	/* Release: a waiter spinning on done (op_wait) then sees the status. */
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	c->next = NULL;
 	if (q->tail)
 		q->tail->next = c;
@@ -63,8 +64,73 @@ void tpupy_cop_complete(struct tpupy_cop *c, tpu_status st)
 	q->tail = c;
 	pthread_cond_broadcast(&q->cond);
 	pthread_mutex_unlock(&q->lock);
-	n = write(q->efd, &one, sizeof(one));
-	(void)n;	/* a full counter still reads as ready */
+	/*
+	 * Only for someone who polls the descriptor (fileno(): an event loop's
+	 * reader): a waiter on the op or the queue needs no system call here.
+	 */
+	if (__atomic_load_n(&q->fd_wanted, __ATOMIC_SEQ_CST)) {
+		n = write(q->efd, &one, sizeof(one));
+		(void)n;	/* a full counter still reads as ready */
+	}
+}
+
+/* How long op_wait spins before it sleeps: TPU_SPIN_US as the library reads it (GIL held). */
+#define OP_SPIN_DEFAULT_NS	100000.0
+#define OP_SPIN_MAX_NS		10000000.0
+
+static double op_spin_ns(void)
+{
+	static double ns = -1;
+	const char *s;
+	char *end;
+	double v;
+
+	if (ns >= 0)
+		return ns;
+	s = getenv("TPU_SPIN_US");
+	v = OP_SPIN_DEFAULT_NS;
+	if (s && *s) {
+		double us = strtod(s, &end);
+
+		if (!*end && us >= 0 && us * 1000.0 <= OP_SPIN_MAX_NS)
+			v = us * 1000.0;
+	}
+	ns = v;
+	return ns;
+}
+
+static double mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/*
+ * GIL released: look at the op for a while before sleeping on the queue's
+ * condition.  A round trip shorter than the spin then costs this thread no
+ * sleep and the library's thread no futex wake-up.
+ */
+static bool op_spin(struct tpupy_cop *c, double timeout, double budget)
+{
+	double start, now;
+	unsigned int i = 0;
+
+	if (timeout >= 0 && timeout * 1e9 < budget)
+		budget = timeout * 1e9;
+	if (budget <= 0)
+		return false;
+	start = mono_ns();
+	for (;;) {
+		if (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE))
+			return true;
+		if (++i % 64)
+			continue;
+		now = mono_ns();
+		if (now - start >= budget)
+			return false;
+	}
 }
 
 static void deadline_after(struct timespec *ts, double seconds)
@@ -165,13 +231,13 @@ static PyObject *op_wait(PyObject *self, PyObject *args)
 {
 	tpupy_op *op = (tpupy_op *)self;
 	PyObject *tobj = Py_None;
-	double t;
+	double t, spin = op_spin_ns();
 	bool ok;
 
 	if (!PyArg_ParseTuple(args, "|O:_wait", &tobj) || timeout_seconds(tobj, &t) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	ok = queue_wait(op->c.queue, t, op_is_done, &op->c);
+	ok = op_spin(&op->c, t, spin) || queue_wait(op->c.queue, t, op_is_done, &op->c);
 	Py_END_ALLOW_THREADS
 	return PyBool_FromLong(ok);
 }
@@ -264,16 +330,21 @@ PyObject *tpupy_queue_drain(struct tpupy_queue *q, PyObject *tobj)
 	list = PyList_New(0);
 	if (!list)
 		return NULL;
-	pthread_mutex_lock(&q->lock);
-	c = q->head;
-	q->head = q->tail = NULL;
-	pthread_mutex_unlock(&q->lock);
+	/*
+	 * The descriptor is emptied before the queue is taken: an op that
+	 * completes in between leaves it readable, so an event loop's reader
+	 * comes back for it (the other order could lose that op's wake-up).
+	 */
 	{
 		uint64_t v;
 		ssize_t n = read(q->efd, &v, sizeof(v));
 
 		(void)n;
 	}
+	pthread_mutex_lock(&q->lock);
+	c = q->head;
+	q->head = q->tail = NULL;
+	pthread_mutex_unlock(&q->lock);
 	while (c) {
 		struct tpupy_cop *next = c->next;
 		tpupy_op *op = (tpupy_op *)((char *)c - offsetof(tpupy_op, c));

@@ -124,6 +124,18 @@ static PyObject *context_fileno(PyObject *self, PyObject *unused)
 	(void)unused;
 	if (!c->queue_ok)
 		return tpupy_raise(TPU_E_DESTROYED, "the context is closed");
+	/* From now on every completion makes it readable (see tpupy_cop_complete)... */
+	if (!__atomic_exchange_n(&c->queue.fd_wanted, true, __ATOMIC_SEQ_CST)) {
+		uint64_t one = 1;
+		bool pending;
+
+		/* ...and the ones that came before it. */
+		pthread_mutex_lock(&c->queue.lock);
+		pending = c->queue.head != NULL;
+		pthread_mutex_unlock(&c->queue.lock);
+		if (pending && write(c->queue.efd, &one, sizeof(one)) < 0)
+			(void)0;	/* a full counter still reads as ready */
+	}
 	return PyLong_FromLong(c->queue.efd);
 }
 

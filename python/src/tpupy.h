@@ -131,7 +131,7 @@ struct tpupy_cop {
 	struct tpupy_cop *next;
 	struct tpupy_queue *queue;
 	int kind;
-	int done;		/* under the queue's lock */
+	int done;		/* set under the queue's lock (release); waiters may spin on it */
 	tpu_status status;
 	size_t len;
 	char why[160];		/* a failure's detail, "" if none */
@@ -174,6 +174,7 @@ struct tpupy_queue {
 	pthread_cond_t cond;
 	struct tpupy_cop *head, *tail;
 	int efd;
+	bool fd_wanted;	/* fileno() was asked for: completions write efd (atomic) */
 	bool closed;	/* the context closed: drains stop waiting */
 };
 

@@ -103,6 +103,49 @@ class Future(concurrent.futures.Future):
         return asyncio.wrap_future(self).__await__()
 
 
+class _LoopFuture:
+    """What an op resolves for a coroutine (Context._aio): its asyncio future.
+
+    Usually resolved on the loop's own thread (the loop's reader of the
+    context's descriptor drains the op); from any other thread that drained
+    it first (a waiter, the dispatcher), through call_soon_threadsafe.
+    """
+
+    __slots__ = ("_fut", "_loop", "_tid", "_op", "_ctx")
+
+    def __init__(self, fut, loop):
+        self._fut, self._loop = fut, loop
+        self._tid = threading.get_ident()
+        self._op = self._ctx = None
+
+    def done(self) -> bool:
+        return False  # the asyncio future is only looked at on its loop's thread
+
+    def _set(self, ok, value) -> None:
+        fut = self._fut
+        if fut.done():  # cancelled by the coroutine's caller: the op went on
+            return
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+    def set_result(self, value) -> None:
+        self._put(True, value)
+
+    def set_exception(self, exc) -> None:
+        self._put(False, exc)
+
+    def _put(self, ok, value) -> None:
+        if threading.get_ident() == self._tid:
+            self._set(ok, value)
+        else:
+            try:
+                self._loop.call_soon_threadsafe(self._set, ok, value)
+            except RuntimeError:
+                pass  # the loop closed: nobody awaits it any more
+
+
 _settle_lock = threading.RLock()  # futures' callbacks may start more operations
 
 
@@ -181,6 +224,7 @@ class Context:
                               dev_path=dev_path)
         self._lock = threading.Lock()
         self._dispatcher: Optional[threading.Thread] = None
+        self._loop = None  # the asyncio loop that reads fileno() (_aio)
         _flush_library_log()
         log.debug("context created (pid %d, no_kmod=%s)", self._c.pid, no_kmod)
 
@@ -218,6 +262,59 @@ class Context:
                                                     name="tpu_user-completions")
                 self._dispatcher.start()
         return fut
+
+    # -- asyncio ----------------------------------------------------------
+    def _loop_attach(self, loop) -> bool:
+        """Let loop settle this context's completions on its own thread: one
+        reader of the context's descriptor, no thread per future.  One loop
+        at a time; False for any other (its coroutines then use futures)."""
+        with self._lock:
+            if self._loop is loop:
+                return True
+            if self._loop is not None and not self._loop.is_closed():
+                return False
+            loop.add_reader(self._c.fileno(), self._loop_ready)
+            self._loop = loop
+            return True
+
+    def _loop_ready(self) -> None:
+        try:
+            _settle(self._c._drain(0))
+        except ForkedError:
+            pass
+
+    def _loop_detach(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or not loop.is_running():
+            loop.remove_reader(self._c.fileno())
+        else:
+            # Another thread's loop: it drops the reader itself, before the descriptor goes.
+            done = threading.Event()
+
+            def drop():
+                loop.remove_reader(self._c.fileno())
+                done.set()
+            loop.call_soon_threadsafe(drop)
+            done.wait(5)
+
+    async def _aio(self, op):
+        """Await op on the running loop; its result, or its exception raised."""
+        loop = asyncio.get_running_loop()
+        if not self._loop_attach(loop):
+            return await self._future(op)
+        fut = loop.create_future()
+        lf = _LoopFuture(fut, loop)
+        lf._op, lf._ctx = op, self
+        op.future = lf
+        if op.done():
+            _resolve(op)
+        return await fut
 
     def _wait(self, op, timeout: Optional[float], what: str):
         """Block (GIL released) until op finished; its result or its exception."""
@@ -272,6 +369,8 @@ class Context:
 
     def close(self) -> None:
         """Fail every pending operation (ClosedError) and stop the context's thread."""
+        if self._loop is not None and not self._c.closed:
+            self._loop_detach()
         self._c.close()
         d = self._dispatcher
         if d is not None and d is not threading.current_thread():
@@ -415,6 +514,19 @@ class Pipe:
         if self._pending_read is not None:
             raise RuntimeError("a read that timed out is still pending: call read() first")
         return self._read(list(out), timeout)
+
+    async def awrite(self, tensors: Sequence[Any] = (), metadata: bytes = b"",
+                     payloads: Sequence[Any] = ()) -> None:
+        """write() for asyncio: the running loop reads the context's descriptor
+        (loop.add_reader) and settles the write on its own thread."""
+        await self._ctx._aio(self._c._write_op(list(tensors), bytes(metadata), list(payloads)))
+
+    async def aread(self, out: Optional[Sequence[Any]] = None) -> Message:
+        """read() (out None) or read_into(out) for asyncio, as awrite().  As
+        read_into, the tensors' read is posted by the library's thread as soon
+        as the message's descriptor is in: no Python runs in between."""
+        op = self._c._read_op(list(out) if out is not None else None)
+        return _message(await self._ctx._aio(op))
 
     def read_async(self, out: Optional[Sequence[Any]] = None) -> Future:
         """read() or read_into() as a future resolving to a Message."""

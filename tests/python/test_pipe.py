@@ -1,6 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 """Pipes: messages of several tensors, metadata and payloads; in and across processes."""
+import asyncio
 import os
+import select
+import threading
 import time
 
 import numpy as np
@@ -179,3 +182,80 @@ def test_job_secret():
         lst.close()
         with pytest.raises(tpu_user.Error):
             good.set_secret(b"x" * 4097)
+
+
+def _dispatchers():
+    return [t for t in threading.enumerate() if t.name == "tpu_user-completions"]
+
+
+def test_asyncio_reader_no_thread(pair):
+    """aread/awrite settle on the loop's thread through its reader of the
+    context's descriptor: no completion thread is started, and a message
+    read_into the caller's tensors lands there."""
+    a, b = pair
+    before = len(_dispatchers())
+    src = [np.arange(4096, dtype=np.float32), np.arange(7, dtype=np.int16)]
+    out = [np.empty_like(x) for x in src]
+
+    async def main():
+        loop_tid = threading.get_ident()
+        seen = []
+        for i in range(20):
+            r = asyncio.ensure_future(b.aread(out))
+            await a.awrite(src, str(i).encode())
+            msg = await asyncio.wait_for(r, 10)
+            seen.append((msg.metadata, threading.get_ident() == loop_tid))
+            assert msg.tensors[0] is out[0] and np.array_equal(out[1], src[1])
+        # And back the other way, with fresh tensors.
+        w = asyncio.ensure_future(b.awrite([np.full(3, 5.0)], b"back"))
+        msg = await asyncio.wait_for(a.aread(), 10)
+        await w
+        return seen, msg
+
+    seen, msg = asyncio.run(main())
+    assert [m for m, _ in seen] == [str(i).encode() for i in range(20)]
+    assert all(on_loop for _, on_loop in seen)
+    assert msg.metadata == b"back" and np.array_equal(np.asarray(msg.tensors[0]), np.full(3, 5.0))
+    assert len(_dispatchers()) == before
+
+
+def test_asyncio_many_pending(pair):
+    """Many reads awaited at once, completing in a burst: none is lost between
+    the loop's drains of the queue and of its descriptor."""
+    a, b = pair
+
+    async def main():
+        reads = [asyncio.ensure_future(b.aread()) for _ in range(200)]
+        await asyncio.sleep(0)
+        for i in range(200):
+            a.write_async([np.full(8, i, np.int32)], str(i).encode())
+        return await asyncio.wait_for(asyncio.gather(*reads), 20)
+
+    msgs = asyncio.run(main())
+    assert [m.metadata for m in msgs] == [str(i).encode() for i in range(200)]
+
+
+def test_fileno_readable_after_completion():
+    """fileno(): readable for operations that finished before it was first
+    asked for (completions write the descriptor only once someone polls it),
+    and for later ones."""
+    with tpu_user.Context(transports="shm") as c:
+        lst = c.listen()
+        acc = lst._c._accept_op()
+        a = c.connect(lst.url("shm"))
+        assert acc._wait(10)
+        ok, b = acc._outcome()
+        assert ok
+        w = a._c._write_op([np.zeros(4, np.uint8)], b"z", [])
+        assert w._wait(10)  # waits without draining the queue
+        fd = c.fileno()
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        assert len(c._c._drain(0)) >= 2
+        assert select.select([fd], [], [], 0)[0] == []
+        w = a._c._write_op([np.zeros(4, np.uint8)], b"y", [])
+        assert w._wait(10)
+        assert select.select([fd], [], [], 5)[0] == [fd]
+        c._c._drain(0)
+        a.close()
+        b.close()
+        lst.close()

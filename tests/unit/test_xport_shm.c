@@ -426,6 +426,43 @@ out:
 	free(b);
 }
 
+/*
+ * After the spinning fast path ran (a ping-pong), each end goes to sleep
+ * again and must still be woken by one byte from the peer: the fast path
+ * takes no system call while the peer spins, never when it sleeps.
+ */
+static void test_wake_after_pingpong(struct pair *p)
+{
+	struct thread_info tb, ta;
+
+	tpu__ctx_run_sync(ctx_b, get_thread_info, &tb);
+	tpu__ctx_run_sync(ctx_a, get_thread_info, &ta);
+	for (int i = 0; i < 3; i++) {
+		struct done ra = { 0 }, rb = { 0 }, wa = { 0 }, wb = { 0 };
+		char x = 0, y = 0;
+		long sa, sb;
+
+		x_read(ctx_b, p->server, &y, 1, &rb);
+		x_read(ctx_a, p->client, &x, 1, &ra);
+		sleep_ms(30);		/* past any spin (at most 2 ms): both threads sleep */
+		sb = switches(tb.tid);
+		x_write(ctx_a, p->client, "P", 1, &wa);
+		CHECK(wait_for(&rb.calls, 1, 2000) && !rb.status && y == 'P',
+		      "shm: after the ping-pong, a sleeping reader is woken by one byte (%d)", i);
+		CHECK(sb >= 0 && switches(tb.tid) > sb,
+		      "shm: the reader's context slept and woke for it (%d)", i);
+		sleep_ms(30);
+		sa = switches(ta.tid);
+		x_write(ctx_b, p->server, "Q", 1, &wb);
+		CHECK(wait_for(&ra.calls, 1, 2000) && !ra.status && x == 'Q',
+		      "shm: and the other way (%d)", i);
+		CHECK(sa >= 0 && switches(ta.tid) > sa,
+		      "shm: the other context slept and woke for it (%d)", i);
+		wait_for(&wa.calls, 1, WAIT_MS);
+		wait_for(&wb.calls, 1, WAIT_MS);
+	}
+}
+
 /* Both ends on one context: a busy pipe never lets its thread sleep (no system call to wait). */
 static void test_pingpong_one_ctx(void)
 {
@@ -1001,6 +1038,7 @@ void test_xport_shm(void)
 		test_fds(&p);
 		test_idle(&p);
 		test_pingpong(&p);
+		test_wake_after_pingpong(&p);
 		close_pair(&p);
 	} else {
 		CHECK(false, "shm: connect and accept");
