@@ -51,6 +51,8 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 		ans.addr = (uintptr_t)r->addr;
 		ans.len = r->len;
 		ans.access = r->access;
+		if (!ans.status)
+			ans.key = tpu__xfer_kmod_grant(a, r, p->in.h.addr);
 	}
 	pthread_mutex_unlock(&a->lock);
 answer:
