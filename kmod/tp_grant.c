@@ -330,15 +330,23 @@ static int tp_copy_check(struct tp_endpoint *ep, struct tp_domain *dom,
 	return 0;
 }
 
-/* Bytes from page @idx, offset @pofs, of @r that are one kernel span. */
+/*
+ * Bytes from page @idx, offset @pofs, of @r that are one kernel span:
+ * consecutive pages, and within one folio, as hardened usercopy refuses a
+ * copy that runs from one folio into the next.
+ */
 static size_t tp_grant_span(const struct tp_region *r, unsigned long idx,
 			    unsigned int pofs, size_t max)
 {
 	size_t bytes = PAGE_SIZE - pofs;
+	struct folio *folio;
 	unsigned long pfn;
 
 	if (IS_ENABLED(CONFIG_HIGHMEM))
 		return min(bytes, max);
+	folio = page_folio(r->pages[idx]);
+	max = min(max, folio_size(folio) -
+		  offset_in_folio(folio, page_address(r->pages[idx]) + pofs));
 	pfn = page_to_pfn(r->pages[idx]);
 	while (bytes < max && idx + 1 < r->nr_pages &&
 	       page_to_pfn(r->pages[idx + 1]) == pfn + 1) {
