@@ -89,8 +89,8 @@
  *
  * io_uring
  * --------
- * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL can also be submitted as
- * IORING_OP_URING_CMD on the endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op
+ * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL (and TP_IOC_COPY, with
+ * TP_FEAT_GRANT) can also be submitted as IORING_OP_URING_CMD on the endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op
  * is the ioctl number and the struct lies in the SQE's command area, which
  * needs a ring created with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
  * The struct is read once, at submission.  Validation errors are the
@@ -104,6 +104,8 @@
  *   handle << TP_MMAP_REGION_SHIFT).  TP_RECV_NONBLOCK gives -EAGAIN at once.
  *   No thread waits: the copy runs as task work in the submitting task.
  * - CANCEL: res is the number of operations cancelled, or -ENOENT.
+ * - COPY: copied at submission, in the submitting task; res is 0 or the
+ *   ioctl's error.
  *
  * With IORING_SETUP_CQE32, the first extra word of a SEND's or RECV's CQE is
  * the tensor's length (also for -EMSGSIZE).  A command whose process exits
@@ -677,8 +679,9 @@ struct tp_endpoint_info {
  *		TP_ACCESS_WRITE (it may write it); each must be an access
  *		the region itself has.
  * @flags:	in: must be 0.
- * @id:		out: the grant id, valid in this domain, never 0.  Ids are
- *		handed out cyclically, so a revoked id is not reused soon.
+ * @id:		must be 0 on input; out: the grant id, valid in this
+ *		domain, never 0.  Ids are handed out cyclically, so a revoked
+ *		id is not reused soon.
  * @reserved:	must be 0.
  *
  * The grant holds the region: its pages stay pinned until the grant ends.
