@@ -91,8 +91,9 @@
  * --------
  * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL (and TP_IOC_COPY, with
  * TP_FEAT_GRANT) can also be submitted as IORING_OP_URING_CMD on the
- * endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op is the ioctl number and the struct lies in the SQE's command area, which
- * needs a ring created with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
+ * endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op is the ioctl number and
+ * the struct lies in the SQE's command area, which needs a ring created
+ * with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
  * The struct is read once, at submission.  Validation errors are the
  * ioctl's, reported as the CQE's res.  Another cmd_op gives -EOPNOTSUPP.
  *
