@@ -381,9 +381,14 @@ static long tp_grant_copy_span(struct tp_access_grant *g, u64 roff, void __user 
 	else
 		left = __copy_from_user_inatomic(k, u, n);
 	pagefault_enable();
-	if (!to_user)
-		flush_dcache_page(page);
 	kunmap_local(k);
+	if (!to_user) {
+		/* The span is consecutive pages of one folio (tp_grant_span). */
+		unsigned long i, pages = DIV_ROUND_UP(offset_in_page(roff) + n, PAGE_SIZE);
+
+		for (i = 0; i < pages; i++)
+			flush_dcache_page(nth_page(page, i));
+	}
 	srcu_read_unlock(&tp_grant_srcu, idx);
 	return left;
 }
