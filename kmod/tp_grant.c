@@ -162,6 +162,14 @@ int tp_grant_create(struct tp_endpoint *ep, struct tp_grant *arg)
 		err = -ENOSPC;
 		goto unlock;
 	}
+	/*
+	 * A release of the handle erases it, then walks our list under
+	 * grant_lock: either it is gone now, or that walk will see this grant.
+	 */
+	if (xa_load(&ep->regions, arg->region) != r) {
+		err = -ENOENT;
+		goto unlock;
+	}
 	/* Published last: a copy may find the grant as soon as it is in. */
 	err = xa_alloc_cyclic(&dom->grants, &g->id, g, xa_limit_31b,
 			      &dom->next_grant, GFP_KERNEL_ACCOUNT);
