@@ -192,6 +192,7 @@ TPU_API tpu_status tpu_module_abi_version(const char *dev_path, uint32_t *abi);
 #define TPU_FEAT_URING_KERNEL_CANCEL	(1ULL << 5)
 #define TPU_FEAT_DMABUF		(1ULL << 6)
 #define TPU_FEAT_MEMBER_DEATH	(1ULL << 7)
+#define TPU_FEAT_GRANT		(1ULL << 8)
 
 /** tpu_feature_name - short name of one feature bit ("donate"), or NULL if unknown */
 TPU_API const char *tpu_feature_name(uint64_t feature_bit);
@@ -2028,6 +2029,12 @@ TPU_API void tpu_world_last_reason(struct tpu_world *world, char *buf, size_t si
  *		iovecs, 1024 per call, against only the pid the kernel gives
  *		the agents' shm connection (SO_PEERCRED); needs ptrace
  *		permission between the two processes.
+ *   kmod	same machine, both agents in one module domain
+ *		(tpu_agent_use_domain): the target grants each loader its
+ *		registration (TP_IOC_GRANT) and the module copies each list
+ *		(TP_IOC_COPY), checking every element against the grant.
+ *		Needs no ptrace permission, so it also serves users that must
+ *		not see each other's memory; preferred when both sides have it.
  *   tcp	any pipe transport: the target agent's context thread serves
  *		each request against its own registrations.
  * Trust: agents talk over pipes, so a job secret (tpu_context_set_secret)
@@ -2057,6 +2064,8 @@ struct tpu_xfer_req;
 #define TPU_XFER_BACKEND_CMA	(1U << 0)
 /** TPU_XFER_BACKEND_TCP - allow the tcp backend */
 #define TPU_XFER_BACKEND_TCP	(1U << 1)
+/** TPU_XFER_BACKEND_KMOD - allow the kmod backend (once tpu_agent_use_domain succeeded) */
+#define TPU_XFER_BACKEND_KMOD	(1U << 2)
 
 /** TPU_XFER_BLOB_MAX - longest metadata blob */
 #define TPU_XFER_BLOB_MAX	1024
@@ -2132,6 +2141,18 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
  * NULL is ignored.
  */
 TPU_API void tpu_agent_destroy(struct tpu_agent *a);
+/**
+ * tpu_agent_use_domain - let @a use the kmod backend: open its own module
+ * endpoint and attach it to the domain behind @domain_fd (from
+ * tpu_domain_create, passed to each process with tpu_fd_send; holding it
+ * is the right to take part).  Agents in one domain then move requests
+ * through the module; others fall back to cma or tcp.  Call it before
+ * loading or exporting blobs that should use it; @domain_fd stays the
+ * caller's.  Errors: TPU_E_NO_DEVICE (no module), -EOPNOTSUPP (a module
+ * without TP_FEAT_GRANT), -EINVAL or -EBADF (@domain_fd is no domain),
+ * -EBUSY (already called).
+ */
+TPU_API tpu_status tpu_agent_use_domain(struct tpu_agent *a, int domain_fd);
 /** tpu_agent_name - the name its notifications carry; never NULL */
 TPU_API const char *tpu_agent_name(const struct tpu_agent *a);
 /**
@@ -2210,7 +2231,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 				  struct tpu_xfer_remote **out);
 /** tpu_agent_unload - free a remote handle (requests using it must be released first) */
 TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
-/** tpu_xfer_remote_backend - "cma" or "tcp": how requests on @rm move */
+/** tpu_xfer_remote_backend - "kmod", "cma" or "tcp": how requests on @rm move */
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm);
 /** tpu_xfer_remote_size - the registration's length in bytes (0 for NULL) */
 TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm);

@@ -21,6 +21,9 @@ static void tp_domain_destroy(struct kref *ref)
 	/* Every slot holds its producer, and every producer the domain. */
 	WARN_ON_ONCE(dom->nr_slots || dom->nr_waiters);
 	tp_domain_orphans_free(dom);
+	/* Every grant was revoked when its endpoint, which holds us, went. */
+	WARN_ON_ONCE(!xa_empty(&dom->grants));
+	xa_destroy(&dom->grants);
 	tp_debugfs_remove_domain(dom);
 	mutex_destroy(&dom->lock);
 	tp_stat_add(TP_STAT_DOMAINS, -1);
@@ -75,6 +78,7 @@ int tp_domain_create(struct tp_domain_create *arg, void __user *uarg)
 	hash_init(dom->slots);
 	hash_init(dom->waiters);
 	INIT_LIST_HEAD(&dom->orphans);
+	tp_grant_domain_init(dom);
 	dom->id = atomic64_inc_return(&tp_domain_ids);
 	tp_stat_add(TP_STAT_DOMAINS, 1);
 	tp_debugfs_add_domain(dom);

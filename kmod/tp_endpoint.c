@@ -60,6 +60,7 @@ static int tp_endpoint_open(struct inode *inode, struct file *file)
 	INIT_LIST_HEAD(&ep->sends);
 	INIT_LIST_HEAD(&ep->urecvs);
 	tp_uring_endpoint_init(ep);
+	tp_grant_endpoint_init(ep);
 	init_waitqueue_head(&ep->wq);
 	file->private_data = ep;
 	tp_stat_add(TP_STAT_ENDPOINTS, 1);
@@ -89,6 +90,8 @@ static int tp_endpoint_release(struct inode *inode, struct file *file)
 
 	/* io_uring commands hold the file: none is pending any more. */
 	tp_uring_endpoint_release(ep);
+	/* Before the regions go: no copy may reach them afterwards. */
+	tp_grant_revoke_all(ep);
 	tp_slot_withdraw_all(ep);
 	spin_lock(&ep->lock);
 	ep->dead = true;
@@ -193,7 +196,7 @@ static int tp_get_info(struct tp_info *info)
 	info->features = TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE |
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC |
 			 TP_FEAT_URING_CMD | TP_FEAT_DMABUF |
-			 TP_FEAT_MEMBER_DEATH;
+			 TP_FEAT_MEMBER_DEATH | TP_FEAT_GRANT;
 	if (tp_uring_kernel_cancels())
 		info->features |= TP_FEAT_URING_KERNEL_CANCEL;
 	info->max_key_len = tp_key_len_limit();
@@ -219,6 +222,10 @@ union tp_ioctl_arg {
 	struct tp_region_export exp;
 	struct tp_region_import imp;
 	struct tp_region_revoke revoke;
+	struct tp_endpoint_info epinfo;
+	struct tp_grant grant;
+	struct tp_grant_revoke grevoke;
+	struct tp_copy copy;
 };
 
 /*
@@ -309,6 +316,30 @@ static long tp_cmd_revoke(struct tp_endpoint *ep, union tp_ioctl_arg *a,
 	return tp_region_revoke(ep, &a->revoke);
 }
 
+static long tp_cmd_endpoint_info(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+				 void __user *up)
+{
+	return tp_endpoint_info(ep, &a->epinfo);
+}
+
+static long tp_cmd_grant(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			 void __user *up)
+{
+	return tp_grant_create(ep, &a->grant);
+}
+
+static long tp_cmd_grant_revoke(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+				void __user *up)
+{
+	return tp_grant_revoke(ep, &a->grevoke);
+}
+
+static long tp_cmd_copy(struct tp_endpoint *ep, union tp_ioctl_arg *a,
+			void __user *up)
+{
+	return tp_grant_copy(ep, &a->copy);
+}
+
 /*
  * Indexed by _IOC_NR(); an entry is a command only if its number matches.
  * @installs_fd: the handler copies its result out before installing a new
@@ -339,6 +370,12 @@ static const struct tp_cmd {
 					    tp_cmd_import },
 	[_IOC_NR(TP_IOC_REGION_REVOKE)] = { TP_IOC_REGION_REVOKE,
 					    tp_cmd_revoke },
+	[_IOC_NR(TP_IOC_ENDPOINT_INFO)] = { TP_IOC_ENDPOINT_INFO,
+					    tp_cmd_endpoint_info },
+	[_IOC_NR(TP_IOC_GRANT)] = { TP_IOC_GRANT, tp_cmd_grant },
+	[_IOC_NR(TP_IOC_GRANT_REVOKE)] = { TP_IOC_GRANT_REVOKE,
+					   tp_cmd_grant_revoke },
+	[_IOC_NR(TP_IOC_COPY)] = { TP_IOC_COPY, tp_cmd_copy },
 };
 
 /* The table entry of @cmd, or NULL when it is not one of ours. */

@@ -171,6 +171,11 @@ struct tp_region {
  * @monitor:	on kernels that do not cancel uring_cmds themselves, runs
  *		while io_uring commands are pending, to fail those whose task
  *		exits or whose ring is closed (see tp_uring.c).
+ * @id:		unique endpoint id (TP_IOC_ENDPOINT_INFO), fixed at open.
+ * @grant_lock:	protects @grants and @nr_grants.
+ * @grants:	the grants this endpoint created and has not revoked
+ *		(struct tp_access_grant.node).
+ * @nr_grants:	entries in @grants, at most TP_GRANTS_MAX.
  */
 struct tp_endpoint {
 	struct kref ref;
@@ -193,6 +198,10 @@ struct tp_endpoint {
 	bool member;
 	bool died;
 	struct delayed_work monitor;
+	u64 id;
+	struct mutex grant_lock;	/* @grants, @nr_grants */
+	struct list_head grants;
+	unsigned int nr_grants;
 };
 
 #define TP_DOMAIN_HASH_BITS	8
@@ -246,6 +255,9 @@ struct tp_domain_stats {
  * @stats:	counters for debugfs.
  * @debugfs:	this domain's debugfs file of counters.
  * @debugfs_keys: this domain's debugfs file listing its pending keys.
+ * @grants:	grant id -> struct tp_access_grant (one reference each); the
+ *		xarray's own lock serialises lookup, allocation and removal.
+ * @next_grant:	cursor of the cyclic grant id allocator, under @grants' lock.
  */
 struct tp_domain {
 	struct kref ref;
@@ -261,6 +273,8 @@ struct tp_domain {
 	struct tp_domain_stats stats;
 	struct dentry *debugfs;
 	struct dentry *debugfs_keys;
+	struct xarray grants;
+	u32 next_grant;
 };
 
 /**
@@ -446,6 +460,46 @@ void tp_waiter_signal(struct tp_waiter *w, int event);
 void tp_waiters_wake_all(struct tp_domain *dom, int event);
 void tp_slot_unpublish(struct tp_domain *dom, struct tp_slot *slot,
 		       struct list_head *to);
+
+/**
+ * struct tp_access_grant - a range of a region another endpoint may copy to or from.
+ * @ref:	the domain's table holds one until the grant is revoked;
+ *		each copy using it holds one.
+ * @id:		grant id in the domain.
+ * @node:	in the granter's tp_endpoint.grants, under its grant_lock.
+ * @region:	the granted region (one reference).
+ * @offset:	start of the range in @region.
+ * @len:	length of the range.
+ * @grantee:	id of the only endpoint that may use the grant.
+ * @access:	TP_ACCESS_* bits granted.
+ * @revoked:	set once when the grant is revoked, before
+ *		synchronize_srcu(); read by copies under tp_grant_srcu, so that
+ *		no chunk starts after the revoke returned.
+ *
+ * Everything but @ref, @node and @revoked is fixed at creation.
+ */
+struct tp_access_grant {
+	struct kref ref;
+	u32 id;
+	struct list_head node;
+	struct tp_region *region;
+	u64 offset;
+	u64 len;
+	u64 grantee;
+	u32 access;
+	bool revoked;
+};
+
+/* tp_grant.c */
+u64 tp_endpoint_new_id(void);
+void tp_grant_endpoint_init(struct tp_endpoint *ep);
+void tp_grant_domain_init(struct tp_domain *dom);
+int tp_endpoint_info(struct tp_endpoint *ep, struct tp_endpoint_info *arg);
+int tp_grant_create(struct tp_endpoint *ep, struct tp_grant *arg);
+int tp_grant_revoke(struct tp_endpoint *ep, const struct tp_grant_revoke *arg);
+void tp_grant_revoke_region(struct tp_endpoint *ep, struct tp_region *r);
+void tp_grant_revoke_all(struct tp_endpoint *ep);
+int tp_grant_copy(struct tp_endpoint *ep, const struct tp_copy *arg);
 
 /* tp_uring.c */
 int tp_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);

@@ -476,6 +476,8 @@ int tp_region_detach(struct tp_endpoint *ep, u32 handle, struct tp_region *r)
  * @ep:		the calling endpoint.
  * @handle:	region handle.
  *
+ * The region's grants end with the handle (TP_IOC_GRANT).
+ *
  * Return: 0 or -ENOENT.
  */
 int tp_region_release(struct tp_endpoint *ep, u32 handle)
@@ -485,6 +487,7 @@ int tp_region_release(struct tp_endpoint *ep, u32 handle)
 	if (!r)
 		return -ENOENT;
 	atomic_dec(&ep->nr_regions);
+	tp_grant_revoke_region(ep, r);
 	tp_region_put(r);
 	return 0;
 }

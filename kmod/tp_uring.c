@@ -394,6 +394,7 @@ static int tp_uring_issue(struct io_uring_cmd *cmd, unsigned int issue_flags)
 		struct tp_send send;
 		struct tp_recv recv;
 		struct tp_cancel cancel;
+		struct tp_copy copy;
 	} a;
 	int err;
 
@@ -417,6 +418,10 @@ static int tp_uring_issue(struct io_uring_cmd *cmd, unsigned int issue_flags)
 		memcpy(&a.cancel, tp_uring_cmd_payload(cmd), sizeof(a.cancel));
 		err = tp_cancel(ep, &a.cancel);
 		return err ? err : a.cancel.count;
+	case TP_IOC_COPY:
+		/* Copied here and now, in the submitter's context. */
+		memcpy(&a.copy, tp_uring_cmd_payload(cmd), sizeof(a.copy));
+		return tp_grant_copy(ep, &a.copy);
 	}
 	return -EOPNOTSUPP;
 }

@@ -9,12 +9,15 @@
  * as KV-cache blocks are.  Each point is the best of --reps runs of
  * enough posts to move about 64 MiB; a post is prepared once.
  *
- *   tpbench xfer [--backend cma|tcp] [--mem MiB] [--reps N]
+ *   tpbench xfer [--backend cma|tcp|kmod] [--mem MiB] [--reps N]
  *
  * Columns: op, block, batch, GB/s of xfer, of process_vm_*, of memcpy,
  * xfer over process_vm_*, microseconds per batch of xfer and of
  * process_vm_*, and the overhead per batch against the goal (2 us + 100
- * ns per element).
+ * ns per element).  With kmod (both agents in one module domain) two more:
+ * GB/s of the module's own two-sided copy of the same pieces (a SEND and
+ * a RECV per piece between two endpoints of this process, the pieces
+ * pinned) and xfer over it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,8 +40,11 @@ static uint64_t ns_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The target: register @mem bytes, send the blob, live until the pipe closes. */
-static int child_main(int wfd, size_t mem)
+/*
+ * The target: register @mem bytes, send the blob, live until the pipe
+ * closes.  @dfd: the module domain to join (kmod), or -1.
+ */
+static int child_main(int wfd, size_t mem, int dfd)
 {
 	uint8_t blob[TPU_XFER_BLOB_MAX], c;
 	struct tpu_context *ctx;
@@ -51,6 +57,7 @@ static int child_main(int wfd, size_t mem)
 		return 1;
 	memset(m, 0x5c, mem);
 	if (tpu_context_create(NULL, &ctx) || tpu_agent_create(ctx, NULL, &a) ||
+	    (dfd >= 0 && tpu_agent_use_domain(a, dfd)) ||
 	    tpu_agent_register(a, m, mem, TPU_XFER_READ | TPU_XFER_WRITE, &r) ||
 	    tpu_agent_export(r, blob, sizeof(blob), &n) || write(wfd, &n, sizeof(n)) != sizeof(n) ||
 	    write(wfd, blob, n) != (ssize_t)n || write(wfd, &m, sizeof(m)) != sizeof(m))
@@ -63,7 +70,7 @@ static int child_main(int wfd, size_t mem)
 }
 
 struct point {
-	double xfer_ns, pvm_ns, mcpy_ns;	/* per batch, best rep */
+	double xfer_ns, pvm_ns, mcpy_ns, two_ns;	/* per batch, best rep */
 };
 
 static double best_of(unsigned int reps, unsigned int iters, int (*fn)(void *), void *arg)
@@ -90,7 +97,52 @@ struct run {
 	struct iovec *liov, *riov;
 	size_t n;
 	uint8_t *dst;			/* memcpy: a second local buffer */
+	/* kmod's two-sided reference: @ep[0] has @local, @ep[1] has @dst */
+	struct tpu_endpoint *ep[2];
+	uint32_t reg[2];
+	uint8_t *local;
+	size_t blk;
+	uint64_t key;
 };
+
+/*
+ * The module's two-sided copy of the same pieces: SEND from one endpoint,
+ * RECV into the other, one pair per piece; completions read as they come.
+ */
+static int do_two_sided(void *arg)
+{
+	struct run *r = arg;
+	struct tpu_endpoint *from = r->ep[r->write ? 0 : 1], *to = r->ep[r->write ? 1 : 0];
+	uint32_t rfrom = r->reg[r->write ? 0 : 1], rto = r->reg[r->write ? 1 : 0];
+	struct tpu_completion c[64];
+	size_t i, unread = 0, got;
+
+	for (i = 0; i < r->n; i++) {
+		uint64_t key = ++r->key;
+		uint64_t loff = (uint64_t)((uint8_t *)r->liov[i].iov_base - r->local);
+		uint64_t roff = (uint64_t)((uint8_t *)r->riov[i].iov_base - r->dst);
+		struct tpu_send_args s = { .key = &key, .key_len = sizeof(key), .region = rfrom,
+					   .offset = r->write ? loff : roff, .len = r->blk };
+		struct tpu_recv_args v = { .key = &key, .key_len = sizeof(key), .region = rto,
+					   .offset = r->write ? roff : loff, .len = r->blk };
+
+		if (tpu_send(from, &s) || tpu_recv(to, &v))
+			return -1;
+		if (++unread == 64) {
+			while (unread) {
+				if (tpu_completions_read(from, c, unread, 1000, &got))
+					return -1;
+				unread -= got;
+			}
+		}
+	}
+	while (unread) {
+		if (tpu_completions_read(from, c, unread, 1000, &got))
+			return -1;
+		unread -= got;
+	}
+	return 0;
+}
 
 static int do_xfer(void *arg)
 {
@@ -135,6 +187,9 @@ int bench_xfer_main(int argc, char **argv)
 	static const size_t blocks[] = { 4096, 65536, 1 << 20 };
 	static const size_t batches[] = { 1, 4, 16, 64, 256, 1024 };
 	unsigned int backend = TPU_XFER_BACKEND_CMA, reps = 5;
+	struct tpu_endpoint *dep = NULL, *ep2[2] = { NULL, NULL };
+	uint32_t reg2[2] = { 0, 0 };
+	int dfd = -1;
 	size_t mem = 256u << 20, bi, ni, i;
 	struct tpu_agent_options o = { 0 };
 	struct tpu_context *ctx = NULL;
@@ -151,14 +206,27 @@ int bench_xfer_main(int argc, char **argv)
 	for (i = 1; i < (size_t)argc; i++) {
 		if (!strcmp(argv[i], "--backend") && i + 1 < (size_t)argc) {
 			i++;
-			backend = !strcmp(argv[i], "tcp") ? TPU_XFER_BACKEND_TCP : TPU_XFER_BACKEND_CMA;
+			backend = !strcmp(argv[i], "tcp")  ? TPU_XFER_BACKEND_TCP :
+				  !strcmp(argv[i], "kmod") ? TPU_XFER_BACKEND_KMOD :
+							     TPU_XFER_BACKEND_CMA;
 		} else if (!strcmp(argv[i], "--mem") && i + 1 < (size_t)argc) {
 			mem = (size_t)strtoul(argv[++i], NULL, 0) << 20;
 		} else if (!strcmp(argv[i], "--reps") && i + 1 < (size_t)argc) {
 			reps = (unsigned int)strtoul(argv[++i], NULL, 0);
 		} else {
-			fprintf(stderr, "usage: tpbench xfer [--backend cma|tcp] [--mem MiB] [--reps N]\n");
+			fprintf(stderr,
+				"usage: tpbench xfer [--backend cma|tcp|kmod] [--mem MiB] [--reps N]\n");
 			return 2;
+		}
+	}
+	if (backend == TPU_XFER_BACKEND_KMOD) {
+		/* One domain for both agents; the child inherits its descriptor. */
+		st = tpu_endpoint_open(NULL, &dep);
+		if (!st)
+			st = tpu_domain_create(dep, &dfd, NULL);
+		if (st) {
+			fprintf(stderr, "tpbench xfer: kmod: %s\n", tpu_strerror(st));
+			return 1;
 		}
 	}
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
@@ -166,7 +234,7 @@ int bench_xfer_main(int argc, char **argv)
 	child = fork();
 	if (child == 0) {
 		close(sv[0]);
-		_exit(child_main(sv[1], mem));
+		_exit(child_main(sv[1], mem, dfd));
 	}
 	close(sv[1]);
 	if (read(sv[0], &blen, sizeof(blen)) != sizeof(blen) || blen > sizeof(blob) ||
@@ -183,6 +251,16 @@ int bench_xfer_main(int argc, char **argv)
 	st = tpu_context_create(NULL, &ctx);
 	if (!st)
 		st = tpu_agent_create(ctx, &o, &a);
+	if (!st && dfd >= 0)
+		st = tpu_agent_use_domain(a, dfd);
+	for (i = 0; !st && dfd >= 0 && i < 2; i++) {
+		st = tpu_endpoint_open(NULL, &ep2[i]);
+		if (!st)
+			st = tpu_domain_attach(ep2[i], dfd, NULL);
+		if (!st)
+			st = tpu_region_register(ep2[i], i ? dst : local, mem,
+						 TPU_ACCESS_READ | TPU_ACCESS_WRITE, &reg2[i]);
+	}
 	if (!st)
 		st = tpu_agent_register(a, local, mem, 0, &lr);
 	if (!st)
@@ -194,15 +272,18 @@ int bench_xfer_main(int argc, char **argv)
 	}
 	printf("# tpbench xfer: backend %s, target pid %d, best of %u\n",
 	       tpu_xfer_remote_backend(rm), (int)child, reps);
-	printf("%-5s %7s %5s %8s %8s %8s %6s %9s %9s %9s %9s\n", "op", "block", "batch", "xfer",
+	printf("%-5s %7s %5s %8s %8s %8s %6s %9s %9s %9s %9s", "op", "block", "batch", "xfer",
 	       "pvm", "memcpy", "x/pvm", "xfer_us", "pvm_us", "ovh_us", "goal_us");
+	printf(dfd >= 0 ? " %8s %6s\n" : "\n", "2sided", "x/2s");
 	for (op = 0; op < 2; op++)
 		for (bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); bi++)
 			for (ni = 0; ni < sizeof(batches) / sizeof(batches[0]); ni++) {
 				size_t blk = blocks[bi], n = batches[ni], slots = mem / blk;
 				struct tpu_xfer_local_elem *le;
 				struct tpu_xfer_remote_elem *re;
-				struct run r = { .pid = child, .write = op, .n = n, .dst = dst };
+				struct run r = { .pid = child, .write = op, .n = n, .dst = dst,
+						 .ep = { ep2[0], ep2[1] }, .reg = { reg2[0], reg2[1] },
+						 .local = local, .blk = blk };
 				unsigned int iters;
 				struct point pt;
 				double gb;
@@ -241,15 +322,19 @@ int bench_xfer_main(int argc, char **argv)
 				for (i = 0; i < n; i++)	/* memcpy: the same layout in @dst */
 					r.riov[i].iov_base = dst + (size_t)((i * 7919) % slots) * blk;
 				pt.mcpy_ns = best_of(reps, iters, do_memcpy, &r);
-				if (pt.xfer_ns < 0 || pt.pvm_ns < 0) {
+				pt.two_ns = dfd >= 0 ? best_of(reps, iters, do_two_sided, &r) : 1;
+				if (pt.xfer_ns < 0 || pt.pvm_ns < 0 || pt.two_ns < 0) {
 					fprintf(stderr, "tpbench xfer: a transfer failed\n");
 					rc = 1;
 				}
 				gb = (double)(n * blk);
-				printf("%-5s %7zu %5zu %8.2f %8.2f %8.2f %6.2f %9.2f %9.2f %9.2f %9.2f\n",
+				printf("%-5s %7zu %5zu %8.2f %8.2f %8.2f %6.2f %9.2f %9.2f %9.2f %9.2f",
 				       op ? "WRITE" : "READ", blk, n, gb / pt.xfer_ns, gb / pt.pvm_ns,
 				       gb / pt.mcpy_ns, pt.pvm_ns / pt.xfer_ns, pt.xfer_ns / 1e3,
 				       pt.pvm_ns / 1e3, (pt.xfer_ns - pt.pvm_ns) / 1e3, 2.0 + 0.1 * n);
+				if (dfd >= 0)
+					printf(" %8.2f %6.2f", gb / pt.two_ns, pt.two_ns / pt.xfer_ns);
+				printf("\n");
 				fflush(stdout);
 				free(le);
 				free(re);
@@ -260,6 +345,11 @@ int bench_xfer_main(int argc, char **argv)
 out:
 	tpu_agent_destroy(a);
 	tpu_context_destroy(ctx);
+	tpu_endpoint_close(ep2[0]);
+	tpu_endpoint_close(ep2[1]);
+	tpu_endpoint_close(dep);
+	if (dfd >= 0)
+		close(dfd);
 	close(sv[0]);
 	waitpid(child, NULL, 0);
 	free(local);

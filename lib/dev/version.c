@@ -59,6 +59,8 @@ TPU_API const char *tpu_feature_name(uint64_t feature_bit)
 		return "dmabuf";
 	case TPU_FEAT_MEMBER_DEATH:
 		return "member_death";
+	case TPU_FEAT_GRANT:
+		return "grant";
 	default:
 		return NULL;
 	}

@@ -723,7 +723,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	for (i = 0; i < 4; i++)
 		if (opts->reserved[i])
 			return -EINVAL;
-	if (opts->pad || (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP)) ||
+	if (opts->pad ||
+	    (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD)) ||
 	    (opts->name && (!*opts->name || strlen(opts->name) >= TPU_XFER_NAME_MAX)))
 		return -EINVAL;
 	a = calloc(1, sizeof(*a));
@@ -735,7 +736,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 		return -ENOMEM;
 	}
 	a->ctx = ctx;
-	a->backends = opts->backends ? opts->backends : TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP;
+	a->backends = opts->backends ? opts->backends :
+				       TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD;
 	if (opts->name)
 		snprintf(a->name, sizeof(a->name), "%s", opts->name);
 	else
@@ -836,6 +838,7 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 	}
 	pthread_mutex_unlock(&a->lock);
 	tpu__xfer_regs_free(a);
+	tpu__xfer_kmod_close(a);
 	for (p = a->peers; p; p = pn) {
 		pn = p->next;
 		peer_free(p);

@@ -61,8 +61,8 @@
 
 enum xfer_msg {
 	XFER_HELLO = 1,		/* out -> in: payload 0 is the sender's name */
-	XFER_LOAD,		/* out -> in: id, reg, key; payload 0 the agent id */
-	XFER_LOAD_ANS,		/* in -> out: id, status, addr, len, access */
+	XFER_LOAD,		/* out -> in: id, reg, key, addr (module endpoint id or 0); payload 0 the agent id */
+	XFER_LOAD_ANS,		/* in -> out: id, status, addr, len, access, key (module grant or 0) */
 	XFER_REQ,		/* out -> in: id (serial), op, n, flags; elements, data, notif */
 	XFER_RESP,		/* in -> out: id, status; the data of a READ */
 	XFER_NOTIF,		/* out -> in: payload 0 */
@@ -115,6 +115,8 @@ struct tpu_xfer_reg {
 	void *map;			/* a mapping of its own (a dma-buf's), unmapped */
 	size_t map_len;			/* once no peer or request can reach it */
 	struct tpu_device dev;		/* CUDA memory: only the target's copies reach it */
+	uint32_t kmod_region;		/* a->lock: module region handle, if kmod_pinned */
+	bool kmod_pinned;		/* a->lock */
 };
 
 struct tpu_xfer_remote {
@@ -126,6 +128,7 @@ struct tpu_xfer_remote {
 	unsigned int access;
 	atomic_bool revoked;
 	atomic_uint stamp;
+	uint32_t grant;			/* kmod: the module grant the target made us, or 0 */
 };
 
 /* A load waiting for its answer. */
@@ -210,6 +213,8 @@ struct tpu_agent {
 	uint64_t serve_bytes;		/* a->lock: held for in peers, XFER_SERVE_BYTES_MAX */
 	struct xfer_peer *parked, **parked_tail;	/* a->lock: in peers waiting for bytes */
 	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */
+	int kmod_fd;			/* module endpoint (tpu_agent_use_domain), if kmod_id */
+	uint64_t kmod_id;		/* a->lock: its endpoint id, 0 without one */
 };
 
 /* ---- requests ---- */
@@ -250,7 +255,7 @@ struct tpu_xfer_req {
 
 enum { XFER_IDLE, XFER_POSTED };
 
-/* A backend: how requests to one peer move.  rdma and kmod slot in here. */
+/* A backend: how requests to one peer move.  rdma slots in here too. */
 struct xfer_backend {
 	const char *name;
 	/* Make @p usable (after its first load answered); errors rule it out. */
@@ -263,6 +268,13 @@ struct xfer_backend {
 
 extern const struct xfer_backend tpu__xfer_cma;
 extern const struct xfer_backend tpu__xfer_tcp;
+extern const struct xfer_backend tpu__xfer_kmod;
+
+/* xfer_kmod.c */
+uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint64_t grantee);
+void tpu__xfer_kmod_unpin(struct tpu_agent *a, struct tpu_xfer_reg *r);
+tpu_status tpu__xfer_kmod_check(struct tpu_agent *a, uint32_t grant, unsigned int access);
+void tpu__xfer_kmod_close(struct tpu_agent *a);
 
 /* agent.c */
 tpu_status tpu__xfer_agent_check(const struct tpu_agent *a);

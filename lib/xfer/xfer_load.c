@@ -52,24 +52,32 @@ void tpu__xfer_revoke(struct xfer_peer *p, uint64_t reg)
 }
 
 /* Pick @p's backend once, after its first answer (a->lock held). */
-static tpu_status choose_backend(struct tpu_agent *a, struct xfer_peer *p)
+static tpu_status choose_backend(struct tpu_agent *a, struct xfer_peer *p, bool kmod_ok)
 {
 	tpu_status st = TPU_E_NO_TRANSPORT;
 
 	if (p->be)
 		return 0;
+	if (kmod_ok) {
+		p->be = &tpu__xfer_kmod;
+		tpu__log_debug("xfer: kmod to %s", p->url);
+		return 0;
+	}
 	if ((a->backends & TPU_XFER_BACKEND_CMA) && p->pid) {
 		st = tpu__xfer_cma.attach(p);
 		if (!st) {
 			p->be = &tpu__xfer_cma;
+			tpu__log_debug("xfer: cma to %s", p->url);
 			return 0;
 		}
 		tpu__log_debug("xfer: no cma to %s: %s", p->url, tpu_strerror(st));
 	}
 	if (a->backends & TPU_XFER_BACKEND_TCP) {
 		st = tpu__xfer_tcp.attach(p);
-		if (!st)
+		if (!st) {
 			p->be = &tpu__xfer_tcp;
+			tpu__log_debug("xfer: tcp to %s", p->url);
+		}
 	}
 	return st;
 }
@@ -82,6 +90,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	struct xfer_peer *p;
 	struct xfer_blob b;
 	struct timespec ts;
+	uint32_t grant = 0;
 	const char *url;
 	tpu_status st = tpu__xfer_agent_check(a);
 
@@ -109,7 +118,8 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	p->loads = &ld;
 	pthread_mutex_unlock(&a->lock);
 	{
-		struct xfer_hdr h = { .type = XFER_LOAD, .id = ld.id, .reg = b.reg, .key = b.key };
+		struct xfer_hdr h = { .type = XFER_LOAD, .id = ld.id, .reg = b.reg, .key = b.key,
+				      .addr = (a->backends & TPU_XFER_BACKEND_KMOD) ? a->kmod_id : 0 };
 		const void *d[1] = { b.agent };
 		size_t l[1] = { XFER_ID_LEN };
 
@@ -133,9 +143,20 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	if (!st && (!ld.ans.len || ld.ans.addr + ld.ans.len < ld.ans.addr || !ld.ans.access ||
 		    (ld.ans.access & ~(TPU_XFER_READ | TPU_XFER_WRITE))))
 		st = -EPROTO;
-	if (!st)
-		st = choose_backend(a, p);
-	/* Memory only the target's own copies reach (CUDA): not for cma. */
+	if (!st) {
+		/* The kernel, not the answer, says whether the grant is ours. */
+		tpu_status kst = tpu__xfer_kmod_check(a, (uint32_t)ld.ans.key, ld.ans.access);
+
+		if (kst && ld.ans.key)
+			tpu__log_debug("xfer: kmod grant from %s refused: %s", p->url, tpu_strerror(kst));
+		if (p->be == &tpu__xfer_kmod && kst)
+			st = kst;	/* this peer's requests all go through the module */
+		else
+			st = choose_backend(a, p, !kst);
+		if (!st && p->be == &tpu__xfer_kmod)
+			grant = (uint32_t)ld.ans.key;
+	}
+	/* Memory only the target's own copies reach (CUDA): not for cma or kmod. */
 	if (!st && (ld.ans.flags & XFER_F_SERVED) && p->be != &tpu__xfer_tcp)
 		st = -EOPNOTSUPP;
 	if (st) {
@@ -152,6 +173,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	rm->addr = ld.ans.addr;
 	rm->len = ld.ans.len;
 	rm->access = ld.ans.access;
+	rm->grant = grant;
 	rm->next = p->remotes;
 	p->remotes = rm;
 	pthread_mutex_unlock(&a->lock);

@@ -205,6 +205,8 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	a->deregs++;		/* no peer it names is reaped meanwhile (agent.c) */
 	/* From here no new element is served on it and no load finds it. */
 	atomic_store(&r->revoked, true);
+	/* The module ends its grants now, whatever the loaders answer. */
+	tpu__xfer_kmod_unpin(a, r);
 	a->slots[r->id & SLOT_MASK] = NULL;
 	a->nregs--;
 	/* Sends take the lock: tell the loaders from a copy of the list. */

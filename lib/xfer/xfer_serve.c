@@ -52,6 +52,9 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 		ans.len = r->len;
 		ans.access = r->access;
 		ans.flags = r->dev.type ? XFER_F_SERVED : 0;
+		/* CUDA memory is no user memory the module could pin. */
+		if (!ans.status && !r->dev.type)
+			ans.key = tpu__xfer_kmod_grant(a, r, p->in.h.addr);
 	}
 	pthread_mutex_unlock(&a->lock);
 answer:

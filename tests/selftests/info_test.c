@@ -20,7 +20,7 @@
 #define KNOWN_FEATURES	(TP_FEAT_REGION_ALLOC | TP_FEAT_DONATE | \
 			 TP_FEAT_RECV_TIMEOUT | TP_FEAT_LARGE_ALLOC | \
 			 TP_FEAT_URING_CMD | TP_FEAT_URING_KERNEL_CANCEL | \
-			 TP_FEAT_DMABUF | TP_FEAT_MEMBER_DEATH)
+			 TP_FEAT_DMABUF | TP_FEAT_MEMBER_DEATH | TP_FEAT_GRANT)
 
 /* 32-bit and 64-bit processes must see one layout (compat_ioctl). */
 TEST(uapi_structs_have_fixed_sizes_multiple_of_8)

@@ -57,6 +57,7 @@ static const struct {
 	{ "xfer_trust", test_xfer_trust },
 	{ "xfer_dmabuf", test_xfer_dmabuf },
 	{ "xfer_cuda", test_xfer_cuda },
+	{ "xfer_kmod", test_xfer_kmod },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },

@@ -96,6 +96,7 @@ void test_xfer(void);
 void test_xfer_trust(void);
 void test_xfer_dmabuf(void);
 void test_xfer_cuda(void);
+void test_xfer_kmod(void);
 void test_xfer_hostile(void);
 void test_bounds_pipe(void);
 void test_bounds_remote(void);

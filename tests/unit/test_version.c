@@ -13,6 +13,7 @@ static void feature_names(void)
 	static const unsigned long long bits[] = {
 		TP_FEAT_REGION_ALLOC, TP_FEAT_DONATE, TP_FEAT_RECV_TIMEOUT, TP_FEAT_LARGE_ALLOC,
 		TP_FEAT_URING_CMD, TP_FEAT_URING_KERNEL_CANCEL, TP_FEAT_DMABUF, TP_FEAT_MEMBER_DEATH,
+		TP_FEAT_GRANT,
 	};
 	bool named = true;
 	size_t i;

@@ -32,7 +32,25 @@ struct pair {
 	uint8_t *mem_a, *mem_b;
 	struct tpu_xfer_reg *ra, *rb;
 	struct tpu_xfer_remote *rm;	/* rb as a sees it */
+	struct tpu_endpoint *ep;	/* kmod: made the agents' domain */
+	int domain_fd;
 };
+
+/* kmod: both agents join one new module domain; false without the module. */
+static bool join_domain(struct pair *p)
+{
+	tpu_status st = tpu_endpoint_open(NULL, &p->ep);
+
+	if (!st)
+		st = tpu_domain_create(p->ep, &p->domain_fd, NULL);
+	if (!st)
+		st = tpu_agent_use_domain(p->a, p->domain_fd);
+	if (!st)
+		st = tpu_agent_use_domain(p->b, p->domain_fd);
+	if (st)
+		tap_diag("kmod domain: %s", tpu_status_name(st));
+	return !st;
+}
 
 static uint64_t now_ms(void)
 {
@@ -58,6 +76,7 @@ static bool pair_open(struct pair *p, unsigned int backends, unsigned int access
 	tpu_status st;
 
 	memset(p, 0, sizeof(*p));
+	p->domain_fd = -1;
 	p->mem_a = malloc(REG);
 	p->mem_b = malloc(REG);
 	if (tpu_context_create(NULL, &p->ca) || tpu_context_create(NULL, &p->cb))
@@ -67,6 +86,8 @@ static bool pair_open(struct pair *p, unsigned int backends, unsigned int access
 		return false;
 	o.name = "B";
 	if (tpu_agent_create(p->cb, &o, &p->b))
+		return false;
+	if ((backends & TPU_XFER_BACKEND_KMOD) && !join_domain(p))
 		return false;
 	if (tpu_agent_register(p->a, p->mem_a, REG, 0, &p->ra) ||
 	    tpu_agent_register(p->b, p->mem_b, REG, access, &p->rb))
@@ -83,6 +104,9 @@ static void pair_close(struct pair *p)
 	tpu_agent_destroy(p->b);
 	tpu_context_destroy(p->ca);
 	tpu_context_destroy(p->cb);
+	if (p->domain_fd >= 0)
+		close(p->domain_fd);
+	tpu_endpoint_close(p->ep);
 	free(p->mem_a);
 	free(p->mem_b);
 }
@@ -686,6 +710,56 @@ void test_xfer(void)
 		peer_killed(TPU_XFER_BACKEND_CMA, "cma");
 	peer_killed(TPU_XFER_BACKEND_TCP, "tcp");
 	huge_pages();
+}
+
+/*
+ * kmod (needs the module, so run in the VM): the same cases through the
+ * module's grants; an agent outside the domain falls back to cma or tcp;
+ * a grant is usable by the loader's endpoint only, and deregistration
+ * ends it in the kernel before the loader acknowledges anything.
+ */
+void test_xfer_kmod(void)
+{
+	struct tpu_endpoint *probe = NULL;
+	struct pair p;
+
+	if (tpu_endpoint_open(NULL, &probe)) {
+		tap_diag("xfer_kmod skipped: no /dev/tensorpipe");
+		CHECK(1, "xfer_kmod: nothing to test without the module");
+		return;
+	}
+	tpu_endpoint_close(probe);
+	run_backend(TPU_XFER_BACKEND_KMOD, "kmod");
+
+	/* B outside the domain: no grant, so cma or tcp carries the requests. */
+	if (pair_open(&p, 0, TPU_XFER_READ)) {
+		CHECK(strcmp(tpu_xfer_remote_backend(p.rm), "kmod") != 0,
+		      "kmod: agents without a domain fall back (%s)", tpu_xfer_remote_backend(p.rm));
+	} else {
+		CHECK(0, "kmod: fallback pair opened");
+	}
+	pair_close(&p);
+
+	/* Only A's domain: B has none, so A cannot use the module either. */
+	memset(&p, 0, sizeof(p));
+	p.domain_fd = -1;
+	p.mem_a = malloc(REG);
+	p.mem_b = malloc(REG);
+	if (!tpu_context_create(NULL, &p.ca) && !tpu_context_create(NULL, &p.cb) &&
+	    !tpu_agent_create(p.ca, NULL, &p.a) && !tpu_agent_create(p.cb, NULL, &p.b) &&
+	    !tpu_endpoint_open(NULL, &p.ep) && !tpu_domain_create(p.ep, &p.domain_fd, NULL)) {
+		CHECK_STATUS(tpu_agent_use_domain(p.a, p.domain_fd), 0, "kmod: A joins the domain");
+		CHECK_STATUS(tpu_agent_use_domain(p.a, p.domain_fd), -EBUSY, "kmod: only once");
+		CHECK_STATUS(tpu_agent_use_domain(p.b, -1), -EBADF, "kmod: no descriptor");
+		CHECK_STATUS(tpu_agent_use_domain(p.b, p.ep->fd), -EINVAL, "kmod: an endpoint is no domain");
+		tpu_agent_register(p.b, p.mem_b, REG, TPU_XFER_READ, &p.rb);
+		CHECK_STATUS(export_load(p.rb, p.a, &p.rm), 0, "kmod: A loads B's blob");
+		CHECK(p.rm && strcmp(tpu_xfer_remote_backend(p.rm), "kmod") != 0,
+		      "kmod: B without the module: %s", p.rm ? tpu_xfer_remote_backend(p.rm) : "-");
+	} else {
+		CHECK(0, "kmod: one-sided domain pair opened");
+	}
+	pair_close(&p);
 }
 
 void test_xfer_trust(void)

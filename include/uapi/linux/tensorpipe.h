@@ -53,6 +53,27 @@
  * Endpoints attached without the flag neither report nor hear of deaths
  * (TP_FEAT_MEMBER_DEATH).
  *
+ * Grants (TP_FEAT_GRANT)
+ * ----------------------
+ * Every endpoint has an id, unique until the module is unloaded and never
+ * reused (TP_IOC_ENDPOINT_INFO).  An endpoint attached to a domain GRANTs a
+ * byte range of one of its regions, for TP_ACCESS_READ and/or
+ * TP_ACCESS_WRITE, to the endpoint of that domain with a given id
+ * (TP_IOC_GRANT); it gets a grant id, a number valid in the domain.  Only
+ * that endpoint, while attached to the same domain, can use the grant: it
+ * issues TP_IOC_COPY with a list of elements, each copying between a range
+ * of its own address space and a range of a granted region, in either
+ * direction.  The module checks the whole list (form, grant, grantee,
+ * access, bounds) before it moves any byte; a list that fails any check
+ * moves nothing.  No ptrace permission between the two processes is needed
+ * or used: the grant alone decides, so users that must not see each
+ * other's memory can share exactly the granted bytes and nothing else.
+ * A grant ends with TP_IOC_GRANT_REVOKE, when its region's handle is
+ * released, and when the granting endpoint's file is released.  A revoke
+ * returns only once no copy can touch the range any more: a copy in
+ * progress stops before its next chunk of at most 1 MiB (and fails with
+ * -ENOENT, having moved a prefix of its list).
+ *
  * Conventions
  * -----------
  * All structures have explicit padding, sizes that are multiples of 8 and
@@ -68,10 +89,11 @@
  *
  * io_uring
  * --------
- * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL can also be submitted as
- * IORING_OP_URING_CMD on the endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op
- * is the ioctl number and the struct lies in the SQE's command area, which
- * needs a ring created with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
+ * TP_IOC_SEND, TP_IOC_RECV and TP_IOC_CANCEL (and TP_IOC_COPY, with
+ * TP_FEAT_GRANT) can also be submitted as IORING_OP_URING_CMD on the
+ * endpoint's fd (TP_FEAT_URING_CMD): sqe->cmd_op is the ioctl number and
+ * the struct lies in the SQE's command area, which needs a ring created
+ * with IORING_SETUP_SQE128 (else the CQE is -EINVAL).
  * The struct is read once, at submission.  Validation errors are the
  * ioctl's, reported as the CQE's res.  Another cmd_op gives -EOPNOTSUPP.
  *
@@ -83,6 +105,8 @@
  *   handle << TP_MMAP_REGION_SHIFT).  TP_RECV_NONBLOCK gives -EAGAIN at once.
  *   No thread waits: the copy runs as task work in the submitting task.
  * - CANCEL: res is the number of operations cancelled, or -ENOENT.
+ * - COPY: copied at submission, in the submitting task; res is 0 or the
+ *   ioctl's error.
  *
  * With IORING_SETUP_CQE32, the first extra word of a SEND's or RECV's CQE is
  * the tensor's length (also for -EMSGSIZE).  A command whose process exits
@@ -168,6 +192,13 @@
  * operations with -EOWNERDEAD (see Domains above)
  */
 #define TP_FEAT_MEMBER_DEATH		_BITULL(7)
+/**
+ * define TP_FEAT_GRANT - TP_IOC_ENDPOINT_INFO, TP_IOC_GRANT,
+ * TP_IOC_GRANT_REVOKE and TP_IOC_COPY (also as an io_uring command): one
+ * endpoint grants a range of its region to another endpoint of its domain,
+ * which then copies to and from it (see Grants below)
+ */
+#define TP_FEAT_GRANT			_BITULL(8)
 
 /**
  * struct tp_info - what the loaded module implements (TP_IOC_GET_INFO).
@@ -451,6 +482,22 @@ struct tp_recv {
  * define TP_ABORT_FLAGS_ALL - flags of struct tp_abort (none yet)
  */
 #define TP_ABORT_FLAGS_ALL		0
+/**
+ * define TP_ENDPOINT_INFO_FLAGS_ALL - flags of struct tp_endpoint_info (none yet)
+ */
+#define TP_ENDPOINT_INFO_FLAGS_ALL	0
+/**
+ * define TP_GRANT_FLAGS_ALL - flags of struct tp_grant (none yet)
+ */
+#define TP_GRANT_FLAGS_ALL		0
+/**
+ * define TP_GRANT_REVOKE_FLAGS_ALL - flags of struct tp_grant_revoke (none yet)
+ */
+#define TP_GRANT_REVOKE_FLAGS_ALL	0
+/**
+ * define TP_COPY_FLAGS_ALL - flags of struct tp_copy (none yet)
+ */
+#define TP_COPY_FLAGS_ALL		0
 
 /**
  * struct tp_cancel - cancel pending operations on a key (TP_IOC_CANCEL).
@@ -586,6 +633,134 @@ struct tp_region_import {
 	__u32 flags;
 	__u32 handle;
 	__u64 len;
+};
+
+/**
+ * define TP_GRANTS_MAX - grants one endpoint may hold at once
+ */
+#define TP_GRANTS_MAX		4096
+/**
+ * define TP_COPY_MAX_ELEMS - most elements in one TP_IOC_COPY
+ */
+#define TP_COPY_MAX_ELEMS	1024
+/**
+ * define TP_COPY_MAX_BYTES - most bytes, summed over its elements, one
+ * TP_IOC_COPY moves (4 GiB)
+ */
+#define TP_COPY_MAX_BYTES	(1ULL << 32)
+
+/**
+ * struct tp_endpoint_info - who this endpoint is (TP_IOC_ENDPOINT_INFO).
+ * @id:		out: the endpoint's id, never 0, unique and never reused
+ *		while the module stays loaded; what TP_IOC_GRANT names.
+ * @domain_id:	out: the attached domain's id, 0 when not attached.
+ * @flags:	in: must be 0.
+ * @reserved0:	must be 0.
+ * @reserved:	must be 0 on input; 0 on output.
+ */
+struct tp_endpoint_info {
+	__u64 id;
+	__u64 domain_id;
+	__u32 flags;
+	__u32 reserved0;
+	__u64 reserved[2];
+};
+
+/**
+ * struct tp_grant - let another endpoint of the domain reach a range of a
+ * region (TP_IOC_GRANT).
+ * @grantee:	in: the id (struct tp_endpoint_info) of the endpoint that
+ *		may use the grant.  The module does not look it up: a grant
+ *		to an id that is not attached to this domain is never usable.
+ * @offset:	in: start of the granted range in the region.
+ * @len:	in: length of the granted range, at least 1.
+ * @region:	in: a region handle of this endpoint, pinned user memory or
+ *		an allocated buffer (not an imported dma-buf).
+ * @access:	in: TP_ACCESS_READ (the grantee may read the range) and/or
+ *		TP_ACCESS_WRITE (it may write it); each must be an access
+ *		the region itself has.
+ * @flags:	in: must be 0.
+ * @id:		must be 0 on input; out: the grant id, valid in this
+ *		domain, never 0.  Ids are handed out cyclically, so a revoked
+ *		id is not reused soon.
+ * @reserved:	must be 0.
+ *
+ * The grant holds the region: its pages stay pinned until the grant ends.
+ * While granted, an allocated region cannot be donated (-EBUSY).
+ */
+struct tp_grant {
+	__u64 grantee;
+	__u64 offset;
+	__u64 len;
+	__u32 region;
+	__u32 access;
+	__u32 flags;
+	__u32 id;
+	__u64 reserved;
+};
+
+/**
+ * struct tp_grant_revoke - end a grant (TP_IOC_GRANT_REVOKE).
+ * @id:		in: a grant id this endpoint created.
+ * @flags:	in: must be 0.
+ */
+struct tp_grant_revoke {
+	__u32 id;
+	__u32 flags;
+};
+
+/* Directions for struct tp_copy_elem.flags: exactly one must be set. */
+/**
+ * define TP_COPY_READ - copy from the granted range to local memory
+ * (needs TP_ACCESS_READ in the grant)
+ */
+#define TP_COPY_READ		_BITUL(0)
+/**
+ * define TP_COPY_WRITE - copy from local memory to the granted range
+ * (needs TP_ACCESS_WRITE in the grant)
+ */
+#define TP_COPY_WRITE		_BITUL(1)
+/**
+ * define TP_COPY_ELEM_FLAGS_ALL - every TP_COPY_* direction; a new bit must join it
+ */
+#define TP_COPY_ELEM_FLAGS_ALL	(TP_COPY_READ | TP_COPY_WRITE)
+
+/**
+ * struct tp_copy_elem - one piece of a TP_IOC_COPY.
+ * @addr:	local address in the caller's own address space; any
+ *		alignment.  @addr + @len must not wrap.
+ * @offset:	offset in the granted range (not in the region).
+ * @len:	bytes to copy; 0 is allowed and copies nothing (the element
+ *		is still checked).
+ * @grant:	grant id, of a grant to the calling endpoint.
+ * @flags:	TP_COPY_READ or TP_COPY_WRITE.
+ */
+struct tp_copy_elem {
+	__u64 addr;
+	__u64 offset;
+	__u64 len;
+	__u32 grant;
+	__u32 flags;
+};
+
+/**
+ * struct tp_copy - copy a list of pieces to and from granted ranges (TP_IOC_COPY).
+ * @elems:	in: address of an array of @nr_elems struct tp_copy_elem.
+ * @nr_elems:	in: 1 .. TP_COPY_MAX_ELEMS.
+ * @flags:	in: must be 0.
+ * @reserved:	must be 0.
+ *
+ * Every element is checked before any byte moves; then the elements are
+ * copied in order, in the caller's context.  A fault on local memory the
+ * checks could not foresee (a range that is not mapped, or not writable
+ * for TP_COPY_READ) stops the copy with -EFAULT after a prefix of the list
+ * was copied, as a revoke in progress does with -ENOENT.
+ */
+struct tp_copy {
+	__u64 elems;
+	__u32 nr_elems;
+	__u32 flags;
+	__u64 reserved[2];
 };
 
 /* Values of struct tp_completion.op. */
@@ -758,5 +933,54 @@ struct tp_completion {
  * Errors: -EINVAL (flags non-zero; not an allocated region), -ENOENT.
  */
 #define TP_IOC_REGION_REVOKE	_IOW(TP_IOC_MAGIC, 0x0C, struct tp_region_revoke)
+
+/**
+ * define TP_IOC_ENDPOINT_INFO - report the endpoint's id and domain
+ *
+ * Errors: -EINVAL (flags or reserved non-zero).
+ */
+#define TP_IOC_ENDPOINT_INFO	_IOWR(TP_IOC_MAGIC, 0x0D, struct tp_endpoint_info)
+
+/**
+ * define TP_IOC_GRANT - grant a range of a region to an endpoint of the domain
+ *
+ * Errors: -EINVAL (flags or reserved non-zero, access 0 or unknown bits,
+ * len 0, grantee 0), -ENOLINK (endpoint not attached to a domain), -ENOENT
+ * (no such region), -EOPNOTSUPP (the region is an imported dma-buf),
+ * -EACCES (an access bit the region lacks), -ERANGE (offset + len past the
+ * region's end, or wrapping), -ENOSPC (the endpoint holds TP_GRANTS_MAX
+ * grants), -ENOMEM.
+ */
+#define TP_IOC_GRANT		_IOWR(TP_IOC_MAGIC, 0x0E, struct tp_grant)
+
+/**
+ * define TP_IOC_GRANT_REVOKE - end a grant this endpoint created
+ *
+ * Returns once no copy can touch the granted range any more.
+ * Errors: -EINVAL (flags non-zero), -ENOLINK (not attached), -ENOENT (no
+ * such grant of this endpoint: never created, already revoked, or another
+ * endpoint's).
+ */
+#define TP_IOC_GRANT_REVOKE	_IOW(TP_IOC_MAGIC, 0x0F, struct tp_grant_revoke)
+
+/**
+ * define TP_IOC_COPY - copy a list of pieces to and from granted ranges
+ *
+ * Also an io_uring command (TP_FEAT_URING_CMD and TP_FEAT_GRANT): the
+ * struct tp_copy lies in the SQE's command area, the list is read at
+ * submission and copied before the CQE is posted; res is 0 or the error.
+ * Errors, checked for the whole list before any byte moves, in the
+ * elements' order: -EINVAL (flags or reserved non-zero, nr_elems 0, an
+ * element's flags not exactly one direction, addr + len wrapping),
+ * -E2BIG (nr_elems above TP_COPY_MAX_ELEMS, or the lengths sum above
+ * TP_COPY_MAX_BYTES), -ENOLINK (endpoint not attached), -ENOENT (no such
+ * grant in the domain, or revoked), -EACCES (the grant is for another
+ * endpoint, or lacks the access the direction needs), -ERANGE (offset +
+ * len past the granted range, or wrapping), -EFAULT (the list cannot be
+ * read, or a local range is outside the user address space), -ENOMEM.
+ * While copying: -EFAULT (local memory faulted), -ENOENT (a grant was
+ * revoked), -EINTR (fatal signal); a prefix of the list has then moved.
+ */
+#define TP_IOC_COPY		_IOW(TP_IOC_MAGIC, 0x10, struct tp_copy)
 
 #endif /* _UAPI_LINUX_TENSORPIPE_H */

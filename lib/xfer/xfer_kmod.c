@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The kmod backend: the module copies, checking every element against a
+ * grant (TP_IOC_GRANT, TP_IOC_COPY).  An agent joins a module domain with
+ * tpu_agent_use_domain(); the domain's descriptor is the capability, so
+ * only processes the application handed it to take part.
+ *
+ * Trust: a loader sends its endpoint id with LOAD.  The target grants its
+ * registration to that id; the kernel lets only the endpoint with that id,
+ * attached to the same domain, use the grant, so a false id gains the
+ * liar nothing.  The grant id in the answer is checked by a zero-length
+ * copy, which the kernel refuses unless the grant exists, is ours, and
+ * allows the access the answer claims.  Deregistration releases the
+ * module region, which ends its grants before it returns (no copy lands
+ * afterwards), before the loaders are even told.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "xfer.h"
+#include "dev/dev.h"
+
+static tpu_status kmod_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) < 0 ? -errno : 0;
+}
+
+TPU_API tpu_status tpu_agent_use_domain(struct tpu_agent *a, int domain_fd)
+{
+	struct tp_info info = { 0 };
+	struct tp_domain_attach at = { .fd = domain_fd };
+	struct tp_endpoint_info ei = { 0 };
+	tpu_status st = tpu__xfer_agent_check(a);
+	int fd;
+
+	if (st)
+		return st;
+	if (domain_fd < 0)
+		return -EBADF;
+	st = tpu__open_device(NULL, &fd);
+	if (st)
+		return st;
+	st = kmod_ioctl(fd, TP_IOC_GET_INFO, &info);
+	if (!st && !(info.features & TP_FEAT_GRANT))
+		st = -EOPNOTSUPP;
+	if (!st)
+		st = kmod_ioctl(fd, TP_IOC_DOMAIN_ATTACH, &at);
+	if (!st)
+		st = kmod_ioctl(fd, TP_IOC_ENDPOINT_INFO, &ei);
+	if (!st) {
+		pthread_mutex_lock(&a->lock);
+		if (a->kmod_id) {
+			st = -EBUSY;
+		} else {
+			a->kmod_fd = fd;
+			a->kmod_id = ei.id;
+		}
+		pthread_mutex_unlock(&a->lock);
+	}
+	if (st) {
+		tpu__log_debug("xfer: no kmod for agent %s: %s", a->name, tpu_strerror(st));
+		close(fd);
+	}
+	return st;
+}
+
+/* a->lock held: grant @r to the module endpoint @grantee; the grant id or 0. */
+uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint64_t grantee)
+{
+	struct tp_grant g = { .grantee = grantee, .len = r->len, .access = r->access };
+	tpu_status st = 0;
+
+	if (!a->kmod_id || !grantee || !(a->backends & TPU_XFER_BACKEND_KMOD))
+		return 0;
+	if (!r->kmod_pinned) {
+		struct tp_region_register reg = {
+			.addr = (uintptr_t)r->addr, .len = r->len, .access = r->access,
+		};
+
+		st = kmod_ioctl(a->kmod_fd, TP_IOC_REGION_REGISTER, &reg);
+		if (!st) {
+			r->kmod_region = reg.handle;
+			r->kmod_pinned = true;
+		}
+	}
+	if (!st) {
+		g.region = r->kmod_region;
+		st = kmod_ioctl(a->kmod_fd, TP_IOC_GRANT, &g);
+	}
+	if (st) {
+		tpu__log_debug("xfer: no kmod grant to endpoint %llu: %s",
+			       (unsigned long long)grantee, tpu_strerror(st));
+		return 0;
+	}
+	return g.id;
+}
+
+/* a->lock held: the registration goes; its grants end before this returns. */
+void tpu__xfer_kmod_unpin(struct tpu_agent *a, struct tpu_xfer_reg *r)
+{
+	struct tp_region_release rel = { .handle = r->kmod_region };
+
+	if (!r->kmod_pinned)
+		return;
+	kmod_ioctl(a->kmod_fd, TP_IOC_REGION_RELEASE, &rel);
+	r->kmod_pinned = false;
+}
+
+/*
+ * The load's answer named grant @grant with @access: 0 when the kernel
+ * agrees (a zero-length copy each way the access allows), else why not.
+ */
+tpu_status tpu__xfer_kmod_check(struct tpu_agent *a, uint32_t grant, unsigned int access)
+{
+	struct tp_copy_elem e[2] = { 0 };
+	struct tp_copy c = { .elems = (uintptr_t)e };
+
+	if (!a->kmod_id || !grant)
+		return TPU_E_NO_TRANSPORT;
+	if (access & TPU_XFER_READ) {
+		e[c.nr_elems].grant = grant;
+		e[c.nr_elems++].flags = TP_COPY_READ;
+	}
+	if (access & TPU_XFER_WRITE) {
+		e[c.nr_elems].grant = grant;
+		e[c.nr_elems++].flags = TP_COPY_WRITE;
+	}
+	return c.nr_elems ? kmod_ioctl(a->kmod_fd, TP_IOC_COPY, &c) : -EPROTO;
+}
+
+void tpu__xfer_kmod_close(struct tpu_agent *a)
+{
+	if (a->kmod_id)
+		close(a->kmod_fd);
+	a->kmod_id = 0;
+}
+
+static tpu_status kmod_attach(struct xfer_peer *p)
+{
+	return p->a->kmod_id ? 0 : TPU_E_NO_TRANSPORT;
+}
+
+/* The handle of @r whose granted range holds pair @i's remote piece. */
+static const struct tpu_xfer_remote *remote_of(const struct tpu_xfer_req *r, size_t i)
+{
+	uint64_t base = (uintptr_t)r->riov[i].iov_base, len = r->riov[i].iov_len;
+	unsigned int need = r->op == TPU_XFER_OP_READ ? TPU_XFER_READ : TPU_XFER_WRITE;
+	size_t k;
+
+	for (k = 0; k < r->nrms; k++) {
+		const struct tpu_xfer_remote *rm = r->rms[k];
+
+		if (rm->grant && (rm->access & need) && base >= rm->addr && base - rm->addr <= rm->len &&
+		    len <= rm->len - (base - rm->addr))
+			return rm;
+	}
+	return NULL;
+}
+
+static tpu_status kmod_copy(struct tpu_xfer_req *r, struct tp_copy_elem *e)
+{
+	const uint32_t dir = r->op == TPU_XFER_OP_READ ? TP_COPY_READ : TP_COPY_WRITE;
+	size_t i, n;
+	tpu_status st = 0;
+
+	for (i = 0; !st && i < r->npairs; i += n) {
+		struct tp_copy c = { .elems = (uintptr_t)e };
+		size_t j;
+
+		n = r->npairs - i;
+		if (n > TP_COPY_MAX_ELEMS)
+			n = TP_COPY_MAX_ELEMS;
+		for (j = 0; j < n; j++) {
+			const struct tpu_xfer_remote *rm = remote_of(r, i + j);
+
+			if (!rm)
+				return TPU_E_REVOKED;
+			e[j].addr = (uintptr_t)r->liov[i + j].iov_base;
+			e[j].len = r->liov[i + j].iov_len;
+			e[j].offset = (uintptr_t)r->riov[i + j].iov_base - rm->addr;
+			e[j].grant = rm->grant;
+			e[j].flags = dir;
+		}
+		c.nr_elems = (uint32_t)n;
+		st = kmod_ioctl(r->a->kmod_fd, TP_IOC_COPY, &c);
+		if (st == -ENOENT)
+			st = TPU_E_REVOKED;	/* the target deregistered */
+		else if (st == -E2BIG) {
+			/* More than TP_COPY_MAX_BYTES: one pair a call. */
+			for (j = 0; !st && j < n; j++) {
+				c.elems = (uintptr_t)&e[j];
+				c.nr_elems = 1;
+				st = kmod_ioctl(r->a->kmod_fd, TP_IOC_COPY, &c);
+			}
+		}
+	}
+	return st;
+}
+
+static void kmod_post(struct tpu_xfer_req *r)
+{
+	struct xfer_peer *p = r->peer;
+	struct tpu_agent *a = r->a;
+	struct tp_copy_elem *e;
+	tpu_status st;
+
+	e = malloc((r->npairs < TP_COPY_MAX_ELEMS ? r->npairs : TP_COPY_MAX_ELEMS) * sizeof(*e) + 1);
+	pthread_rwlock_rdlock(&a->local_rw);
+	st = e ? atomic_load(&p->error) : -ENOMEM;
+	if (!st)
+		st = tpu__xfer_req_live(r);
+	if (!st)
+		st = kmod_copy(r, e);
+	pthread_rwlock_unlock(&a->local_rw);
+	free(e);
+	if (!st && r->notif)
+		st = tpu__xfer_send_notif(p, r);
+	tpu__xfer_req_complete(r, st);
+}
+
+static bool kmod_cancel(struct tpu_xfer_req *r)
+{
+	(void)r;
+	return false;		/* a post is over when it returns */
+}
+
+const struct xfer_backend tpu__xfer_kmod = {
+	.name = "kmod",
+	.attach = kmod_attach,
+	.post = kmod_post,
+	.cancel = kmod_cancel,
+};
