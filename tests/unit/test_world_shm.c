@@ -30,6 +30,7 @@
 #define MS		1000000ull
 #define SECOND		1000000000ull
 #define LARGE		(300 * 1000 + 7)	/* elements: past the slot for every type */
+#define MID		20011		/* elements: 2 to 10 parts of 16 KiB, in a slot for every type */
 
 struct job {
 	uint16_t port;
@@ -164,7 +165,8 @@ static double reduce(enum tpu_dtype dt, enum tpu_reduce_op op, int n, size_t i)
 	return acc;
 }
 
-static const size_t counts[] = { 0, 1, 7, 1001, LARGE };
+/* MID: several parts of a slot for every type, and chunks that end inside a part. */
+static const size_t counts[] = { 0, 1, 7, 1001, MID, LARGE };
 
 static int all_reduce_and_scatter(struct tpu_world *w, int me, int n, enum tpu_dtype dt,
 				  enum tpu_reduce_op op, size_t count)
