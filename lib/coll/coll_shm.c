@@ -205,6 +205,38 @@ static tpu_status copy_slot(struct tpu__shm_coll *s, uint64_t call, int r, char 
 	return st;
 }
 
+/*
+ * All-reduce as a reduce-scatter then an all-gather inside the segment:
+ * each member reduces only its chunk of every slot, writes the result
+ * back over its own slot's chunk (no other member reads that chunk of
+ * it), says so, and copies the other chunks from their owners' slots.
+ * Each element is still reduced once, in rank order: every member gets
+ * the same bits.
+ */
+static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
+				   const struct tpu__shm_call *c, size_t es)
+{
+	size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
+	size_t end = off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es;
+	char *out = c->out;
+	tpu_status st = reduce_slots(s, call, c, es, out, 0, off, end);
+
+	if (st)
+		return st;
+	memcpy(shm_slot(s, s->rank, call) + off, out + off, end - off);
+	tpu__shm_ready(s, call, SHM_REDUCED);
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+		size_t o = tpu__coll_chunk_start(c->count, s->n, r) * es;
+
+		st = tpu__shm_wait_ready(s, r, call, SHM_REDUCED, c->deadline_ns);
+		if (!st)
+			memcpy(out + o, shm_slot(s, r, call) + o,
+			       tpu__coll_chunk_len(c->count, s->n, r) * es);
+	}
+	return st;
+}
+
 static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 			    const struct tpu__shm_call *c, size_t es)
 {
@@ -232,6 +264,8 @@ static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 				    off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es);
 	}
 	default:
+		if (bytes >= SHM_SPLIT && s->n > 1)
+			return split_all_reduce(s, call, c, es);
 		return reduce_slots(s, call, c, es, out, 0, 0, bytes);
 	}
 }
