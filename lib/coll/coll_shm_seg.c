@@ -35,10 +35,15 @@
  * sharing a core took twice the spin, 45 us for a 20 us spin, against 5 us
  * yielding).  With more members than cores some share a core anyway: after
  * SPIN_NS, a peer on another core would have answered, and the waiter
- * yields at every look.
+ * yields at every look; after CROWD_SLEEP_NS it sleeps on the futex, since
+ * a yield does not reliably hand the core to the member it waits for (4
+ * members on a loaded 2-core host: a 256 KiB all-gather took 0.6-2.8 ms
+ * yielding up to YIELD_NS, 0.17 ms sleeping after 50 us; sleeping after
+ * 2 us made a 4-byte one take 40-47 us instead of 10).
  */
 #define SPIN_NS		2000u
 #define YIELD_NS	20000000u
+#define CROWD_SLEEP_NS	50000u
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static size_t seg_size(int n, size_t slot)
@@ -334,7 +339,7 @@ static tpu_status wait_word(struct tpu__shm_coll *s, int r, _Atomic uint32_t *w,
 		if (st)
 			return st;
 		spun = tpu__mono_ns() - start;
-		if (spun > YIELD_NS)
+		if (spun > (s->spin_ns == SPIN_NS ? CROWD_SLEEP_NS : YIELD_NS))
 			break;
 		/*
 		 * The peer last looked from this very CPU: it waits for this
