@@ -6,9 +6,12 @@
  * and waits until every member did; then each checks that all described
  * the same call.
  *
- * Slots (up to TPU__SHM_SLOT bytes): each member reads every member's slot
- * and reduces in rank order, so that all get the same bits.  No further
- * phase: a slot is rewritten two calls later, after every member started
+ * Slots (up to TPU__SHM_SLOT bytes; broadcast and all-gather only below
+ * SHM_SINGLE_COPY): written and read in parts of SHM_PART bytes, each
+ * announced in the owner's parts word.  Reductions are in rank order, so
+ * that all get the same bits: below SHM_SPLIT each member reduces every
+ * slot; from it an all-reduce is split (split_all_reduce()).  No phase at
+ * the end: a slot is rewritten two calls later, after every member started
  * the next one, so finished reading this one.
  *
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
