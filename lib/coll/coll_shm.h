@@ -38,6 +38,7 @@
 #define SHM_SPLIT	(4u << 10)
 /* A parts word's count once the member's chunk of an all-reduce is reduced in its slot. */
 #define SHM_REDUCED	0xffffu
+_Static_assert(TPU__SHM_SLOT / SHM_PART < SHM_REDUCED, "a slot's parts must count below SHM_REDUCED");
 /*
  * Broadcasts and all-gathers of this many bytes per member and more are
  * read straight from the members' buffers (process_vm_readv), not through

@@ -65,13 +65,19 @@ static void futex_sleep(_Atomic uint32_t *w, uint32_t val, uint64_t ns)
 	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
+/* A slot's parts are counted in 16 bits, below SHM_REDUCED. */
+static bool slot_parts_ok(size_t slot)
+{
+	return slot / SHM_PART < SHM_REDUCED - 1;
+}
+
 tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd)
 {
 	size_t size = seg_size(n, slot);
 	struct shm_hdr *h;
 	int f;
 
-	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || !slot || slot % 64 || !fd)
+	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || !slot || slot % 64 || !slot_parts_ok(slot) || !fd)
 		return -EINVAL;
 	f = memfd_create("tpu-coll", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (f < 0)
@@ -120,6 +126,7 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 	tpu_status st;
 
 	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || rank < 0 || rank >= n || !slot || slot % 64 ||
+	    !slot_parts_ok(slot) ||
 	    !pids || !out)
 		return -EINVAL;
 	st = check_fd(fd, seg_size(n, slot));

@@ -536,7 +536,10 @@ static void segment_checks(void)
 
 	CHECK(tpu__shm_coll_create(0, 4096, &fd) == -EINVAL &&
 	      tpu__shm_coll_create(TPU__SHM_MAX_MEMBERS + 1, 4096, &fd) == -EINVAL &&
-	      tpu__shm_coll_create(2, 100, &fd) == -EINVAL, "shm_segment_create_refuses_bad_sizes");
+	      tpu__shm_coll_create(2, 100, &fd) == -EINVAL &&
+	      tpu__shm_coll_create(2, (size_t)SHM_PART * SHM_REDUCED, &fd) == -EINVAL &&
+	      tpu__shm_coll_attach(0, 2, 0, (size_t)SHM_PART * SHM_REDUCED, pids, &s) == -EINVAL,
+	      "shm_segment_create_refuses_bad_sizes");
 	CHECK(tpu__shm_coll_create(2, 4096, &fd) == 0 && fd >= 0 &&
 	      ftruncate(fd, 1) == -1 && errno == EPERM, "shm_segment_is_sealed_against_shrinking");
 	CHECK(tpu__shm_coll_attach(fd, 2, 2, 4096, pids, &s) == -EINVAL &&
