@@ -410,6 +410,8 @@ static int crowd_sleeps(struct tpu_world *w, int me, int n)
 	struct shm_line *mine;
 	uint32_t phase;
 	uint64_t t0, t1, t2;
+	/* Under TCG (tests/vm/run.sh) only that they sleep at all, not how soon. */
+	uint64_t bound = getenv("TP_TEST_EMULATED") ? 2 * SECOND : 15 * MS;
 
 	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
 				     20 * SECOND) == 0);
@@ -425,10 +427,10 @@ static int crowd_sleeps(struct tpu_world *w, int me, int n)
 		while (atomic_load(&mine->waiters) != (uint32_t)(n - 1) && now_ns() - t1 < SECOND)
 			usleep(50);
 		t2 = now_ns();
-		if (t2 - t1 >= 15 * MS)
+		if (t2 - t1 >= bound)
 			fprintf(stderr, "# rank 0: the others slept %llu us after they called\n",
 				(unsigned long long)((t2 - t1) / 1000));
-		R_CHECK(t2 - t1 < 15 * MS || under_valgrind());
+		R_CHECK(t2 - t1 < bound || under_valgrind());
 	}
 	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
 				     20 * SECOND) == 0);
