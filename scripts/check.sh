@@ -71,9 +71,10 @@ for kver in $kvers; do
 	echo "== collectives between processes, kmod channel (VM, $kver)"
 	# tests/unit's coll lists: forked workers over shm, their pipes on the kmod
 	# channel (a case asserts it), then over tcp on loopback (brought up first);
-	# and xfer_kmod, one-sided transfers through the module's grants.
+	# world_shm: the world's collectives over their shared segment beside the
+	# module; xfer_kmod: one-sided transfers through the module's grants.
 	KVER=$kver tests/vm/run.sh --name "check-coll-$kver" --module "$mod" \
-		-e UNIT_ONLY=coll_dtype,coll,xfer_kmod -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
+		-e UNIT_ONLY=coll_dtype,coll,world_shm,xfer_kmod -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
 	results+=("collectives (VM, $kver)" "build/vm/check-coll-$kver/guest.log" "$?")
 
 	echo "== CUDA tensors through dma-buf imports, stand-in driver (VM, $kver)"

@@ -6,9 +6,12 @@
  * and waits until every member did; then each checks that all described
  * the same call.
  *
- * Slots (up to TPU__SHM_SLOT bytes): each member reads every member's slot
- * and reduces in rank order, so that all get the same bits.  No further
- * phase: a slot is rewritten two calls later, after every member started
+ * Slots (up to TPU__SHM_SLOT bytes; broadcast and all-gather only below
+ * SHM_SINGLE_COPY): written and read in parts of SHM_PART bytes, each
+ * announced in the owner's parts word.  Reductions are in rank order, so
+ * that all get the same bits: below SHM_SPLIT each member reduces every
+ * slot; from it an all-reduce is split (split_all_reduce()).  No phase at
+ * the end: a slot is rewritten two calls later, after every member started
  * the next one, so finished reading this one.
  *
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
@@ -36,6 +39,22 @@ static const char *type_name(int t)
 static uint64_t slot_bytes(const struct tpu__shm_call *c, size_t es)
 {
 	return c->count * es;
+}
+
+/*
+ * Whether the call goes through the slots.  A broadcast or an all-gather
+ * only copies: through a slot that is two copies of every byte (its owner
+ * in, each reader out), read straight from the owner's buffer it is one,
+ * worth a system call per member from SHM_SINGLE_COPY bytes up.
+ */
+static bool through_slots(const struct tpu__shm_coll *s, const struct tpu__shm_call *c,
+			  size_t es)
+{
+	uint64_t bytes = slot_bytes(c, es);
+
+	if (c->type == TPU_COLL_BROADCAST || c->type == TPU_COLL_GATHER)
+		return bytes < SHM_SINGLE_COPY && bytes <= s->slot;
+	return bytes <= s->slot;
 }
 
 static bool same(const struct shm_desc *a, const struct shm_desc *b)
@@ -138,33 +157,119 @@ static tpu_status reduce_from_peers(struct tpu__shm_coll *s, uint64_t call,
 	return st;
 }
 
+/* Wait until member @r's slot of @call is written up to byte @end. */
+static tpu_status upto(struct tpu__shm_coll *s, int r, uint64_t call, size_t end,
+		       uint64_t deadline_ns)
+{
+	return tpu__shm_wait_ready(s, r, call, (uint32_t)((end + SHM_PART - 1) / SHM_PART),
+				   deadline_ns);
+}
+
+/*
+ * Bytes [@from, @to) of every member's slot reduced, in rank order, into
+ * @out (at @from - @base), one part at a time, each as soon as every
+ * member wrote it.
+ */
+static tpu_status reduce_slots(struct tpu__shm_coll *s, uint64_t call,
+			       const struct tpu__shm_call *c, size_t es, char *out, size_t base,
+			       size_t from, size_t to)
+{
+	tpu_status st = 0;
+
+	for (size_t at = from, end; at < to && !st; at = end) {
+		end = (at / SHM_PART + 1) * SHM_PART;
+		if (end > to)
+			end = to;
+		for (int k = 0; k < s->n && !st; k++)
+			st = upto(s, (s->rank + k) % s->n, call, end, c->deadline_ns);
+		if (st)
+			break;
+		memcpy(out + at - base, shm_slot(s, 0, call) + at, end - at);
+		for (int r = 1; r < s->n; r++)
+			tpu__coll_reduce(c->dtype, c->op, out + at - base, shm_slot(s, r, call) + at,
+					 (end - at) / es);
+		tpu__coll_final(c->dtype, c->final_op, out + at - base, (end - at) / es, s->n);
+	}
+	return st;
+}
+
+/* Member @r's slot of @call copied to @out as its parts come. */
+static tpu_status copy_slot(struct tpu__shm_coll *s, uint64_t call, int r, char *out,
+			    size_t bytes, uint64_t deadline_ns)
+{
+	tpu_status st = 0;
+
+	for (size_t at = 0, end; at < bytes && !st; at = end) {
+		end = at + SHM_PART < bytes ? at + SHM_PART : bytes;
+		st = upto(s, r, call, end, deadline_ns);
+		if (!st)
+			memcpy(out + at, shm_slot(s, r, call) + at, end - at);
+	}
+	return st;
+}
+
+/*
+ * All-reduce as a reduce-scatter then an all-gather inside the segment:
+ * each member reduces only its chunk of every slot, writes the result
+ * back over its own slot's chunk (no other member reads that chunk of
+ * it), says so, and copies the other chunks from their owners' slots.
+ * Each element is still reduced once, in rank order: every member gets
+ * the same bits.
+ */
+static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
+				   const struct tpu__shm_call *c, size_t es)
+{
+	size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
+	size_t end = off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es;
+	char *out = c->out;
+	tpu_status st = reduce_slots(s, call, c, es, out, 0, off, end);
+
+	if (st)
+		return st;
+	memcpy(shm_slot(s, s->rank, call) + off, out + off, end - off);
+	tpu__shm_ready(s, call, SHM_REDUCED);
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+		size_t o = tpu__coll_chunk_start(c->count, s->n, r) * es;
+
+		st = tpu__shm_wait_ready(s, r, call, SHM_REDUCED, c->deadline_ns);
+		if (!st)
+			memcpy(out + o, shm_slot(s, r, call) + o,
+			       tpu__coll_chunk_len(c->count, s->n, r) * es);
+	}
+	return st;
+}
+
 static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 			    const struct tpu__shm_call *c, size_t es)
 {
-	size_t bytes = c->count * es, off = 0, len = c->count;
+	size_t bytes = c->count * es;
 	char *out = c->out;
+	tpu_status st = 0;
 
 	switch (c->type) {
 	case TPU_COLL_BROADCAST:
-		if (s->rank != c->root)
-			memcpy(out, shm_slot(s, c->root, call), bytes);
-		return 0;
+		return s->rank == c->root ? 0 :
+		       copy_slot(s, call, c->root, out, bytes, c->deadline_ns);
 	case TPU_COLL_GATHER:
-		for (int r = 0; r < s->n; r++)
-			memcpy(out + (size_t)r * bytes, shm_slot(s, r, call), bytes);
-		return 0;
-	case TPU_COLL_REDUCE_SCATTER:
-		off = tpu__coll_chunk_start(c->count, s->n, s->rank);
-		len = tpu__coll_chunk_len(c->count, s->n, s->rank);
-		/* fall through */
+		/* This member's own part from its input, which is in its cache. */
+		memmove(out + (size_t)s->rank * bytes, c->in, bytes);
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+
+			st = copy_slot(s, call, r, out + (size_t)r * bytes, bytes, c->deadline_ns);
+		}
+		return st;
+	case TPU_COLL_REDUCE_SCATTER: {
+		size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
+
+		return reduce_slots(s, call, c, es, out, off, off,
+				    off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es);
+	}
 	default:
-		if (!len)
-			return 0;
-		memcpy(out, shm_slot(s, 0, call) + off * es, len * es);
-		for (int r = 1; r < s->n; r++)
-			tpu__coll_reduce(c->dtype, c->op, out, shm_slot(s, r, call) + off * es, len);
-		tpu__coll_final(c->dtype, c->final_op, out, len, s->n);
-		return 0;
+		if (bytes >= SHM_SPLIT && s->n > 1)
+			return split_all_reduce(s, call, c, es);
+		return reduce_slots(s, call, c, es, out, 0, 0, bytes);
 	}
 }
 
@@ -218,6 +323,34 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 	return st ? st : tpu__shm_barrier(s, c->deadline_ns);
 }
 
+/*
+ * This member's input into its slot, one part at a time, each said
+ * written: the first before the phase that starts the call (a small one
+ * is then whole when the others look), the others after it, while the
+ * others already read; then the rest of the barrier.
+ */
+static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t bytes,
+			    uint64_t deadline_ns)
+{
+	unsigned char *slot = shm_slot(s, s->rank, call);
+	uint32_t part = 0;
+
+	if (s->failed)
+		return s->failed;
+	for (size_t at = 0, end; at < bytes; at = end) {
+		end = at + SHM_PART < bytes ? at + SHM_PART : bytes;
+		memcpy(slot + at, in + at, end - at);
+		tpu__shm_ready(s, call, ++part);
+		if (part == 1)
+			tpu__shm_publish(s);
+	}
+	if (!part) {
+		tpu__shm_ready(s, call, 0);
+		tpu__shm_publish(s);
+	}
+	return tpu__shm_wait_all(s, deadline_ns);
+}
+
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
 			     char *reason, size_t size)
 {
@@ -237,11 +370,12 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	*d = (struct shm_desc){ .type = c->type, .dtype = c->dtype, .op = c->op,
 				.final_op = c->final_op, .root = c->root, .count = c->count,
 				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
-	slots = slot_bytes(c, es) <= s->slot;
+	slots = through_slots(s, c, es);
 	s->way = slots ? "slots" : "cma";
-	if (slots && c->count && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
-		memcpy(shm_slot(s, s->rank, call), c->in, c->count * es);
-	st = tpu__shm_barrier(s, c->deadline_ns);
+	if (slots && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
+		st = fill_slot(s, call, c->in, c->count * es, c->deadline_ns);
+	else
+		st = tpu__shm_barrier(s, c->deadline_ns);
 	if (!st)
 		st = check_all(s, call, reason, size);
 	if (!st)

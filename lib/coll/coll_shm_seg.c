@@ -35,10 +35,15 @@
  * sharing a core took twice the spin, 45 us for a 20 us spin, against 5 us
  * yielding).  With more members than cores some share a core anyway: after
  * SPIN_NS, a peer on another core would have answered, and the waiter
- * yields at every look.
+ * yields at every look; after CROWD_SLEEP_NS it sleeps on the futex, since
+ * a yield does not reliably hand the core to the member it waits for (4
+ * members on a loaded 2-core host: a 256 KiB all-gather took 0.6-2.8 ms
+ * yielding up to YIELD_NS, 0.17 ms sleeping after 50 us; sleeping after
+ * 2 us made a 4-byte one take 40-47 us instead of 10).
  */
 #define SPIN_NS		2000u
 #define YIELD_NS	20000000u
+#define CROWD_SLEEP_NS	50000u
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static size_t seg_size(int n, size_t slot)
@@ -60,13 +65,19 @@ static void futex_sleep(_Atomic uint32_t *w, uint32_t val, uint64_t ns)
 	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
+/* A slot's parts are counted in 16 bits, below SHM_REDUCED. */
+static bool slot_parts_ok(size_t slot)
+{
+	return slot / SHM_PART < SHM_REDUCED - 1;
+}
+
 tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd)
 {
 	size_t size = seg_size(n, slot);
 	struct shm_hdr *h;
 	int f;
 
-	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || !slot || slot % 64 || !fd)
+	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || !slot || slot % 64 || !slot_parts_ok(slot) || !fd)
 		return -EINVAL;
 	f = memfd_create("tpu-coll", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (f < 0)
@@ -115,6 +126,7 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 	tpu_status st;
 
 	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || rank < 0 || rank >= n || !slot || slot % 64 ||
+	    !slot_parts_ok(slot) ||
 	    !pids || !out)
 		return -EINVAL;
 	st = check_fd(fd, seg_size(n, slot));
@@ -247,8 +259,10 @@ tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer
 	if (!s->failed)
 		s->failed = st;
 	atomic_compare_exchange_strong(&shm_hdr(s)->abort, &zero, (int32_t)peer_st);
-	for (int r = 0; r < s->n; r++)
+	for (int r = 0; r < s->n; r++) {
 		futex_wake(&shm_line(s, r)->seq);
+		futex_wake(&shm_line(s, r)->ready);
+	}
 	return s->failed;
 }
 
@@ -291,18 +305,38 @@ static tpu_status check(struct tpu__shm_coll *s, int r, uint64_t deadline_ns, bo
 	return 0;
 }
 
-tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64_t deadline_ns)
+/* Phases: a serial number, compared so that it may wrap. */
+static bool phase_reached(uint32_t v, uint32_t target)
+{
+	return reached(v, target);
+}
+
+/* Parts: the same call (its low 16 bits) with as many parts, or a later call. */
+static bool parts_reached(uint32_t v, uint32_t target)
+{
+	int16_t calls = (int16_t)((v >> 16) - (target >> 16));
+
+	return calls > 0 || (!calls && (v & 0xffffu) >= (target & 0xffffu));
+}
+
+/* Wait until @ok(@w, @target), @w being a word of member @r's line. */
+static tpu_status wait_word(struct tpu__shm_coll *s, int r, _Atomic uint32_t *w,
+			    bool (*ok)(uint32_t, uint32_t), uint32_t target, uint64_t deadline_ns)
 {
 	struct shm_line *l = shm_line(s, r);
-	uint64_t start = tpu__mono_ns();
+	uint64_t start;
 	tpu_status st;
 
 	if (s->failed)
 		return s->failed;
+	/* Often there already: no clock read. */
+	if (ok(atomic_load_explicit(w, memory_order_acquire), target))
+		return 0;
+	start = tpu__mono_ns();
 	for (unsigned int i = 1;; i++) {
 		uint64_t spun;
 
-		if (reached(atomic_load_explicit(&l->seq, memory_order_acquire), target))
+		if (ok(atomic_load_explicit(w, memory_order_acquire), target))
 			return 0;
 		if (i & 15) {
 			tpu__cpu_relax();
@@ -312,7 +346,7 @@ tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64
 		if (st)
 			return st;
 		spun = tpu__mono_ns() - start;
-		if (spun > YIELD_NS)
+		if (spun > (s->spin_ns == SPIN_NS ? CROWD_SLEEP_NS : YIELD_NS))
 			break;
 		/*
 		 * The peer last looked from this very CPU: it waits for this
@@ -329,16 +363,42 @@ tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64
 		if (deadline_ns && deadline_ns > now && deadline_ns - now < ns)
 			ns = deadline_ns - now;
 		atomic_fetch_add(&l->waiters, 1);
-		v = atomic_load(&l->seq);
-		if (!reached(v, target))
-			futex_sleep(&l->seq, v, ns);
+		v = atomic_load(w);
+		if (!ok(v, target))
+			futex_sleep(w, v, ns);
 		atomic_fetch_sub(&l->waiters, 1);
-		if (reached(atomic_load_explicit(&l->seq, memory_order_acquire), target))
+		if (ok(atomic_load_explicit(w, memory_order_acquire), target))
 			return 0;
 		st = check(s, r, deadline_ns, true);
 		if (st)
 			return st;
 	}
+}
+
+tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64_t deadline_ns)
+{
+	return wait_word(s, r, &shm_line(s, r)->seq, phase_reached, target, deadline_ns);
+}
+
+static uint32_t parts_word(uint64_t call, uint32_t parts)
+{
+	return (uint32_t)(call & 0xffffu) << 16 | (parts & 0xffffu);
+}
+
+void tpu__shm_ready(struct tpu__shm_coll *s, uint64_t call, uint32_t parts)
+{
+	struct shm_line *l = shm_line(s, s->rank);
+
+	atomic_store(&l->ready, parts_word(call, parts));
+	if (atomic_load(&l->waiters))
+		futex_wake(&l->ready);
+}
+
+tpu_status tpu__shm_wait_ready(struct tpu__shm_coll *s, int r, uint64_t call, uint32_t parts,
+			       uint64_t deadline_ns)
+{
+	return wait_word(s, r, &shm_line(s, r)->ready, parts_reached, parts_word(call, parts),
+			 deadline_ns);
 }
 
 tpu_status tpu__shm_barrier(struct tpu__shm_coll *s, uint64_t deadline_ns)
@@ -348,6 +408,15 @@ tpu_status tpu__shm_barrier(struct tpu__shm_coll *s, uint64_t deadline_ns)
 	if (st)
 		return st;
 	tpu__shm_publish(s);
+	return tpu__shm_wait_all(s, deadline_ns);
+}
+
+tpu_status tpu__shm_wait_all(struct tpu__shm_coll *s, uint64_t deadline_ns)
+{
+	tpu_status st = s->failed;
+
+	if (st)
+		return st;
 	/* Starting after this member's own rank spreads the first waits over the peers. */
 	for (int k = 1; k < s->n && !st; k++)
 		st = tpu__shm_wait(s, (s->rank + k) % s->n, s->seq, deadline_ns);

@@ -8,12 +8,14 @@
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
  * forcing either path and refusing other values; and the segment's own
- * checks (a memfd not sealed, a wrong size or header, bad arguments); and
- * no member keeps the segment mapped once its world is destroyed.
+ * checks (a memfd not sealed, a wrong size or header, bad arguments);
+ * no member keeps the segment mapped once its world is destroyed; and
+ * with more members than cores, a long wait sleeps instead of yielding.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +26,14 @@
 
 #include "boot_harness.h"
 #include "coll.h"
+#include "coll_shm.h"
 #include "tap.h"
 #include "tpu_user.h"
 
 #define MS		1000000ull
 #define SECOND		1000000000ull
 #define LARGE		(300 * 1000 + 7)	/* elements: past the slot for every type */
+#define MID		20011		/* elements: 2 to 10 parts of 16 KiB, in a slot for every type */
 
 struct job {
 	uint16_t port;
@@ -164,7 +168,8 @@ static double reduce(enum tpu_dtype dt, enum tpu_reduce_op op, int n, size_t i)
 	return acc;
 }
 
-static const size_t counts[] = { 0, 1, 7, 1001, LARGE };
+/* MID: several parts of a slot for every type, and chunks that end inside a part. */
+static const size_t counts[] = { 0, 1, 7, 1001, MID, LARGE };
 
 static int all_reduce_and_scatter(struct tpu_world *w, int me, int n, enum tpu_dtype dt,
 				  enum tpu_reduce_op op, size_t count)
@@ -377,8 +382,63 @@ static int timeout_aborts(struct tpu_world *w, int me)
 	return 0;
 }
 
+/* Member @r's control line in this process's mapping of the segment. */
+static struct shm_line *seg_line(int r)
+{
+	char line[512];
+	unsigned long start = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "memfd:tpu-coll"))
+			start = strtoul(line, NULL, 16);
+	if (f)
+		fclose(f);
+	return start ? (struct shm_line *)(start + SHM_LINE * (1 + (size_t)r)) : NULL;
+}
+
+/*
+ * More members than cores (all on one CPU): a member that waits long
+ * sleeps on the futex after a short while (CROWD_SLEEP_NS, 50 us) instead
+ * of yielding its core for YIELD_NS (20 ms).  Rank 0 comes late and
+ * watches its own line: once every other member published the call's
+ * phase, all must be asleep on rank 0's word well within 20 ms.
+ */
+static int crowd_sleeps(struct tpu_world *w, int me, int n)
+{
+	float a[4] = { 0 };
+	struct shm_line *mine;
+	uint32_t phase;
+	uint64_t t0, t1, t2;
+	/* Under TCG (tests/vm/run.sh) only that they sleep at all, not how soon. */
+	uint64_t bound = getenv("TP_TEST_EMULATED") ? 2 * SECOND : 15 * MS;
+
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == 0);
+	if (me == 0) {
+		mine = seg_line(0);
+		R_CHECK(mine);
+		phase = atomic_load(&mine->seq) + 1;
+		t0 = now_ns();
+		for (int r = 1; r < n; r++)
+			while (atomic_load(&seg_line(r)->seq) != phase && now_ns() - t0 < 5 * SECOND)
+				usleep(50);
+		t1 = now_ns();
+		while (atomic_load(&mine->waiters) != (uint32_t)(n - 1) && now_ns() - t1 < SECOND)
+			usleep(50);
+		t2 = now_ns();
+		if (t2 - t1 >= bound)
+			fprintf(stderr, "# rank 0: the others slept %llu us after they called\n",
+				(unsigned long long)((t2 - t1) / 1000));
+		R_CHECK(t2 - t1 < bound || under_valgrind());
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == 0);
+	return 0;
+}
+
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
-       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH };
+       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -388,8 +448,22 @@ static int rank_main(int me, int n, void *arg)
 	bool dies = j->scenario >= SC_DIES_SPINNING && j->scenario <= SC_DIES_LARGE;
 	float a[3] = { 1, 2, 3 }, b[3];
 	char why[256];
+	int line;
+
+	if (j->scenario == SC_CROWD) {
+		cpu_set_t all, one;
+		int c = 0;
+
+		/* Every member on the first CPU allowed: more members than cores. */
+		R_CHECK(sched_getaffinity(0, sizeof(all), &all) == 0);
+		while (!CPU_ISSET(c, &all))
+			c++;
+		CPU_ZERO(&one);
+		CPU_SET(c, &one);
+		R_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
+	}
 	/* A world with a dead rank: its destroy waits this long for it. */
-	int line = world_up(me, n, j, dies ? 8000 : 20000, &ctx, &w);
+	line = world_up(me, n, j, dies ? 8000 : 20000, &ctx, &w);
 
 	if (line)
 		return line;
@@ -434,6 +508,9 @@ static int rank_main(int me, int n, void *arg)
 			R_CHECK(st == 0 && pid == 0);
 		}
 		break;
+	case SC_CROWD:
+		line = crowd_sleeps(w, me, n);
+		break;
 	case SC_BAD_PATH:
 		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
 					     TPU_FINAL_NONE, 20 * SECOND) == -EINVAL);
@@ -461,7 +538,10 @@ static void segment_checks(void)
 
 	CHECK(tpu__shm_coll_create(0, 4096, &fd) == -EINVAL &&
 	      tpu__shm_coll_create(TPU__SHM_MAX_MEMBERS + 1, 4096, &fd) == -EINVAL &&
-	      tpu__shm_coll_create(2, 100, &fd) == -EINVAL, "shm_segment_create_refuses_bad_sizes");
+	      tpu__shm_coll_create(2, 100, &fd) == -EINVAL &&
+	      tpu__shm_coll_create(2, (size_t)SHM_PART * SHM_REDUCED, &fd) == -EINVAL &&
+	      tpu__shm_coll_attach(0, 2, 0, (size_t)SHM_PART * SHM_REDUCED, pids, &s) == -EINVAL,
+	      "shm_segment_create_refuses_bad_sizes");
 	CHECK(tpu__shm_coll_create(2, 4096, &fd) == 0 && fd >= 0 &&
 	      ftruncate(fd, 1) == -1 && errno == EPERM, "shm_segment_is_sealed_against_shrinking");
 	CHECK(tpu__shm_coll_attach(fd, 2, 2, 4096, pids, &s) == -EINVAL &&
@@ -507,7 +587,7 @@ void test_world_shm(void)
 					     "member_dies_while_others_sleep",
 					     "member_dies_inside_a_large_one", "timeout_aborts_the_others",
 					     "forced_rendezvous", "forced_shm_without_shm",
-					     "bad_TPU_COLL_PATH" };
+					     "bad_TPU_COLL_PATH", "crowd_sleeps_on_the_futex" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -516,8 +596,8 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_BAD_PATH; k++) {
-		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE ? 3 : 2;
+	for (int k = SC_PATH; k <= SC_CROWD; k++) {
+		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
 				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
 					 k == SC_BAD_PATH ? "fast" : NULL,
