@@ -2029,6 +2029,8 @@ struct tpu_xfer_req;
 #define TPU_XFER_BACKEND_CMA	(1U << 0)
 /** TPU_XFER_BACKEND_TCP - allow the tcp backend */
 #define TPU_XFER_BACKEND_TCP	(1U << 1)
+/** TPU_XFER_BACKEND_RDMA - allow the rdma backend (RDMA READ/WRITE between MRs) */
+#define TPU_XFER_BACKEND_RDMA	(1U << 2)
 
 /** TPU_XFER_BLOB_MAX - longest metadata blob */
 #define TPU_XFER_BLOB_MAX	1024

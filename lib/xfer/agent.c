@@ -176,6 +176,7 @@ void tpu__xfer_peer_fail(struct xfer_peer *p, tpu_status st)
 	pthread_mutex_unlock(&a->lock);
 	if (p->out)
 		tpu__xfer_tcp_fail_pending(p, st);
+	tpu__xfer_rdma_peer_fail(p, st);
 }
 
 static void peer_read_next(struct xfer_peer *p);
@@ -446,6 +447,7 @@ static void peer_free(struct xfer_peer *p)
 {
 	struct tpu_xfer_remote *rm, *rn;
 
+	tpu__xfer_rdma_peer_free(p);
 	for (rm = p->remotes; rm; rm = rn) {
 		rn = rm->next;
 		free(rm);
@@ -723,7 +725,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	for (i = 0; i < 4; i++)
 		if (opts->reserved[i])
 			return -EINVAL;
-	if (opts->pad || (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP)) ||
+	if (opts->pad || (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP |
+							TPU_XFER_BACKEND_RDMA)) ||
 	    (opts->name && (!*opts->name || strlen(opts->name) >= TPU_XFER_NAME_MAX)))
 		return -EINVAL;
 	a = calloc(1, sizeof(*a));
@@ -735,7 +738,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 		return -ENOMEM;
 	}
 	a->ctx = ctx;
-	a->backends = opts->backends ? opts->backends : TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP;
+	a->backends = opts->backends ? opts->backends :
+				       TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_RDMA;
 	if (opts->name)
 		snprintf(a->name, sizeof(a->name), "%s", opts->name);
 	else
@@ -840,6 +844,7 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 		pn = p->next;
 		peer_free(p);
 	}
+	tpu__xfer_rdma_agent_free(a);
 	for (n = a->nq; n; n = nn) {
 		nn = n->next;
 		free(n);

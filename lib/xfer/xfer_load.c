@@ -66,6 +66,13 @@ static tpu_status choose_backend(struct tpu_agent *a, struct xfer_peer *p)
 		}
 		tpu__log_debug("xfer: no cma to %s: %s", p->url, tpu_strerror(st));
 	}
+	if ((a->backends & TPU_XFER_BACKEND_RDMA) && p->rdma) {
+		st = tpu__xfer_rdma.attach(p);
+		if (!st) {
+			p->be = &tpu__xfer_rdma;
+			return 0;
+		}
+	}
 	if (a->backends & TPU_XFER_BACKEND_TCP) {
 		st = tpu__xfer_tcp.attach(p);
 		if (!st)
@@ -103,6 +110,13 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	st = tpu__xfer_peer_out(a, b.agent, url, &p);
 	if (st)
 		return st;
+	/*
+	 * rdma unless cma will do (same machine, allowed): the link is asked
+	 * for before the first load, whose answer then carries the rkey.
+	 */
+	if ((a->backends & TPU_XFER_BACKEND_RDMA) &&
+	    !((a->backends & TPU_XFER_BACKEND_CMA) && url == b.url_shm))
+		tpu__xfer_rdma_connect(p);
 	pthread_mutex_lock(&a->lock);
 	ld.id = ++p->next_id;
 	ld.next = p->loads;
@@ -135,6 +149,9 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 		st = -EPROTO;
 	if (!st)
 		st = choose_backend(a, p);
+	/* An rdma peer's answer carries the rkey, or the handle is no use. */
+	if (!st && p->be == &tpu__xfer_rdma && !(ld.ans.flags & XFER_F_RKEY))
+		st = -EPROTO;
 	if (st) {
 		pthread_mutex_unlock(&a->lock);
 		return st;
@@ -149,6 +166,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	rm->addr = ld.ans.addr;
 	rm->len = ld.ans.len;
 	rm->access = ld.ans.access;
+	rm->rkey = (uint32_t)ld.ans.key;
 	rm->next = p->remotes;
 	p->remotes = rm;
 	pthread_mutex_unlock(&a->lock);

@@ -51,6 +51,14 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 		ans.addr = (uintptr_t)r->addr;
 		ans.len = r->len;
 		ans.access = r->access;
+		/* A peer with an rdma link: this registration's rkey in its own domain. */
+		if (!ans.status && p->rdma) {
+			uint32_t rkey;
+
+			ans.status = tpu__xfer_rdma_grant(p, r, &rkey);
+			ans.key = rkey;
+			ans.flags = ans.status ? 0 : XFER_F_RKEY;
+		}
 	}
 	pthread_mutex_unlock(&a->lock);
 answer:

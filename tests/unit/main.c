@@ -53,6 +53,7 @@ static const struct {
 	{ "world_shm", test_world_shm },
 	{ "xfer", test_xfer },
 	{ "xfer_trust", test_xfer_trust },
+	{ "xfer_rdma", test_xfer_rdma },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },

@@ -90,6 +90,7 @@ void test_world_store(void);
 void test_world_shm(void);
 void test_xfer(void);
 void test_xfer_trust(void);
+void test_xfer_rdma(void);
 void test_xfer_hostile(void);
 void test_bounds_pipe(void);
 void test_bounds_remote(void);

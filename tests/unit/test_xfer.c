@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+
 #include "dev/dev.h"
 #include "tap.h"
 #include "xfer/xfer.h"
@@ -694,4 +696,159 @@ void test_xfer_trust(void)
 	read_only_export();
 	bad_blobs();
 	no_secret();
+}
+
+/* ---- rdma (in the VM: tests/vm/rdma-single.sh, both agents on one rxe device) ---- */
+
+static bool rdma_device(void)
+{
+	int n = 0;
+	struct ibv_device **d = ibv_get_device_list(&n);
+
+	if (d)
+		ibv_free_device_list(d);
+	return d && n > 0;
+}
+
+/* Large posts stripe over the queue pairs; the notification follows every stripe. */
+static void rdma_striped(struct pair *p)
+{
+	enum { N = 64, B = 16384 };
+	struct tpu_xfer_local_elem l[N];
+	struct tpu_xfer_remote_elem r[N];
+	struct tpu_xfer_req *w = NULL, *rd = NULL;
+	char peer[TPU_XFER_NAME_MAX];
+	int i, k, ok = 1, notes = 0, msg = 0;
+	size_t len;
+	uint64_t t0;
+
+	/* Local piece i goes to remote piece N-1-i: the order matters. */
+	for (i = 0; i < N; i++) {
+		l[i] = (struct tpu_xfer_local_elem){ p->ra, (uint64_t)i * B, B };
+		r[i] = (struct tpu_xfer_remote_elem){ p->rm, (uint64_t)(N - 1 - i) * B, B };
+	}
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l, N, r, N, &msg, sizeof(msg), &w), 0,
+		     "rdma: 64 x 16 KiB WRITE with a notification prepared");
+	for (i = 0; i < N; i++)
+		l[i].offset = (uint64_t)(N - 1 - i) * B;	/* read back reversed again */
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_READ, l, N, r, N, NULL, 0, &rd), 0,
+		     "rdma: and the READ back");
+	if (!w || !rd)
+		goto out;
+	for (k = 0; k < 20 && ok; k++) {
+		fill(p->mem_a, REG, 100 + k);
+		memset(p->mem_b, 0, REG);
+		ok = !tpu_xfer_post(w, NULL, NULL) && !tpu_xfer_wait(w, 10000);
+		for (i = 0; ok && i < N; i++)
+			ok = !memcmp(p->mem_b + (size_t)(N - 1 - i) * B, p->mem_a + (size_t)i * B, B);
+		/* The notification came after all of it. */
+		t0 = now_ms();
+		while (ok && tpu_agent_notif_poll(p->b, peer, sizeof(peer), &msg, sizeof(msg), &len) ==
+				     -EAGAIN && now_ms() - t0 < 10000)
+			usleep(500);
+		notes += ok && len == sizeof(msg);
+		memset(p->mem_a, 0, REG);
+		ok = ok && !tpu_xfer_post(rd, NULL, NULL) && !tpu_xfer_wait(rd, 10000);
+		for (i = 0; ok && i < N; i++)
+			ok = !memcmp(p->mem_a + (size_t)(N - 1 - i) * B, p->mem_b + (size_t)(N - 1 - i) * B, B);
+	}
+	CHECK(ok && notes == 20, "rdma: 20 striped WRITEs and READs as the reference, 20 notifications (%d)",
+	      notes);
+out:
+	tpu_xfer_release(w);
+	tpu_xfer_release(rd);
+}
+
+/*
+ * A requester that lies about the bounds: the MR the target registered for
+ * this peer refuses (the hardware check), nothing lands, and the link is
+ * spent: a later load connects anew.
+ */
+static void rdma_mr_enforces(void)
+{
+	struct pair p;
+	struct tpu_xfer_local_elem l = { NULL, 0, 32 };
+	struct tpu_xfer_remote_elem r = { NULL, REG - 16, 32 };
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "rdma: agents for the MR case");
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	fill(p.mem_a, REG, 5);
+	memset(p.mem_b, 0x5a, REG);
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), -EINVAL,
+		     "rdma: an element 16 bytes past the export is refused at preparation");
+	p.rm->len = REG + 4096;		/* as if the load had answered more */
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), 0,
+		     "rdma: a lying requester prepares it");
+	if (req) {
+		tpu_xfer_post(req, NULL, NULL);
+		st = tpu_xfer_wait(req, 10000);
+		CHECK_STATUS(st, TPU_E_REVOKED, "rdma: the target's MR refuses it");
+		CHECK(p.mem_b[REG - 16] == 0x5a && p.mem_b[REG - 1] == 0x5a,
+		      "rdma: nothing landed at the end of the registration");
+		CHECK_STATUS(tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000),
+			     TPU_E_REVOKED, "rdma: the spent link fails later posts");
+		tpu_xfer_release(req);
+	}
+	p.rm->len = REG;
+	{
+		struct tpu_xfer_remote *rm2 = NULL;
+		struct tpu_xfer_local_elem l2 = { p.ra, 0, 64 };
+		struct tpu_xfer_remote_elem r2 = { NULL, 0, 64 };
+
+		CHECK_STATUS(export_load(p.rb, p.a, &rm2), 0, "rdma: loaded again, a new link");
+		r2.remote = rm2;
+		req = NULL;
+		st = rm2 ? tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l2, 1, &r2, 1, NULL, 0, &req) :
+			   -EINVAL;
+		if (!st) {
+			tpu_xfer_post(req, NULL, NULL);
+			st = tpu_xfer_wait(req, 10000);
+		}
+		CHECK_STATUS(st, 0, "rdma: which moves bytes");
+		CHECK(!memcmp(p.mem_b, p.mem_a, 64), "rdma: as the reference");
+		CHECK(rm2 && !strcmp(tpu_xfer_remote_backend(rm2), "rdma"), "rdma: on rdma");
+		tpu_xfer_release(req);
+	}
+	pair_close(&p);
+}
+
+/* Without a device: rdma alone cannot load; with tcp allowed too, tcp carries it. */
+static void rdma_absent(void)
+{
+	struct pair p;
+	bool ok;
+
+	ok = pair_open(&p, TPU_XFER_BACKEND_RDMA | TPU_XFER_BACKEND_TCP, TPU_XFER_READ);
+	CHECK(ok && !strcmp(tpu_xfer_remote_backend(p.rm), "tcp"),
+	      "no rdma device: rdma|tcp falls back to tcp (%s)", ok ? tpu_xfer_remote_backend(p.rm) : "");
+	pair_close(&p);
+	ok = pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ);
+	CHECK(!ok && !p.rm, "no rdma device: rdma alone does not load");
+	pair_close(&p);
+}
+
+void test_xfer_rdma(void)
+{
+	struct pair p;
+
+	if (!rdma_device()) {
+		tap_diag("no RDMA device here: the rdma cases run in the VM (tests/vm/rdma-single.sh)");
+		rdma_absent();
+		return;
+	}
+	run_backend(TPU_XFER_BACKEND_RDMA, "rdma");
+	if (pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE))
+		rdma_striped(&p);
+	else
+		CHECK(0, "rdma: agents for the striped case");
+	pair_close(&p);
+	rdma_mr_enforces();
+	peer_killed(TPU_XFER_BACKEND_RDMA, "rdma");
 }
