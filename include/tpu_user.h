@@ -2000,12 +2000,18 @@ TPU_API void tpu_world_last_reason(struct tpu_world *world, char *buf, size_t si
  *		iovecs, 1024 per call, against only the pid the kernel gives
  *		the agents' shm connection (SO_PEERCRED); needs ptrace
  *		permission between the two processes.
+ *   rdma	an RDMA device (when cma is not the choice): RDMA READ and
+ *		WRITE between memory regions, queue pairs set up over the
+ *		agents' pipe; the target registers a registration for a peer
+ *		only when that peer loads it, and deregistration kills its
+ *		rkeys first.  Posts cannot be cancelled; they end, bounded.
  *   tcp	any pipe transport: the target agent's context thread serves
  *		each request against its own registrations.
  * Trust: agents talk over pipes, so a job secret (tpu_context_set_secret)
  * is proven before a blob is worth anything; a WRITE lands only in memory
  * registered with TPU_XFER_WRITE; every element is checked against the
- * registration (by the target for tcp, by this library for cma) and a
+ * registration (by the target for tcp, the target's MR for rdma, by
+ * this library for cma and rdma at preparation) and a
  * request naming anything outside it fails whole before a byte moves.
  * Calls are thread-safe.  Those that wait (load, deregister, wait,
  * destroy) must not run on a callback of the agent's context.
@@ -2151,7 +2157,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 				  struct tpu_xfer_remote **out);
 /** tpu_agent_unload - free a remote handle (requests using it must be released first) */
 TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
-/** tpu_xfer_remote_backend - "cma" or "tcp": how requests on @rm move */
+/** tpu_xfer_remote_backend - "cma", "rdma" or "tcp": how requests on @rm move */
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm);
 /** tpu_xfer_remote_size - the registration's length in bytes (0 for NULL) */
 TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm);

@@ -709,7 +709,7 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 {
 	static const struct tpu_agent_options none;
 	const char *urls[2];
-	char shm[64];
+	char shm[64], tcp[96];
 	size_t nurls = 0, i;
 	struct tpu_agent *a;
 	tpu_status st;
@@ -762,8 +762,16 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 		 a->id[1], a->id[2], a->id[3]);
 	if (transport_allowed(ctx, "shm"))
 		urls[nurls++] = shm;
+	/* Loopback unless TPU_XFER_ADDR names the address peers on other hosts reach. */
+	{
+		const char *host = getenv("TPU_XFER_ADDR");
+
+		if (!host || !*host || strlen(host) > 63 || strpbrk(host, " /[]"))
+			host = "127.0.0.1";
+		snprintf(tcp, sizeof(tcp), strchr(host, ':') ? "tcp://[%s]:0" : "tcp://%s:0", host);
+	}
 	if (transport_allowed(ctx, "tcp"))
-		urls[nurls++] = "tcp://127.0.0.1:0";
+		urls[nurls++] = tcp;
 	if (!st && !nurls)
 		st = TPU_E_NO_TRANSPORT;
 	if (!st)

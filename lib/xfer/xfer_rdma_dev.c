@@ -417,30 +417,28 @@ static void link_destroy(struct xfer_rdma_link *l)
 	unsigned int i;
 	size_t k;
 
-	if (l->cq) {
-		pthread_mutex_lock(&l->dev->mu);
-		for (pp = &l->dev->links; *pp; pp = &(*pp)->next)
-			if (*pp == l) {
-				*pp = l->next;
-				break;
-			}
-		pthread_mutex_unlock(&l->dev->mu);
-	}
+	/*
+	 * Under dev->mu: the completion thread is not in this link (it reposts
+	 * receives on its queue pair 0) and acked every event of its CQ.
+	 */
+	pthread_mutex_lock(&l->dev->mu);
+	for (pp = &l->dev->links; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
 	for (i = 0; i < l->nqp; i++)
 		if (l->qp[i].qp)
 			ibv_destroy_qp(l->qp[i].qp);
+	if (l->cq)
+		ibv_destroy_cq(l->cq);
+	pthread_mutex_unlock(&l->dev->mu);
 	for (k = 0; k < l->nmrs; k++)
 		ibv_dereg_mr(l->mrs[k].mr);
 	free(l->mrs);
 	if (l->rmr)
 		ibv_dereg_mr(l->rmr);
 	free(l->rbuf);
-	if (l->cq) {
-		/* Under mu: the thread acked every event it read for this CQ. */
-		pthread_mutex_lock(&l->dev->mu);
-		ibv_destroy_cq(l->cq);
-		pthread_mutex_unlock(&l->dev->mu);
-	}
 	if (!l->out && l->pd)
 		ibv_dealloc_pd(l->pd);
 	pthread_mutex_destroy(&l->mu);

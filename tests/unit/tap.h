@@ -91,6 +91,8 @@ void test_world_shm(void);
 void test_xfer(void);
 void test_xfer_trust(void);
 void test_xfer_rdma(void);
+int xfer_pair_target(const char *hostport);
+int xfer_pair_requester(const char *hostport);
 void test_xfer_hostile(void);
 void test_bounds_pipe(void);
 void test_bounds_remote(void);

@@ -20,7 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "dev/dev.h"
 #include "tap.h"
@@ -851,4 +854,181 @@ void test_xfer_rdma(void)
 	pair_close(&p);
 	rdma_mr_enforces();
 	peer_killed(TPU_XFER_BACKEND_RDMA, "rdma");
+}
+
+/* ---- across two hosts (tests/vm/pair-xfer.sh): rdma between the VMs ---- */
+
+#define PAIR_MEM	(4U << 20)
+#define PAIR_NOTES	10
+
+/* "ADDR:PORT" into a TCP socket address; listen or connect. */
+static int pair_socket(const char *hostport, bool listen_on)
+{
+	char host[64];
+	const char *c = strrchr(hostport, ':');
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd, one = 1;
+
+	if (!c || (size_t)(c - hostport) >= sizeof(host))
+		return -1;
+	memcpy(host, hostport, (size_t)(c - hostport));
+	host[c - hostport] = 0;
+	sa.sin_port = htons((uint16_t)atoi(c + 1));
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		return -1;
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (listen_on) {
+		int s;
+
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1)) {
+			close(fd);
+			return -1;
+		}
+		s = accept(fd, NULL, NULL);
+		close(fd);
+		return s;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * The target (VM a): a registration of PAIR_MEM bytes, its blob to the one
+ * requester over a plain socket; once that closes, the second half must be
+ * what the requester wrote, and PAIR_NOTES notifications must have come.
+ */
+int xfer_pair_target(const char *hostport)
+{
+	uint8_t blob[TPU_XFER_BLOB_MAX], *m = malloc(PAIR_MEM), *want = malloc(PAIR_MEM), c;
+	struct tpu_context *ctx = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *r = NULL;
+	char peer[TPU_XFER_NAME_MAX];
+	int fd, notes = 0, v;
+	size_t len, n;
+	uint64_t t0;
+
+	fill(m, PAIR_MEM, 7);
+	fill(want + PAIR_MEM / 2, PAIR_MEM / 2, 8);
+	if (tpu_context_create(NULL, &ctx) || tpu_agent_create(ctx, NULL, &a) ||
+	    tpu_agent_register(a, m, PAIR_MEM, TPU_XFER_READ | TPU_XFER_WRITE, &r) ||
+	    tpu_agent_export(r, blob, sizeof(blob), &len)) {
+		fprintf(stderr, "xfer target: no agent\n");
+		return 1;
+	}
+	fd = pair_socket(hostport, true);
+	n = len;
+	if (fd < 0 || write(fd, &n, sizeof(n)) != sizeof(n) || write(fd, blob, len) != (ssize_t)len) {
+		fprintf(stderr, "xfer target: no requester\n");
+		return 1;
+	}
+	while (read(fd, &c, 1) > 0)
+		;
+	close(fd);
+	t0 = now_ms();
+	while (notes < PAIR_NOTES && now_ms() - t0 < 10000) {
+		if (tpu_agent_notif_poll(a, peer, sizeof(peer), &v, sizeof(v), &n))
+			usleep(1000);
+		else
+			notes += v == notes;
+	}
+	v = memcmp(m + PAIR_MEM / 2, want + PAIR_MEM / 2, PAIR_MEM / 2) || notes != PAIR_NOTES;
+	fprintf(stderr, "xfer target: %d notifications, second half %s\n", notes,
+		memcmp(m + PAIR_MEM / 2, want + PAIR_MEM / 2, PAIR_MEM / 2) ? "wrong" : "as written");
+	tpu_agent_destroy(a);
+	tpu_context_destroy(ctx);
+	free(m);
+	free(want);
+	return v;
+}
+
+/* The requester (VM b): READ random lists of the first half, WRITE the second, striped. */
+int xfer_pair_requester(const char *hostport)
+{
+	struct tpu_agent_options o = { .name = "B", .backends = TPU_XFER_BACKEND_RDMA };
+	uint8_t blob[TPU_XFER_BLOB_MAX], *m = malloc(PAIR_MEM), *ref = malloc(PAIR_MEM);
+	struct tpu_xfer_local_elem *l = calloc(10000, sizeof(*l));
+	struct tpu_xfer_remote_elem *re = calloc(10000, sizeof(*re));
+	struct tpu_xfer_req *req = NULL;
+	struct pair p = { 0 };
+	size_t len = 0, i;
+	int fd = -1, tries, k, ok;
+	tpu_status st;
+
+	for (tries = 0; tries < 60 && fd < 0; tries++) {
+		fd = pair_socket(hostport, false);
+		if (fd < 0)
+			sleep(1);
+	}
+	if (fd < 0 || read(fd, &len, sizeof(len)) != sizeof(len) || len > sizeof(blob) ||
+	    read(fd, blob, len) != (ssize_t)len) {
+		CHECK(0, "two hosts: the target's blob");
+		return tap_finish();
+	}
+	tpu_context_create(NULL, &p.ca);
+	st = tpu_agent_create(p.ca, &o, &p.a);
+	if (!st)
+		st = tpu_agent_register(p.a, m, PAIR_MEM, 0, &p.ra);
+	if (!st)
+		st = tpu_agent_load(p.a, blob, len, &p.rm);
+	CHECK_STATUS(st, 0, "two hosts: the other host's blob loads");
+	CHECK(p.rm && !strcmp(tpu_xfer_remote_backend(p.rm), "rdma"),
+	      "two hosts: on the rdma backend (%s)", p.rm ? tpu_xfer_remote_backend(p.rm) : "");
+	if (st)
+		goto out;
+	/* READ: 10000 random pieces of the first half against the target's fill. */
+	fill(ref, PAIR_MEM, 7);
+	memset(m, 0, PAIR_MEM);
+	random_lists(&p, 77, 10000, 10000, l, re);
+	for (i = 0, ok = 1; i < 10000; i++)
+		ok &= re[i].offset + re[i].len <= PAIR_MEM / 2;
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, l, 10000, re, 10000, NULL, 0, &req);
+	if (!st) {
+		tpu_xfer_post(req, NULL, NULL);
+		st = tpu_xfer_wait(req, 30000);
+	}
+	CHECK_STATUS(st, 0, "two hosts: READ of 10000 random pieces");
+	{
+		uint8_t *want = calloc(1, PAIR_MEM);
+
+		reference(TPU_XFER_OP_READ, want, ref, l, 10000, re, 10000);
+		CHECK(ok && want && !memcmp(m, want, PAIR_MEM), "two hosts: every byte as the reference");
+		free(want);
+	}
+	tpu_xfer_release(req);
+	req = NULL;
+	/* WRITE the second half: 64 pieces of 32 KiB (striped), a notification each time. */
+	fill(m, PAIR_MEM, 8);
+	for (i = 0; i < 64; i++) {
+		l[i] = (struct tpu_xfer_local_elem){ p.ra, PAIR_MEM / 2 + i * 32768, 32768 };
+		re[i] = (struct tpu_xfer_remote_elem){ p.rm, PAIR_MEM / 2 + i * 32768, 32768 };
+	}
+	k = 0;
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, l, 64, re, 64, &k, sizeof(k), &req);
+	for (k = 0; !st && k < PAIR_NOTES; k++) {
+		/* Each post's message is its number: the request copied it, so prepare anew. */
+		tpu_xfer_release(req);
+		req = NULL;
+		st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, l, 64, re, 64, &k, sizeof(k), &req);
+		if (!st)
+			st = tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 30000);
+	}
+	CHECK_STATUS(st, 0, "two hosts: %d striped WRITEs of 2 MiB with notifications", PAIR_NOTES);
+	tpu_xfer_release(req);
+out:
+	if (fd >= 0)
+		close(fd);	/* the target checks what landed */
+	tpu_agent_destroy(p.a);
+	tpu_context_destroy(p.ca);
+	free(m);
+	free(ref);
+	free(l);
+	free(re);
+	return tap_finish();
 }

@@ -12,12 +12,16 @@
 # channel must be cuda_staged (IPC and the module's dma-bufs are one host's).
 # Last, tpbench cuda between the hosts (a listens, b connects): every
 # device pair through cuda_staged over rdma://, every byte checked; with
-# the stand-in a correctness check, not a measurement.
+# the stand-in a correctness check, not a measurement.  Then one-sided
+# transfers (lib/xfer) over the rdma backend: a's agent listens on its
+# address and hands its blob over a socket; b READs 10000 random pieces
+# and WRITEs striped batches with notifications, which a checks.
 # b reports TAP; a's exit status says whether its side held.
 
 port=7711
 cuda_port=7730
 bench_port=7740
+xfer_port=7750
 standin=tests/unit/build/libcuda_standin.so
 world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
 
@@ -28,6 +32,9 @@ if [ "$TP_VM_ROLE" = a ]; then
 	TPU_CUDA_DRIVER=$standin timeout 120 tools/tpbench cuda \
 		--listen "rdma://$TP_VM_ADDR:$bench_port" >/tmp/bench.log 2>&1 &
 	bench=$!
+	TPU_XFER_ADDR=$TP_VM_ADDR TPU_TEST_XFER_TARGET="$TP_VM_ADDR:$xfer_port" \
+		timeout 300 tests/unit/build/plain/unit_tests >/tmp/xfer-target.log 2>&1 &
+	xfer=$!
 	env $world RANK=0 MASTER_ADDR="$TP_VM_ADDR" examples/world_hello
 	st=$?
 	kill "$server" 2>/dev/null
@@ -48,11 +55,13 @@ if [ "$TP_VM_ROLE" = a ]; then
 		cat /tmp/bench.log
 		st=1
 	fi
+	wait "$xfer" || st=1
+	cat /tmp/xfer-target.log
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..4"
+echo "1..5"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -95,6 +104,17 @@ if [ $bench_st = 0 ] && [ "$(grep -c 'cuda_staged  *cuda_staged .*all correct' /
 	echo "ok 4 - tpbench cuda between the hosts: three device pairs through cuda_staged, every byte right"
 else
 	echo "not ok 4 - tpbench cuda between the hosts (exit $bench_st)"
+	failed=1
+fi
+# The requester's own points, as a subtest of point 5.
+TPU_TEST_XFER_REQUESTER="$TP_VM_PEER:$xfer_port" tests/unit/build/plain/unit_tests \
+	>/tmp/xfer-req.log 2>&1
+xfer_st=$?
+sed 's/^/    /' /tmp/xfer-req.log
+if [ $xfer_st = 0 ]; then
+	echo "ok 5 - one-sided transfers to the other host on the rdma backend, every byte as the reference"
+else
+	echo "not ok 5 - one-sided transfers to the other host on the rdma backend"
 	failed=1
 fi
 exit $failed
