@@ -2098,7 +2098,8 @@ typedef void (*tpu_notif_cb)(void *arg, const char *peer, const void *msg, size_
 
 /**
  * tpu_agent_create - an agent on @ctx, listening on a local shm name and
- * on tcp://127.0.0.1 (what the context allows) for its peers.
+ * on tcp://127.0.0.1, or the address in TPU_XFER_ADDR for peers on other
+ * hosts (what the context allows), for its peers.
  * Errors: -EINVAL (options), TPU_E_NO_TRANSPORT, those of
  * tpu_listener_create(), -ENOMEM.
  */
