@@ -28,36 +28,44 @@ perf() {
 	iters=$(( (mib << 20) / size / qps ))
 	[ "$iters" -lt 200 ] && iters=200
 	port=$((port + 1))
-	"ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" --report_gbits \
-		>"$out/srv" 2>&1 &
+	# A server that never hears from its client gives up (timeout); a client
+	# that came before its server listens tries again.
+	timeout 300 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
+		--report_gbits >"$out/srv" 2>&1 &
 	srv=$!
-	sleep 1
-	"ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" --report_gbits \
-		"$addr" >"$out/cli" 2>&1
+	tries=0
+	until timeout 300 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
+		--report_gbits "$addr" >"$out/cli" 2>&1; do
+		tries=$((tries + 1))
+		[ $tries -ge 30 ] && break
+		sleep 1
+	done
 	wait $srv
 	awk -v s="$size" '$1 == s { printf "%.4f", $4 / 8; found = 1 } END { if (!found) printf "nan" }' \
 		"$out/cli"
 }
 
-bl=$(echo $blocks | tr ' ' ',')
-TPU_XFER_RDMA_QPS=$qps tools/tpbench xfer --backend rdma --mem 128 --reps 3 --mib "$mib" \
-	--blocks "$bl" --batches "$batches" | tee "$out/xfer" || exit 1
-
-echo "xfer-rdma-bench: $qps queue pairs; GB/s; ib_*_bw's average with the same block and QPs"
-printf '%-5s %8s %6s %8s %8s %6s\n' op block batch xfer ib_bw ratio
+# Per block size, ours then perftest's, so that both see the same load.
+: >"$out/table"
 status=0
-for op in write read; do
-	OP=$(echo $op | tr a-z A-Z)
-	for b in $blocks; do
+for b in $blocks; do
+	TPU_XFER_RDMA_QPS=$qps tools/tpbench xfer --backend rdma --mem 128 --reps 3 --mib "$mib" \
+		--blocks "$b" --batches "$batches" | tee "$out/xfer" || status=1
+	for op in write read; do
+		OP=$(echo $op | tr a-z A-Z)
 		ib=$(perf "$op" "$b")
+		echo "xfer-rdma-bench: ib_${op}_bw -q $qps -s $b: $(grep "^ *$b " "$out/cli")"
 		awk -v op="$OP" -v b="$b" -v ib="$ib" '
 			$1 == op && $2 == b {
 				gb = $2 * $3 / ($8 * 1000)	# from the time per batch: more digits
 				r = ib > 0 ? gb / ib : 0
 				printf "%-5s %8s %6s %8.4f %8.4f %6.2f\n", op, b, $3, gb, ib, r
-			}' "$out/xfer"
+			}' "$out/xfer" >>"$out/table"
 	done
 done
+echo "xfer-rdma-bench: $qps queue pairs; GB/s; ib_*_bw's average with the same block and QPs"
+printf '%-5s %8s %6s %8s %8s %6s\n' op block batch xfer ib_bw ratio
+cat "$out/table"
 echo "xfer-rdma-bench: $(uptime)"
 rm -rf "$out"
 exit $status
