@@ -96,7 +96,7 @@ for kver in $kvers; do
 	pair_status=$?
 	results+=("two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status")
 
-	echo "== a pipe over rdma:// and a world between two VMs (VM pair, $kver)"
+	echo "== a pipe over rdma://, a world and one-sided transfers between two VMs (VM pair, $kver)"
 	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
 	xfer_status=$?
 	results+=("two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status")

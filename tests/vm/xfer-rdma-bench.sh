@@ -29,16 +29,18 @@ perf() {
 	[ "$iters" -lt 200 ] && iters=200
 	port=$((port + 1))
 	# A server that never hears from its client gives up (timeout); a client
-	# that came before its server listens tries again.
-	timeout 300 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
+	# that came before its server listens tries again.  A client that
+	# comes while the server sets up can hang both: give it time first.
+	timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
 		--report_gbits >"$out/srv" 2>&1 &
 	srv=$!
+	sleep 3
 	tries=0
-	until timeout 300 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
+	until timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
 		--report_gbits "$addr" >"$out/cli" 2>&1; do
 		tries=$((tries + 1))
-		[ $tries -ge 30 ] && break
-		sleep 1
+		[ $tries -ge 10 ] && break
+		sleep 2
 	done
 	wait $srv
 	awk -v s="$size" '$1 == s { printf "%.4f", $4 / 8; found = 1 } END { if (!found) printf "nan" }' \
