@@ -822,6 +822,45 @@ static void rdma_mr_enforces(void)
 	pair_close(&p);
 }
 
+/*
+ * Deregistration kills the rkey itself: a requester that ignores the
+ * revocation (clears its handle's flag and posts the request it had
+ * prepared) reaches nothing; the MR refuses.
+ */
+static void rdma_revoke_hw(void)
+{
+	struct pair p;
+	struct tpu_xfer_local_elem l = { NULL, 0, 64 };
+	struct tpu_xfer_remote_elem r = { NULL, 0, 64 };
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st;
+	int i;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "rdma: agents for the revocation case");
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	memset(p.mem_a, 0xee, 64);
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req);
+	if (!st)
+		st = tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000);
+	CHECK_STATUS(st, 0, "rdma: a WRITE lands before the deregistration");
+	CHECK_STATUS(tpu_agent_deregister(p.rb), 0, "rdma: deregistered");
+	p.rb = NULL;
+	memset(p.mem_b, 0x11, 64);
+	atomic_store(&p.rm->revoked, false);	/* a requester that ignores it */
+	st = req ? tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000) : -EINVAL;
+	CHECK_STATUS(st, TPU_E_REVOKED, "rdma: its rkey is dead: the MR refuses the next post");
+	for (i = 0; i < 64 && p.mem_b[i] == 0x11; i++)
+		;
+	CHECK(i == 64, "rdma: nothing landed after deregistration returned");
+	tpu_xfer_release(req);
+	pair_close(&p);
+}
+
 /* Without a device: rdma alone cannot load; with tcp allowed too, tcp carries it. */
 static void rdma_absent(void)
 {
@@ -853,6 +892,7 @@ void test_xfer_rdma(void)
 		CHECK(0, "rdma: agents for the striped case");
 	pair_close(&p);
 	rdma_mr_enforces();
+	rdma_revoke_hw();
 	peer_killed(TPU_XFER_BACKEND_RDMA, "rdma");
 }
 

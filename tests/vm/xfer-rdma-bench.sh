@@ -43,6 +43,7 @@ perf() {
 		sleep 2
 	done
 	wait $srv
+	grep -q "^ *$size " "$out/cli" || sed 's/^/xfer-rdma-bench: perftest: /' "$out/cli" "$out/srv" >&2
 	awk -v s="$size" '$1 == s { printf "%.4f", $4 / 8; found = 1 } END { if (!found) printf "nan" }' \
 		"$out/cli"
 }
