@@ -28,19 +28,22 @@ perf() {
 	iters=$(( (mib << 20) / size / qps ))
 	[ "$iters" -lt 200 ] && iters=200
 	port=$((port + 1))
-	# A server that never hears from its client gives up (timeout); a client
-	# that came before its server listens tries again.  A client that
-	# comes while the server sets up can hang both: give it time first.
-	timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
-		--report_gbits >"$out/srv" 2>&1 &
-	srv=$!
-	sleep 3
+	# Server, then client to it; a client that came too early is rejected
+	# and its server may give up with it: the pair tries again.  Each
+	# gives up after 120 s.
 	tries=0
-	until timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" -p "$port" \
-		--report_gbits "$addr" >"$out/cli" 2>&1; do
+	while :; do
+		timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" \
+			-p "$port" --report_gbits >"$out/srv" 2>&1 &
+		srv=$!
+		sleep 3
+		timeout 120 "ib_${op}_bw" -d rxe0 -R -F -q "$qps" -s "$size" -n "$iters" \
+			-p "$port" --report_gbits "$addr" >"$out/cli" 2>&1 && break
+		kill $srv 2>/dev/null
+		wait $srv
 		tries=$((tries + 1))
-		[ $tries -ge 10 ] && break
-		sleep 2
+		[ $tries -ge 5 ] && break
+		port=$((port + 1))
 	done
 	wait $srv
 	grep -q "^ *$size " "$out/cli" || sed 's/^/xfer-rdma-bench: perftest: /' "$out/cli" "$out/srv" >&2
