@@ -33,7 +33,7 @@ if [ "$TP_VM_ROLE" = a ]; then
 		--listen "rdma://$TP_VM_ADDR:$bench_port" >/tmp/bench.log 2>&1 &
 	bench=$!
 	TPU_XFER_ADDR=$TP_VM_ADDR TPU_TEST_XFER_TARGET="$TP_VM_ADDR:$xfer_port" \
-		timeout 300 tests/unit/build/plain/unit_tests >/tmp/xfer-target.log 2>&1 &
+		timeout 900 tests/unit/build/plain/unit_tests >/tmp/xfer-target.log 2>&1 &
 	xfer=$!
 	env $world RANK=0 MASTER_ADDR="$TP_VM_ADDR" examples/world_hello
 	st=$?
