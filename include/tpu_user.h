@@ -2035,12 +2035,18 @@ TPU_API void tpu_world_last_reason(struct tpu_world *world, char *buf, size_t si
  *		(TP_IOC_COPY), checking every element against the grant.
  *		Needs no ptrace permission, so it also serves users that must
  *		not see each other's memory; preferred when both sides have it.
+ *   rdma	an RDMA device (when cma is not the choice): RDMA READ and
+ *		WRITE between memory regions, queue pairs set up over the
+ *		agents' pipe; the target registers a registration for a peer
+ *		only when that peer loads it, and deregistration kills its
+ *		rkeys first.  Posts cannot be cancelled; they end, bounded.
  *   tcp	any pipe transport: the target agent's context thread serves
  *		each request against its own registrations.
  * Trust: agents talk over pipes, so a job secret (tpu_context_set_secret)
  * is proven before a blob is worth anything; a WRITE lands only in memory
  * registered with TPU_XFER_WRITE; every element is checked against the
- * registration (by the target for tcp, by this library for cma) and a
+ * registration (by the target for tcp, the target's MR for rdma, by
+ * this library for cma and rdma at preparation) and a
  * request naming anything outside it fails whole before a byte moves.
  * Calls are thread-safe.  Those that wait (load, deregister, wait,
  * destroy) must not run on a callback of the agent's context.
@@ -2066,6 +2072,8 @@ struct tpu_xfer_req;
 #define TPU_XFER_BACKEND_TCP	(1U << 1)
 /** TPU_XFER_BACKEND_KMOD - allow the kmod backend (once tpu_agent_use_domain succeeded) */
 #define TPU_XFER_BACKEND_KMOD	(1U << 2)
+/** TPU_XFER_BACKEND_RDMA - allow the rdma backend (RDMA READ/WRITE between MRs) */
+#define TPU_XFER_BACKEND_RDMA	(1U << 3)
 
 /** TPU_XFER_BLOB_MAX - longest metadata blob */
 #define TPU_XFER_BLOB_MAX	1024
@@ -2127,7 +2135,8 @@ typedef void (*tpu_notif_cb)(void *arg, const char *peer, const void *msg, size_
 
 /**
  * tpu_agent_create - an agent on @ctx, listening on a local shm name and
- * on tcp://127.0.0.1 (what the context allows) for its peers.
+ * on tcp://127.0.0.1, or the address in TPU_XFER_ADDR for peers on other
+ * hosts (what the context allows), for its peers.
  * Errors: -EINVAL (options), TPU_E_NO_TRANSPORT, those of
  * tpu_listener_create(), -ENOMEM.
  */
@@ -2231,7 +2240,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 				  struct tpu_xfer_remote **out);
 /** tpu_agent_unload - free a remote handle (requests using it must be released first) */
 TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
-/** tpu_xfer_remote_backend - "kmod", "cma" or "tcp": how requests on @rm move */
+/** tpu_xfer_remote_backend - "kmod", "cma", "rdma" or "tcp": how requests on @rm move */
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm);
 /** tpu_xfer_remote_size - the registration's length in bytes (0 for NULL) */
 TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm);

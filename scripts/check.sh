@@ -87,9 +87,9 @@ for kver in $kvers; do
 		 tests/cuda_standin/tpbench-check.sh --dmabuf'
 	results+=("cuda dma-buf, stand-in (VM, $kver)" "build/vm/check-dmabuf-$kver/guest.log" "$?")
 
-	echo "== rdma transport and pipes over soft-RoCE in one VM (VM, $kver)"
+	echo "== rdma transport, pipes and one-sided transfers over soft-RoCE in one VM (VM, $kver)"
 	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
-	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port \
+	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port,xfer_rdma \
 		-- tests/vm/rdma-single.sh tests/unit/build/plain/unit_tests
 	results+=("rdma, soft-RoCE (VM, $kver)" "build/vm/check-rdma-$kver/guest.log" "$?")
 
@@ -98,7 +98,7 @@ for kver in $kvers; do
 	pair_status=$?
 	results+=("two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status")
 
-	echo "== a pipe over rdma:// and a world between two VMs (VM pair, $kver)"
+	echo "== a pipe over rdma://, a world and one-sided transfers between two VMs (VM pair, $kver)"
 	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
 	xfer_status=$?
 	results+=("two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status")

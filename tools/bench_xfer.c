@@ -9,7 +9,13 @@
  * as KV-cache blocks are.  Each point is the best of --reps runs of
  * enough posts to move about 64 MiB; a post is prepared once.
  *
- *   tpbench xfer [--backend cma|tcp|kmod] [--mem MiB] [--reps N]
+ *   tpbench xfer [--backend cma|tcp|kmod|rdma] [--mem MiB] [--reps N] [--mib N]
+ *                [--blocks B,B,...] [--batches N,N,...]
+ *
+ * --mib: about how many MiB each rep moves (64).  With rdma the raw
+ * references are perftest's ib_write_bw/ib_read_bw, run beside it by
+ * tests/vm/xfer-rdma-bench.sh; the process_vm_* and memcpy columns are
+ * then left out (0).
  *
  * Columns: op, block, batch, GB/s of xfer, of process_vm_*, of memcpy,
  * xfer over process_vm_*, microseconds per batch of xfer and of
@@ -182,10 +188,34 @@ static int do_memcpy(void *arg)
 	return 0;
 }
 
+/* "a,b,c" into @out (at most 16); false if malformed. */
+static bool parse_list(const char *s, size_t *out, size_t *n)
+{
+	char *e;
+
+	*n = 0;
+	while (*s && *n < 16) {
+		unsigned long v = strtoul(s, &e, 0);
+
+		if (e == s || !v)
+			return false;
+		if (*e == 'k' || *e == 'K')
+			v <<= 10, e++;
+		else if (*e == 'm' || *e == 'M')
+			v <<= 20, e++;
+		out[(*n)++] = v;
+		if (*e != ',')
+			return !*e;
+		s = e + 1;
+	}
+	return *n > 0 && !*s;
+}
+
 int bench_xfer_main(int argc, char **argv)
 {
-	static const size_t blocks[] = { 4096, 65536, 1 << 20 };
-	static const size_t batches[] = { 1, 4, 16, 64, 256, 1024 };
+	size_t blocks[16] = { 4096, 65536, 1 << 20 }, nblocks = 3;
+	size_t batches[16] = { 1, 4, 16, 64, 256, 1024 }, nbatches = 6;
+	size_t mib = 64;
 	unsigned int backend = TPU_XFER_BACKEND_CMA, reps = 5;
 	struct tpu_endpoint *dep = NULL, *ep2[2] = { NULL, NULL };
 	uint32_t reg2[2] = { 0, 0 };
@@ -208,14 +238,23 @@ int bench_xfer_main(int argc, char **argv)
 			i++;
 			backend = !strcmp(argv[i], "tcp")  ? TPU_XFER_BACKEND_TCP :
 				  !strcmp(argv[i], "kmod") ? TPU_XFER_BACKEND_KMOD :
+				  !strcmp(argv[i], "rdma") ? TPU_XFER_BACKEND_RDMA :
 							     TPU_XFER_BACKEND_CMA;
+		} else if (!strcmp(argv[i], "--blocks") && i + 1 < (size_t)argc &&
+			   parse_list(argv[i + 1], blocks, &nblocks)) {
+			i++;
+		} else if (!strcmp(argv[i], "--batches") && i + 1 < (size_t)argc &&
+			   parse_list(argv[i + 1], batches, &nbatches)) {
+			i++;
+		} else if (!strcmp(argv[i], "--mib") && i + 1 < (size_t)argc) {
+			mib = (size_t)strtoul(argv[++i], NULL, 0);
 		} else if (!strcmp(argv[i], "--mem") && i + 1 < (size_t)argc) {
 			mem = (size_t)strtoul(argv[++i], NULL, 0) << 20;
 		} else if (!strcmp(argv[i], "--reps") && i + 1 < (size_t)argc) {
 			reps = (unsigned int)strtoul(argv[++i], NULL, 0);
 		} else {
-			fprintf(stderr,
-				"usage: tpbench xfer [--backend cma|tcp|kmod] [--mem MiB] [--reps N]\n");
+			fprintf(stderr, "usage: tpbench xfer [--backend cma|tcp|kmod|rdma] [--mem MiB] "
+					"[--reps N] [--mib N] [--blocks B,..] [--batches N,..]\n");
 			return 2;
 		}
 	}
@@ -276,8 +315,8 @@ int bench_xfer_main(int argc, char **argv)
 	       "pvm", "memcpy", "x/pvm", "xfer_us", "pvm_us", "ovh_us", "goal_us");
 	printf(dfd >= 0 ? " %8s %6s\n" : "\n", "2sided", "x/2s");
 	for (op = 0; op < 2; op++)
-		for (bi = 0; bi < sizeof(blocks) / sizeof(blocks[0]); bi++)
-			for (ni = 0; ni < sizeof(batches) / sizeof(batches[0]); ni++) {
+		for (bi = 0; bi < nblocks; bi++)
+			for (ni = 0; ni < nbatches; ni++) {
 				size_t blk = blocks[bi], n = batches[ni], slots = mem / blk;
 				struct tpu_xfer_local_elem *le;
 				struct tpu_xfer_remote_elem *re;
@@ -313,27 +352,34 @@ int bench_xfer_main(int argc, char **argv)
 					goto out;
 				}
 				/* About 64 MiB a rep, at least 3 and at most 2000 posts. */
-				iters = (unsigned int)((64u << 20) / (n * blk));
+				iters = (unsigned int)((mib << 20) / (n * blk));
 				iters = iters < 3 ? 3 : iters > 2000 ? 2000 : iters;
 				do_xfer(&r);	/* warm: pages faulted, caches */
-				do_pvm(&r);
 				pt.xfer_ns = best_of(reps, iters, do_xfer, &r);
-				pt.pvm_ns = best_of(reps, iters, do_pvm, &r);
-				for (i = 0; i < n; i++)	/* memcpy: the same layout in @dst */
-					r.riov[i].iov_base = dst + (size_t)((i * 7919) % slots) * blk;
-				pt.mcpy_ns = best_of(reps, iters, do_memcpy, &r);
+				pt.pvm_ns = pt.mcpy_ns = 1e30;	/* rdma: references run beside */
+				if (backend != TPU_XFER_BACKEND_RDMA) {
+					do_pvm(&r);
+					pt.pvm_ns = best_of(reps, iters, do_pvm, &r);
+					/* memcpy: the same layout in @dst */
+					for (i = 0; i < n; i++)
+						r.riov[i].iov_base =
+							dst + (size_t)((i * 7919) % slots) * blk;
+					pt.mcpy_ns = best_of(reps, iters, do_memcpy, &r);
+				}
 				pt.two_ns = dfd >= 0 ? best_of(reps, iters, do_two_sided, &r) : 1;
 				if (pt.xfer_ns < 0 || pt.pvm_ns < 0 || pt.two_ns < 0) {
 					fprintf(stderr, "tpbench xfer: a transfer failed\n");
 					rc = 1;
 				}
 				gb = (double)(n * blk);
-				printf("%-5s %7zu %5zu %8.2f %8.2f %8.2f %6.2f %9.2f %9.2f %9.2f %9.2f",
+				printf("%-5s %7zu %5zu %8.3f %8.3f %8.3f %6.2f %9.2f %9.2f %9.2f %9.2f",
 				       op ? "WRITE" : "READ", blk, n, gb / pt.xfer_ns, gb / pt.pvm_ns,
-				       gb / pt.mcpy_ns, pt.pvm_ns / pt.xfer_ns, pt.xfer_ns / 1e3,
-				       pt.pvm_ns / 1e3, (pt.xfer_ns - pt.pvm_ns) / 1e3, 2.0 + 0.1 * n);
+				       gb / pt.mcpy_ns, pt.pvm_ns < 1e29 ? pt.pvm_ns / pt.xfer_ns : 0,
+				       pt.xfer_ns / 1e3, pt.pvm_ns < 1e29 ? pt.pvm_ns / 1e3 : 0,
+				       pt.pvm_ns < 1e29 ? (pt.xfer_ns - pt.pvm_ns) / 1e3 : 0,
+				       2.0 + 0.1 * n);
 				if (dfd >= 0)
-					printf(" %8.2f %6.2f", gb / pt.two_ns, pt.two_ns / pt.xfer_ns);
+					printf(" %8.3f %6.2f", gb / pt.two_ns, pt.two_ns / pt.xfer_ns);
 				printf("\n");
 				fflush(stdout);
 				free(le);

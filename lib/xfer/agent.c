@@ -176,6 +176,7 @@ void tpu__xfer_peer_fail(struct xfer_peer *p, tpu_status st)
 	pthread_mutex_unlock(&a->lock);
 	if (p->out)
 		tpu__xfer_tcp_fail_pending(p, st);
+	tpu__xfer_rdma_peer_fail(p, st);
 }
 
 static void peer_read_next(struct xfer_peer *p);
@@ -446,6 +447,7 @@ static void peer_free(struct xfer_peer *p)
 {
 	struct tpu_xfer_remote *rm, *rn;
 
+	tpu__xfer_rdma_peer_free(p);
 	for (rm = p->remotes; rm; rm = rn) {
 		rn = rm->next;
 		free(rm);
@@ -707,7 +709,7 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 {
 	static const struct tpu_agent_options none;
 	const char *urls[2];
-	char shm[64];
+	char shm[64], tcp[96];
 	size_t nurls = 0, i;
 	struct tpu_agent *a;
 	tpu_status st;
@@ -724,7 +726,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 		if (opts->reserved[i])
 			return -EINVAL;
 	if (opts->pad ||
-	    (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD)) ||
+	    (opts->backends & ~(TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD |
+				 TPU_XFER_BACKEND_RDMA)) ||
 	    (opts->name && (!*opts->name || strlen(opts->name) >= TPU_XFER_NAME_MAX)))
 		return -EINVAL;
 	a = calloc(1, sizeof(*a));
@@ -737,7 +740,8 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	}
 	a->ctx = ctx;
 	a->backends = opts->backends ? opts->backends :
-				       TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD;
+				       TPU_XFER_BACKEND_CMA | TPU_XFER_BACKEND_TCP | TPU_XFER_BACKEND_KMOD |
+				       TPU_XFER_BACKEND_RDMA;
 	if (opts->name)
 		snprintf(a->name, sizeof(a->name), "%s", opts->name);
 	else
@@ -760,8 +764,16 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 		 a->id[1], a->id[2], a->id[3]);
 	if (transport_allowed(ctx, "shm"))
 		urls[nurls++] = shm;
+	/* Loopback unless TPU_XFER_ADDR names the address peers on other hosts reach. */
+	{
+		const char *host = getenv("TPU_XFER_ADDR");
+
+		if (!host || !*host || strlen(host) > 63 || strpbrk(host, " /[]"))
+			host = "127.0.0.1";
+		snprintf(tcp, sizeof(tcp), strchr(host, ':') ? "tcp://[%s]:0" : "tcp://%s:0", host);
+	}
 	if (transport_allowed(ctx, "tcp"))
-		urls[nurls++] = "tcp://127.0.0.1:0";
+		urls[nurls++] = tcp;
 	if (!st && !nurls)
 		st = TPU_E_NO_TRANSPORT;
 	if (!st)
@@ -843,6 +855,7 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 		pn = p->next;
 		peer_free(p);
 	}
+	tpu__xfer_rdma_agent_free(a);
 	for (n = a->nq; n; n = nn) {
 		nn = n->next;
 		free(n);

@@ -7,7 +7,8 @@
  * the metadata blob; xfer_load.c: loading a blob (a remote handle);
  * xfer_dmabuf.c and xfer_cuda.c: dma-buf and CUDA registrations;
  * xfer_req.c: prepared requests (the public calls); xfer_cma.c and
- * xfer_tcp.c: the two backends; xfer_serve.c: what a target agent serves.
+ * xfer_tcp.c and xfer_rdma*.c: the backends; xfer_serve.c: what a target
+ * agent serves.
  *
  * Two agents talk over one pipe per direction of use: the agent that loads
  * a blob connects to the exporter (an "out" peer) and sends its requests,
@@ -68,11 +69,14 @@ enum xfer_msg {
 	XFER_NOTIF,		/* out -> in: payload 0 */
 	XFER_REVOKE,		/* in -> out: reg */
 	XFER_REVOKE_ACK,	/* out -> in: reg */
+	XFER_RDMA_CONN,		/* out -> in: payload 0 our queue pairs (xfer_rdma.h) */
+	XFER_RDMA_ACCEPT,	/* in -> out: status; payload 0 the target's */
 };
 
 #define XFER_F_LAST		(1U << 0)	/* REQ: the last chunk of a post */
 #define XFER_F_NOTIF		(1U << 1)	/* REQ: payload 2 is a notification */
 #define XFER_F_SERVED		(1U << 2)	/* LOAD_ANS: only the target's copies reach it */
+#define XFER_F_RKEY		(1U << 3)	/* LOAD_ANS: key is the rkey of this peer's rdma link */
 
 struct xfer_hdr {
 	uint32_t type;
@@ -96,6 +100,8 @@ tpu_status tpu__xfer_hdr_get(const void *buf, size_t len, struct xfer_hdr *h);
 
 struct xfer_peer;
 struct xfer_backend;
+struct xfer_rdma_link;
+struct xrd_dev;
 
 struct tpu_xfer_reg {
 	struct tpu_agent *a;
@@ -117,6 +123,7 @@ struct tpu_xfer_reg {
 	struct tpu_device dev;		/* CUDA memory: only the target's copies reach it */
 	uint32_t kmod_region;		/* a->lock: module region handle, if kmod_pinned */
 	bool kmod_pinned;		/* a->lock */
+	void *rdma_mr;			/* a->lock: its MR in the agent's rdma domain */
 };
 
 struct tpu_xfer_remote {
@@ -129,6 +136,7 @@ struct tpu_xfer_remote {
 	atomic_bool revoked;
 	atomic_uint stamp;
 	uint32_t grant;			/* kmod: the module grant the target made us, or 0 */
+	uint32_t rkey;			/* rdma: what the target's answer gave this link */
 };
 
 /* A load waiting for its answer. */
@@ -161,6 +169,8 @@ struct xfer_peer {
 	int pid;			/* out: the kernel's word for the target, 0 if none */
 	int pidfd;			/* out, cma: tells when that process is gone */
 	const struct xfer_backend *be;	/* out: chosen at the first load */
+	struct xfer_rdma_link *rdma;	/* a->lock: its rdma link, if any */
+	bool rdma_tried;		/* out, a->lock: a link was asked for once */
 	struct xfer_load *loads;	/* a->lock */
 	struct tpu_xfer_req *pending;	/* a->lock: tcp posts waiting for RESPs */
 	struct tpu_xfer_remote *remotes;	/* a->lock */
@@ -215,6 +225,7 @@ struct tpu_agent {
 	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */
 	int kmod_fd;			/* module endpoint (tpu_agent_use_domain), if kmod_id */
 	uint64_t kmod_id;		/* a->lock: its endpoint id, 0 without one */
+	struct xrd_dev *rdma;		/* a->lock: the rdma device, opened at first use */
 };
 
 /* ---- requests ---- */
@@ -251,6 +262,7 @@ struct tpu_xfer_req {
 	unsigned int writes_out;
 	tpu_status first_err;
 	unsigned int in_cb;		/* a->lock: completions whose callback runs */
+	void *be_data;			/* the backend's (rdma: work requests) */
 };
 
 enum { XFER_IDLE, XFER_POSTED };
@@ -264,6 +276,9 @@ struct xfer_backend {
 	void (*post)(struct tpu_xfer_req *r);
 	/* Take back what a post left in flight; false if it finished already. */
 	bool (*cancel)(struct tpu_xfer_req *r);
+	/* Optional: build what every post of @r reuses (be_data), and free it. */
+	tpu_status (*prepare)(struct tpu_xfer_req *r);
+	void (*release)(struct tpu_xfer_req *r);
 };
 
 extern const struct xfer_backend tpu__xfer_cma;
@@ -275,6 +290,28 @@ uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint6
 void tpu__xfer_kmod_unpin(struct tpu_agent *a, struct tpu_xfer_reg *r);
 tpu_status tpu__xfer_kmod_check(struct tpu_agent *a, uint32_t grant, unsigned int access);
 void tpu__xfer_kmod_close(struct tpu_agent *a);
+extern const struct xfer_backend tpu__xfer_rdma;
+
+/* xfer_rdma_dev.c: the hooks the shared code calls (no-ops without rdma). */
+/* Longest handshake payload (XRD_CONN_LEN(XRD_QPS_MAX)). */
+#define XFER_RDMA_INFO_MAX	84
+/* Context thread: an in peer's XFER_RDMA_CONN, an out peer's XFER_RDMA_ACCEPT. */
+void tpu__xfer_rdma_conn(struct xfer_peer *p);
+void tpu__xfer_rdma_accept(struct xfer_peer *p);
+/* Out peer @p, before its first load: ask the target for an rdma link. */
+tpu_status tpu__xfer_rdma_connect(struct xfer_peer *p);
+/* a->lock held: @r granted to in peer @p's link; its rkey. */
+tpu_status tpu__xfer_rdma_grant(struct xfer_peer *p, struct tpu_xfer_reg *r, uint32_t *rkey);
+/* a->lock held: @r deregistered: its MRs in peers' domains go (rkeys die). */
+void tpu__xfer_rdma_reg_drop_remote(struct tpu_agent *a, struct tpu_xfer_reg *r);
+/* a->lock held: and its local MR (once no post is between its check and its post). */
+void tpu__xfer_rdma_reg_drop_local(struct tpu_xfer_reg *r);
+/* @p failed: its link stops. */
+void tpu__xfer_rdma_peer_fail(struct xfer_peer *p, tpu_status st);
+/* @p is freed: so is its link. */
+void tpu__xfer_rdma_peer_free(struct xfer_peer *p);
+/* The agent goes: its device and thread (after every peer was freed). */
+void tpu__xfer_rdma_agent_free(struct tpu_agent *a);
 
 /* agent.c */
 tpu_status tpu__xfer_agent_check(const struct tpu_agent *a);

@@ -72,6 +72,13 @@ static tpu_status choose_backend(struct tpu_agent *a, struct xfer_peer *p, bool 
 		}
 		tpu__log_debug("xfer: no cma to %s: %s", p->url, tpu_strerror(st));
 	}
+	if ((a->backends & TPU_XFER_BACKEND_RDMA) && p->rdma) {
+		st = tpu__xfer_rdma.attach(p);
+		if (!st) {
+			p->be = &tpu__xfer_rdma;
+			return 0;
+		}
+	}
 	if (a->backends & TPU_XFER_BACKEND_TCP) {
 		st = tpu__xfer_tcp.attach(p);
 		if (!st) {
@@ -112,6 +119,13 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	st = tpu__xfer_peer_out(a, b.agent, url, &p);
 	if (st)
 		return st;
+	/*
+	 * rdma unless cma will do (same machine, allowed): the link is asked
+	 * for before the first load, whose answer then carries the rkey.
+	 */
+	if ((a->backends & TPU_XFER_BACKEND_RDMA) &&
+	    !((a->backends & TPU_XFER_BACKEND_CMA) && url == b.url_shm))
+		tpu__xfer_rdma_connect(p);
 	pthread_mutex_lock(&a->lock);
 	ld.id = ++p->next_id;
 	ld.next = p->loads;
@@ -145,9 +159,11 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 		st = -EPROTO;
 	if (!st) {
 		/* The kernel, not the answer, says whether the grant is ours. */
-		tpu_status kst = tpu__xfer_kmod_check(a, (uint32_t)ld.ans.key, ld.ans.access);
+		bool rkey = ld.ans.flags & XFER_F_RKEY;
+		tpu_status kst = rkey ? -ENOENT :
+				 tpu__xfer_kmod_check(a, (uint32_t)ld.ans.key, ld.ans.access);
 
-		if (kst && ld.ans.key)
+		if (kst && ld.ans.key && !rkey)
 			tpu__log_debug("xfer: kmod grant from %s refused: %s", p->url, tpu_strerror(kst));
 		if (p->be == &tpu__xfer_kmod && kst)
 			st = kst;	/* this peer's requests all go through the module */
@@ -156,9 +172,12 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 		if (!st && p->be == &tpu__xfer_kmod)
 			grant = (uint32_t)ld.ans.key;
 	}
-	/* Memory only the target's own copies reach (CUDA): not for cma or kmod. */
+	/* Memory only the target's own copies reach (CUDA): not for cma, kmod or rdma. */
 	if (!st && (ld.ans.flags & XFER_F_SERVED) && p->be != &tpu__xfer_tcp)
 		st = -EOPNOTSUPP;
+	/* An rdma peer's answer carries the rkey, or the handle is no use. */
+	if (!st && p->be == &tpu__xfer_rdma && !(ld.ans.flags & XFER_F_RKEY))
+		st = -EPROTO;
 	if (st) {
 		pthread_mutex_unlock(&a->lock);
 		return st;
@@ -174,6 +193,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	rm->len = ld.ans.len;
 	rm->access = ld.ans.access;
 	rm->grant = grant;
+	rm->rkey = (ld.ans.flags & XFER_F_RKEY) ? (uint32_t)ld.ans.key : 0;
 	rm->next = p->remotes;
 	p->remotes = rm;
 	pthread_mutex_unlock(&a->lock);

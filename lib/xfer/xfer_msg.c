@@ -49,7 +49,7 @@ tpu_status tpu__xfer_hdr_get(const void *buf, size_t len, struct xfer_hdr *h)
 	w = tpu__get_le32(b + 60);
 	h->op = w & 0xff;
 	h->access = (w >> 8) & 0xff;
-	if (h->type < XFER_HELLO || h->type > XFER_REVOKE_ACK || (w >> 16))
+	if (h->type < XFER_HELLO || h->type > XFER_RDMA_ACCEPT || (w >> 16))
 		return -EPROTO;
 	return 0;
 }
@@ -75,6 +75,10 @@ tpu_status tpu__xfer_in_check(struct xfer_peer *p, const struct xfer_hdr *h,
 		return !p->out && np == 1 && pl_ok(desc, 0, TPU_XFER_NOTIF_MAX) ? 0 : -EPROTO;
 	case XFER_REVOKE_ACK:
 		return !p->out && np == 0 ? 0 : -EPROTO;
+	case XFER_RDMA_CONN:		/* its fields are checked by xfer_rdma_dev.c */
+		return !p->out && np == 1 && pl_ok(desc, 0, XFER_RDMA_INFO_MAX) ? 0 : -EPROTO;
+	case XFER_RDMA_ACCEPT:
+		return p->out && np == 1 && pl_ok(desc, 0, XFER_RDMA_INFO_MAX) ? 0 : -EPROTO;
 	case XFER_REQ:
 		if (p->out || np != 3 || !h->n || h->n > XFER_CHUNK_ELEMS ||
 		    desc->payloads[0].len != (uint64_t)h->n * XFER_ELEM_LEN ||
@@ -129,6 +133,12 @@ void tpu__xfer_in_dispatch(struct xfer_peer *p)
 		break;
 	case XFER_RESP:
 		tpu__xfer_tcp_resp(p);
+		break;
+	case XFER_RDMA_CONN:
+		tpu__xfer_rdma_conn(p);
+		break;
+	case XFER_RDMA_ACCEPT:
+		tpu__xfer_rdma_accept(p);
 		break;
 	}
 }

@@ -209,6 +209,8 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	tpu__xfer_kmod_unpin(a, r);
 	a->slots[r->id & SLOT_MASK] = NULL;
 	a->nregs--;
+	/* rdma: its MRs in peers' domains go first; their rkeys die with them. */
+	tpu__xfer_rdma_reg_drop_remote(a, r);
 	/* Sends take the lock: tell the loaders from a copy of the list. */
 	n = r->nloaders;
 	tell = n ? malloc(n * sizeof(*tell)) : NULL;
@@ -250,6 +252,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	pthread_rwlock_wrlock(&a->local_rw);
 	pthread_rwlock_unlock(&a->local_rw);
 	pthread_mutex_lock(&a->lock);
+	tpu__xfer_rdma_reg_drop_local(r);
 	r->gone = true;
 	free(r->loaders);
 	r->loaders = NULL;
@@ -273,6 +276,7 @@ void tpu__xfer_regs_free(struct tpu_agent *a)
 
 	for (r = a->regs; r; r = n) {
 		n = r->next;
+		tpu__xfer_rdma_reg_drop_local(r);
 		free(r->loaders);
 		unmap(r);
 		free(r);

@@ -62,6 +62,8 @@ static void req_free(struct tpu_xfer_req *r)
 {
 	size_t i;
 
+	if (r->be_data && r->peer->be->release)
+		r->peer->be->release(r);
 	if (r->lregs) {
 		pthread_mutex_lock(&r->a->lock);
 		for (i = 0; i < r->nlregs; i++)
@@ -260,6 +262,8 @@ TPU_API tpu_status tpu_xfer_prepare(struct tpu_agent *a, enum tpu_xfer_op op,
 	st = list_once(r, local, nlocal, remote, nremote);
 	if (!st)
 		st = build_pairs(r, local, nlocal, remote, nremote);
+	if (!st && r->peer->be && r->peer->be->prepare)
+		st = r->peer->be->prepare(r);
 	if (st)
 		goto fail;
 	*out = r;

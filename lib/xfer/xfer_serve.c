@@ -52,9 +52,18 @@ void tpu__xfer_serve_load(struct xfer_peer *p)
 		ans.len = r->len;
 		ans.access = r->access;
 		ans.flags = r->dev.type ? XFER_F_SERVED : 0;
-		/* CUDA memory is no user memory the module could pin. */
-		if (!ans.status && !r->dev.type)
+		if (ans.status || r->dev.type) {
+			/* CUDA memory: neither the module nor an MR of ours reaches it. */
+		} else if (p->rdma) {
+			/* A peer with an rdma link: this registration's rkey in its own domain. */
+			uint32_t rkey;
+
+			ans.status = tpu__xfer_rdma_grant(p, r, &rkey);
+			ans.key = rkey;
+			ans.flags = ans.status ? 0 : XFER_F_RKEY;
+		} else {
 			ans.key = tpu__xfer_kmod_grant(a, r, p->in.h.addr);
+		}
 	}
 	pthread_mutex_unlock(&a->lock);
 answer:

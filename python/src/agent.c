@@ -64,9 +64,12 @@ static int agent_init(PyObject *self, PyObject *args, PyObject *kw)
 			o.backends |= TPU_XFER_BACKEND_CMA;
 		if (strstr(backends, "tcp"))
 			o.backends |= TPU_XFER_BACKEND_TCP;
+		if (strstr(backends, "rdma"))
+			o.backends |= TPU_XFER_BACKEND_RDMA;
 		if (!o.backends) {
 			Py_DECREF(ctx);
-			PyErr_SetString(PyExc_ValueError, "backends: \"cma\", \"tcp\" or both");
+			PyErr_SetString(PyExc_ValueError,
+					"backends: any of \"cma\", \"tcp\", \"rdma\"");
 			return -1;
 		}
 	}

@@ -58,6 +58,7 @@ static const struct {
 	{ "xfer_dmabuf", test_xfer_dmabuf },
 	{ "xfer_cuda", test_xfer_cuda },
 	{ "xfer_kmod", test_xfer_kmod },
+	{ "xfer_rdma", test_xfer_rdma },
 	{ "bounds_pipe", test_bounds_pipe },
 	{ "bounds_remote", test_bounds_remote },
 	{ "bounds_store", test_bounds_store },
@@ -97,6 +98,11 @@ int main(void)
 	/* Run by tests/vm/pair-xfer.sh: the reader of another host's writer. */
 	if (getenv("TPU_TEST_CUDA_READER"))
 		return cuda_reader(getenv("TPU_TEST_CUDA_READER"));
+	/* Run by tests/vm/pair-xfer.sh: one-sided transfers over rdma between the hosts. */
+	if (getenv("TPU_TEST_XFER_TARGET"))
+		return xfer_pair_target(getenv("TPU_TEST_XFER_TARGET"));
+	if (getenv("TPU_TEST_XFER_REQUESTER"))
+		return xfer_pair_requester(getenv("TPU_TEST_XFER_REQUESTER"));
 	if (getenv("TPU_TEST_CUDA_ABSENT"))
 		return cuda_absent();
 

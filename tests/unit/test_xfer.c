@@ -20,6 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "dev/dev.h"
 #include "tap.h"
 #include "xfer/xfer.h"
@@ -768,4 +773,376 @@ void test_xfer_trust(void)
 	read_only_export();
 	bad_blobs();
 	no_secret();
+}
+
+/* ---- rdma (in the VM: tests/vm/rdma-single.sh, both agents on one rxe device) ---- */
+
+static bool rdma_device(void)
+{
+	int n = 0;
+	struct ibv_device **d = ibv_get_device_list(&n);
+
+	if (d)
+		ibv_free_device_list(d);
+	return d && n > 0;
+}
+
+/* Large posts stripe over the queue pairs; the notification follows every stripe. */
+static void rdma_striped(struct pair *p)
+{
+	enum { N = 64, B = 16384 };
+	struct tpu_xfer_local_elem l[N];
+	struct tpu_xfer_remote_elem r[N];
+	struct tpu_xfer_req *w = NULL, *rd = NULL;
+	char peer[TPU_XFER_NAME_MAX];
+	int i, k, ok = 1, notes = 0, msg = 0;
+	size_t len;
+	uint64_t t0;
+
+	/* Local piece i goes to remote piece N-1-i: the order matters. */
+	for (i = 0; i < N; i++) {
+		l[i] = (struct tpu_xfer_local_elem){ p->ra, (uint64_t)i * B, B };
+		r[i] = (struct tpu_xfer_remote_elem){ p->rm, (uint64_t)(N - 1 - i) * B, B };
+	}
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_WRITE, l, N, r, N, &msg, sizeof(msg), &w), 0,
+		     "rdma: 64 x 16 KiB WRITE with a notification prepared");
+	for (i = 0; i < N; i++)
+		l[i].offset = (uint64_t)(N - 1 - i) * B;	/* read back reversed again */
+	CHECK_STATUS(tpu_xfer_prepare(p->a, TPU_XFER_OP_READ, l, N, r, N, NULL, 0, &rd), 0,
+		     "rdma: and the READ back");
+	if (!w || !rd)
+		goto out;
+	for (k = 0; k < 20 && ok; k++) {
+		fill(p->mem_a, REG, 100 + k);
+		memset(p->mem_b, 0, REG);
+		ok = !tpu_xfer_post(w, NULL, NULL) && !tpu_xfer_wait(w, 10000);
+		for (i = 0; ok && i < N; i++)
+			ok = !memcmp(p->mem_b + (size_t)(N - 1 - i) * B, p->mem_a + (size_t)i * B, B);
+		/* The notification came after all of it. */
+		t0 = now_ms();
+		while (ok && tpu_agent_notif_poll(p->b, peer, sizeof(peer), &msg, sizeof(msg), &len) ==
+				     -EAGAIN && now_ms() - t0 < 10000)
+			usleep(500);
+		notes += ok && len == sizeof(msg);
+		memset(p->mem_a, 0, REG);
+		ok = ok && !tpu_xfer_post(rd, NULL, NULL) && !tpu_xfer_wait(rd, 10000);
+		for (i = 0; ok && i < N; i++)
+			ok = !memcmp(p->mem_a + (size_t)(N - 1 - i) * B, p->mem_b + (size_t)(N - 1 - i) * B, B);
+	}
+	CHECK(ok && notes == 20, "rdma: 20 striped WRITEs and READs as the reference, 20 notifications (%d)",
+	      notes);
+out:
+	tpu_xfer_release(w);
+	tpu_xfer_release(rd);
+}
+
+/*
+ * A requester that lies about the bounds: the MR the target registered for
+ * this peer refuses (the hardware check), nothing lands, and the link is
+ * spent: a later load connects anew.
+ */
+static void rdma_mr_enforces(void)
+{
+	struct pair p;
+	struct tpu_xfer_local_elem l = { NULL, 0, 32 };
+	struct tpu_xfer_remote_elem r = { NULL, REG - 16, 32 };
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "rdma: agents for the MR case");
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	fill(p.mem_a, REG, 5);
+	memset(p.mem_b, 0x5a, REG);
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), -EINVAL,
+		     "rdma: an element 16 bytes past the export is refused at preparation");
+	p.rm->len = REG + 4096;		/* as if the load had answered more */
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req), 0,
+		     "rdma: a lying requester prepares it");
+	if (req) {
+		tpu_xfer_post(req, NULL, NULL);
+		st = tpu_xfer_wait(req, 10000);
+		CHECK_STATUS(st, TPU_E_REVOKED, "rdma: the target's MR refuses it");
+		CHECK(p.mem_b[REG - 16] == 0x5a && p.mem_b[REG - 1] == 0x5a,
+		      "rdma: nothing landed at the end of the registration");
+		CHECK_STATUS(tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000),
+			     TPU_E_REVOKED, "rdma: the spent link fails later posts");
+		tpu_xfer_release(req);
+	}
+	p.rm->len = REG;
+	{
+		struct tpu_xfer_remote *rm2 = NULL;
+		struct tpu_xfer_local_elem l2 = { p.ra, 0, 64 };
+		struct tpu_xfer_remote_elem r2 = { NULL, 0, 64 };
+
+		CHECK_STATUS(export_load(p.rb, p.a, &rm2), 0, "rdma: loaded again, a new link");
+		r2.remote = rm2;
+		req = NULL;
+		st = rm2 ? tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l2, 1, &r2, 1, NULL, 0, &req) :
+			   -EINVAL;
+		if (!st) {
+			tpu_xfer_post(req, NULL, NULL);
+			st = tpu_xfer_wait(req, 10000);
+		}
+		CHECK_STATUS(st, 0, "rdma: which moves bytes");
+		CHECK(!memcmp(p.mem_b, p.mem_a, 64), "rdma: as the reference");
+		CHECK(rm2 && !strcmp(tpu_xfer_remote_backend(rm2), "rdma"), "rdma: on rdma");
+		tpu_xfer_release(req);
+	}
+	pair_close(&p);
+}
+
+/*
+ * Deregistration kills the rkey itself: a requester that ignores the
+ * revocation (clears its handle's flag and posts the request it had
+ * prepared) reaches nothing; the MR refuses.
+ */
+static void rdma_revoke_hw(void)
+{
+	struct pair p;
+	struct tpu_xfer_local_elem l = { NULL, 0, 64 };
+	struct tpu_xfer_remote_elem r = { NULL, 0, 64 };
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st;
+	int i;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "rdma: agents for the revocation case");
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	memset(p.mem_a, 0xee, 64);
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, &l, 1, &r, 1, NULL, 0, &req);
+	if (!st)
+		st = tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000);
+	CHECK_STATUS(st, 0, "rdma: a WRITE lands before the deregistration");
+	CHECK_STATUS(tpu_agent_deregister(p.rb), 0, "rdma: deregistered");
+	p.rb = NULL;
+	memset(p.mem_b, 0x11, 64);
+	atomic_store(&p.rm->revoked, false);	/* a requester that ignores it */
+	st = req ? tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 10000) : -EINVAL;
+	CHECK_STATUS(st, TPU_E_REVOKED, "rdma: its rkey is dead: the MR refuses the next post");
+	for (i = 0; i < 64 && p.mem_b[i] == 0x11; i++)
+		;
+	CHECK(i == 64, "rdma: nothing landed after deregistration returned");
+	tpu_xfer_release(req);
+	pair_close(&p);
+}
+
+/* Without a device: rdma alone cannot load; with tcp allowed too, tcp carries it. */
+static void rdma_absent(void)
+{
+	struct pair p;
+	bool ok;
+
+	ok = pair_open(&p, TPU_XFER_BACKEND_RDMA | TPU_XFER_BACKEND_TCP, TPU_XFER_READ);
+	CHECK(ok && !strcmp(tpu_xfer_remote_backend(p.rm), "tcp"),
+	      "no rdma device: rdma|tcp falls back to tcp (%s)", ok ? tpu_xfer_remote_backend(p.rm) : "");
+	pair_close(&p);
+	ok = pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ);
+	CHECK(!ok && !p.rm, "no rdma device: rdma alone does not load");
+	pair_close(&p);
+}
+
+void test_xfer_rdma(void)
+{
+	struct pair p;
+
+	if (!rdma_device()) {
+		tap_diag("no RDMA device here: the rdma cases run in the VM (tests/vm/rdma-single.sh)");
+		rdma_absent();
+		return;
+	}
+	run_backend(TPU_XFER_BACKEND_RDMA, "rdma");
+	if (pair_open(&p, TPU_XFER_BACKEND_RDMA, TPU_XFER_READ | TPU_XFER_WRITE))
+		rdma_striped(&p);
+	else
+		CHECK(0, "rdma: agents for the striped case");
+	pair_close(&p);
+	rdma_mr_enforces();
+	rdma_revoke_hw();
+	peer_killed(TPU_XFER_BACKEND_RDMA, "rdma");
+}
+
+/* ---- across two hosts (tests/vm/pair-xfer.sh): rdma between the VMs ---- */
+
+#define PAIR_MEM	(4U << 20)
+#define PAIR_NOTES	10
+
+/* "ADDR:PORT" into a TCP socket address; listen or connect. */
+static int pair_socket(const char *hostport, bool listen_on)
+{
+	char host[64];
+	const char *c = strrchr(hostport, ':');
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd, one = 1;
+
+	if (!c || (size_t)(c - hostport) >= sizeof(host))
+		return -1;
+	memcpy(host, hostport, (size_t)(c - hostport));
+	host[c - hostport] = 0;
+	sa.sin_port = htons((uint16_t)atoi(c + 1));
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+		return -1;
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (listen_on) {
+		int s;
+
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1)) {
+			close(fd);
+			return -1;
+		}
+		s = accept(fd, NULL, NULL);
+		close(fd);
+		return s;
+	}
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * The target (VM a): a registration of PAIR_MEM bytes, its blob to the one
+ * requester over a plain socket; once that closes, the second half must be
+ * what the requester wrote, and PAIR_NOTES notifications must have come.
+ */
+int xfer_pair_target(const char *hostport)
+{
+	uint8_t blob[TPU_XFER_BLOB_MAX], *m = malloc(PAIR_MEM), *want = malloc(PAIR_MEM), c;
+	struct tpu_context *ctx = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *r = NULL;
+	char peer[TPU_XFER_NAME_MAX];
+	int fd, notes = 0, v;
+	size_t len, n;
+	uint64_t t0;
+
+	fill(m, PAIR_MEM, 7);
+	fill(want + PAIR_MEM / 2, PAIR_MEM / 2, 8);
+	if (tpu_context_create(NULL, &ctx) || tpu_agent_create(ctx, NULL, &a) ||
+	    tpu_agent_register(a, m, PAIR_MEM, TPU_XFER_READ | TPU_XFER_WRITE, &r) ||
+	    tpu_agent_export(r, blob, sizeof(blob), &len)) {
+		fprintf(stderr, "xfer target: no agent\n");
+		return 1;
+	}
+	fd = pair_socket(hostport, true);
+	n = len;
+	if (fd < 0 || write(fd, &n, sizeof(n)) != sizeof(n) || write(fd, blob, len) != (ssize_t)len) {
+		fprintf(stderr, "xfer target: no requester\n");
+		return 1;
+	}
+	while (read(fd, &c, 1) > 0)
+		;
+	close(fd);
+	t0 = now_ms();
+	while (notes < PAIR_NOTES && now_ms() - t0 < 10000) {
+		if (tpu_agent_notif_poll(a, peer, sizeof(peer), &v, sizeof(v), &n))
+			usleep(1000);
+		else
+			notes += v == notes;
+	}
+	v = memcmp(m + PAIR_MEM / 2, want + PAIR_MEM / 2, PAIR_MEM / 2) || notes != PAIR_NOTES;
+	fprintf(stderr, "xfer target: %d notifications, second half %s\n", notes,
+		memcmp(m + PAIR_MEM / 2, want + PAIR_MEM / 2, PAIR_MEM / 2) ? "wrong" : "as written");
+	tpu_agent_destroy(a);
+	tpu_context_destroy(ctx);
+	free(m);
+	free(want);
+	return v;
+}
+
+/* The requester (VM b): READ random lists of the first half, WRITE the second, striped. */
+int xfer_pair_requester(const char *hostport)
+{
+	struct tpu_agent_options o = { .name = "B", .backends = TPU_XFER_BACKEND_RDMA };
+	uint8_t blob[TPU_XFER_BLOB_MAX], *m = malloc(PAIR_MEM), *ref = malloc(PAIR_MEM);
+	struct tpu_xfer_local_elem *l = calloc(10000, sizeof(*l));
+	struct tpu_xfer_remote_elem *re = calloc(10000, sizeof(*re));
+	struct tpu_xfer_req *req = NULL;
+	struct pair p = { 0 };
+	size_t len = 0, i;
+	int fd = -1, tries, k, ok;
+	tpu_status st;
+
+	for (tries = 0; tries < 60 && fd < 0; tries++) {
+		fd = pair_socket(hostport, false);
+		if (fd < 0)
+			sleep(1);
+	}
+	if (fd < 0 || read(fd, &len, sizeof(len)) != sizeof(len) || len > sizeof(blob) ||
+	    read(fd, blob, len) != (ssize_t)len) {
+		CHECK(0, "two hosts: the target's blob");
+		return tap_finish();
+	}
+	tpu_context_create(NULL, &p.ca);
+	st = tpu_agent_create(p.ca, &o, &p.a);
+	if (!st)
+		st = tpu_agent_register(p.a, m, PAIR_MEM, 0, &p.ra);
+	if (!st)
+		st = tpu_agent_load(p.a, blob, len, &p.rm);
+	CHECK_STATUS(st, 0, "two hosts: the other host's blob loads");
+	CHECK(p.rm && !strcmp(tpu_xfer_remote_backend(p.rm), "rdma"),
+	      "two hosts: on the rdma backend (%s)", p.rm ? tpu_xfer_remote_backend(p.rm) : "");
+	if (st)
+		goto out;
+	/* READ: 10000 random pieces of the first half against the target's fill. */
+	fill(ref, PAIR_MEM, 7);
+	memset(m, 0, PAIR_MEM);
+	random_lists(&p, 77, 10000, 10000, l, re);
+	for (i = 0, ok = 1; i < 10000; i++)
+		ok &= re[i].offset + re[i].len <= PAIR_MEM / 2;
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, l, 10000, re, 10000, NULL, 0, &req);
+	if (!st) {
+		tpu_xfer_post(req, NULL, NULL);
+		st = tpu_xfer_wait(req, 30000);
+	}
+	CHECK_STATUS(st, 0, "two hosts: READ of 10000 random pieces");
+	{
+		uint8_t *want = calloc(1, PAIR_MEM);
+
+		reference(TPU_XFER_OP_READ, want, ref, l, 10000, re, 10000);
+		CHECK(ok && want && !memcmp(m, want, PAIR_MEM), "two hosts: every byte as the reference");
+		free(want);
+	}
+	tpu_xfer_release(req);
+	req = NULL;
+	/* WRITE the second half: 64 pieces of 32 KiB (striped), a notification each time. */
+	fill(m, PAIR_MEM, 8);
+	for (i = 0; i < 64; i++) {
+		l[i] = (struct tpu_xfer_local_elem){ p.ra, PAIR_MEM / 2 + i * 32768, 32768 };
+		re[i] = (struct tpu_xfer_remote_elem){ p.rm, PAIR_MEM / 2 + i * 32768, 32768 };
+	}
+	k = 0;
+	st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, l, 64, re, 64, &k, sizeof(k), &req);
+	for (k = 0; !st && k < PAIR_NOTES; k++) {
+		/* Each post's message is its number: the request copied it, so prepare anew. */
+		tpu_xfer_release(req);
+		req = NULL;
+		st = tpu_xfer_prepare(p.a, TPU_XFER_OP_WRITE, l, 64, re, 64, &k, sizeof(k), &req);
+		if (!st)
+			st = tpu_xfer_post(req, NULL, NULL) ?: tpu_xfer_wait(req, 30000);
+	}
+	CHECK_STATUS(st, 0, "two hosts: %d striped WRITEs of 2 MiB with notifications", PAIR_NOTES);
+	tpu_xfer_release(req);
+out:
+	if (fd >= 0)
+		close(fd);	/* the target checks what landed */
+	tpu_agent_destroy(p.a);
+	tpu_context_destroy(p.ca);
+	free(m);
+	free(ref);
+	free(l);
+	free(re);
+	return tap_finish();
 }

@@ -12,7 +12,10 @@
 # channel must be cuda_staged (IPC and the module's dma-bufs are one host's).
 # Last, tpbench cuda between the hosts (a listens, b connects): every
 # device pair through cuda_staged over rdma://, every byte checked; with
-# the stand-in a correctness check, not a measurement.
+# the stand-in a correctness check, not a measurement.  Then one-sided
+# transfers (lib/xfer) over the rdma backend: a's agent listens on its
+# address and hands its blob over a socket; b READs 10000 random pieces
+# and WRITEs striped batches with notifications, which a checks.
 # Then a world of four ranks, two on each VM (ranks 0 and 1 on a, 2 and 3
 # on b), whose collectives run in two levels (a segment per VM, its
 # leader over tcp to the other's): every collective checked against a
@@ -24,6 +27,7 @@
 port=7711
 cuda_port=7730
 bench_port=7740
+xfer_port=7750
 standin=tests/unit/build/libcuda_standin.so
 world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
 hier="WORLD_SIZE=4 LOCAL_WORLD_SIZE=2"
@@ -51,6 +55,9 @@ if [ "$TP_VM_ROLE" = a ]; then
 	TPU_CUDA_DRIVER=$standin timeout 120 tools/tpbench cuda \
 		--listen "rdma://$TP_VM_ADDR:$bench_port" >/tmp/bench.log 2>&1 &
 	bench=$!
+	TPU_XFER_ADDR=$TP_VM_ADDR TPU_TEST_XFER_TARGET="$TP_VM_ADDR:$xfer_port" \
+		timeout 900 tests/unit/build/plain/unit_tests >/tmp/xfer-target.log 2>&1 &
+	xfer=$!
 	env $world RANK=0 MASTER_ADDR="$TP_VM_ADDR" examples/world_hello
 	st=$?
 	kill "$server" 2>/dev/null
@@ -71,13 +78,15 @@ if [ "$TP_VM_ROLE" = a ]; then
 		cat /tmp/bench.log
 		st=1
 	fi
-	hier_ranks 0 "$TP_VM_ADDR" 7750 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
-	hier_ranks 0 "$TP_VM_ADDR" 7751 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
+	wait "$xfer" || st=1
+	cat /tmp/xfer-target.log
+	hier_ranks 0 "$TP_VM_ADDR" 7760 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
+	hier_ranks 0 "$TP_VM_ADDR" 7761 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..6"
+echo "1..7"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -122,17 +131,28 @@ else
 	echo "not ok 4 - tpbench cuda between the hosts (exit $bench_st)"
 	failed=1
 fi
-if hier_ranks 2 "$TP_VM_PEER" 7750 check /tmp/hier.log; then
-	echo "ok 5 - four ranks, two on each host: every collective in two levels, checked"
+# The requester's own points, as a subtest of point 5.
+TPU_TEST_XFER_REQUESTER="$TP_VM_PEER:$xfer_port" tests/unit/build/plain/unit_tests \
+	>/tmp/xfer-req.log 2>&1
+xfer_st=$?
+sed 's/^/    /' /tmp/xfer-req.log
+if [ $xfer_st = 0 ]; then
+	echo "ok 5 - one-sided transfers to the other host on the rdma backend, every byte as the reference"
 else
-	echo "not ok 5 - four ranks, two on each host: collectives in two levels"
+	echo "not ok 5 - one-sided transfers to the other host on the rdma backend"
+	failed=1
+fi
+if hier_ranks 2 "$TP_VM_PEER" 7760 check /tmp/hier.log; then
+	echo "ok 6 - four ranks, two on each host: every collective in two levels, checked"
+else
+	echo "not ok 6 - four ranks, two on each host: collectives in two levels"
 	failed=1
 fi
 sed 's/^/# /' /tmp/hier.log
-if hier_ranks 2 "$TP_VM_PEER" 7751 dies /tmp/hier-dies.log; then
-	echo "ok 6 - a rank that exits on this host fails the others on both hosts within 3 s"
+if hier_ranks 2 "$TP_VM_PEER" 7761 dies /tmp/hier-dies.log; then
+	echo "ok 7 - a rank that exits on this host fails the others on both hosts within 3 s"
 else
-	echo "not ok 6 - a rank that exits on this host fails the others on both hosts"
+	echo "not ok 7 - a rank that exits on this host fails the others on both hosts"
 	failed=1
 fi
 sed 's/^/# /' /tmp/hier-dies.log
