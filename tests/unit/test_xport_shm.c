@@ -392,6 +392,20 @@ static long switches(pid_t tid)
 	return v;
 }
 
+/*
+ * A voluntary switch is counted when the thread blocks again, after the
+ * wake-up it handled: wait for that, up to @ms, instead of racing it.
+ */
+static bool switched_since(pid_t tid, long before, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		if (before >= 0 && switches(tid) > before)
+			return true;
+		sleep_ms(1);
+	}
+	return false;
+}
+
 static void test_pingpong(struct pair *p)
 {
 	struct pp *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
@@ -449,14 +463,14 @@ static void test_wake_after_pingpong(struct pair *p)
 		x_write(ctx_a, p->client, "P", 1, &wa);
 		CHECK(wait_for(&rb.calls, 1, 2000) && !rb.status && y == 'P',
 		      "shm: after the ping-pong, a sleeping reader is woken by one byte (%d)", i);
-		CHECK(sb >= 0 && switches(tb.tid) > sb,
+		CHECK(switched_since(tb.tid, sb, 2000),
 		      "shm: the reader's context slept and woke for it (%d)", i);
 		sleep_ms(30);
 		sa = switches(ta.tid);
 		x_write(ctx_b, p->server, "Q", 1, &wb);
 		CHECK(wait_for(&ra.calls, 1, 2000) && !ra.status && x == 'Q',
 		      "shm: and the other way (%d)", i);
-		CHECK(sa >= 0 && switches(ta.tid) > sa,
+		CHECK(switched_since(ta.tid, sa, 2000),
 		      "shm: the other context slept and woke for it (%d)", i);
 		wait_for(&wa.calls, 1, WAIT_MS);
 		wait_for(&wb.calls, 1, WAIT_MS);
