@@ -2209,6 +2209,29 @@ TPU_API tpu_status tpu_agent_register_cuda(struct tpu_agent *a, uint32_t device,
 					   size_t len, unsigned int access,
 					   struct tpu_xfer_reg **out);
 /**
+ * tpu_agent_register_region - register @len bytes at @offset of module
+ * region @handle of the application's endpoint @ep (tpu_region_register,
+ * tpu_region_alloc or a DONATE receive), mapped in this process at @addr
+ * (those bytes of the region: the memory given to tpu_region_register, or
+ * a tpu_region_mmap of it).  @ep must be attached to the domain @a joined
+ * with tpu_agent_use_domain() and outlive the registration.  kmod loaders
+ * are granted the region itself through @ep (no second pin); the other
+ * backends, and local pieces, reach it at @addr, as host memory.  The
+ * handle, range and access are checked by the module; that @addr maps
+ * those bytes is the caller's word.  Deregistration revokes the grants
+ * made on it; the region stays the caller's.  @access as
+ * tpu_agent_register() (and the region must allow it).
+ * Errors: -EINVAL (bad arguments, @ep NULL, @addr NULL), -EXDEV (@a has
+ * no domain, or @ep is not in it), -ENOENT (no such region of @ep),
+ * -ERANGE (past the region), -EACCES (access the region lacks),
+ * -EOPNOTSUPP (an imported dma-buf region), -EFAULT (@addr not mapped
+ * over @len), those of tpu_agent_register().
+ */
+TPU_API tpu_status tpu_agent_register_region(struct tpu_agent *a, struct tpu_endpoint *ep,
+					     uint32_t handle, uint64_t offset, size_t len,
+					     void *addr, unsigned int access,
+					     struct tpu_xfer_reg **out);
+/**
  * tpu_agent_deregister - revoke and free @reg.  Returns once no peer can
  * reach the memory: every peer that loaded it acknowledged the revocation
  * (one that does not within 2 s has its pipe closed) and no request is

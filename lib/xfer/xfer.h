@@ -121,8 +121,14 @@ struct tpu_xfer_reg {
 	void *map;			/* a mapping of its own (a dma-buf's), unmapped */
 	size_t map_len;			/* once no peer or request can reach it */
 	struct tpu_device dev;		/* CUDA memory: only the target's copies reach it */
-	uint32_t kmod_region;		/* a->lock: module region handle, if kmod_pinned */
+	uint32_t kmod_region;		/* a->lock: module region handle, if kmod_pinned or kmod_app */
 	bool kmod_pinned;		/* a->lock */
+	/* An application's module region (tpu_agent_register_region): granted as is. */
+	bool kmod_app;
+	int kmod_app_fd;		/* its endpoint, the application's */
+	uint64_t kmod_offset;		/* where the registration starts in the region */
+	uint32_t *kmod_grants;		/* a->lock: grants made on it, revoked when it goes */
+	size_t nkmod_grants, kmod_grants_cap;
 	void *rdma_mr;			/* a->lock: its MR in the agent's rdma domain */
 };
 
@@ -225,6 +231,7 @@ struct tpu_agent {
 	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */
 	int kmod_fd;			/* module endpoint (tpu_agent_use_domain), if kmod_id */
 	uint64_t kmod_id;		/* a->lock: its endpoint id, 0 without one */
+	uint64_t kmod_domain;		/* a->lock: its domain's id, with kmod_id */
 	struct xrd_dev *rdma;		/* a->lock: the rdma device, opened at first use */
 };
 

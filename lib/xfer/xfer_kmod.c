@@ -58,6 +58,7 @@ TPU_API tpu_status tpu_agent_use_domain(struct tpu_agent *a, int domain_fd)
 		} else {
 			a->kmod_fd = fd;
 			a->kmod_id = ei.id;
+			a->kmod_domain = ei.domain_id;
 		}
 		pthread_mutex_unlock(&a->lock);
 	}
@@ -68,15 +69,36 @@ TPU_API tpu_status tpu_agent_use_domain(struct tpu_agent *a, int domain_fd)
 	return st;
 }
 
+/* a->lock held: remember grant @id of an application's region, to revoke it later. */
+static tpu_status kmod_note_grant(struct tpu_xfer_reg *r, uint32_t id)
+{
+	if (r->nkmod_grants == r->kmod_grants_cap) {
+		size_t cap = r->kmod_grants_cap ? 2 * r->kmod_grants_cap : 4;
+		uint32_t *n = realloc(r->kmod_grants, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		r->kmod_grants = n;
+		r->kmod_grants_cap = cap;
+	}
+	r->kmod_grants[r->nkmod_grants++] = id;
+	return 0;
+}
+
 /* a->lock held: grant @r to the module endpoint @grantee; the grant id or 0. */
 uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint64_t grantee)
 {
 	struct tp_grant g = { .grantee = grantee, .len = r->len, .access = r->access };
+	int fd = a->kmod_fd;
 	tpu_status st = 0;
 
 	if (!a->kmod_id || !grantee || !(a->backends & TPU_XFER_BACKEND_KMOD))
 		return 0;
-	if (!r->kmod_pinned) {
+	if (r->kmod_app) {
+		/* The application's region, granted through its own endpoint: no second pin. */
+		fd = r->kmod_app_fd;
+		g.offset = r->kmod_offset;
+	} else if (!r->kmod_pinned) {
 		struct tp_region_register reg = {
 			.addr = (uintptr_t)r->addr, .len = r->len, .access = r->access,
 		};
@@ -89,7 +111,15 @@ uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint6
 	}
 	if (!st) {
 		g.region = r->kmod_region;
-		st = kmod_ioctl(a->kmod_fd, TP_IOC_GRANT, &g);
+		st = kmod_ioctl(fd, TP_IOC_GRANT, &g);
+	}
+	if (!st && r->kmod_app) {
+		st = kmod_note_grant(r, g.id);
+		if (st) {
+			struct tp_grant_revoke rv = { .id = g.id };
+
+			kmod_ioctl(fd, TP_IOC_GRANT_REVOKE, &rv);
+		}
 	}
 	if (st) {
 		tpu__log_debug("xfer: no kmod grant to endpoint %llu: %s",
@@ -99,15 +129,84 @@ uint32_t tpu__xfer_kmod_grant(struct tpu_agent *a, struct tpu_xfer_reg *r, uint6
 	return g.id;
 }
 
-/* a->lock held: the registration goes; its grants end before this returns. */
+/*
+ * a->lock held: the registration goes; its grants end before this returns
+ * (releasing our pin ends them; an application's region stays its own,
+ * so each grant made on it is revoked).
+ */
 void tpu__xfer_kmod_unpin(struct tpu_agent *a, struct tpu_xfer_reg *r)
 {
 	struct tp_region_release rel = { .handle = r->kmod_region };
+	size_t i;
 
+	if (r->kmod_app) {
+		for (i = 0; i < r->nkmod_grants; i++) {
+			struct tp_grant_revoke rv = { .id = r->kmod_grants[i] };
+
+			kmod_ioctl(r->kmod_app_fd, TP_IOC_GRANT_REVOKE, &rv);
+		}
+		free(r->kmod_grants);
+		r->kmod_grants = NULL;
+		r->nkmod_grants = r->kmod_grants_cap = 0;
+		return;
+	}
 	if (!r->kmod_pinned)
 		return;
 	kmod_ioctl(a->kmod_fd, TP_IOC_REGION_RELEASE, &rel);
 	r->kmod_pinned = false;
+}
+
+TPU_API tpu_status tpu_agent_register_region(struct tpu_agent *a, struct tpu_endpoint *ep,
+					     uint32_t handle, uint64_t offset, size_t len,
+					     void *addr, unsigned int access,
+					     struct tpu_xfer_reg **out)
+{
+	struct tp_endpoint_info ei = { 0 };
+	struct tp_grant g = { .region = handle, .offset = offset, .len = len,
+			      .access = access ? access : TP_ACCESS_READ };
+	struct tp_grant_revoke rv = { 0 };
+	int fd = tpu_endpoint_fd(ep);
+	uint64_t id, dom;
+	tpu_status st = tpu__xfer_agent_check(a);
+
+	if (st)
+		return st;
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (fd < 0 || !addr || !len || (uintptr_t)addr + len < (uintptr_t)addr ||
+	    (access & ~(TPU_XFER_READ | TPU_XFER_WRITE)))
+		return -EINVAL;
+	pthread_mutex_lock(&a->lock);
+	id = a->kmod_id;
+	dom = a->kmod_domain;
+	pthread_mutex_unlock(&a->lock);
+	/* Loaders reach it through grants of @ep: it must be in the agent's domain. */
+	if (!id)
+		return -EXDEV;
+	st = kmod_ioctl(fd, TP_IOC_ENDPOINT_INFO, &ei);
+	if (st)
+		return st;
+	if (!ei.domain_id || ei.domain_id != dom)
+		return -EXDEV;
+	/* The kernel, not the caller, says the handle, range and access hold. */
+	g.grantee = id;
+	st = kmod_ioctl(fd, TP_IOC_GRANT, &g);
+	if (st)
+		return st;
+	rv.id = g.id;
+	kmod_ioctl(fd, TP_IOC_GRANT_REVOKE, &rv);
+	/* Its mapping is host memory to the other backends (and local pieces). */
+	st = tpu_agent_register(a, addr, len, access, out);
+	if (st)
+		return st;
+	pthread_mutex_lock(&a->lock);
+	(*out)->kmod_app = true;
+	(*out)->kmod_app_fd = fd;
+	(*out)->kmod_region = handle;
+	(*out)->kmod_offset = offset;
+	pthread_mutex_unlock(&a->lock);
+	return 0;
 }
 
 /*

@@ -276,6 +276,7 @@ void tpu__xfer_regs_free(struct tpu_agent *a)
 
 	for (r = a->regs; r; r = n) {
 		n = r->next;
+		tpu__xfer_kmod_unpin(a, r);	/* an application's region keeps no grant of ours */
 		tpu__xfer_rdma_reg_drop_local(r);
 		free(r->loaders);
 		unmap(r);

@@ -7,6 +7,7 @@
  * (tpu_user.Agent) wraps in Futures (agent_async.c).  The library's
  * callbacks run no Python.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,10 +67,12 @@ static int agent_init(PyObject *self, PyObject *args, PyObject *kw)
 			o.backends |= TPU_XFER_BACKEND_TCP;
 		if (strstr(backends, "rdma"))
 			o.backends |= TPU_XFER_BACKEND_RDMA;
+		if (strstr(backends, "kmod"))
+			o.backends |= TPU_XFER_BACKEND_KMOD;
 		if (!o.backends) {
 			Py_DECREF(ctx);
 			PyErr_SetString(PyExc_ValueError,
-					"backends: any of \"cma\", \"tcp\", \"rdma\"");
+					"backends: any of \"cma\", \"tcp\", \"rdma\", \"kmod\"");
 			return -1;
 		}
 	}
@@ -372,6 +375,29 @@ static PyObject *agent_notifications(PyObject *self, PyObject *unused)
 	return list;
 }
 
+/* use_domain(fd): join the module domain behind fd (the kmod backend). */
+static PyObject *agent_use_domain(PyObject *self, PyObject *arg)
+{
+	tpupy_agent *a = (tpupy_agent *)self;
+	long fd = PyLong_AsLong(arg);
+	tpu_status st;
+
+	if (fd == -1 && PyErr_Occurred())
+		return NULL;
+	if (!a->a) {
+		PyErr_SetString(PyExc_ValueError, "the agent is closed");
+		return NULL;
+	}
+	if (fd < 0 || fd > INT_MAX) {
+		PyErr_SetString(PyExc_ValueError, "use_domain(fd): a descriptor");
+		return NULL;
+	}
+	st = tpu_agent_use_domain(a->a, (int)fd);
+	if (st)
+		return tpupy_raise(st, "tpu_agent_use_domain");
+	Py_RETURN_NONE;
+}
+
 static PyObject *agent_name(PyObject *self, void *unused)
 {
 	tpupy_agent *a = (tpupy_agent *)self;
@@ -385,6 +411,8 @@ static PyMethodDef agent_methods[] = {
 	{ "register", (PyCFunction)(void (*)(void))agent_register, METH_VARARGS | METH_KEYWORDS,
 	  "register(tensor, read=True, write=False) -> Registration: what peers may do" },
 	{ "load", agent_load, METH_VARARGS, "load(blob: bytes) -> Remote" },
+	{ "use_domain", agent_use_domain, METH_O,
+	  "use_domain(fd): join the module domain behind fd (the kmod backend)" },
 	{ "read", (PyCFunction)(void (*)(void))agent_read, METH_VARARGS | METH_KEYWORDS,
 	  "read(local, remote, notif=None, repeat=1): remote pieces into local ones; each list "
 	  "of handles or (handle, offset, length); blocks" },

@@ -299,7 +299,27 @@ static PyObject *mod_empty(PyObject *self, PyObject *args, PyObject *kw)
 	return tpupy_tensor_new(data, &m);
 }
 
+/* create_domain() -> fd: a new module domain; its descriptor is the right to join it. */
+static PyObject *mod_create_domain(PyObject *self, PyObject *unused)
+{
+	struct tpu_endpoint *ep = NULL;
+	int fd = -1;
+	tpu_status st;
+
+	(void)self;
+	(void)unused;
+	st = tpu_endpoint_open(NULL, &ep);
+	if (!st)
+		st = tpu_domain_create(ep, &fd, NULL);
+	tpu_endpoint_close(ep);	/* the domain lives as long as its descriptor */
+	if (st)
+		return tpupy_raise(st, "tpu_domain_create");
+	return PyLong_FromLong(fd);
+}
+
 static PyMethodDef mod_methods[] = {
+	{ "create_domain", mod_create_domain, METH_NOARGS,
+	  "create_domain() -> fd: a new module domain (close the fd when done)" },
 	{ "make_key", (PyCFunction)(void (*)(void))mod_make_key, METH_VARARGS | METH_KEYWORDS,
 	  "make_key(src_device, src_incarnation, dst_device, edge_name, frame_id=0, iter_id=0)"
 	  " -> str: a TensorFlow rendezvous key" },

@@ -38,6 +38,7 @@ from ._tpu_user import (  # noqa: F401  (re-exported)
     PeerGoneError,
     Tensor,
     TimeoutError,
+    create_domain,
     dtypes,
     empty,
     library_version,
@@ -52,7 +53,7 @@ __all__ = [
     "Error", "TimeoutError", "ConnectionError", "PeerGoneError", "ClosedError",
     "CancelledError", "ForkedError", "make_key", "parse_key", "library_version", "probe",
     "status_name", "dtypes", "empty", "log_library", "INLINE_MAX", "MAX_DIMS",
-    "Agent", "Registration", "Remote",
+    "Agent", "Registration", "Remote", "create_domain",
 ]
 
 __version__ = "1.1.0"
@@ -736,11 +737,23 @@ class Agent:
     """
 
     def __init__(self, context: Context, name: Optional[str] = None,
-                 backends: Optional[str] = None):
+                 backends: Optional[str] = None, domain_fd: Optional[int] = None):
         if not isinstance(context, Context):
             raise TypeError("Agent(context): a tpu_user.Context")
         self._ctx = context
         self._c = _c._Agent(context._c, name, backends)
+        if domain_fd is not None:
+            try:
+                self._c.use_domain(domain_fd)
+            except BaseException:
+                self._c.close()
+                raise
+
+    def use_domain(self, fd: int) -> None:
+        """Join the module domain behind fd (from create_domain(), inherited
+        or received): agents in one domain move data through the module
+        (backend "kmod").  Once, before exporting or loading."""
+        self._c.use_domain(fd)
 
     @property
     def name(self) -> str:

@@ -8,6 +8,7 @@ transfers as futures and awaited in asyncio, notifications waited for, as
 futures and across close.
 """
 import asyncio
+import os
 import time
 
 import numpy as np
@@ -242,3 +243,44 @@ def test_agents_swap_blobs_through_the_world():
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0, err
         assert "ok" in out
+
+
+def test_kmod_backend_named():
+    """"kmod" is a backend name; use_domain wants a descriptor."""
+    c = tpu_user.Context()
+    a = tpu_user.Agent(c, backends="kmod,tcp")
+    with pytest.raises(ValueError):
+        a.use_domain(-1)
+    a.close()
+    with pytest.raises(ValueError):
+        tpu_user.Agent(c, backends="nothing")
+    c.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/tensorpipe"),
+                    reason="kmod needs the module (/dev/tensorpipe)")
+def test_kmod_domain():
+    """Two agents in one module domain move slices through the module."""
+    fd = tpu_user.create_domain()
+    ca, cb = tpu_user.Context(), tpu_user.Context()
+    a = tpu_user.Agent(ca, name="A", backends="kmod", domain_fd=fd)
+    b = tpu_user.Agent(cb, name="B", backends="kmod")
+    b.use_domain(fd)
+    with pytest.raises(tpu_user.Error):
+        b.use_domain(fd)        # once only
+    src = np.arange(4096, dtype=np.float32)
+    dst = np.zeros(4096, dtype=np.float32)
+    rb = b.register(src, read=True, write=True)
+    ra = a.register(dst)
+    rm = a.load(rb.export())
+    assert rm.backend == "kmod"
+    a.read([(ra, 0, 800)], [(rm, 400, 800)])
+    assert np.array_equal(dst[:200], src[100:300])
+    dst[:] = -1.0
+    a.write([(ra, 0, 64)], [(rm, 64, 64)])
+    assert np.all(src[16:32] == -1.0) and src[32] == 32.0
+    a.close()
+    b.close()
+    ca.close()
+    cb.close()
+    os.close(fd)

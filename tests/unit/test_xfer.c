@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -594,8 +596,11 @@ static void no_secret(void)
 	tpu_context_destroy(cb);
 }
 
-/* The target process dies during a batch: the requester fails within a bound. */
-static void peer_killed(unsigned int backend, const char *be)
+/*
+ * The target process dies during a batch: the requester fails within a
+ * bound.  kmod: both agents join the domain behind @domain_fd (else -1).
+ */
+static void peer_killed_in(unsigned int backend, const char *be, int domain_fd)
 {
 	const size_t big = 64U << 20;
 	int fds[2];
@@ -615,6 +620,7 @@ static void peer_killed(unsigned int backend, const char *be)
 
 		close(fds[0]);
 		if (tpu_context_create(NULL, &c) || tpu_agent_create(c, NULL, &b) ||
+		    (domain_fd >= 0 && tpu_agent_use_domain(b, domain_fd)) ||
 		    tpu_agent_register(b, m, big, TPU_XFER_READ, &r) ||
 		    tpu_agent_export(r, blob, sizeof(blob), &n) ||
 		    write(fds[1], blob, n) != (ssize_t)n)
@@ -641,9 +647,13 @@ static void peer_killed(unsigned int backend, const char *be)
 
 		tpu_context_create(NULL, &c);
 		tpu_agent_create(c, &o, &a);
+		if (domain_fd >= 0)
+			CHECK_STATUS(tpu_agent_use_domain(a, domain_fd), 0, "%s: joined the domain", be);
 		tpu_agent_register(a, m, big, 0, &r);
 		CHECK_STATUS(len > 0 ? tpu_agent_load(a, blob, (size_t)len, &rm) : -EIO, 0,
 			     "%s: loaded the child's blob", be);
+		CHECK(rm && !strcmp(tpu_xfer_remote_backend(rm), be), "%s: the pair uses %s",
+		      be, rm ? tpu_xfer_remote_backend(rm) : "-");
 		l.reg = r;
 		re.remote = rm;
 		if (rm && !tpu_xfer_prepare(a, TPU_XFER_OP_READ, &l, 1, &re, 1, NULL, 0, &req)) {
@@ -668,6 +678,11 @@ static void peer_killed(unsigned int backend, const char *be)
 		tpu_context_destroy(c);
 		free(m);
 	}
+}
+
+static void peer_killed(unsigned int backend, const char *be)
+{
+	peer_killed_in(backend, be, -1);
 }
 
 static void huge_pages(void)
@@ -717,6 +732,296 @@ void test_xfer(void)
 	huge_pages();
 }
 
+/* Post a one-pair request @op of @len bytes; its status. */
+static tpu_status one_pair(struct tpu_agent *a, enum tpu_xfer_op op, struct tpu_xfer_reg *l,
+			   uint64_t loff, struct tpu_xfer_remote *rm, uint64_t roff, uint64_t len)
+{
+	struct tpu_xfer_local_elem le = { l, loff, len };
+	struct tpu_xfer_remote_elem re = { rm, roff, len };
+	struct tpu_xfer_req *req = NULL;
+	tpu_status st = tpu_xfer_prepare(a, op, &le, 1, &re, 1, NULL, 0, &req);
+
+	if (!st)
+		st = tpu_xfer_post(req, NULL, NULL);
+	if (!st)
+		st = tpu_xfer_wait(req, 10000);
+	tpu_xfer_release(req);
+	return st;
+}
+
+/*
+ * A module region of the application's own endpoint, registered as is:
+ * kmod loaders are granted that region (no second pin), others reach its
+ * mapping; deregistration ends the grants and leaves the region the
+ * application's; and every refusal.
+ */
+static void module_region(void)
+{
+	const uint64_t off = 4096, len = 65536;
+	struct tpu_endpoint *other = NULL;
+	struct tpu_agent *outside = NULL;
+	struct tpu_xfer_reg *r = NULL, *bad = NULL;
+	struct tpu_xfer_remote *rm = NULL, *rm2 = NULL;
+	struct tpu_xfer_req *req = NULL;
+	struct tpu_xfer_local_elem le;
+	struct tpu_xfer_remote_elem re;
+	uint32_t h = 0, h2 = 0, h3 = 0;
+	uint8_t *m = NULL, *ro = aligned_alloc(4096, 4096);
+	struct pair p;
+	size_t i;
+	bool ok;
+
+	if (!pair_open(&p, TPU_XFER_BACKEND_KMOD, TPU_XFER_READ) ||
+	    tpu_domain_attach(p.ep, p.domain_fd, NULL) ||
+	    tpu_region_alloc_mapped(p.ep, REG, TPU_MAP_POPULATE, &h, (void **)&m)) {
+		CHECK(0, "module region: a region of an endpoint in the agents' domain");
+		goto out;
+	}
+	for (i = 0; i < REG; i++)
+		m[i] = (uint8_t)(i * 13 + 5);
+	CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h, off, len, m + off,
+					       TPU_XFER_READ | TPU_XFER_WRITE, &r), 0,
+		     "module region: registers");
+	if (!r)
+		goto out;
+	CHECK_STATUS(export_load(r, p.a, &rm), 0, "module region: A loads its blob");
+	CHECK(rm && !strcmp(tpu_xfer_remote_backend(rm), "kmod"), "module region: through kmod (%s)",
+	      rm ? tpu_xfer_remote_backend(rm) : "-");
+	CHECK(!r->kmod_pinned && r->nkmod_grants == 1,
+	      "module region: granted through the application's endpoint, not pinned again");
+	memset(p.mem_a, 0, REG);
+	CHECK_STATUS(one_pair(p.a, TPU_XFER_OP_READ, p.ra, 0, rm, 0, len), 0, "module region: read");
+	CHECK(!memcmp(p.mem_a, m + off, len), "module region: the region's bytes arrived");
+	memset(p.mem_a, 0xa5, 100);
+	CHECK_STATUS(one_pair(p.a, TPU_XFER_OP_WRITE, p.ra, 0, rm, len - 100, 100), 0,
+		     "module region: write ending at its end");
+	for (i = 0, ok = true; i < 100; i++)
+		ok = ok && m[off + len - 100 + i] == 0xa5;
+	CHECK(ok && m[off + len] == (uint8_t)((off + len) * 13 + 5),
+	      "module region: landed in the region, nothing past it");
+	CHECK(one_pair(p.a, TPU_XFER_OP_READ, p.ra, 0, rm, len - 100, 101) != 0,
+	      "module region: one byte past refused");
+
+	/* An agent outside the domain reaches the mapping (cma or tcp). */
+	if (!tpu_agent_create(p.ca, NULL, &outside) && !export_load(r, outside, &rm2)) {
+		struct tpu_xfer_reg *lr = NULL;
+
+		memset(p.mem_a + len, 0, len);
+		tpu_agent_register(outside, p.mem_a + len, len, 0, &lr);
+		CHECK(strcmp(tpu_xfer_remote_backend(rm2), "kmod") &&
+		      !one_pair(outside, TPU_XFER_OP_READ, lr, 0, rm2, 0, len) &&
+		      !memcmp(p.mem_a + len, m + off, len - 100),
+		      "module region: an agent outside the domain reads its mapping (%s)",
+		      tpu_xfer_remote_backend(rm2));
+	} else {
+		CHECK(0, "module region: loaded outside the domain");
+	}
+
+	le = (struct tpu_xfer_local_elem){ p.ra, 0, 4096 };
+	re = (struct tpu_xfer_remote_elem){ rm, 0, 4096 };
+	tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, &le, 1, &re, 1, NULL, 0, &req);
+	CHECK_STATUS(tpu_agent_deregister(r), 0, "module region: deregisters");
+	CHECK(req && (tpu_xfer_post(req, NULL, NULL) ? 1 : tpu_xfer_wait(req, 10000)) == TPU_E_REVOKED,
+	      "module region: a post after deregistration fails revoked");
+	/* The kernel ended the grant, whatever the library tracks. */
+	{
+		struct tp_copy_elem e = { .addr = (uintptr_t)p.mem_a, .len = 1,
+					  .grant = rm->grant, .flags = TP_COPY_READ };
+		struct tp_copy c = { .elems = (uintptr_t)&e, .nr_elems = 1 };
+
+		CHECK(ioctl(p.a->kmod_fd, TP_IOC_COPY, &c) < 0 && errno == ENOENT,
+		      "module region: its grant is gone in the module");
+	}
+	tpu_xfer_release(req);
+
+	/* Refusals. */
+	CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h + 1000, 0, 4096, m, TPU_XFER_READ, &bad),
+		     -ENOENT, "module region: no such handle");
+	CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h, REG - 4096, 4097, m + REG - 4096,
+					       TPU_XFER_READ, &bad), -ERANGE,
+		     "module region: past its end");
+	CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h, 0, 4096, NULL, TPU_XFER_READ, &bad),
+		     -EINVAL, "module region: no mapping");
+	CHECK_STATUS(tpu_agent_register_region(p.b, NULL, h, 0, 4096, m, TPU_XFER_READ, &bad),
+		     -EINVAL, "module region: no endpoint");
+	CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h, 0, 4096, m, 4, &bad), -EINVAL,
+		     "module region: unknown access");
+	CHECK_STATUS(tpu_agent_register_region(outside, p.ep, h, 0, 4096, m, TPU_XFER_READ, &bad),
+		     -EXDEV, "module region: an agent without a domain");
+	if (!tpu_endpoint_open(NULL, &other) && !tpu_region_register(other, ro, 4096, TPU_ACCESS_READ, &h2))
+		CHECK_STATUS(tpu_agent_register_region(p.b, other, h2, 0, 4096, ro, TPU_XFER_READ, &bad),
+			     -EXDEV, "module region: an endpoint outside the agent's domain");
+	else
+		CHECK(0, "module region: a second endpoint");
+	if (!tpu_region_register(p.ep, ro, 4096, TPU_ACCESS_READ, &h3)) {
+		CHECK_STATUS(tpu_agent_register_region(p.b, p.ep, h3, 0, 4096, ro, TPU_XFER_WRITE, &bad),
+			     -EACCES, "module region: access the region lacks");
+		tpu_region_release(p.ep, h3);
+	}
+	CHECK_STATUS(tpu_region_release(p.ep, h), 0, "module region: still the application's");
+	h = 0;
+out:
+	tpu_agent_destroy(outside);
+	if (m)
+		tpu_region_munmap(m, REG);
+	if (h)
+		tpu_region_release(p.ep, h);
+	pair_close(&p);
+	tpu_endpoint_close(other);
+	free(ro);
+}
+
+/* What the other user's child saw (two_users). */
+struct two_users_result {
+	int joined, kmod_load, kmod_read, kmod_write, cma_load, cma_read;
+	char kmod_be[8], cma_be[8];
+	int read_ok, cma_untouched;
+};
+
+/* The child, now user nobody: kmod reaches the export, cma is refused. */
+static void two_users_child(int domain_fd, const uint8_t *blob, size_t len,
+			    struct two_users_result *res)
+{
+	struct tpu_agent_options ko = { .name = "K", .backends = TPU_XFER_BACKEND_KMOD };
+	struct tpu_agent_options co = { .name = "C", .backends = TPU_XFER_BACKEND_CMA };
+	struct tpu_context *c = NULL;
+	struct tpu_agent *ka = NULL, *ca = NULL;
+	struct tpu_xfer_reg *lr = NULL, *cr = NULL;
+	struct tpu_xfer_remote *rm = NULL;
+	struct tpu_xfer_req *req = NULL;
+	uint8_t *m = calloc(1, 3 * 4096);
+	struct tpu_xfer_local_elem l = { NULL, 0, 4096 };
+	struct tpu_xfer_remote_elem re = { NULL, 0, 4096 };
+	size_t i;
+
+	res->joined = tpu_context_create(NULL, &c);
+	if (!res->joined)
+		res->joined = tpu_agent_create(c, &ko, &ka);
+	if (!res->joined)
+		res->joined = tpu_agent_create(c, &co, &ca);
+	if (!res->joined)
+		res->joined = tpu_agent_use_domain(ka, domain_fd);
+	if (res->joined || tpu_agent_register(ka, m, 2 * 4096, 0, &lr) ||
+	    tpu_agent_register(ca, m + 2 * 4096, 4096, 0, &cr))
+		return;
+	res->kmod_load = tpu_agent_load(ka, blob, len, &rm);
+	if (!res->kmod_load) {
+		snprintf(res->kmod_be, sizeof(res->kmod_be), "%s", tpu_xfer_remote_backend(rm));
+		l.reg = lr;
+		re.remote = rm;
+		res->kmod_read = tpu_xfer_prepare(ka, TPU_XFER_OP_READ, &l, 1, &re, 1, NULL, 0, &req);
+		if (!res->kmod_read && !(res->kmod_read = tpu_xfer_post(req, NULL, NULL)))
+			res->kmod_read = tpu_xfer_wait(req, 10000);
+		tpu_xfer_release(req);
+		req = NULL;
+		for (i = 0, res->read_ok = 1; i < 4096; i++)
+			res->read_ok &= m[i] == (uint8_t)(i * 7 + 1);
+		/* Our word goes back into the parent's memory at 8 KiB. */
+		memset(m + 4096, 0x5a, 4096);
+		l.offset = 4096;
+		re.offset = 8192;
+		res->kmod_write = tpu_xfer_prepare(ka, TPU_XFER_OP_WRITE, &l, 1, &re, 1, NULL, 0, &req);
+		if (!res->kmod_write && !(res->kmod_write = tpu_xfer_post(req, NULL, NULL)))
+			res->kmod_write = tpu_xfer_wait(req, 10000);
+		tpu_xfer_release(req);
+		req = NULL;
+	}
+	res->cma_load = tpu_agent_load(ca, blob, len, &rm);
+	if (!res->cma_load) {
+		snprintf(res->cma_be, sizeof(res->cma_be), "%s", tpu_xfer_remote_backend(rm));
+		l.reg = cr;
+		l.offset = 0;
+		re.remote = rm;
+		re.offset = 0;
+		res->cma_read = tpu_xfer_prepare(ca, TPU_XFER_OP_READ, &l, 1, &re, 1, NULL, 0, &req);
+		if (!res->cma_read && !(res->cma_read = tpu_xfer_post(req, NULL, NULL)))
+			res->cma_read = tpu_xfer_wait(req, 10000);
+		tpu_xfer_release(req);
+		for (i = 0, res->cma_untouched = 1; i < 4096; i++)
+			res->cma_untouched &= m[2 * 4096 + i] == 0;
+	}
+	tpu_agent_destroy(ka);
+	tpu_agent_destroy(ca);
+	tpu_context_destroy(c);
+}
+
+/*
+ * Two users that must not see each other's memory: a child that dropped
+ * to user nobody, holding the domain's descriptor, reads and writes the
+ * export through the module, while cma between the two is refused by the
+ * kernel (no ptrace right over another user's process).
+ */
+static void two_users(void)
+{
+	struct tpu_endpoint *ep = NULL;
+	struct tpu_context *c = NULL;
+	struct tpu_agent *a = NULL;
+	struct tpu_xfer_reg *r = NULL;
+	struct two_users_result res;
+	uint8_t blob[TPU_XFER_BLOB_MAX];
+	uint8_t *m = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int domain_fd = -1, fds[2] = { -1, -1 };
+	size_t len = 0, i;
+	pid_t child;
+	bool ok;
+
+	if (getuid() != 0) {
+		tap_diag("two users skipped: not root, cannot become nobody");
+		munmap(m, 4 * 4096);
+		return;
+	}
+	memset(&res, 0, sizeof(res));
+	for (i = 0; i < 4 * 4096; i++)
+		m[i] = (uint8_t)(i * 7 + 1);
+	ok = !tpu_endpoint_open(NULL, &ep) && !tpu_domain_create(ep, &domain_fd, NULL) &&
+	     !tpu_context_create(NULL, &c) && !tpu_agent_create(c, NULL, &a) &&
+	     !tpu_agent_use_domain(a, domain_fd) &&
+	     !tpu_agent_register(a, m, 4 * 4096, TPU_XFER_READ | TPU_XFER_WRITE, &r) &&
+	     !tpu_agent_export(r, blob, sizeof(blob), &len) && !pipe(fds);
+	CHECK(ok, "two users: the parent's export through its domain");
+	if (!ok)
+		goto out;
+	child = fork();
+	if (child == 0) {
+		close(fds[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			res.joined = -EPERM;
+		else
+			two_users_child(domain_fd, blob, len, &res);
+		if (write(fds[1], &res, sizeof(res)) != (ssize_t)sizeof(res))
+			_exit(2);
+		_exit(0);
+	}
+	close(fds[1]);
+	fds[1] = -1;
+	ok = read(fds[0], &res, sizeof(res)) == (ssize_t)sizeof(res);
+	waitpid(child, NULL, 0);
+	CHECK(ok && !res.joined, "two users: nobody joins the domain (%s)", tpu_status_name(res.joined));
+	CHECK(ok && !res.kmod_load && !strcmp(res.kmod_be, "kmod"),
+	      "two users: nobody loads root's export through kmod (%s, %s)",
+	      tpu_status_name(res.kmod_load), res.kmod_be);
+	CHECK(ok && !res.kmod_read && res.read_ok, "two users: and reads it (%s)",
+	      tpu_status_name(res.kmod_read));
+	for (i = 0, ok = ok && !res.kmod_write; ok && i < 4096; i++)
+		ok = m[8192 + i] == 0x5a;
+	CHECK(ok, "two users: and writes it (%s)", tpu_status_name(res.kmod_write));
+	CHECK(!res.cma_load && !strcmp(res.cma_be, "cma") && res.cma_read == -EPERM &&
+	      res.cma_untouched,
+	      "two users: cma between them is refused by the kernel (load %s on %s, read %s)",
+	      tpu_status_name(res.cma_load), res.cma_be, tpu_status_name(res.cma_read));
+out:
+	if (fds[0] >= 0)
+		close(fds[0]);
+	if (fds[1] >= 0)
+		close(fds[1]);
+	tpu_agent_destroy(a);
+	tpu_context_destroy(c);
+	if (domain_fd >= 0)
+		close(domain_fd);
+	tpu_endpoint_close(ep);
+	munmap(m, 4 * 4096);
+}
+
 /*
  * kmod (needs the module, so run in the VM): the same cases through the
  * module's grants; an agent outside the domain falls back to cma or tcp;
@@ -735,6 +1040,16 @@ void test_xfer_kmod(void)
 	}
 	tpu_endpoint_close(probe);
 	run_backend(TPU_XFER_BACKEND_KMOD, "kmod");
+	memset(&p, 0, sizeof(p));
+	if (!tpu_endpoint_open(NULL, &p.ep) && !tpu_domain_create(p.ep, &p.domain_fd, NULL)) {
+		peer_killed_in(TPU_XFER_BACKEND_KMOD, "kmod", p.domain_fd);
+		close(p.domain_fd);
+	} else {
+		CHECK(0, "kmod: a domain for the killed peer");
+	}
+	tpu_endpoint_close(p.ep);
+	two_users();
+	module_region();
 
 	/* B outside the domain: no grant, so cma or tcp carries the requests. */
 	if (pair_open(&p, 0, TPU_XFER_READ)) {
