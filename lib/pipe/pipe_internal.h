@@ -139,6 +139,7 @@ struct pipe_read {
 	bool delivered;			/* the descriptor went to the user */
 	bool started;			/* tpu_pipe_read() came */
 	bool small;			/* a cached block: arrays and body lie in it (pipe_read.c) */
+	bool body_inside;		/* the body lies in rd's own allocation (not freed apart) */
 };
 
 struct pipe_call {

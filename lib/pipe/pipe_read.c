@@ -89,8 +89,9 @@ static void rd_free(struct tpu_pipe *p, struct pipe_read *rd)
 		free(rd);
 		return;
 	}
-	/* The arrays live in rd's own allocation (take_msg). */
-	free(rd->body);
+	/* The arrays live in rd's own allocation (take_msg), and the body may. */
+	if (!rd->body_inside)
+		free(rd->body);
 	free(rd);
 }
 
@@ -250,6 +251,7 @@ static struct pipe_read *rd_for_msg(struct pipe_read *blk, uint8_t *body, uint32
 	rd_layout(rd, np, nt, wm);
 	if (blk) {
 		rd->body = (uint8_t *)(wm->tensors + nt);
+		rd->body_inside = true;
 		memcpy(rd->body, body, len);
 	}
 	st = tpu__wire_msg_decode(blk ? rd->body : body, len, wm);
