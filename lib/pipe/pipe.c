@@ -47,6 +47,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector)
 static void pipe_free(struct tpu_pipe *p)
 {
 	tpu__pipe_reads_free(p);
+	tpu__pipe_writes_cache_free(p);
 	free(p->setup_frame);
 	free(p->lane_frames);
 	free(p->setup_body);

@@ -71,6 +71,26 @@ enum pipe_call_kind {
 	PIPE_CALL_CLOSE,
 };
 
+/*
+ * Small messages (the steady path of a ping-pong) take no trip to malloc:
+ * writes and reads come from per-pipe caches of fixed-size blocks with room
+ * for this many payloads and tensors and a frame of this many bytes; a
+ * bigger message gets blocks of its own size, freed when it is done.
+ */
+#define PIPE_SMALL_PAYLOADS	4
+#define PIPE_SMALL_TENSORS	4
+#define PIPE_SMALL_FRAME	512
+#define PIPE_BLOCK_CACHE	8	/* blocks kept per pipe and kind */
+
+struct pipe_write;
+
+/* A stream write of the transport on behalf of a pipe write. */
+struct write_part {
+	struct tpu_pipe *pipe;
+	struct pipe_write *w;
+	bool embedded;			/* pipe_write's own part0, not allocated */
+};
+
 /* One write in flight. */
 struct pipe_write {
 	struct pipe_write *next;
@@ -86,6 +106,11 @@ struct pipe_write {
 	bool *given;			/* per tensor: the channel took its buffer */
 	bool *acked;			/* per tensor: the reader ACKed it (TPU__CHAN_ACKED) */
 	void **stage;			/* per tensor: its staging copy (TPU__CHAN_STAGED), or NULL */
+	bool small;			/* a cached block: given and frame point inside it */
+	bool part0_busy;		/* part0 is queued on the transport */
+	struct write_part part0;	/* the first stream part (a small message's only one) */
+	bool given_buf[PIPE_SMALL_TENSORS];
+	_Alignas(8) uint8_t frame_buf[PIPE_SMALL_FRAME];
 };
 
 struct pipe_rd_tensor {
@@ -113,6 +138,8 @@ struct pipe_read {
 	tpu_status status;
 	bool delivered;			/* the descriptor went to the user */
 	bool started;			/* tpu_pipe_read() came */
+	bool small;			/* a cached block: arrays and body lie in it (pipe_read.c) */
+	bool body_inside;		/* the body lies in rd's own allocation (not freed apart) */
 };
 
 struct pipe_call {
@@ -220,6 +247,12 @@ struct tpu_pipe {
 	/* read_descriptor calls not served yet, in order. */
 	struct pipe_call **desc_calls;
 	size_t ndesc_calls, desc_calls_cap;
+	/* Small write and read blocks kept for reuse (context thread). */
+	struct pipe_write *write_cache;
+	unsigned int nwrite_cache;
+	struct pipe_read *read_cache;
+	unsigned int nread_cache;
+	struct pipe_read *in_rd;	/* PIPE_IN_BODY into a small read block's body */
 	/* Finished calls kept for reuse by calls made on the context thread. */
 	struct pipe_call *call_cache;
 	unsigned int ncall_cache;
@@ -285,8 +318,9 @@ void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c);
 void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c);
 void tpu__pipe_in_pump(struct tpu_pipe *p);
 void tpu__pipe_reads_fail(struct tpu_pipe *p);
-/* Free reads nobody will call back (the pipe is being freed). */
+/* Free reads nobody will call back (the pipe is being freed), and the block caches. */
 void tpu__pipe_reads_free(struct tpu_pipe *p);
+void tpu__pipe_writes_cache_free(struct tpu_pipe *p);
 
 /* pipe_setup.c */
 tpu_status tpu__pipe_connector_start(struct tpu_pipe *p, const struct tpu__xport *x,

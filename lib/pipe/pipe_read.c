@@ -25,12 +25,73 @@ _Static_assert(sizeof(struct tpu_payload) % 8 == 0 && sizeof(struct tpu_message_
 	       sizeof(struct tpu__wire_tensor) % 8 == 0 && sizeof(struct pipe_read) % 8 == 0,
 	       "array sizes keep 8-byte alignment");
 
-static void rd_free(struct pipe_read *rd)
+/*
+ * A small read block: the read, arrays for PIPE_SMALL_PAYLOADS payloads
+ * and PIPE_SMALL_TENSORS tensors (the user's view, what the descriptor
+ * said, the decoder's), then a body of up to PIPE_SMALL_FRAME bytes.
+ */
+#define RD_ARRAYS(np, nt)                                                                     \
+	((size_t)(np) * (sizeof(struct tpu_payload) + sizeof(uint64_t) +                     \
+			 sizeof(struct tpu__wire_payload)) +                                  \
+	 (size_t)(nt) * (sizeof(struct tpu_message_tensor) + sizeof(struct pipe_rd_tensor) + \
+			 sizeof(struct tpu__wire_tensor)))
+#define RD_SMALL_SIZE	\
+	(sizeof(struct pipe_read) + RD_ARRAYS(PIPE_SMALL_PAYLOADS, PIPE_SMALL_TENSORS) + \
+	 PIPE_SMALL_FRAME)
+
+/* Point rd's arrays into its block, sized for np payloads and nt tensors. */
+static void rd_layout(struct pipe_read *rd, uint32_t np, uint32_t nt, struct tpu__wire_msg *wm)
+{
+	rd->payloads = (struct tpu_payload *)(rd + 1);
+	rd->payload_len = (uint64_t *)(rd->payloads + np);
+	rd->tensors = (struct tpu_message_tensor *)(rd->payload_len + np);
+	rd->tinfo = (struct pipe_rd_tensor *)(rd->tensors + nt);
+	wm->payloads = (struct tpu__wire_payload *)(rd->tinfo + nt);
+	wm->tensors = (struct tpu__wire_tensor *)(wm->payloads + np);
+}
+
+static uint8_t *rd_small_body(struct pipe_read *rd)
+{
+	return (uint8_t *)rd + RD_SMALL_SIZE - PIPE_SMALL_FRAME;
+}
+
+/* A cleared small block, from the pipe's cache when it has one. */
+static struct pipe_read *rd_small_get(struct tpu_pipe *p)
+{
+	struct pipe_read *rd = p->read_cache;
+
+	if (rd) {
+		p->read_cache = rd->next;
+		p->nread_cache--;
+		/* Only the read itself: the arrays are written before they are read. */
+		memset(rd, 0, sizeof(*rd));
+	} else {
+		rd = calloc(1, RD_SMALL_SIZE);
+		if (!rd)
+			return NULL;
+	}
+	rd->small = true;
+	return rd;
+}
+
+static void rd_free(struct tpu_pipe *p, struct pipe_read *rd)
 {
 	for (size_t i = 0; i < rd->msg.ntensors; i++)
 		tpu__cuda_host_free(rd->tinfo[i].stage);
-	/* The arrays live in rd's own allocation (take_msg). */
-	free(rd->body);
+	if (rd->small) {
+		/* Its arrays and body live in the block. */
+		if (p->nread_cache < PIPE_BLOCK_CACHE) {
+			rd->next = p->read_cache;
+			p->read_cache = rd;
+			p->nread_cache++;
+			return;
+		}
+		free(rd);
+		return;
+	}
+	/* The arrays live in rd's own allocation (take_msg), and the body may. */
+	if (!rd->body_inside)
+		free(rd->body);
 	free(rd);
 }
 
@@ -58,7 +119,7 @@ static void reads_complete(struct tpu_pipe *p)
 			}
 		}
 		rd->cb(rd->arg, rd->status, &rd->msg);
-		rd_free(rd);
+		rd_free(p, rd);
 	}
 }
 
@@ -93,6 +154,15 @@ static void deliver(struct tpu_pipe *p)
 
 static void body_done(void *arg, tpu_status st);
 
+/* A frame body read for nothing: its small block back to the cache, or the body freed. */
+static void in_body_free(struct tpu_pipe *p, struct pipe_read *blk, uint8_t *body)
+{
+	if (blk)
+		rd_free(p, blk);
+	else
+		free(body);
+}
+
 static void hdr_done(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
@@ -112,15 +182,24 @@ static void hdr_done(void *arg, tpu_status st)
 		st = -EPROTO;
 	if (!st && !p->in_frame.len)
 		st = -EPROTO;
-	if (!st) {
+	if (!st && p->in_frame.len <= PIPE_SMALL_FRAME) {
+		/* A small frame is read straight into the block its read will use. */
+		p->in_rd = rd_small_get(p);
+		p->in_body = p->in_rd ? rd_small_body(p->in_rd) : NULL;
+		st = p->in_body ? 0 : -ENOMEM;
+	} else if (!st) {
 		p->in_body = malloc(p->in_frame.len);
 		st = p->in_body ? 0 : -ENOMEM;
 	}
 	if (!st) {
 		p->in = PIPE_IN_BODY;
 		st = in_read(p, p->in_body, p->in_frame.len, body_done);
-		if (st)
+		if (st) {
 			p->in = PIPE_IN_IDLE;
+			in_body_free(p, p->in_rd, p->in_body);
+			p->in_rd = NULL;
+			p->in_body = NULL;
+		}
 	}
 	if (st)
 		tpu__pipe_fail(p, st);
@@ -128,41 +207,92 @@ out:
 	tpu__pipe_io_put(p);
 }
 
-/* A MSG body: a held read with the user's view of the descriptor. */
-static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
+/*
+ * A read for the MSG body: a small message decodes in one walk into the
+ * small block @blk its body was read into; a bigger one (or a body that
+ * came without a block) gets a block of its own, sized from checked counts.
+ * On success *@wmp has the decoded frame; on failure nothing is left
+ * allocated but @blk and @body, which are the caller's.
+ */
+static struct pipe_read *rd_for_msg(struct pipe_read *blk, uint8_t *body, uint32_t len,
+				    struct tpu__wire_msg *wm, tpu_status *stp)
 {
-	struct tpu__wire_payload *wp = NULL;
-	struct tpu__wire_tensor *wt = NULL;
+	struct pipe_read *rd;
+	uint32_t np, nt;
+	tpu_status st;
+
+	if (blk) {
+		rd_layout(blk, PIPE_SMALL_PAYLOADS, PIPE_SMALL_TENSORS, wm);
+		st = tpu__wire_msg_decode_cap(body, len, wm, PIPE_SMALL_PAYLOADS,
+					      PIPE_SMALL_TENSORS);
+		if (st != -ENOSPC) {
+			*stp = st;
+			if (st)
+				return NULL;
+			blk->body = body;
+			return blk;
+		}
+	}
+	st = tpu__wire_msg_counts(body, len, &np, &nt);
+	if (st) {
+		*stp = st;
+		return NULL;
+	}
+	/*
+	 * One allocation for the read and all its arrays (every element size
+	 * is a multiple of 8, so each array starts aligned), and for the body
+	 * when it came in a small block.  The decoder's own arrays come last.
+	 */
+	rd = calloc(1, sizeof(*rd) + RD_ARRAYS(np, nt) + (blk ? len : 0));
+	if (!rd) {
+		*stp = -ENOMEM;
+		return NULL;
+	}
+	rd_layout(rd, np, nt, wm);
+	if (blk) {
+		rd->body = (uint8_t *)(wm->tensors + nt);
+		rd->body_inside = true;
+		memcpy(rd->body, body, len);
+	}
+	st = tpu__wire_msg_decode(blk ? rd->body : body, len, wm);
+	if (st) {
+		free(rd);
+		*stp = st;
+		return NULL;
+	}
+	*stp = 0;
+	return rd;
+}
+
+/*
+ * A MSG body: a held read with the user's view of the descriptor.  Takes
+ * @blk (the small block the body lies in, or NULL) and @body in every case.
+ */
+static tpu_status take_msg(struct tpu_pipe *p, struct pipe_read *blk, uint8_t *body, uint32_t len)
+{
+	struct tpu__wire_payload *wp;
+	struct tpu__wire_tensor *wt;
 	struct tpu__wire_msg wm = { 0 };
 	struct pipe_read *rd;
 	uint32_t np, nt;
 	tpu_status st;
 
-	st = tpu__wire_msg_counts(body, len, &np, &nt);
-	if (st)
+	rd = rd_for_msg(blk, body, len, &wm, &st);
+	if (!rd) {
+		in_body_free(p, blk, body);
 		return st;
-	/*
-	 * One allocation for the read and all its arrays (every element size
-	 * is a multiple of 8, so each array starts aligned): a message costs
-	 * few trips to malloc.  The decoder's own arrays come last.
-	 */
-	rd = calloc(1, sizeof(*rd) + np * (sizeof(*rd->payloads) + sizeof(*rd->payload_len) +
-					   sizeof(*wp)) +
-			nt * (sizeof(*rd->tensors) + sizeof(*rd->tinfo) + sizeof(*wt)));
-	if (!rd)
-		return -ENOMEM;
-	rd->body = body;
-	rd->payloads = (struct tpu_payload *)(rd + 1);
-	rd->payload_len = (uint64_t *)(rd->payloads + np);
-	rd->tensors = (struct tpu_message_tensor *)(rd->payload_len + np);
-	rd->tinfo = (struct pipe_rd_tensor *)(rd->tensors + nt);
-	wp = (struct tpu__wire_payload *)(rd->tinfo + nt);
-	wt = (struct tpu__wire_tensor *)(wp + np);
-	wm.payloads = wp;
-	wm.tensors = wt;
-	st = tpu__wire_msg_decode(body, len, &wm);
-	if (st)
-		goto fail;
+	}
+	if (rd != blk) {
+		/* The body was copied into rd (blk goes back), or is rd's own now. */
+		if (blk)
+			rd_free(p, blk);
+		else
+			rd->body = body;
+	}
+	np = wm.npayloads;
+	nt = wm.ntensors;
+	wp = wm.payloads;
+	wt = wm.tensors;
 	st = -EPROTO;
 	if (wm.seq != p->next_read_seq)
 		goto fail;
@@ -172,6 +302,7 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 
 		ti->chan = wt[i].channel;
 		ti->len = wt[i].len;
+		ti->stage = NULL;	/* a cached block holds the last message's */
 		ti->src_type = wt[i].src_type;
 		ti->c = ti->chan == TPU__WIRE_INLINE ? &tpu__chan_basic
 						     : tpu__pipe_chan_by_wire(p, ti->chan);
@@ -217,8 +348,8 @@ static tpu_status take_msg(struct tpu_pipe *p, uint8_t *body, uint32_t len)
 	p->held = rd;
 	return 0;
 fail:
-	rd->body = NULL;	/* the caller frees it */
-	rd_free(rd);
+	rd->msg.ntensors = 0;	/* no staging memory yet */
+	rd_free(p, rd);
 	return st;
 }
 
@@ -226,26 +357,26 @@ static void body_done(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
 	uint8_t *body = p->in_body;
+	struct pipe_read *blk = p->in_rd;
 
 	p->in_body = NULL;
+	p->in_rd = NULL;
 	p->in = PIPE_IN_IDLE;
 	if (p->state != PIPE_OPEN) {
-		free(body);
+		in_body_free(p, blk, body);
 		goto out;
 	}
 	if (!st && p->in_frame.type == TPU__WIRE_ACK) {
 		struct tpu__wire_ack ack;
 
 		st = tpu__wire_ack_decode(body, p->in_frame.len, &ack);
-		free(body);
+		in_body_free(p, blk, body);
 		if (!st)
 			tpu__pipe_ack(p, &ack);
 	} else if (!st) {
-		st = take_msg(p, body, p->in_frame.len);
-		if (st)
-			free(body);
+		st = take_msg(p, blk, body, p->in_frame.len);
 	} else {
-		free(body);
+		in_body_free(p, blk, body);
 	}
 	if (st)
 		tpu__pipe_fail(p, st);
@@ -570,7 +701,7 @@ void tpu__pipe_reads_fail(struct tpu_pipe *p)
 
 	/* A descriptor nobody asked for yet is simply dropped. */
 	if (p->held && !p->held->delivered) {
-		rd_free(p->held);
+		rd_free(p, p->held);
 		p->held = NULL;
 	}
 	for (rd = p->reads; rd; rd = rd->next)
@@ -587,12 +718,24 @@ void tpu__pipe_reads_free(struct tpu_pipe *p)
 	 * before read).
 	 */
 	if (p->held && !p->held->delivered)
-		rd_free(p->held);
+		rd_free(p, p->held);
 	p->held = NULL;
 	while (p->reads) {
 		struct pipe_read *rd = p->reads;
 
 		p->reads = rd->next;
-		rd_free(rd);
+		rd_free(p, rd);
 	}
+	if (p->in_rd) {
+		rd_free(p, p->in_rd);	/* a body read in flight when the pipe went */
+		p->in_rd = NULL;
+		p->in_body = NULL;
+	}
+	while (p->read_cache) {
+		struct pipe_read *rd = p->read_cache;
+
+		p->read_cache = rd->next;
+		free(rd);
+	}
+	p->nread_cache = 0;
 }

@@ -584,12 +584,12 @@ static int rd_len(struct rd *r, uint64_t *len)
 
 /*
  * One walk over a MSG body.  With m NULL it only validates (counts());
- * with m it also fills m's fields and arrays, which is only done after a
- * validating walk succeeded, so the arrays are never written past the
- * counts the caller was given.
+ * with m it also fills m's fields and the first cap_p / cap_t entries of
+ * its arrays (the rest are checked and dropped), so the arrays are never
+ * written past what the caller gave, whatever counts the body claims.
  */
 static int msg_walk(const uint8_t *body, size_t len, struct tpu__wire_msg *m, uint32_t *np,
-		    uint32_t *nt)
+		    uint32_t *nt, uint32_t cap_p, uint32_t cap_t)
 {
 	struct tpu__wire_payload p_tmp;
 	struct tpu__wire_tensor t_tmp;
@@ -612,14 +612,14 @@ static int msg_walk(const uint8_t *body, size_t len, struct tpu__wire_msg *m, ui
 	if (!err && (uint64_t)*np * PAYLOAD_MIN + (uint64_t)*nt * TENSOR_MIN > r.left)
 		err = -EPROTO;
 	for (i = 0; !err && i < *np; i++) {
-		struct tpu__wire_payload *p = m ? &m->payloads[i] : &p_tmp;
+		struct tpu__wire_payload *p = m && i < cap_p ? &m->payloads[i] : &p_tmp;
 
 		err = rd_len(&r, &p->len);
 		if (!err)
 			err = rd_blob(&r, &p->meta, 0, TPU__WIRE_META_MAX);
 	}
 	for (i = 0; !err && i < *nt; i++) {
-		struct tpu__wire_tensor *t = m ? &m->tensors[i] : &t_tmp;
+		struct tpu__wire_tensor *t = m && i < cap_t ? &m->tensors[i] : &t_tmp;
 
 		err = rd_len(&r, &t->len);
 		if (!err)
@@ -653,7 +653,7 @@ tpu_status tpu__wire_msg_counts(const uint8_t *body, size_t len, uint32_t *npayl
 				uint32_t *ntensors)
 {
 	uint32_t np = 0, nt = 0;
-	int err = msg_walk(body, len, NULL, &np, &nt);
+	int err = msg_walk(body, len, NULL, &np, &nt, 0, 0);
 
 	*npayloads = err ? 0 : np;
 	*ntensors = err ? 0 : nt;
@@ -663,13 +663,27 @@ tpu_status tpu__wire_msg_counts(const uint8_t *body, size_t len, uint32_t *npayl
 tpu_status tpu__wire_msg_decode(const uint8_t *body, size_t len, struct tpu__wire_msg *out)
 {
 	uint32_t np = 0, nt = 0;
-	int err = msg_walk(body, len, NULL, &np, &nt);
+	int err = msg_walk(body, len, NULL, &np, &nt, 0, 0);
 
 	if (err)
 		return err;
 	if ((np && !out->payloads) || (nt && !out->tensors))
 		return -EINVAL;
-	return msg_walk(body, len, out, &np, &nt);
+	return msg_walk(body, len, out, &np, &nt, np, nt);
+}
+
+tpu_status tpu__wire_msg_decode_cap(const uint8_t *body, size_t len, struct tpu__wire_msg *out,
+				    uint32_t cap_p, uint32_t cap_t)
+{
+	uint32_t np = 0, nt = 0;
+	int err;
+
+	if ((cap_p && !out->payloads) || (cap_t && !out->tensors))
+		return -EINVAL;
+	err = msg_walk(body, len, out, &np, &nt, cap_p, cap_t);
+	if (!err && (np > cap_p || nt > cap_t))
+		err = -ENOSPC;
+	return err;
 }
 
 tpu_status tpu__wire_blob_str(struct tpu__wire_blob b, char *buf, size_t size)

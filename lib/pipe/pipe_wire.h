@@ -199,6 +199,15 @@ tpu_status tpu__wire_ack_decode(const uint8_t *body, size_t len, struct tpu__wir
 tpu_status tpu__wire_msg_counts(const uint8_t *body, size_t len, uint32_t *npayloads,
 				uint32_t *ntensors);
 tpu_status tpu__wire_msg_decode(const uint8_t *body, size_t len, struct tpu__wire_msg *out);
+/*
+ * MSG in one walk, for a caller with arrays of cap_p payloads and cap_t
+ * tensors already at hand (a small message): the same checks as decode();
+ * -ENOSPC (out->npayloads and out->ntensors then say how many) when the
+ * well-formed body holds more entries than fit; the arrays are never
+ * written past their capacities.
+ */
+tpu_status tpu__wire_msg_decode_cap(const uint8_t *body, size_t len, struct tpu__wire_msg *out,
+				    uint32_t cap_p, uint32_t cap_t);
 
 /*
  * The blob as a NUL-terminated copy into buf; -ENAMETOOLONG if it does not

@@ -14,6 +14,7 @@
  * failure the callback still waits until the transport handed every part
  * back, so no byte is read from memory its owner already got back.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +22,40 @@
 
 #include "pipe_internal.h"
 
-struct write_part {
-	struct tpu_pipe *pipe;
-	struct pipe_write *w;
-};
-
 #define tensor_chan tpu__pipe_tensor_chan
 
-static void write_free(struct pipe_write *w)
+/* A write block for a message of @ntensors tensors: small ones from the pipe's cache. */
+static struct pipe_write *write_alloc(struct tpu_pipe *p, size_t ntensors)
+{
+	struct pipe_write *w;
+
+	if (ntensors > PIPE_SMALL_TENSORS) {
+		w = calloc(1, sizeof(*w));
+		if (w)
+			w->given = calloc(ntensors, sizeof(*w->given));
+		if (w && !w->given) {
+			free(w);
+			w = NULL;
+		}
+		return w;
+	}
+	w = p->write_cache;
+	if (w) {
+		p->write_cache = w->next;
+		p->nwrite_cache--;
+		/* The frame buffer is written before it is read: no need to clear it. */
+		memset(w, 0, offsetof(struct pipe_write, frame_buf));
+	} else {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return NULL;
+	}
+	w->small = true;
+	w->given = w->given_buf;
+	return w;
+}
+
+static void write_free(struct tpu_pipe *p, struct pipe_write *w)
 {
 	for (size_t i = 0; i < w->msg->ntensors; i++) {
 		struct tpu_message_tensor *t = &w->msg->tensors[i];
@@ -41,10 +68,29 @@ static void write_free(struct pipe_write *w)
 		for (size_t i = 0; i < w->msg->ntensors; i++)
 			tpu__cuda_host_free(w->stage[i]);
 	free(w->stage);
-	free(w->given);
 	free(w->acked);
-	free(w->frame);
+	if (w->frame != w->frame_buf)
+		free(w->frame);
+	if (w->small && p->nwrite_cache < PIPE_BLOCK_CACHE) {
+		w->next = p->write_cache;
+		p->write_cache = w;
+		p->nwrite_cache++;
+		return;
+	}
+	if (w->given != w->given_buf)
+		free(w->given);
 	free(w);
+}
+
+void tpu__pipe_writes_cache_free(struct tpu_pipe *p)
+{
+	while (p->write_cache) {
+		struct pipe_write *w = p->write_cache;
+
+		p->write_cache = w->next;
+		free(w);
+	}
+	p->nwrite_cache = 0;
 }
 
 /* Call back the writes at the head that are done, in order. */
@@ -65,7 +111,7 @@ static void writes_complete(struct tpu_pipe *p)
 		 * From the callback on the message is the caller's again (it may
 		 * free it there), so nothing of it is read afterwards.
 		 */
-		write_free(w);
+		write_free(p, w);
 		cb(arg, status, msg);
 	}
 }
@@ -84,7 +130,10 @@ static void stream_written(void *arg, tpu_status st)
 	struct tpu_pipe *p = part->pipe;
 	struct pipe_write *w = part->w;
 
-	free(part);
+	if (part->embedded)
+		w->part0_busy = false;
+	else
+		free(part);
 	part_done(p, w, st);
 	if (st)
 		tpu__pipe_fail(p, st);
@@ -133,15 +182,32 @@ static void xfer_part_done(struct tpu__chan_xfer *x, enum tpu__chan_part kind, t
 	tpu__pipe_maybe_free(p);
 }
 
+/* The write's own part when it is free (one stream write in flight), else a new one. */
 static struct write_part *part_new(struct tpu_pipe *p, struct pipe_write *w)
 {
-	struct write_part *part = malloc(sizeof(*part));
+	struct write_part *part;
 
-	if (part) {
-		part->pipe = p;
-		part->w = w;
+	if (!w->part0_busy) {
+		w->part0_busy = true;
+		part = &w->part0;
+		part->embedded = true;
+	} else {
+		part = malloc(sizeof(*part));
+		if (!part)
+			return NULL;
+		part->embedded = false;
 	}
+	part->pipe = p;
+	part->w = w;
 	return part;
+}
+
+static void part_put(struct write_part *part)
+{
+	if (part->embedded)
+		part->w->part0_busy = false;
+	else
+		free(part);
 }
 
 /* Queue the frame and the inline bytes, TPU__XPORT_IOV_MAX at a time. */
@@ -184,7 +250,7 @@ static tpu_status write_stream(struct tpu_pipe *p, struct pipe_write *w)
 		if (st) {
 			w->waiting--;
 			tpu__pipe_io_cancel(p);
-			free(part);
+			part_put(part);
 			return st;
 		}
 		n = 0;
@@ -217,6 +283,9 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 {
 	struct tpu_message *m = w->msg;
 	struct tpu__wire_payload pl[TPU_PIPE_MAX_PAYLOADS];
+	/* A small message's arrays live on the stack. */
+	struct tpu__wire_tensor wt_small[PIPE_SMALL_TENSORS];
+	uint8_t descs_small[PIPE_SMALL_TENSORS * TPU__WIRE_CHAN_DESC_MAX];
 	struct tpu__wire_tensor *wt = NULL;
 	uint8_t *descs = NULL;
 	uint32_t dlen = 0;
@@ -234,7 +303,10 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 	for (size_t i = 0; i < m->ntensors; i++)
 		if (tensor_chan(p, &m->tensors[i])->desc_len > dlen)
 			dlen = tensor_chan(p, &m->tensors[i])->desc_len;
-	if (m->ntensors) {
+	if (m->ntensors && m->ntensors <= PIPE_SMALL_TENSORS) {
+		wt = wt_small;
+		descs = descs_small;
+	} else if (m->ntensors) {
 		wt = calloc(m->ntensors, sizeof(*wt));
 		descs = dlen ? calloc(m->ntensors, dlen) : NULL;
 		if (!wt || (dlen && !descs))
@@ -267,6 +339,16 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 			wt[i].chan_desc = (struct tpu__wire_blob){ d, c->desc_len };
 		}
 	}
+	/* Straight into the block's own buffer; measured first only when it does not fit. */
+	if (w->small) {
+		len = tpu__wire_msg_encode(w->frame_buf, sizeof(w->frame_buf), &wm);
+		if (len >= 0) {
+			w->frame = w->frame_buf;
+			w->frame_len = (size_t)len;
+			st = 0;
+			goto out;
+		}
+	}
 	len = tpu__wire_msg_encode(NULL, 0, &wm);
 	if (len < 0) {
 		st = (tpu_status)len;
@@ -278,8 +360,10 @@ static tpu_status write_encode(struct tpu_pipe *p, struct pipe_write *w)
 	w->frame_len = (size_t)tpu__wire_msg_encode(w->frame, (size_t)len, &wm);
 	st = 0;
 out:
-	free(wt);
-	free(descs);
+	if (wt != wt_small) {
+		free(wt);
+		free(descs);
+	}
 	return st;
 }
 
@@ -371,12 +455,8 @@ void tpu__pipe_write_start(struct tpu_pipe *p, struct pipe_call *c)
 			write_send(p, w);
 		}
 	}
-	w = calloc(1, sizeof(*w));
-	if (w && c->msg->ntensors)
-		w->given = calloc(c->msg->ntensors, sizeof(*w->given));
-	if (!w || (c->msg->ntensors && !w->given)) {
-		if (w)
-			free(w);
+	w = write_alloc(p, c->msg->ntensors);
+	if (!w) {
 		c->cb.write(c->arg, -ENOMEM, c->msg);
 		tpu__pipe_call_free(p, c);
 		return;

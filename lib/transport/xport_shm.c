@@ -411,7 +411,14 @@ static void start_recv_fd(struct shm_conn *c)
 
 /* ---- data path ---------------------------------------------------------- */
 
-static bool tx_progress(struct shm_conn *c)
+/*
+ * The peer's sleep flags are looked at once per pass of conn_progress, not
+ * after every copy: each look costs a full fence, and a round trip's pass
+ * copies up to four times (header, body, payload in; the reply out).  The
+ * look still comes after the last publish and before this thread can sleep,
+ * which is all the sleep protocol (shm_ring.h) asks.
+ */
+static bool tx_progress(struct shm_conn *c, bool *published)
 {
 	bool any = false;
 	struct shm_op *op;
@@ -428,8 +435,7 @@ static bool tx_progress(struct shm_conn *c)
 			if (n) {
 				op->done += n;
 				any = true;
-				if (tpu__shm_ring_reader_needs_wake(&c->tx))
-					wake_peer(c);
+				*published = true;
 			}
 			if (op->done < op->total) {
 				if (tpu__shm_ring_broken(&c->tx))
@@ -443,7 +449,7 @@ static bool tx_progress(struct shm_conn *c)
 	return any;
 }
 
-static bool rx_progress(struct shm_conn *c)
+static bool rx_progress(struct shm_conn *c, bool *freed)
 {
 	bool any = false;
 	struct shm_op *op;
@@ -463,8 +469,7 @@ static bool rx_progress(struct shm_conn *c)
 		if (n) {
 			op->done += n;
 			any = true;
-			if (tpu__shm_ring_writer_needs_wake(&c->rx))
-				wake_peer(c);
+			*freed = true;
 		}
 		if (op->done < op->total) {
 			if (tpu__shm_ring_broken(&c->rx))
@@ -487,6 +492,7 @@ static bool conn_progress(struct shm_conn *c)
 		return false;
 	c->busy++;
 	if (c->state == SHM_OPEN) {
+		bool published = false, freed = false, wake;
 		unsigned int pass = 0;
 		bool rx;
 
@@ -497,10 +503,19 @@ static bool conn_progress(struct shm_conn *c)
 		 * connection does not starve the context's other work.
 		 */
 		do {
-			any |= tx_progress(c);
-			rx = rx_progress(c);
+			any |= tx_progress(c, &published);
+			rx = rx_progress(c, &freed);
 			any |= rx;
 		} while (rx && ++pass < SHM_PROGRESS_PASSES && !c->closed && c->tx_head);
+		/* A callback may have closed c: its rings are unmapped then. */
+		if (!c->closed) {
+			wake = published && tpu__shm_ring_reader_needs_wake(&c->tx);
+			/* Both flags are taken: each is one sleep to end, one write ends both. */
+			if (freed && tpu__shm_ring_writer_needs_wake(&c->rx))
+				wake = true;
+			if (wake)
+				wake_peer(c);
+		}
 	}
 	if (!c->closed)
 		any |= conn_fail_pending(c);

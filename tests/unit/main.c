@@ -31,6 +31,7 @@ static const struct {
 	{ "cma_viability", test_cma_viability },
 	{ "rdv_cma", test_rdv_cma },
 	{ "rdv_alloc", test_rdv_alloc },
+	{ "pipe_alloc", test_pipe_alloc },
 	{ "pipe_wire", test_pipe_wire },
 	{ "copy_stream", test_copy_stream },
 	{ "shm_ring", test_shm_ring },

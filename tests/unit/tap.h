@@ -52,6 +52,7 @@ void test_key(void);
 void test_spin_policy(void);
 void test_spin_knob(void);
 void test_rdv_alloc(void);
+void test_pipe_alloc(void);
 void test_endpoint_args(void);
 void test_fdpass(void);
 void test_pipe_wire(void);

@@ -92,6 +92,43 @@ static void bb_free(struct bb *b)
 /* Type-generic decode and re-encode                                   */
 /* ------------------------------------------------------------------ */
 
+#define CAP	2
+/*
+ * tpu__wire_msg_decode_cap() with room for CAP entries of each kind (and a
+ * guard entry behind each array) against counts(), which gave @st, @np,
+ * @nt: the same error, or -ENOSPC with the counts when more entries came,
+ * or the same entries as decode(); the guards untouched.
+ */
+static bool cap_agrees(const uint8_t *body, size_t len, tpu_status st, uint32_t np, uint32_t nt)
+{
+	struct tpu__wire_payload cp[CAP + 1], dp[CAP];
+	struct tpu__wire_tensor ct[CAP + 1], dt[CAP];
+	struct tpu__wire_msg c = { .payloads = cp, .tensors = ct };
+	struct tpu__wire_msg d = { .payloads = dp, .tensors = dt };
+	tpu_status cst;
+	bool ok;
+
+	/* Padding too: both sides start from the same bytes, so memcmp compares entries. */
+	memset(cp, 0xa5, sizeof(cp));
+	memset(ct, 0xa5, sizeof(ct));
+	memset(dp, 0xa5, sizeof(dp));
+	memset(dt, 0xa5, sizeof(dt));
+	cst = tpu__wire_msg_decode_cap(body, len, &c, CAP, CAP);
+	if (st)
+		ok = cst == st;
+	else if (np > CAP || nt > CAP)
+		ok = cst == -ENOSPC && c.npayloads == np && c.ntensors == nt;
+	else
+		ok = !cst && !tpu__wire_msg_decode(body, len, &d) && c.seq == d.seq &&
+		     c.npayloads == np && c.ntensors == nt && c.meta.len == d.meta.len &&
+		     !memcmp(cp, dp, np * sizeof(*cp)) && !memcmp(ct, dt, nt * sizeof(*ct));
+	for (size_t k = 0; k < sizeof(cp[CAP]); k++)
+		ok = ok && ((uint8_t *)&cp[CAP])[k] == 0xa5;
+	for (size_t k = 0; k < sizeof(ct[CAP]); k++)
+		ok = ok && ((uint8_t *)&ct[CAP])[k] == 0xa5;
+	return ok;
+}
+
 /*
  * Decode a body of type; when it decodes, encode the result again and set
  * *same to whether that gives back exactly the frame (header and body).
@@ -132,6 +169,9 @@ static tpu_status decode_body(uint16_t type, const uint8_t *body, size_t len, bo
 		break;
 	case TPU__WIRE_MSG:
 		st = tpu__wire_msg_counts(body, len, &np, &nt);
+		/* The one-walk decoder agrees, and never writes past its capacity. */
+		if (!cap_agrees(body, len, st, np, nt))
+			st = -EBADMSG;
 		if (st)
 			break;
 		m.payloads = calloc(np ? np : 1, sizeof(*m.payloads));
@@ -1062,6 +1102,31 @@ static void lying_counts(void)
 	      "wire_msg_huge_counts_short_body_refused_by_counts");
 	CHECK_STATUS(tpu__wire_msg_decode(b.p, b.n, &m), -EPROTO,
 		     "wire_msg_huge_counts_refused_by_decode_before_touching_arrays");
+	CHECK(cap_agrees(b.p, b.n, -EPROTO, 0, 0),
+	      "wire_msg_huge_counts_refused_by_decode_cap_within_its_arrays");
+	bb_free(&b);
+
+	/* Three well-formed payloads for arrays of two: -ENOSPC and the counts. */
+	bb_u64(&b, 5);
+	bb_blob(&b, 0);
+	bb_u32(&b, 3);
+	bb_u32(&b, 0);
+	for (int k = 0; k < 3; k++) {
+		bb_u64(&b, 1);
+		bb_blob(&b, 0);
+	}
+	{
+		struct tpu__wire_payload two[CAP + 1];
+		struct tpu__wire_msg c = { .payloads = two };
+
+		memset(two, 0xa5, sizeof(two));
+		CHECK(tpu__wire_msg_decode_cap(b.p, b.n, &c, CAP, 0) == -ENOSPC &&
+		      c.npayloads == 3 && c.ntensors == 0 && two[CAP].len == 0xa5a5a5a5a5a5a5a5ull,
+		      "wire_msg_decode_cap_more_entries_than_room_is_enospc_with_counts");
+		CHECK(cap_agrees(b.p, b.n, 0, 3, 0), "wire_msg_decode_cap_agrees_on_enospc");
+		CHECK_STATUS(tpu__wire_msg_decode_cap(b.p, b.n, &(struct tpu__wire_msg){ 0 }, 1, 0),
+			     -EINVAL, "wire_msg_decode_cap_without_arrays_is_einval");
+	}
 	bb_free(&b);
 
 	/* Counts each within reach of the bytes, but not both together. */
