@@ -135,6 +135,7 @@ struct remote_entry {
 	bool serve_queued;		/* a serve task for it is deferred */
 	struct tpu__task serve;
 	struct remote *st;
+	uint64_t hash;			/* of the key, computed once per call (remote_serve.c) */
 	size_t key_len;
 	uint8_t key[];
 };
@@ -295,6 +296,8 @@ void tpu__remote_serve_answer_all(struct remote *st, tpu_status status);
 /* ctx thread: forget the REQs of a dead peer. */
 void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
 void tpu__remote_serve_free(struct remote *st);
+/* For tests: outbox keys hashed so far (every instance; a send or a REQ hashes once). */
+unsigned long tpu__remote_outbox_hashes(void);
 
 /* ---- fetches (remote_fetch.c) ---- */
 

@@ -49,6 +49,7 @@ static const struct {
 	{ "auth", test_auth },
 	{ "remote_authz", test_remote_authz },
 	{ "remote_wake", test_remote_wake },
+	{ "remote_cost", test_remote_cost },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },

@@ -86,6 +86,7 @@ void test_store(void);
 void test_auth(void);
 void test_remote_authz(void);
 void test_remote_wake(void);
+void test_remote_cost(void);
 void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The remote rendezvous's work per round trip (lib/remote), counted where
+ * a timing could not tell on a shared host:
+ *
+ *   - a ping-pong between two workers of this process over shm: each
+ *     send and each REQ hashes its key for the outbox once (the entry
+ *     keeps the hash for its unlink), four per round trip;
+ *   - the task a key names is the device name up to its first
+ *     "/device:", found by tpu__remote_key_tasks for keys whose job or
+ *     edge name holds "device" too.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remote/remote.h"
+#include "tap.h"
+#include "tpu_user.h"
+
+#define TASK_A		"/job:worker/replica:0/task:0"
+#define TASK_B		"/job:worker/replica:0/task:1"
+#define ROUNDS		100
+#define WAIT_NS		(10ull * 1000000000ull)
+
+static size_t key_of(char *buf, const char *src, const char *dst, const char *edge,
+		     unsigned int iter)
+{
+	char s[96], d[96];
+	struct tpu_key k = { .src_incarnation = 5, .iter_id = iter };
+	size_t len = 0;
+
+	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
+	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
+	k.src_device = (struct tpu_str){ s, strlen(s) };
+	k.dst_device = (struct tpu_str){ d, strlen(d) };
+	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
+	if (tpu_key_build(&k, buf, 512, &len))
+		return 0;
+	return len;
+}
+
+struct worker {
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	char url[300];
+	tpu_status err;
+	uint64_t vals[ROUNDS];
+};
+
+static bool worker_open(struct worker *w, const char *task, const char *tag)
+{
+	struct tpu_context_options o = { .transports = "shm", .flags = TPU_CTX_NO_KMOD };
+	char listen[96];
+	const char *lu = listen;
+	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
+
+	snprintf(listen, sizeof(listen), "shm://remotecost-%d-%s", (int)getpid(), tag);
+	memset(w, 0, sizeof(*w));
+	return !tpu_context_create(&o, &w->ctx) &&
+	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
+	       !tpu_rendezvous_url(w->rdv, NULL, w->url, sizeof(w->url));
+}
+
+static void worker_close(struct worker *w)
+{
+	tpu_rendezvous_destroy(w->rdv);
+	tpu_context_destroy(w->ctx);
+}
+
+static tpu_status take(struct worker *w, const char *src, const char *dst, const char *edge,
+		       unsigned int i)
+{
+	uint64_t got = ~0ull;
+	struct tpu_tensor t = { .data = &got, .len = sizeof(got) };
+	char k[512];
+	size_t kl = key_of(k, src, dst, edge, i), len = 0;
+	tpu_status st = tpu_rendezvous_recv_wait(w->rdv, k, kl, &t, WAIT_NS, &len);
+
+	return st ? st : len == sizeof(got) && got == i ? 0 : -EBADMSG;
+}
+
+static tpu_status give(struct worker *w, const char *src, const char *dst, const char *edge,
+		       unsigned int i)
+{
+	struct tpu_tensor t = { .data = &w->vals[i], .len = sizeof(w->vals[i]) };
+	char k[512];
+	size_t kl = key_of(k, src, dst, edge, i);
+
+	w->vals[i] = i;
+	return tpu_rendezvous_send(w->rdv, k, kl, &t, 0, NULL, NULL);
+}
+
+static void *answer(void *arg)
+{
+	struct worker *b = arg;
+
+	for (unsigned int i = 0; i < ROUNDS && !b->err; i++) {
+		b->err = take(b, TASK_A, TASK_B, "ping", i);
+		if (!b->err)
+			b->err = give(b, TASK_B, TASK_A, "pong", i);
+	}
+	return NULL;
+}
+
+static void hashes_per_round_trip(struct worker *a, struct worker *b)
+{
+	unsigned long h0, h;
+	tpu_status err;
+	unsigned int i;
+	pthread_t th;
+
+	/* One round first: the pipes are set up. */
+	err = give(a, TASK_A, TASK_B, "warm", 0);
+	if (!err)
+		err = take(b, TASK_A, TASK_B, "warm", 0);
+	CHECK_STATUS(err, 0, "remote cost: a first tensor crosses the pipes");
+	if (err)
+		return;
+	h0 = tpu__remote_outbox_hashes();
+	if (pthread_create(&th, NULL, answer, b)) {
+		CHECK(false, "remote cost: a thread for worker B");
+		return;
+	}
+	for (i = 0; i < ROUNDS && !err; i++) {
+		err = give(a, TASK_A, TASK_B, "ping", i);
+		if (!err)
+			err = take(a, TASK_B, TASK_A, "pong", i);
+	}
+	if (err)
+		tpu_rendezvous_abort(b->rdv, err);
+	pthread_join(th, NULL);
+	h = tpu__remote_outbox_hashes() - h0;
+	CHECK(!err && !b->err, "remote cost: %d round trips (%s, %s)", ROUNDS, tpu_strerror(err),
+	      tpu_strerror(b->err));
+	/* Two sends and two REQs per round trip, each hashed once. */
+	CHECK(h == 4ul * ROUNDS, "remote cost: %lu outbox key hashes in %d round trips (%d)", h,
+	      ROUNDS, 4 * ROUNDS);
+}
+
+static void key_task_case(const char *src_dev, const char *dst_dev, const char *edge,
+			  const char *want_src, const char *want_dst)
+{
+	struct tpu_key k = { .src_incarnation = 1, .iter_id = 2 };
+	struct tpu_str src = { 0 }, dst = { 0 };
+	char buf[512];
+	size_t len = 0;
+	bool ok;
+
+	k.src_device = (struct tpu_str){ src_dev, strlen(src_dev) };
+	k.dst_device = (struct tpu_str){ dst_dev, strlen(dst_dev) };
+	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
+	ok = !tpu_key_build(&k, buf, sizeof(buf), &len) &&
+	     tpu__remote_key_tasks((const uint8_t *)buf, len, &src, &dst);
+	CHECK(ok && src.len == strlen(want_src) && !memcmp(src.ptr, want_src, src.len) &&
+	      dst.len == strlen(want_dst) && !memcmp(dst.ptr, want_dst, dst.len),
+	      "remote cost: the tasks of %s -> %s are %s and %s", src_dev, dst_dev, want_src,
+	      want_dst);
+}
+
+void test_remote_cost(void)
+{
+	struct worker a, b;
+	bool ok;
+
+	key_task_case(TASK_A "/device:CPU:0", TASK_B "/device:GPU:3", "x", TASK_A, TASK_B);
+	key_task_case("/job:device/replica:0/task:1/device:CPU:0",
+		      "/job:devices/replica:2/task:10/device:GPU:0", "/device:CPU:0",
+		      "/job:device/replica:0/task:1", "/job:devices/replica:2/task:10");
+	ok = worker_open(&a, TASK_A, "a") && worker_open(&b, TASK_B, "b");
+	CHECK(ok, "remote cost: two workers over shm");
+	if (ok)
+		ok = !tpu_rendezvous_add_peer(a.rdv, TASK_B, b.url) &&
+		     !tpu_rendezvous_add_peer(b.rdv, TASK_A, a.url);
+	if (ok)
+		hashes_per_round_trip(&a, &b);
+	worker_close(&b);
+	worker_close(&a);
+}
