@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "coll_shm.h"
 
@@ -85,18 +86,47 @@ static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason
 	return 0;
 }
 
-/* Read @len bytes at @addr of member @r into @dst; a failure fails the segment. */
-static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+/* @len bytes of @src written at @addr in process @pid (process_vm_writev). */
+static tpu_status cma_write(pid_t pid, uint64_t addr, const void *src, size_t len)
+{
+	size_t done = 0;
+
+	if (addr > UINTPTR_MAX - len)
+		return -EINVAL;
+	while (done < len) {
+		struct iovec local = { .iov_base = (char *)src + done, .iov_len = len - done };
+		struct iovec remote = { .iov_base = (void *)(uintptr_t)(addr + done),
+					.iov_len = len - done };
+		ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (!n)
+			return -EFAULT;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Read @len bytes at @addr of member @r into @buf, or (@write) write them
+ * there from @buf; a failure fails the segment.  The address is the one
+ * member @r published: at worst it makes us read or write its own memory.
+ */
+static tpu_status cma_io(struct tpu__shm_coll *s, int r, uint64_t addr, void *buf, size_t len,
+			 bool write)
 {
 	tpu_status st;
 
 	if (!len)
 		return 0;
-	st = tpu_cma_read(s->pids[r], addr, dst, len);
+	st = write ? cma_write(s->pids[r], addr, buf, len) : tpu_cma_read(s->pids[r], addr, buf, len);
 	if (!st)
 		return 0;
-	tpu__log_debug("coll: shm: reading %zu bytes of member %d (pid %d): %s", len, r,
-		       (int)s->pids[r], tpu_strerror(st));
+	tpu__log_debug("coll: shm: %s %zu bytes of member %d (pid %d): %s",
+		       write ? "writing" : "reading", len, r, (int)s->pids[r], tpu_strerror(st));
 	/* A member that failed returns, and its buffers may go, while others read them. */
 	if (tpu__shm_aborted(s))
 		return tpu__shm_fail(s, tpu__shm_aborted(s), 0);
@@ -107,6 +137,11 @@ static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst,
 	if (st == -ESRCH || tpu__shm_dead(s, r, 100))
 		return tpu__shm_fail(s, TPU_E_PEER_GONE, TPU_E_PEER_GONE);
 	return tpu__shm_fail(s, st, -ECONNABORTED);
+}
+
+static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+{
+	return cma_io(s, r, addr, dst, len, false);
 }
 
 /*
@@ -350,8 +385,24 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 
 	switch (c->type) {
 	case TPU_COLL_BROADCAST:
-		if (s->rank != c->root)
+		/*
+		 * Two members: the root, idle otherwise, writes the second half
+		 * into the other's output while that one reads the first: two
+		 * cores copy.
+		 */
+		if (s->n == 2 && bytes >= SHM_BCAST_HALVES) {
+			size_t half = bytes / 2 / 64 * 64;
+			int r = 1 - s->rank;
+
+			if (s->rank == c->root)
+				st = cma_io(s, r, shm_line(s, r)->desc[call & 1].out + half,
+					    (char *)in + half, bytes - half, true);
+			else
+				st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out,
+					  half);
+		} else if (s->rank != c->root) {
 			st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out, bytes);
+		}
 		break;
 	case TPU_COLL_GATHER:
 		for (int k = 1; k < s->n && !st; k++) {
