@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "coll_shm.h"
 
@@ -85,18 +86,47 @@ static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason
 	return 0;
 }
 
-/* Read @len bytes at @addr of member @r into @dst; a failure fails the segment. */
-static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+/* @len bytes of @src written at @addr in process @pid (process_vm_writev). */
+static tpu_status cma_write(pid_t pid, uint64_t addr, const void *src, size_t len)
+{
+	size_t done = 0;
+
+	if (addr > UINTPTR_MAX - len)
+		return -EINVAL;
+	while (done < len) {
+		struct iovec local = { .iov_base = (char *)src + done, .iov_len = len - done };
+		struct iovec remote = { .iov_base = (void *)(uintptr_t)(addr + done),
+					.iov_len = len - done };
+		ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (!n)
+			return -EFAULT;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Read @len bytes at @addr of member @r into @buf, or (@write) write them
+ * there from @buf; a failure fails the segment.  The address is the one
+ * member @r published: at worst it makes us read or write its own memory.
+ */
+static tpu_status cma_io(struct tpu__shm_coll *s, int r, uint64_t addr, void *buf, size_t len,
+			 bool write)
 {
 	tpu_status st;
 
 	if (!len)
 		return 0;
-	st = tpu_cma_read(s->pids[r], addr, dst, len);
+	st = write ? cma_write(s->pids[r], addr, buf, len) : tpu_cma_read(s->pids[r], addr, buf, len);
 	if (!st)
 		return 0;
-	tpu__log_debug("coll: shm: reading %zu bytes of member %d (pid %d): %s", len, r,
-		       (int)s->pids[r], tpu_strerror(st));
+	tpu__log_debug("coll: shm: %s %zu bytes of member %d (pid %d): %s",
+		       write ? "writing" : "reading", len, r, (int)s->pids[r], tpu_strerror(st));
 	/* A member that failed returns, and its buffers may go, while others read them. */
 	if (tpu__shm_aborted(s))
 		return tpu__shm_fail(s, tpu__shm_aborted(s), 0);
@@ -107,6 +137,11 @@ static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst,
 	if (st == -ESRCH || tpu__shm_dead(s, r, 100))
 		return tpu__shm_fail(s, TPU_E_PEER_GONE, TPU_E_PEER_GONE);
 	return tpu__shm_fail(s, st, -ECONNABORTED);
+}
+
+static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+{
+	return cma_io(s, r, addr, dst, len, false);
 }
 
 /*
@@ -240,6 +275,75 @@ static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
 	return st;
 }
 
+/*
+ * Reduce-scatter through the slots: no member reads the writer's own chunk
+ * of its slot, so the writer fills in only the others' chunks, chunk
+ * (rank + k) % n for k = 1 .. n - 1, each in parts that start at the
+ * chunk's start: the next member in rank order finds its chunk written
+ * first, and no byte is copied that no one reads.  A member's parts word
+ * then counts parts in that order; rs_before() says where a chunk starts
+ * in it.
+ */
+static uint32_t rs_parts(const struct tpu__shm_coll *s, const struct tpu__shm_call *c, size_t es,
+			 int chunk)
+{
+	return (uint32_t)((tpu__coll_chunk_len(c->count, s->n, chunk) * es + SHM_PART - 1) /
+			  SHM_PART);
+}
+
+/* The parts member @m writes before chunk @chunk's. */
+static uint32_t rs_before(const struct tpu__shm_coll *s, const struct tpu__shm_call *c, size_t es,
+			  int m, int chunk)
+{
+	uint32_t parts = 0;
+
+	for (int k = 1; k < s->n && (m + k) % s->n != chunk; k++)
+		parts += rs_parts(s, c, es, (m + k) % s->n);
+	return parts;
+}
+
+/*
+ * This member's chunk: its own input and every other member's slot
+ * reduced in rank order (the bits the slots gave before), one part at a
+ * time as each is written.  The first operand goes through memmove: in
+ * place, rank 0's chunk and output are the same bytes.
+ */
+static tpu_status rs_reduce(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			    size_t es)
+{
+	uint32_t before[TPU__SHM_MAX_MEMBERS];
+	size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
+	size_t len = tpu__coll_chunk_len(c->count, s->n, s->rank) * es;
+	char *out = c->out;
+	tpu_status st = 0;
+
+	for (int r = 0; r < s->n; r++)
+		before[r] = r == s->rank ? 0 : rs_before(s, c, es, r, s->rank);
+	for (size_t at = 0, end; at < len && !st; at = end) {
+		uint32_t part = (uint32_t)(at / SHM_PART) + 1;
+
+		end = at + SHM_PART < len ? at + SHM_PART : len;
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+
+			st = tpu__shm_wait_ready(s, r, call, before[r] + part, c->deadline_ns);
+		}
+		if (st)
+			break;
+		for (int r = 0; r < s->n; r++) {
+			const char *src = r == s->rank ? (const char *)c->in + off + at :
+				(const char *)shm_slot(s, r, call) + off + at;
+
+			if (!r)
+				memmove(out + at, src, end - at);
+			else
+				tpu__coll_reduce(c->dtype, c->op, out + at, src, (end - at) / es);
+		}
+		tpu__coll_final(c->dtype, c->final_op, out + at, (end - at) / es, s->n);
+	}
+	return st;
+}
+
 static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 			    const struct tpu__shm_call *c, size_t es)
 {
@@ -260,12 +364,8 @@ static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 			st = copy_slot(s, call, r, out + (size_t)r * bytes, bytes, c->deadline_ns);
 		}
 		return st;
-	case TPU_COLL_REDUCE_SCATTER: {
-		size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
-
-		return reduce_slots(s, call, c, es, out, off, off,
-				    off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es);
-	}
+	case TPU_COLL_REDUCE_SCATTER:
+		return rs_reduce(s, call, c, es);
 	default:
 		if (bytes >= SHM_SPLIT && s->n > 1)
 			return split_all_reduce(s, call, c, es);
@@ -285,8 +385,24 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 
 	switch (c->type) {
 	case TPU_COLL_BROADCAST:
-		if (s->rank != c->root)
+		/*
+		 * Two members: the root, idle otherwise, writes the second half
+		 * into the other's output while that one reads the first: two
+		 * cores copy.
+		 */
+		if (s->n == 2 && bytes >= SHM_BCAST_HALVES) {
+			size_t half = bytes / 2 / 64 * 64;
+			int r = 1 - s->rank;
+
+			if (s->rank == c->root)
+				st = cma_io(s, r, shm_line(s, r)->desc[call & 1].out + half,
+					    (char *)in + half, bytes - half, true);
+			else
+				st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out,
+					  half);
+		} else if (s->rank != c->root) {
 			st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out, bytes);
+		}
 		break;
 	case TPU_COLL_GATHER:
 		for (int k = 1; k < s->n && !st; k++) {
@@ -327,28 +443,47 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
  * This member's input into its slot, one part at a time, each said
  * written: the first before the phase that starts the call (a small one
  * is then whole when the others look), the others after it, while the
- * others already read; then the rest of the barrier.
+ * others already read; then the rest of the barrier.  A reduce-scatter
+ * writes only the other members' chunks (rs_reduce()).
  */
-static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t bytes,
-			    uint64_t deadline_ns)
+static void fill_range(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t from,
+		       size_t to, uint32_t *part)
 {
 	unsigned char *slot = shm_slot(s, s->rank, call);
+
+	for (size_t at = from, end; at < to; at = end) {
+		end = at + SHM_PART < to ? at + SHM_PART : to;
+		memcpy(slot + at, in + at, end - at);
+		tpu__shm_ready(s, call, ++*part);
+		if (*part == 1)
+			tpu__shm_publish(s);
+	}
+}
+
+static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			    size_t es)
+{
+	const char *in = c->in;
 	uint32_t part = 0;
 
 	if (s->failed)
 		return s->failed;
-	for (size_t at = 0, end; at < bytes; at = end) {
-		end = at + SHM_PART < bytes ? at + SHM_PART : bytes;
-		memcpy(slot + at, in + at, end - at);
-		tpu__shm_ready(s, call, ++part);
-		if (part == 1)
-			tpu__shm_publish(s);
+	if (c->type != TPU_COLL_REDUCE_SCATTER) {
+		fill_range(s, call, in, 0, c->count * es, &part);
+	} else {
+		for (int k = 1; k < s->n; k++) {
+			int r = (s->rank + k) % s->n;
+			size_t off = tpu__coll_chunk_start(c->count, s->n, r) * es;
+
+			fill_range(s, call, in, off, off + tpu__coll_chunk_len(c->count, s->n, r) * es,
+				   &part);
+		}
 	}
 	if (!part) {
 		tpu__shm_ready(s, call, 0);
 		tpu__shm_publish(s);
 	}
-	return tpu__shm_wait_all(s, deadline_ns);
+	return tpu__shm_wait_all(s, c->deadline_ns);
 }
 
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
@@ -373,7 +508,7 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	slots = through_slots(s, c, es);
 	s->way = slots ? "slots" : "cma";
 	if (slots && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
-		st = fill_slot(s, call, c->in, c->count * es, c->deadline_ns);
+		st = fill_slot(s, call, c, es);
 	else
 		st = tpu__shm_barrier(s, c->deadline_ns);
 	if (!st)

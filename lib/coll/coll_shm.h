@@ -47,6 +47,12 @@ _Static_assert(TPU__SHM_SLOT / SHM_PART < SHM_REDUCED, "a slot's parts must coun
  * (2.0 against 3.2 us), at 32 KiB both take 4.2 us.
  */
 #define SHM_SINGLE_COPY	(32u << 10)
+/*
+ * A broadcast between two members of this many bytes and more is copied
+ * by both: the receiver reads the first half, the root writes the second
+ * into the receiver's output (process_vm_writev).
+ */
+#define SHM_BCAST_HALVES	(64u << 10)
 
 /* What a call is: every member must publish the same (the slot index apart). */
 struct shm_desc {

@@ -10,7 +10,9 @@
  * forcing either path and refusing other values; and the segment's own
  * checks (a memfd not sealed, a wrong size or header, bad arguments);
  * no member keeps the segment mapped once its world is destroyed; and
- * with more members than cores, a long wait sleeps instead of yielding.
+ * with more members than cores, a long wait sleeps instead of yielding;
+ * a reduce-scatter copies into its slot only the chunks others read; a
+ * large broadcast between two is copied by both.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -437,8 +440,94 @@ static int crowd_sleeps(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/* Member @r's slot @parity in this process's mapping of the segment of @n members. */
+static const float *seg_slot(int n, int r, int parity)
+{
+	return (const float *)((const unsigned char *)seg_line(0) - SHM_LINE +
+			       SHM_LINE * (1 + (size_t)n) +
+			       (size_t)TPU__SHM_SLOT * (2 * (size_t)r + (size_t)parity));
+}
+
+/*
+ * A reduce-scatter through the slots copies into a member's slot only the
+ * chunks the other members read: this member's own chunk of the input
+ * (values no call wrote before) is in neither of its slots, every other
+ * chunk is in one of them.  Then in place (in == out) through the slots:
+ * rank 0's chunk is its output's first bytes.
+ */
+static int scatter_fills_only_others(struct tpu_world *w, int me, int n)
+{
+	size_t count = MID, len, off = tpu_coll_chunk(count, n, me, &len);
+	float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+
+	R_CHECK(in && out);
+	for (size_t i = 0; i < count; i++)
+		in[i] = (float)(1000000 + me * 100000 + (int)(i % 50000));
+	R_CHECK(tpu_world_reduce_scatter(w, in, out, count, TPU_DT_FLOAT32, TPU_OP_SUM,
+					 TPU_FINAL_NONE, 20 * SECOND) == 0);
+	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm") && seg_line(0));
+	for (int parity = 0; parity < 2; parity++)
+		R_CHECK(memcmp(seg_slot(n, me, parity) + off, in + off, len * sizeof(float)));
+	for (int r = 0; r < n; r++) {
+		size_t rlen, roff = tpu_coll_chunk(count, n, r, &rlen);
+
+		if (r != me)
+			R_CHECK(!memcmp(seg_slot(n, me, 0) + roff, in + roff, rlen * sizeof(float)) ||
+				!memcmp(seg_slot(n, me, 1) + roff, in + roff, rlen * sizeof(float)));
+	}
+	for (size_t i = 0; i < len; i++) {
+		double want = 0;
+
+		for (int r = 0; r < n; r++)
+			want += 1000000 + r * 100000 + (int)((off + i) % 50000);
+		R_CHECK(out[i] == (float)want);
+	}
+	for (size_t i = 0; i < count; i++)
+		in[i] = (float)(me + (int)(i % 7));
+	R_CHECK(tpu_world_reduce_scatter(w, in, in, count, TPU_DT_FLOAT32, TPU_OP_SUM,
+					 TPU_FINAL_NONE, 20 * SECOND) == 0);
+	for (size_t i = 0; i < len; i++)
+		R_CHECK(in[i] == (float)(n * (n - 1) / 2 + n * (int)((off + i) % 7)));
+	free(in);
+	free(out);
+	return 0;
+}
+
+/*
+ * A large broadcast between two members is copied by both: the receiver
+ * reads only the first half, the root writes the second into the
+ * receiver's output.  Seen from the receiver: its output pages, fresh and
+ * small (no huge pages), fault in its own thread only for the half it
+ * copies (a fault taken for the root's process_vm_writev is not counted
+ * to the receiver); before, it faulted every page.
+ */
+static int broadcast_in_halves(struct tpu_world *w, int me)
+{
+	size_t bytes = 4u << 20, pages = bytes / 4096;
+	char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct rusage before, after;
+	long faults;
+
+	R_CHECK(buf != MAP_FAILED);
+	madvise(buf, bytes, MADV_NOHUGEPAGE);
+	if (me == 0)
+		for (size_t i = 0; i < bytes; i++)
+			buf[i] = (char)(i * 7 + 3);
+	R_CHECK(getrusage(RUSAGE_THREAD, &before) == 0);
+	R_CHECK(tpu_world_broadcast(w, buf, bytes, TPU_DT_UINT8, 0, 20 * SECOND) == 0);
+	R_CHECK(getrusage(RUSAGE_THREAD, &after) == 0);
+	for (size_t i = 0; i < bytes; i++)
+		R_CHECK(buf[i] == (char)(i * 7 + 3));
+	faults = after.ru_minflt - before.ru_minflt;
+	if (me == 1 && faults >= (long)(pages * 3 / 4))
+		fprintf(stderr, "# rank 1: %ld faults for %zu pages\n", faults, pages);
+	R_CHECK(me == 0 || faults < (long)(pages * 3 / 4));
+	munmap(buf, bytes);
+	return 0;
+}
+
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
-       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD };
+       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -510,6 +599,12 @@ static int rank_main(int me, int n, void *arg)
 		break;
 	case SC_CROWD:
 		line = crowd_sleeps(w, me, n);
+		break;
+	case SC_SCATTER:
+		line = scatter_fills_only_others(w, me, n);
+		break;
+	case SC_BCAST:
+		line = broadcast_in_halves(w, me);
 		break;
 	case SC_BAD_PATH:
 		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
@@ -587,7 +682,9 @@ void test_world_shm(void)
 					     "member_dies_while_others_sleep",
 					     "member_dies_inside_a_large_one", "timeout_aborts_the_others",
 					     "forced_rendezvous", "forced_shm_without_shm",
-					     "bad_TPU_COLL_PATH", "crowd_sleeps_on_the_futex" };
+					     "bad_TPU_COLL_PATH", "crowd_sleeps_on_the_futex",
+					     "reduce_scatter_fills_only_the_chunks_others_read",
+					     "broadcast_of_two_copied_by_both" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -596,8 +693,9 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_CROWD; k++) {
-		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ? 3 : 2;
+	for (int k = SC_PATH; k <= SC_BCAST; k++) {
+		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
+			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
 				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
 					 k == SC_BAD_PATH ? "fast" : NULL,
