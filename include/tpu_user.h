@@ -154,7 +154,7 @@ TPU_API void tpu_log_set_handler(tpu_log_fn fn, void *arg, bool debug);
  * (Documentation/abi.rst), the minor with every addition.
  */
 #define TPU_VERSION_MAJOR	1
-#define TPU_VERSION_MINOR	1
+#define TPU_VERSION_MINOR	2
 #define TPU_VERSION_PATCH	0
 /** TPU_VERSION - this header's library version as one comparable number */
 #define TPU_VERSION \

@@ -56,7 +56,7 @@ __all__ = [
     "Agent", "Registration", "Remote", "create_domain",
 ]
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 log = logging.getLogger("tpu_user")
 
