@@ -504,11 +504,25 @@ static bool check_arenas(struct fz *f, const struct tp_copy_elem *e,
 	return true;
 }
 
+/* A random live grant that endpoint @who may use, or -1. */
+static int usable_grant(struct fz *f, int who)
+{
+	int i, start = below(f->ng ? f->ng : 1), k;
+
+	for (k = 0; k < f->ng; k++) {
+		i = (start + k) % f->ng;
+		if (f->g[i].live && f->g[i].dom == f->ep[who].dom &&
+		    f->g[i].grantee == f->ep[who].id)
+			return i;
+	}
+	return -1;
+}
+
 static void fz_copy(struct __test_metadata *_metadata, struct fz *f)
 {
 	struct tp_copy c = { .elems = (uintptr_t)f->el };
 	struct plan p;
-	bool valid = true, safe = true, clean = true;
+	bool valid = true, safe = true, clean = true, good;
 	int who = caller(), ret;
 	char why[128];
 	uint32_t n, j;
@@ -526,19 +540,40 @@ static void fz_copy(struct __test_metadata *_metadata, struct fz *f)
 	default:
 		n = 1 + below(4);
 	}
+	good = chance(40);
 	for (j = 0; j < n && j < MAX_N; j++) {
 		struct tp_copy_elem *e = &f->el[j];
-		int gi;
+		int gi = good ? usable_grant(f, who) : -1;
 
+		if (gi >= 0) {
+			/* A well-formed element, as a real user sends. */
+			e->grant = f->g[gi].id;
+			e->flags = f->g[gi].access == TP_ACCESS_READ ||
+				   (f->g[gi].access != TP_ACCESS_WRITE &&
+				    chance(50)) ? TP_COPY_READ : TP_COPY_WRITE;
+			e->offset = below(f->g[gi].len + 1);
+			e->len = below(f->g[gi].len - e->offset + 1);
+			e->addr = pick_addr(f, e->len);
+			if (chance(90))
+				e->addr = (uintptr_t)f->lb.body +
+					  below(f->lb.len - e->len + 1);
+			continue;
+		}
 		e->grant = pick_grant_id(f);
 		gi = model_grant(f, f->ep[who].dom, e->grant);
 		e->flags = chance(90) ? 1 + below(2) : below(8);
 		if (gi >= 0 && chance(80)) {
 			uint64_t gl = f->g[gi].len;
 
-			if (chance(75)) {
+			uint64_t end = gl + below(4) - 1;
+
+			if (chance(50)) {
 				e->offset = below(gl + 1);
 				e->len = below(gl - e->offset + 1);
+			} else if (chance(60)) {
+				/* Ending just before, at or just past the end. */
+				e->offset = below(end + 1);
+				e->len = end - e->offset;
 			} else {
 				e->offset = near(gl);
 				e->len = near(gl);
@@ -644,6 +679,9 @@ static void fz_setup(struct __test_metadata *_metadata, struct fz *f)
 	ASSERT_NE(NULL, f->el);
 }
 
+/* The test runs in a child that leaves with _exit(): write unbuffered. */
+#define fz_msg(...) fprintf(stderr, "# " __VA_ARGS__)
+
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
 	const char *s = getenv(name);
@@ -665,8 +703,8 @@ TEST(grant_fuzz)
 	TPT_REQUIRE_FEATURES(info, TP_FEAT_GRANT);
 	seed = env_u64("GRANT_FUZZ_SEED", (uint64_t)time(NULL) ^
 		       ((uint64_t)getpid() << 32));
-	iters = env_u64("GRANT_FUZZ_ITERS", 5000);
-	ksft_print_msg("grant_fuzz: GRANT_FUZZ_SEED=0x%" PRIx64
+	iters = env_u64("GRANT_FUZZ_ITERS", 20000);
+	fz_msg("grant_fuzz: GRANT_FUZZ_SEED=0x%" PRIx64
 		       " GRANT_FUZZ_ITERS=%" PRIu64 "\n", seed, iters);
 	rng = seed;
 	fz_setup(_metadata, &f);
@@ -688,12 +726,12 @@ TEST(grant_fuzz)
 			fz_copy(_metadata, &f);
 		}
 	}
-	ksft_print_msg("grant_fuzz: %" PRIu64 " iterations, %lu calls, %.1f s\n",
+	fz_msg("grant_fuzz: %" PRIu64 " iterations, %lu calls, %.1f s\n",
 		       it, f.calls, (tpt_now_ns() - t0) / 1e9);
 	for (c = 0; c < 4; c++)
 		for (k = 0; k < NERR; k++)
 			if (f.hist[c][k])
-				ksft_print_msg("grant_fuzz: %-13s %-8s %lu\n",
+				fz_msg("grant_fuzz: %-13s %-8s %lu\n",
 					       cmd_name[c], k ? strerror(k) : "0",
 					       f.hist[c][k]);
 	/* Every region releases, which ends the grants still live. */
@@ -717,7 +755,7 @@ TEST(grant_fuzz)
 			k++;
 		}
 	}
-	ksft_print_msg("grant_fuzz: %d copies through ended grants refused\n", k);
+	fz_msg("grant_fuzz: %d copies through ended grants refused\n", k);
 	for (e = 0; e < NEP; e++)
 		EXPECT_EQ(0, close(f.ep[e].fd));
 	EXPECT_EQ(0, close(f.dfd[0]));
