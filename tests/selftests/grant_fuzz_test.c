@@ -99,6 +99,7 @@ struct fz {
 	/* [command][errno] */
 	unsigned long hist[4][NERR];
 	unsigned long calls;
+	unsigned long releases;
 };
 
 static const char *const cmd_name[4] = {
@@ -351,6 +352,24 @@ static void fz_revoke(struct __test_metadata *_metadata, struct fz *f)
 	} else {
 		ASSERT_EQ(-ENOENT, ret) TH_LOG("REVOKE of dead/foreign %u", r.id);
 	}
+}
+
+/*
+ * Release a region's handle, which ends its grants, and register the same
+ * memory again under a new handle.
+ */
+static void fz_release(struct __test_metadata *_metadata, struct fz *f)
+{
+	int e = below(NEP), ri = below(NREG), i;
+	struct region *r = &f->ep[e].reg[ri];
+
+	ASSERT_EQ(0, tpt_release(f->ep[e].fd, r->handle));
+	for (i = 0; i < f->ng; i++)
+		if (f->g[i].granter == e && f->g[i].reg == ri)
+			f->g[i].live = false;
+	ASSERT_EQ(0, tpt_register(f->ep[e].fd, r->a.body, r->a.len, r->access,
+				  &r->handle));
+	f->releases++;
 }
 
 /* Local memory for an element: mostly inside the local arena. */
@@ -712,7 +731,10 @@ TEST(grant_fuzz)
 	for (it = 0; it < iters; it++) {
 		switch (below(10)) {
 		case 0:
-			fz_info(_metadata, &f);
+			if (chance(2))
+				fz_release(_metadata, &f);
+			else
+				fz_info(_metadata, &f);
 			break;
 		case 1:
 		case 2:
@@ -726,8 +748,8 @@ TEST(grant_fuzz)
 			fz_copy(_metadata, &f);
 		}
 	}
-	fz_msg("grant_fuzz: %" PRIu64 " iterations, %lu calls, %.1f s\n",
-		       it, f.calls, (tpt_now_ns() - t0) / 1e9);
+	fz_msg("grant_fuzz: %" PRIu64 " iterations, %lu calls, %lu region releases, %.1f s\n",
+	       it, f.calls, f.releases, (tpt_now_ns() - t0) / 1e9);
 	for (c = 0; c < 4; c++)
 		for (k = 0; k < NERR; k++)
 			if (f.hist[c][k])
