@@ -19,7 +19,7 @@ limit=${TP_SELFTEST_TIMEOUT:-1800}
 params=/sys/module/tensorpipe/parameters
 all="info_test region_test domain_test slot_test slot_errors_test \
 completion_test donate_test dmabuf_test memcg_test member_test uring_test stress_test \
-compat_test fault_test grant_test"
+compat_test fault_test grant_test grant_fuzz_test"
 
 if [ ! -c /dev/tensorpipe ]; then
 	echo "Bail out! /dev/tensorpipe missing: load the module first" \
