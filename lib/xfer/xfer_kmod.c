@@ -260,30 +260,51 @@ static const struct tpu_xfer_remote *remote_of(const struct tpu_xfer_req *r, siz
 	return NULL;
 }
 
-static tpu_status kmod_copy(struct tpu_xfer_req *r, struct tp_copy_elem *e)
+/* Every post of @r reuses the element list built here, once. */
+static tpu_status kmod_prepare(struct tpu_xfer_req *r)
 {
 	const uint32_t dir = r->op == TPU_XFER_OP_READ ? TP_COPY_READ : TP_COPY_WRITE;
+	struct tp_copy_elem *e = calloc(r->npairs + 1, sizeof(*e));
+	size_t i;
+
+	if (!e)
+		return -ENOMEM;
+	for (i = 0; i < r->npairs; i++) {
+		const struct tpu_xfer_remote *rm = remote_of(r, i);
+
+		if (!rm) {
+			free(e);
+			return TPU_E_REVOKED;
+		}
+		e[i].addr = (uintptr_t)r->liov[i].iov_base;
+		e[i].len = r->liov[i].iov_len;
+		e[i].offset = (uintptr_t)r->riov[i].iov_base - rm->addr;
+		e[i].grant = rm->grant;
+		e[i].flags = dir;
+	}
+	r->be_data = e;
+	return 0;
+}
+
+static void kmod_release(struct tpu_xfer_req *r)
+{
+	free(r->be_data);
+	r->be_data = NULL;
+}
+
+static tpu_status kmod_copy(struct tpu_xfer_req *r)
+{
+	struct tp_copy_elem *e = r->be_data;
 	size_t i, n;
 	tpu_status st = 0;
 
 	for (i = 0; !st && i < r->npairs; i += n) {
-		struct tp_copy c = { .elems = (uintptr_t)e };
+		struct tp_copy c = { .elems = (uintptr_t)&e[i] };
 		size_t j;
 
 		n = r->npairs - i;
 		if (n > TP_COPY_MAX_ELEMS)
 			n = TP_COPY_MAX_ELEMS;
-		for (j = 0; j < n; j++) {
-			const struct tpu_xfer_remote *rm = remote_of(r, i + j);
-
-			if (!rm)
-				return TPU_E_REVOKED;
-			e[j].addr = (uintptr_t)r->liov[i + j].iov_base;
-			e[j].len = r->liov[i + j].iov_len;
-			e[j].offset = (uintptr_t)r->riov[i + j].iov_base - rm->addr;
-			e[j].grant = rm->grant;
-			e[j].flags = dir;
-		}
 		c.nr_elems = (uint32_t)n;
 		st = kmod_ioctl(r->a->kmod_fd, TP_IOC_COPY, &c);
 		if (st == -ENOENT)
@@ -291,7 +312,7 @@ static tpu_status kmod_copy(struct tpu_xfer_req *r, struct tp_copy_elem *e)
 		else if (st == -E2BIG) {
 			/* More than TP_COPY_MAX_BYTES: one pair a call. */
 			for (j = 0; !st && j < n; j++) {
-				c.elems = (uintptr_t)&e[j];
+				c.elems = (uintptr_t)&e[i + j];
 				c.nr_elems = 1;
 				st = kmod_ioctl(r->a->kmod_fd, TP_IOC_COPY, &c);
 			}
@@ -304,18 +325,15 @@ static void kmod_post(struct tpu_xfer_req *r)
 {
 	struct xfer_peer *p = r->peer;
 	struct tpu_agent *a = r->a;
-	struct tp_copy_elem *e;
 	tpu_status st;
 
-	e = malloc((r->npairs < TP_COPY_MAX_ELEMS ? r->npairs : TP_COPY_MAX_ELEMS) * sizeof(*e) + 1);
 	pthread_rwlock_rdlock(&a->local_rw);
-	st = e ? atomic_load(&p->error) : -ENOMEM;
+	st = atomic_load(&p->error);
 	if (!st)
 		st = tpu__xfer_req_live(r);
 	if (!st)
-		st = kmod_copy(r, e);
+		st = kmod_copy(r);
 	pthread_rwlock_unlock(&a->local_rw);
-	free(e);
 	if (!st && r->notif)
 		st = tpu__xfer_send_notif(p, r);
 	tpu__xfer_req_complete(r, st);
@@ -332,4 +350,6 @@ const struct xfer_backend tpu__xfer_kmod = {
 	.attach = kmod_attach,
 	.post = kmod_post,
 	.cancel = kmod_cancel,
+	.prepare = kmod_prepare,
+	.release = kmod_release,
 };
