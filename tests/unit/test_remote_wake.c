@@ -171,6 +171,7 @@ static void ping_pong_wakes(struct worker *a, struct worker *b)
 struct poster {
 	struct worker *w;
 	bool abort;
+	unsigned int iter;
 };
 
 /* After 50 ms: send the local key, or abort. */
@@ -182,36 +183,76 @@ static void *post_later(void *arg)
 	if (p->abort)
 		tpu_rendezvous_abort(p->w->rdv, -ECONNABORTED);
 	else
-		give(p->w, TASK_A, TASK_A, "local", 7);
+		give(p->w, TASK_A, TASK_A, "local", p->iter);
 	return NULL;
 }
 
-/* A waiter asleep in pctx's place, woken by a post from another thread. */
-static void woken_by_other_thread(struct worker *a, bool abort)
+/*
+ * Until pctx's thread has not woken for 20 ms (at most 1 s): a waiter
+ * lends itself only while that thread sleeps, and one busy with the last
+ * test's frames has the waiter sleep on its own word instead.
+ */
+static void settle(struct worker *w)
 {
-	struct poster p = { .w = a, .abort = abort };
-	uint64_t sleeps0 = tpu__ctx_lend_sleeps(pctx_of(a)), got = 0, t0;
+	uint64_t before;
+
+	for (int i = 0; i < 50; i++) {
+		before = tpu__ctx_wakes(pctx_of(w));
+		pause_us(20000);
+		if (tpu__ctx_wakes(pctx_of(w)) == before)
+			return;
+	}
+}
+
+/*
+ * A waiter woken by another thread's post: whatever it slept on, the post
+ * ends the wait at once.  True if it slept in pctx's place.
+ */
+static bool woken_by_other_thread(struct worker *a, bool abort, unsigned int iter)
+{
+	struct poster p = { .w = a, .abort = abort, .iter = iter };
+	uint64_t sleeps0, got = 0, t0;
 	struct timespec ts;
 	tpu_status st;
 	pthread_t th;
 
+	settle(a);
+	sleeps0 = tpu__ctx_lend_sleeps(pctx_of(a));
 	if (pthread_create(&th, NULL, post_later, &p)) {
 		CHECK(false, "remote wake: a posting thread");
-		return;
+		return false;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	st = take(a, abort ? TASK_B : TASK_A, TASK_A, abort ? "never" : "local", 7, &got);
+	st = take(a, abort ? TASK_B : TASK_A, TASK_A, abort ? "never" : "local", iter, &got);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec - t0;
 	pthread_join(th, NULL);
-	CHECK_STATUS(st, abort ? -ECONNABORTED : 0, "remote wake: %s",
-		     abort ? "an abort ends a receive asleep in pctx's place"
-			   : "a local key's send ends a receive asleep in pctx's place");
+	CHECK_STATUS(st, abort ? -ECONNABORTED : 0, "remote wake: %s (try %u)",
+		     abort ? "an abort ends a blocked receive"
+			   : "a local key's send ends a blocked receive", iter);
 	CHECK(t0 < 2000000000ull, "remote wake: within %llu ms of a 10 s timeout",
 	      (unsigned long long)(t0 / 1000000));
-	CHECK(tpu__ctx_lend_sleeps(pctx_of(a)) > sleeps0,
-	      "remote wake: that waiter slept in pctx's place");
+	return tpu__ctx_lend_sleeps(pctx_of(a)) > sleeps0;
+}
+
+/*
+ * Whether the waiter slept in pctx's place depends on that thread being
+ * asleep when the wait began, which a loaded machine does not promise:
+ * up to five tries, one of which must.  The abort ends the rendezvous, so
+ * it runs once, last; its wake-up when lent is covered by the time check
+ * (a lent waiter the abort failed to wake would sleep out the timeout).
+ */
+static void woken_in_place(struct worker *a)
+{
+	unsigned int tries = 0;
+	bool lent = false;
+
+	while (!lent && tries < 5)
+		lent = woken_by_other_thread(a, false, 7 + tries++);
+	CHECK(lent, "remote wake: a waiter slept in pctx's place (%u tries)", tries);
+	if (!woken_by_other_thread(a, true, 20))
+		tap_diag("remote wake: the aborted waiter slept on its own word, not in pctx's place");
 }
 
 void test_remote_wake(void)
@@ -225,8 +266,7 @@ void test_remote_wake(void)
 		     !tpu_rendezvous_add_peer(b.rdv, TASK_A, a.url);
 	if (ok) {
 		ping_pong_wakes(&a, &b);
-		woken_by_other_thread(&a, false);
-		woken_by_other_thread(&a, true);
+		woken_in_place(&a);
 	}
 	worker_close(&b);
 	worker_close(&a);
