@@ -27,6 +27,14 @@ def pytest_configure(config):
         _tap["file"] = open(path, "w", buffering=1)
 
 
+def _why(report):
+    """The failure's last lines, short, on the TAP line (a CI log's tail shows it)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    lines = [l.strip() for l in str(getattr(crash, "message", "") or "").splitlines()
+             if l.strip()]
+    return " | ".join(lines[-3:]).replace("#", "")[:300] or "failed"
+
+
 def pytest_runtest_logreport(report):
     f = _tap["file"]
     if f is None:
@@ -42,7 +50,7 @@ def pytest_runtest_logreport(report):
         elif report.passed:
             f.write(f"ok {_tap['n']} - {name}\n")
         else:
-            f.write(f"not ok {_tap['n']} - {name}\n")
+            f.write(f"not ok {_tap['n']} - {name}: {_why(report)}\n")
     elif report.when == "teardown" and report.failed:
         _tap["n"] += 1
         f.write(f"not ok {_tap['n']} - {report.nodeid} (teardown)\n")

@@ -132,7 +132,7 @@ with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
             took = time.monotonic() - t0
             assert e.status_name == "TPU_E_COLL_MISMATCH", e
             assert what in str(e), (what, str(e))
-            assert took < 5, took
+            assert took < 10, took  # promptly, not at the 20 s timeout
         else:
             raise AssertionError("a mismatch was not reported: " + what)
 
