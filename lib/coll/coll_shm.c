@@ -58,10 +58,28 @@ static bool through_slots(const struct tpu__shm_coll *s, const struct tpu__shm_c
 	return bytes <= s->slot;
 }
 
-static bool same(const struct shm_desc *a, const struct shm_desc *b)
+/*
+ * Why rank @r's call (@d) is not this rank's (@mine), in the words the
+ * rendezvous path's resolution uses (coll_resolve.c), or false.
+ */
+static bool differs(const struct tpu__shm_coll *s, const struct shm_desc *mine,
+		    const struct shm_desc *d, int r, char *why, size_t size)
 {
-	return a->type == b->type && a->dtype == b->dtype && a->op == b->op &&
-	       a->final_op == b->final_op && a->root == b->root && a->count == b->count;
+#define FIELD(f, what) \
+	if (mine->f != d->f) { \
+		if (why && size) \
+			snprintf(why, size, "shm: %s: rank %d has %lld, rank %d has %lld", what, \
+				 s->rank, (long long)mine->f, r, (long long)d->f); \
+		return true; \
+	}
+	FIELD(type, "collective type")
+	FIELD(dtype, "data type")
+	FIELD(count, "element count")
+	FIELD(op, "merge op")
+	FIELD(final_op, "final op")
+	FIELD(root, "root rank")
+#undef FIELD
+	return false;
 }
 
 static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
@@ -71,17 +89,8 @@ static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason
 	for (int r = 0; r < s->n; r++) {
 		struct shm_desc d = shm_line(s, r)->desc[call & 1];
 
-		if (r == s->rank || same(mine, &d))
-			continue;
-		if (reason && size)
-			snprintf(reason, size, "shm: rank %d called %s (dtype %d, count %llu, op %d, "
-				 "final op %d, root %d), rank %d %s (dtype %d, count %llu, op %d, "
-				 "final op %d, root %d)", s->rank, type_name(mine->type),
-				 (int)mine->dtype, (unsigned long long)mine->count, (int)mine->op,
-				 (int)mine->final_op, (int)mine->root, r, type_name(d.type),
-				 (int)d.dtype, (unsigned long long)d.count, (int)d.op,
-				 (int)d.final_op, (int)d.root);
-		return TPU_E_COLL_MISMATCH;
+		if (r != s->rank && differs(s, mine, &d, r, reason, size))
+			return TPU_E_COLL_MISMATCH;
 	}
 	return 0;
 }

@@ -25,12 +25,7 @@ typedef struct {
 	PyObject_HEAD
 	tpupy_context *ctx;
 	struct tpu_world *w;
-	struct tpu_coll *coll;
 	char job[64];
-	int64_t step;
-	int64_t calls;			/* collectives run on w->coll */
-	char (*names)[160];
-	const char **devices;
 } tpupy_world;
 
 int tpupy_world_alive(PyObject *obj)
@@ -52,14 +47,11 @@ static int world_check(tpupy_world *w)
 static void world_close_now(tpupy_world *w)
 {
 	struct tpu_world *x = w->w;
-	struct tpu_coll *coll = w->coll;
 
 	w->w = NULL;
-	w->coll = NULL;
 	if (!x || w->ctx->pid != getpid() || !w->ctx->ctx)
 		return;
 	Py_BEGIN_ALLOW_THREADS
-	tpu_coll_destroy(coll);
 	tpu_world_destroy(x);
 	Py_END_ALLOW_THREADS
 }
@@ -70,8 +62,6 @@ static void world_dealloc(PyObject *self)
 	PyTypeObject *tp = Py_TYPE(self);
 
 	world_close_now(w);
-	free(w->names);
-	free(w->devices);
 	Py_CLEAR(w->ctx);
 	((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
 	Py_DECREF(tp);
@@ -87,7 +77,6 @@ static int world_init(PyObject *self, PyObject *args, PyObject *kw)
 	const char *job = NULL;
 	uint64_t tns;
 	tpu_status st;
-	int n;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|zO:World", kwlist, tpupy_ContextType, &ctx,
 					 &job, &tmo) ||
@@ -112,18 +101,6 @@ static int world_init(PyObject *self, PyObject *args, PyObject *kw)
 		tpupy_raise(st, "world (see the launcher's variables: RANK, WORLD_SIZE, "
 				"MASTER_ADDR, MASTER_PORT)");
 		return -1;
-	}
-	n = tpu_world_get_info(w->w)->size;
-	w->names = calloc((size_t)n, sizeof(*w->names));
-	w->devices = calloc((size_t)n, sizeof(*w->devices));
-	if (!w->names || !w->devices) {
-		PyErr_NoMemory();
-		return -1;
-	}
-	for (int r = 0; r < n; r++) {
-		snprintf(w->names[r], sizeof(w->names[r]), "/job:%s/replica:0/task:%d/device:CPU:0",
-			 w->job, r);
-		w->devices[r] = w->names[r];
 	}
 	return 0;
 }
@@ -251,65 +228,6 @@ static int coll_dtype(DLDataType dt)
 	}
 }
 
-/* A tpu_coll keeps what it resolved: a new one now and then bounds that (every rank alike). */
-#define COLL_RENEW	1024
-
-/* One collective on the caller's thread, GIL released. */
-static PyObject *run_coll(tpupy_world *w, enum tpu_coll_type type, const struct tpupy_view *in,
-			  void *out, int op, int final, int src, uint64_t timeout_ns)
-{
-	const struct tpu_world_info *info = tpu_world_get_info(w->w);
-	struct tpu_coll_group g = { .group_key = 1, .group_size = info->size,
-				    .device_type = "CPU", .devices = w->devices };
-	struct tpu_coll_instance inst = { 0 };
-	struct tpu_coll_member m = { .device = w->names[info->rank],
-				     .is_source = info->rank == src };
-	struct tpu_coll_exec *exec = NULL;
-	const void *src_data = in->data;
-	char why[256] = "";
-	tpu_status st;
-	int dt = coll_dtype(in->meta.dtype);
-
-	if (dt < 0) {
-		PyErr_Format(PyExc_TypeError, "collectives take float32, float64, float16, bfloat16, "
-			     "int32, int64 or uint8, not %s", tpupy_dtype_name(in->meta.dtype));
-		return NULL;
-	}
-	inst.type = type;
-	inst.dtype = (enum tpu_dtype)dt;
-	inst.count = tpupy_meta_count(&in->meta);
-	inst.op = (enum tpu_reduce_op)op;
-	inst.final_op = (enum tpu_final_op)final;
-	inst.timeout_ns = timeout_ns;
-	if (type == TPU_COLL_BROADCAST && info->rank != src)
-		src_data = NULL;
-	if (w->coll && w->calls >= COLL_RENEW) {
-		tpu_coll_destroy(w->coll);
-		w->coll = NULL;
-	}
-	if (!w->coll) {
-		st = tpu_coll_create(tpu_world_rendezvous(w->w), &w->coll);
-		if (st)
-			return tpupy_raise(st, "collectives");
-		w->calls = 0;
-	}
-	w->calls++;
-	++w->step;
-	inst.instance_key = (int32_t)(w->step % INT32_MAX);
-	st = tpu_coll_exec_create(w->coll, w->step, &exec);
-	if (st)
-		return tpupy_raise(st, "collectives");
-	Py_BEGIN_ALLOW_THREADS
-	st = tpu_coll_exec_run(exec, &g, &inst, &m, src_data, out);
-	tpu_coll_exec_destroy(exec);
-	if (st)
-		tpu_coll_last_reason(w->coll, why, sizeof(why));
-	Py_END_ALLOW_THREADS
-	if (st)
-		return tpupy_raise(st, why);
-	Py_RETURN_NONE;
-}
-
 static int reduce_op(const char *name, int *op, int *final)
 {
 	static const char *const names[] = { "sum", "prod", "min", "max" };
@@ -329,26 +247,66 @@ static int reduce_op(const char *name, int *op, int *final)
 	return -1;
 }
 
+/*
+ * The world's collectives (tpu_world_all_reduce and the rest): over the
+ * shared segment where every rank is on this host, as the C API's.
+ */
+static PyObject *world_raise(tpupy_world *w, tpu_status st, const char *what)
+{
+	char why[256] = "";
+
+	tpu_world_last_reason(w->w, why, sizeof(why));
+	return tpupy_raise(st, why[0] ? why : what);
+}
+
+static int reduce_dtype(const struct tpupy_view *v)
+{
+	int dt = coll_dtype(v->meta.dtype);
+
+	if (dt < 0)
+		PyErr_Format(PyExc_TypeError, "collectives take float32, float64, float16, bfloat16, "
+			     "int32, int64 or uint8, not %s", tpupy_dtype_name(v->meta.dtype));
+	return dt;
+}
+
+/* What only copies takes any dtype: its bytes, where the dtype is not one reductions know. */
+static enum tpu_dtype copy_dtype(const struct tpupy_view *v, uint64_t *count)
+{
+	int dt = coll_dtype(v->meta.dtype);
+
+	*count = dt < 0 ? v->meta.nbytes : tpupy_meta_count(&v->meta);
+	return dt < 0 ? TPU_DT_UINT8 : (enum tpu_dtype)dt;
+}
+
 static PyObject *world_all_reduce(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "tensor", "op", "timeout", NULL };
 	tpupy_world *w = (tpupy_world *)self;
 	const char *opname = "sum";
 	struct tpupy_view v;
-	PyObject *t, *r, *tmo = Py_None;
+	PyObject *t, *tmo = Py_None;
 	uint64_t tns;
-	int op, final;
+	int op, final, dt;
+	tpu_status st;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sO:all_reduce", kwlist, &t, &opname, &tmo) ||
 	    tpupy_timeout_arg(tmo, &tns) < 0 ||
 	    world_check(w) < 0 || reduce_op(opname, &op, &final) < 0 ||
 	    tpupy_view_get(t, true, &v) < 0)
 		return NULL;
-	r = run_coll(w, TPU_COLL_REDUCTION, &v, v.data, op, final, -1, tns);
-	tpupy_view_release(&v);
-	if (!r)
+	dt = reduce_dtype(&v);
+	if (dt < 0) {
+		tpupy_view_release(&v);
 		return NULL;
-	Py_DECREF(r);
+	}
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_all_reduce(w->w, v.data, v.data, tpupy_meta_count(&v.meta),
+				  (enum tpu_dtype)dt, (enum tpu_reduce_op)op,
+				  (enum tpu_final_op)final, tns);
+	Py_END_ALLOW_THREADS
+	tpupy_view_release(&v);
+	if (st)
+		return world_raise(w, st, "all_reduce");
 	return Py_NewRef(t);
 }
 
@@ -357,8 +315,10 @@ static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
 	static char *kwlist[] = { "tensor", "src", "timeout", NULL };
 	tpupy_world *w = (tpupy_world *)self;
 	struct tpupy_view v;
-	PyObject *t, *r, *tmo = Py_None;
-	uint64_t tns;
+	PyObject *t, *tmo = Py_None;
+	enum tpu_dtype dt;
+	uint64_t tns, count;
+	tpu_status st;
 	int src = 0;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iO:broadcast", kwlist, &t, &src, &tmo) ||
@@ -370,11 +330,13 @@ static PyObject *world_broadcast(PyObject *self, PyObject *args, PyObject *kw)
 	}
 	if (tpupy_view_get(t, true, &v) < 0)
 		return NULL;
-	r = run_coll(w, TPU_COLL_BROADCAST, &v, v.data, 0, 0, src, tns);
+	dt = copy_dtype(&v, &count);
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_broadcast(w->w, v.data, count, dt, src, tns);
+	Py_END_ALLOW_THREADS
 	tpupy_view_release(&v);
-	if (!r)
-		return NULL;
-	Py_DECREF(r);
+	if (st)
+		return world_raise(w, st, "broadcast");
 	return Py_NewRef(t);
 }
 
@@ -384,8 +346,10 @@ static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 	tpupy_world *w = (tpupy_world *)self;
 	struct tpupy_view v;
 	struct tpupy_meta m;
-	PyObject *t, *r, *tmo = Py_None;
-	uint64_t tns;
+	PyObject *t, *tmo = Py_None;
+	enum tpu_dtype dt;
+	uint64_t tns, count;
+	tpu_status st;
 	int n;
 	void *out;
 
@@ -409,27 +373,16 @@ static PyObject *world_all_gather(PyObject *self, PyObject *args, PyObject *kw)
 		tpupy_view_release(&v);
 		return PyErr_NoMemory();
 	}
-	r = run_coll(w, TPU_COLL_GATHER, &v, out, 0, 0, -1, tns);
+	dt = copy_dtype(&v, &count);
+	Py_BEGIN_ALLOW_THREADS
+	st = tpu_world_all_gather(w->w, v.data, out, count, dt, tns);
+	Py_END_ALLOW_THREADS
 	tpupy_view_release(&v);
-	if (!r) {
+	if (st) {
 		tpupy_free(out, m.nbytes);
-		return NULL;
+		return world_raise(w, st, "all_gather");
 	}
-	Py_DECREF(r);
 	return tpupy_tensor_new(out, &m);
-}
-
-/*
- * The library's one-call collectives and transfers of a world
- * (tpu_world_reduce_scatter and the rest), each with a timeout.
- */
-static PyObject *world_raise(tpupy_world *w, tpu_status st, const char *what)
-{
-	char why[256] = "";
-
-	if (st == TPU_E_COLL_MISMATCH)
-		tpu_world_last_reason(w->w, why, sizeof(why));
-	return tpupy_raise(st, why[0] ? why : what);
 }
 
 static PyObject *world_reduce_scatter(PyObject *self, PyObject *args, PyObject *kw)
@@ -564,6 +517,16 @@ static PyObject *world_device_name(PyObject *self, PyObject *args)
 	return PyUnicode_FromString(name);
 }
 
+static PyObject *world_coll_path(PyObject *self, PyObject *unused)
+{
+	tpupy_world *w = (tpupy_world *)self;
+
+	(void)unused;
+	if (world_check(w) < 0)
+		return NULL;
+	return PyUnicode_FromString(tpu_world_coll_path(w->w));
+}
+
 static PyObject *world_close(PyObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -599,6 +562,8 @@ static PyMethodDef world_methods[] = {
 	  "barrier_timeout(timeout=None): every rank, through the world's rendezvous" },
 	{ "device_name", world_device_name, METH_VARARGS,
 	  "device_name(rank) -> '/job:worker/replica:0/task:RANK/device:CPU:0'" },
+	{ "coll_path", world_coll_path, METH_NOARGS,
+	  "coll_path() -> str: \"shm\", \"hier\", \"rdv\", or \"\" before the first collective" },
 	{ "close", world_close, METH_NOARGS, "close(): leave (waits for every rank to leave)" },
 	{ NULL, NULL, 0, NULL },
 };

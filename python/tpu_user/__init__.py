@@ -709,6 +709,13 @@ class World:
         bytes.  A timed-out or too-small recv consumes nothing."""
         return self._c.recv(tensor, src, timeout)
 
+    def coll_path(self) -> str:
+        """What moves the collectives' bytes, decided at the first one: "shm"
+        (one shared segment, every rank on this host), "hier" (a segment per
+        host, its leader over the network), "rdv" (the rendezvous), or ""
+        before the first collective (TPU_COLL_PATH chooses; :doc:`collectives`)."""
+        return self._c.coll_path()
+
     def close(self) -> None:
         """Leave the world (waits until every rank leaves, at most its timeout)."""
         self._c.close()

@@ -188,3 +188,42 @@ def test_collective_timeout_argument():
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0, err
         assert "ok" in out
+
+
+PATH_WORKER = r'''
+import os, sys, numpy as np, tpu_user
+want = sys.argv[1]
+with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
+    r, n = w.rank, w.size
+    assert w.coll_path() == "", w.coll_path()
+    x = np.full(1 << 16, r + 1, dtype=np.float32)
+    w.all_reduce(x, timeout=20)
+    assert (x == n * (n + 1) // 2).all()
+    assert w.coll_path() == want, (w.coll_path(), want)
+    # Copies take any dtype, as bytes: complex and bool too.
+    c = np.full(5, complex(r, -r), dtype=np.complex64)
+    w.broadcast(c, src=n - 1, timeout=20)
+    assert (c == complex(n - 1, 1 - n)).all(), c
+    g = np.asarray(w.all_gather(np.array([r % 2 == 0] * 3), timeout=20))
+    assert g.shape == (n, 3) and g.dtype == np.bool_
+    assert g[:, 0].tolist() == [i % 2 == 0 for i in range(n)], g
+    big = np.full(1 << 20, float(r), dtype=np.float64)
+    w.broadcast(big, src=0, timeout=20)
+    assert (big == 0).all()
+    m = np.full(3, float(r + 1))
+    w.all_reduce(m, op="mean", timeout=20)
+    assert np.allclose(m, (n + 1) / 2), m
+    assert w.coll_path() == want
+print("rank", r, "ok", flush=True)
+'''
+
+
+@pytest.mark.parametrize("path", ["auto", "rdv"])
+def test_world_collectives_take_the_shared_segment(path, monkeypatch):
+    # One host: the world's collectives run over its shared segment, as the C
+    # API's do; TPU_COLL_PATH=rdv keeps them on the rendezvous.
+    monkeypatch.setenv("TPU_COLL_PATH", path)
+    procs, results = start_ranks(PATH_WORKER, 3, "shm" if path == "auto" else "rdv")
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert "ok" in out
