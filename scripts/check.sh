@@ -28,6 +28,8 @@ $make --no-print-directory -C tests/rdv >"$logs/rdv-build.log" 2>&1 || cat "$log
 $make --no-print-directory -C tests/pipe >"$logs/pipe-build.log" 2>&1 || cat "$logs/pipe-build.log"
 # Before the VMs: the VM pair runs two of them between its hosts.
 $make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || cat "$logs/examples-build.log"
+# The pair's Python ranks (tests/vm/hier_python.py) import the bindings from build/python.
+$make --no-print-directory -s python >"$logs/python-build.log" 2>&1 || cat "$logs/python-build.log"
 
 results=()
 for kver in $kvers; do

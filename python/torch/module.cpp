@@ -21,7 +21,7 @@ PYBIND11_MODULE(_tpu_torch, m) {
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> std::string {
         auto* tpu = dynamic_cast<tpu_torch::ProcessGroupTPU*>(pg.get());
         TORCH_CHECK(tpu, "tpu: coll_path: not a group of the tpu backend");
-        return tpu->onShm() ? "shm" : "rdv";
+        return tpu->collPath();
       },
       py::arg("group"));
 }

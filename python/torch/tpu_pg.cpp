@@ -7,7 +7,11 @@
 
 #include <netdb.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <atomic>
 #include <cstring>
@@ -27,13 +31,53 @@ uint64_t ns(std::chrono::milliseconds ms) {
   return ms.count() > 0 ? (uint64_t)ms.count() * 1000000ull : 0;
 }
 
-// This host's address for tcp, as Gloo finds it: what the host name resolves
-// to, loopback when it resolves to nothing else.
-std::string hostAddress() {
+// The local address a datagram to @host:@port would leave from (connect()
+// on a UDP socket sends nothing): the interface this host reaches it on.
+std::string addressTowards(const std::string& host, uint16_t port) {
+  struct addrinfo hints = {}, *res = nullptr;
+  std::string addr;
+
+  hints.ai_socktype = SOCK_DGRAM;
+  if (host.empty() || getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res))
+    return addr;
+  for (struct addrinfo* ai = res; ai && addr.empty(); ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN];
+
+    if (fd < 0)
+      continue;
+    if (!connect(fd, ai->ai_addr, ai->ai_addrlen) &&
+        !getsockname(fd, (struct sockaddr*)&ss, &sl) &&
+        !getnameinfo((struct sockaddr*)&ss, sl, ip, sizeof(ip), nullptr, 0, NI_NUMERICHOST))
+      addr = ss.ss_family == AF_INET6 ? "[" + std::string(ip) + "]" : std::string(ip);
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return addr;
+}
+
+// This host's address for tcp, where the other ranks can reach it: the one
+// it reaches torch's TCPStore from (what the C world does with its own
+// store), else MASTER_ADDR's, else what the host name resolves to, as Gloo
+// finds it (Debian's 127.0.1.1 included: one host only), else loopback.
+std::string hostAddress(const c10::intrusive_ptr<c10d::Store>& store) {
+  c10d::Store* s = store.get();
+  std::string addr;
+
+  while (auto* prefix = dynamic_cast<c10d::PrefixStore*>(s))
+    s = prefix->getUnderlyingStore().get();
+  if (auto* tcp = dynamic_cast<c10d::TCPStore*>(s))
+    addr = addressTowards(tcp->getHost(), tcp->getPort());
+  if (addr.empty() && getenv("MASTER_ADDR"))
+    addr = addressTowards(getenv("MASTER_ADDR"), 29500);
+  if (!addr.empty())
+    return addr;
+
   char name[256] = "";
   struct addrinfo hints = {}, *res = nullptr;
-  std::string addr = "127.0.0.1";
-
+  addr = "127.0.0.1";
   if (gethostname(name, sizeof(name) - 1))
     return addr;
   hints.ai_family = AF_INET;
@@ -205,7 +249,7 @@ ProcessGroupTPU::ProcessGroupTPU(const c10::intrusive_ptr<c10d::Store>& store, i
     fail("setting the job secret", st);
   }
 
-  std::string tcp = "tcp://" + hostAddress() + ":0";
+  std::string tcp = "tcp://" + hostAddress(store) + ":0";
   std::string shm = "shm://tpu-torch-" + std::to_string(getpid()) + "-" +
                     std::to_string(serial.fetch_add(1));
   const char* urls[2] = {tcp.c_str(), shm.c_str()};
@@ -246,7 +290,10 @@ ProcessGroupTPU::ProcessGroupTPU(const c10::intrusive_ptr<c10d::Store>& store, i
       tpu_world_last_reason(world_, reason, sizeof(reason));
       why = reason;
     }
-    shm_ = !st && !strcmp(tpu_world_coll_path(world_), "shm");
+    // Two levels across hosts are the same calls: a segment per host, its
+    // leader over the network.
+    path_ = st ? "" : tpu_world_coll_path(world_);
+    shm_ = path_ == "shm" || path_ == "hier";
   }
   if (st) {
     tpu_coll_destroy(coll_);

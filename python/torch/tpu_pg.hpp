@@ -142,8 +142,11 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   uint64_t nextStep() { return ++step_; }
   [[noreturn]] void fail(const char* what, tpu_status st, const std::string& more = "") const;
   // Whether the world's one-call collectives (tpu_world_*) take the shared
-  // segment: then the ops use them; otherwise the paths above.
+  // segment, one per host with two levels across hosts ("hier") included:
+  // then the ops use them; otherwise the paths above.
   bool onShm() const { return shm_; }
+  // The world's path: "shm", "hier" or "rdv" (tpu_world_coll_path()).
+  const std::string& collPath() const { return path_; }
   struct tpu_world* world() const { return world_; }
   uint64_t timeoutNs() const;
   // Throws for a failed tpu_world_* call, with the world's reason.
@@ -168,6 +171,7 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   std::vector<const char*> devicePtrs_;
   uint64_t step_ = 0;  // worker thread only (collective order)
   bool shm_ = false;   // set while forming, read-only after
+  std::string path_;   // likewise
 
  public:
   uint64_t monitored_ = 0;  // under p2pLock_

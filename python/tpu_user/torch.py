@@ -42,9 +42,11 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 def coll_path(group=None):
     """Which path the group's collectives take: ``"shm"`` (the library's
-    shared-memory collectives, every rank on this host) or ``"rdv"`` (the
-    rendezvous: TPU_COLL_PATH=rdv, or ranks on several hosts).  Decided
-    once, when the group forms, the same on every rank."""
+    shared-memory collectives, every rank on this host), ``"hier"`` (ranks
+    on several hosts: a segment per host, its leader over the network) or
+    ``"rdv"`` (the rendezvous: TPU_COLL_PATH=rdv or flat, or where neither
+    segment path can be had).  Decided once, when the group forms, the same
+    on every rank."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return _tpu_torch.coll_path(pg)
 

@@ -21,7 +21,10 @@
 # leader over tcp to the other's): every collective checked against a
 # reference (two types, the sum and the max, lengths 0, 1, odd and past
 # the segment's slots), then a second world whose rank 3 exits: every
-# other rank, on both VMs, fails its collective within 3 s.
+# other rank, on both VMs, fails its collective within 3 s.  Last, the
+# same four ranks in Python (tests/vm/hier_python.py): the World's
+# collectives and the torch backend's take the two levels too (not with
+# TP_PAIR_NO_PYTHON set: the debug kernel's run, which is about the module).
 # b reports TAP; a's exit status says whether its side held.
 
 port=7711
@@ -46,6 +49,21 @@ hier_ranks() {
 	wait "$hier_pid1" || hst=1
 	cat "$5.0" "$5.1" >"$5"
 	return $hst
+}
+
+# The same, the ranks in Python (tests/vm/hier_python.py).
+py_ranks() {
+	for lr in 0 1; do
+		env $hier LOCAL_RANK=$lr RANK=$(($1 + lr)) MASTER_ADDR="$2" MASTER_PORT="$3" \
+			PYTHONPATH=build/python timeout 300 /usr/bin/python3 tests/vm/hier_python.py \
+			>"$4.$lr" 2>&1 &
+		eval "py_pid$lr=\$!"
+	done
+	pst=0
+	wait "$py_pid0" || pst=1
+	wait "$py_pid1" || pst=1
+	cat "$4.0" "$4.1" >"$4"
+	return $pst
 }
 
 if [ "$TP_VM_ROLE" = a ]; then
@@ -82,11 +100,14 @@ if [ "$TP_VM_ROLE" = a ]; then
 	cat /tmp/xfer-target.log
 	hier_ranks 0 "$TP_VM_ADDR" 7760 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
 	hier_ranks 0 "$TP_VM_ADDR" 7761 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
+	if [ -z "${TP_PAIR_NO_PYTHON:-}" ]; then
+		py_ranks 0 "$TP_VM_ADDR" 7770 /tmp/hier-py.log || { cat /tmp/hier-py.log; st=1; }
+	fi
 	exit $st
 fi
 
 echo "TAP version 13"
-echo "1..7"
+echo "1..8"
 failed=0
 tries=0
 until examples/pipe_echo ping "rdma://$TP_VM_PEER:$port" 16 >/tmp/ping.log 2>&1; do
@@ -156,4 +177,14 @@ else
 	failed=1
 fi
 sed 's/^/# /' /tmp/hier-dies.log
+if [ -n "${TP_PAIR_NO_PYTHON:-}" ]; then
+	echo "ok 8 - four ranks in Python # SKIP TP_PAIR_NO_PYTHON (the debug kernel's run: no module code in it)"
+	: >/tmp/hier-py.log
+elif py_ranks 2 "$TP_VM_PEER" 7770 /tmp/hier-py.log; then
+	echo "ok 8 - the same four ranks in Python: the World's and the torch backend's collectives in two levels"
+else
+	echo "not ok 8 - four ranks in Python: the World's and the torch backend's collectives in two levels"
+	failed=1
+fi
+sed 's/^/# /' /tmp/hier-py.log
 exit $failed
