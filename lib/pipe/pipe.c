@@ -90,6 +90,11 @@ tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__i
 	return st;
 }
 
+uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p)
+{
+	return p->conn ? tpu__shm_rx_moves(p->conn) : 0;
+}
+
 /* Descriptor requests not served: each gets the error. */
 static void pipe_desc_calls_fail(struct tpu_pipe *p, tpu_status err)
 {

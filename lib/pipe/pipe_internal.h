@@ -300,6 +300,11 @@ static inline void tpu__pipe_io_cancel(struct tpu_pipe *p)
 	p->io--;
 }
 
+/*
+ * For tests, on the context thread: how many times the pipe's shm
+ * connection gave read bytes back to the writer (0 on other transports).
+ */
+uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p);
 /* Queue a read of @len bytes on the pipe's connection, holding an io reference. */
 tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb);
 /*
