@@ -35,6 +35,15 @@
  * pending on a full ring) in the rings; the peer wakes us through our
  * eventfd when it sees them after publishing bytes or space.
  *
+ * Reading in place (->wait, ->peek, ->take; the pipe's reader uses them):
+ * a wait is an op of the read queue that copies nothing and calls back
+ * once enough bytes are in; with the queue empty its callback (or any
+ * code of the context thread) copies bytes out of the ring without moving
+ * its tail, and gives them all back with one take.  The tail is the line
+ * the writer reads to find space: a frame and its inline bytes published
+ * once instead of once per read.  A take outside a poll leaves the
+ * writer's wake-up check (rx_took) to the next poll or the next ->arm.
+ *
  * When the peer goes away the bytes it left in the ring are still read;
  * a read that needs more fails with -ECONNRESET, and writes with -EPIPE.
  *
