@@ -90,6 +90,11 @@ tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__i
 	return st;
 }
 
+uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p)
+{
+	return p->conn ? tpu__shm_rx_moves(p->conn) : 0;
+}
+
 /* Descriptor requests not served: each gets the error. */
 static void pipe_desc_calls_fail(struct tpu_pipe *p, tpu_status err)
 {
@@ -374,12 +379,16 @@ TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descripto
  */
 static tpu_status read_check(struct tpu_pipe *pipe, struct tpu_message *msg)
 {
+	/* The context thread is the one that changes the list: it needs no lock. */
+	bool lock = !tpu__ctx_on_thread(pipe->ctx);
 	tpu_status st = -EINVAL;
 	struct pipe_read *rd;
 
-	pthread_mutex_lock(&pipe->reads_lock);
-	for (rd = pipe->reads; rd; rd = rd->next)
-		if (&rd->msg == msg && !rd->started)
+	if (lock)
+		pthread_mutex_lock(&pipe->reads_lock);
+	for (rd = __atomic_load_n(&pipe->reads, __ATOMIC_ACQUIRE); rd;
+	     rd = __atomic_load_n(&rd->next, __ATOMIC_ACQUIRE))
+		if (&rd->msg == msg && !__atomic_load_n(&rd->started, __ATOMIC_RELAXED))
 			break;
 	if (!rd) {
 		tpu__log_debug("pipe %p: tpu_pipe_read(%p): not a descriptor waiting to be read "
@@ -410,7 +419,8 @@ static tpu_status read_check(struct tpu_pipe *pipe, struct tpu_message *msg)
 	}
 	st = 0;
 out:
-	pthread_mutex_unlock(&pipe->reads_lock);
+	if (lock)
+		pthread_mutex_unlock(&pipe->reads_lock);
 	return st;
 }
 

@@ -80,6 +80,9 @@ enum pipe_call_kind {
 #define PIPE_SMALL_PAYLOADS	4
 #define PIPE_SMALL_TENSORS	4
 #define PIPE_SMALL_FRAME	512
+/* Inline parts up to this size are peeked, up to this much in all (pipe_read.c). */
+#define PIPE_PEEK_PART		4096
+#define PIPE_OWED_MAX		16384
 #define PIPE_BLOCK_CACHE	8	/* blocks kept per pipe and kind */
 
 struct pipe_write;
@@ -236,12 +239,23 @@ struct tpu_pipe {
 	struct pipe_read *held;		/* descriptor read ahead, not asked for yet */
 	struct pipe_read *reads, **reads_tail;	/* handed out, until called back */
 	/*
-	 * Guards the reads list and each read's started flag, so that
-	 * tpu_pipe_read() can tell on the caller's thread whether its message
+	 * Lets tpu_pipe_read() tell on the caller's thread whether its message
 	 * is a descriptor still waiting to be read before it looks inside it
-	 * (a message read already is freed memory).
+	 * (a message read already is freed memory).  Only the context thread
+	 * changes the reads list and a read's started flag; the lock keeps it
+	 * from taking a read off the list (reads_complete, which may free it)
+	 * while another thread walks the list (read_check), and that is the
+	 * one place the context thread takes it, once per message.  The rest
+	 * goes without: a read is appended (deliver) with a release store of
+	 * the pointer to it, after it is complete and its next is NULL, and
+	 * the walker loads the pointers with acquire; started is stored and
+	 * loaded atomically, and read_start checks it again on the context
+	 * thread, so a walker that saw it false just before cannot start a
+	 * read twice.  The context thread itself walks without the lock.
 	 */
 	pthread_mutex_t reads_lock;
+	/* Bytes read in place (->peek) and not yet taken from the transport (pipe_read.c). */
+	size_t in_owed;
 	unsigned int inline_next;	/* PIPE_IN_INLINE: index of the next inline part */
 	struct pipe_read *inline_rd;
 	/* read_descriptor calls not served yet, in order. */
@@ -286,6 +300,11 @@ static inline void tpu__pipe_io_cancel(struct tpu_pipe *p)
 	p->io--;
 }
 
+/*
+ * For tests, on the context thread: how many times the pipe's shm
+ * connection gave read bytes back to the writer (0 on other transports).
+ */
+uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p);
 /* Queue a read of @len bytes on the pipe's connection, holding an io reference. */
 tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb);
 /*

@@ -13,6 +13,17 @@
  * Tensors of other channels than basic are fetched when the read starts
  * (the channel's ->recv); a channel with TPU__CHAN_ACKED (cma) ACKs each
  * tensor to the writer, which holds its memory until then.
+ *
+ * Reading in place (transports with ->wait, ->peek and ->take: shm): the
+ * pipe waits for a header's worth of bytes instead of reading them, then
+ * copies the header and, when it is all there, the body of a small frame
+ * straight out of the ring into the block its read will use, and small
+ * inline parts straight into the user's memory, leaving every byte in the
+ * stream (p->in_owed counts them) until the message is done: the ring's
+ * tail then moves once per message, where three reads moved it three
+ * times.  Whatever is not there yet is read as above, after the bytes
+ * owed are taken (a queued read must start after them).  The copies are
+ * decoded, never the ring, which the peer may rewrite meanwhile.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +112,7 @@ static void reads_complete(struct tpu_pipe *p)
 	while (p->reads && p->reads->started && p->reads->waiting == 0) {
 		struct pipe_read *rd = p->reads;
 
+		/* The one lock a message takes: rd may be freed below (pipe_internal.h). */
 		pthread_mutex_lock(&p->reads_lock);
 		p->reads = rd->next;
 		if (!p->reads)
@@ -142,10 +154,10 @@ static void deliver(struct tpu_pipe *p)
 	c = p->desc_calls[0];
 	memmove(p->desc_calls, p->desc_calls + 1, --p->ndesc_calls * sizeof(*p->desc_calls));
 	rd->delivered = true;
-	pthread_mutex_lock(&p->reads_lock);
-	*p->reads_tail = rd;
+	/* Appended without the lock: rd is complete before it is seen (pipe_internal.h). */
+	rd->next = NULL;
+	__atomic_store_n(p->reads_tail, rd, __ATOMIC_RELEASE);
 	p->reads_tail = &rd->next;
-	pthread_mutex_unlock(&p->reads_lock);
 	c->cb.desc(c->arg, 0, &rd->msg);
 	tpu__pipe_call_free(p, c);
 }
@@ -163,6 +175,57 @@ static void in_body_free(struct tpu_pipe *p, struct pipe_read *blk, uint8_t *bod
 		free(body);
 }
 
+/* The header in p->in_hdr, checked into p->in_frame. */
+static tpu_status hdr_check(struct tpu_pipe *p)
+{
+	tpu_status st = tpu__wire_hdr_decode(p->in_hdr, &p->in_frame);
+
+	if (st)
+		tpu__log_debug("pipe %p: bad frame header %02x%02x%02x%02x %02x%02x%02x%02x",
+			       (void *)p, p->in_hdr[0], p->in_hdr[1], p->in_hdr[2], p->in_hdr[3],
+			       p->in_hdr[4], p->in_hdr[5], p->in_hdr[6], p->in_hdr[7]);
+	if (!st && p->in_frame.type != TPU__WIRE_MSG && p->in_frame.type != TPU__WIRE_ACK)
+		st = -EPROTO;
+	if (!st && !p->in_frame.len)
+		st = -EPROTO;
+	return st;
+}
+
+/* Where the body goes: a small frame straight into the block its read will use. */
+static tpu_status body_dest(struct tpu_pipe *p)
+{
+	if (p->in_frame.len <= PIPE_SMALL_FRAME) {
+		p->in_rd = rd_small_get(p);
+		p->in_body = p->in_rd ? rd_small_body(p->in_rd) : NULL;
+	} else {
+		p->in_body = malloc(p->in_frame.len);
+	}
+	return p->in_body ? 0 : -ENOMEM;
+}
+
+static void body_drop(struct tpu_pipe *p)
+{
+	in_body_free(p, p->in_rd, p->in_body);
+	p->in_rd = NULL;
+	p->in_body = NULL;
+}
+
+/* Queue the read of the body (its header was read). */
+static tpu_status body_read(struct tpu_pipe *p)
+{
+	tpu_status st = body_dest(p);
+
+	if (st)
+		return st;
+	p->in = PIPE_IN_BODY;
+	st = in_read(p, p->in_body, p->in_frame.len, body_done);
+	if (st) {
+		p->in = PIPE_IN_IDLE;
+		body_drop(p);
+	}
+	return st;
+}
+
 static void hdr_done(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
@@ -170,37 +233,93 @@ static void hdr_done(void *arg, tpu_status st)
 	p->in = PIPE_IN_IDLE;
 	if (p->state != PIPE_OPEN)
 		goto out;
-	if (!st) {
-		st = tpu__wire_hdr_decode(p->in_hdr, &p->in_frame);
-		if (st)
-			tpu__log_debug("pipe %p: bad frame header %02x%02x%02x%02x %02x%02x%02x%02x",
-				       (void *)p, p->in_hdr[0], p->in_hdr[1], p->in_hdr[2],
-				       p->in_hdr[3], p->in_hdr[4], p->in_hdr[5], p->in_hdr[6],
-				       p->in_hdr[7]);
+	if (!st)
+		st = hdr_check(p);
+	if (!st)
+		st = body_read(p);
+	if (st)
+		tpu__pipe_fail(p, st);
+out:
+	tpu__pipe_io_put(p);
+}
+
+/*
+ * Give the transport back the bytes read in place (p->in_owed): once a
+ * message is done, and before any read is queued, which must start after
+ * them.
+ */
+static tpu_status in_settle(struct tpu_pipe *p)
+{
+	size_t n = p->in_owed;
+
+	if (!n)
+		return 0;
+	p->in_owed = 0;
+	if (!p->conn || !p->conn->ops->take(p->conn, n, NULL, 0))
+		return p->state == PIPE_FAILED ? p->error : -EPROTO;
+	return 0;
+}
+
+/*
+ * Inline bytes into @dst in place, if they are all there: small parts are
+ * peeked (owed until the message is done, so that it moves the ring's tail
+ * once), bigger ones taken together with the bytes owed before them.
+ */
+static bool in_place(struct tpu_pipe *p, void *dst, size_t len)
+{
+	struct tpu__conn *conn = p->conn;
+
+	if (!conn || !conn->ops->peek)
+		return false;
+	if (len <= PIPE_PEEK_PART && p->in_owed + len <= PIPE_OWED_MAX) {
+		if (!conn->ops->peek(conn, p->in_owed, dst, len))
+			return false;
+		p->in_owed += len;
+		return true;
 	}
-	if (!st && p->in_frame.type != TPU__WIRE_MSG && p->in_frame.type != TPU__WIRE_ACK)
+	if (!conn->ops->take(conn, p->in_owed, dst, len))
+		return false;
+	p->in_owed = 0;
+	return true;
+}
+
+static tpu_status frame_take(struct tpu_pipe *p);
+
+/*
+ * A header's worth of bytes is in the transport (->wait): copy the header
+ * out and, for a small frame that is all there, the body too; both stay
+ * owed.  A body still on its way is read as it comes, after the header.
+ */
+static void frame_ready(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+	struct tpu__conn *conn = p->conn;
+
+	p->in = PIPE_IN_IDLE;
+	if (p->state != PIPE_OPEN)
+		goto out;
+	/* The wait said they are there, and nothing is queued after it. */
+	if (!st && !conn->ops->peek(conn, 0, p->in_hdr, TPU__WIRE_HDR_LEN))
 		st = -EPROTO;
-	if (!st && !p->in_frame.len)
-		st = -EPROTO;
+	if (!st)
+		st = hdr_check(p);
 	if (!st && p->in_frame.len <= PIPE_SMALL_FRAME) {
-		/* A small frame is read straight into the block its read will use. */
-		p->in_rd = rd_small_get(p);
-		p->in_body = p->in_rd ? rd_small_body(p->in_rd) : NULL;
-		st = p->in_body ? 0 : -ENOMEM;
-	} else if (!st) {
-		p->in_body = malloc(p->in_frame.len);
-		st = p->in_body ? 0 : -ENOMEM;
-	}
-	if (!st) {
-		p->in = PIPE_IN_BODY;
-		st = in_read(p, p->in_body, p->in_frame.len, body_done);
-		if (st) {
-			p->in = PIPE_IN_IDLE;
-			in_body_free(p, p->in_rd, p->in_body);
-			p->in_rd = NULL;
-			p->in_body = NULL;
+		st = body_dest(p);
+		if (!st && conn->ops->peek(conn, TPU__WIRE_HDR_LEN, p->in_body, p->in_frame.len)) {
+			p->in_owed = TPU__WIRE_HDR_LEN + p->in_frame.len;
+			st = frame_take(p);
+			if (!st)
+				tpu__pipe_in_pump(p);
+			goto done;
 		}
+		if (!st)
+			body_drop(p);
 	}
+	if (!st && !conn->ops->take(conn, TPU__WIRE_HDR_LEN, NULL, 0))
+		st = -EPROTO;
+	if (!st)
+		st = body_read(p);
+done:
 	if (st)
 		tpu__pipe_fail(p, st);
 out:
@@ -353,31 +472,40 @@ fail:
 	return st;
 }
 
-static void body_done(void *arg, tpu_status st)
+/* The body of the frame in p->in_frame is in p->in_body: act on it. */
+static tpu_status frame_take(struct tpu_pipe *p)
 {
-	struct tpu_pipe *p = arg;
 	uint8_t *body = p->in_body;
 	struct pipe_read *blk = p->in_rd;
+	tpu_status st;
 
 	p->in_body = NULL;
 	p->in_rd = NULL;
-	p->in = PIPE_IN_IDLE;
-	if (p->state != PIPE_OPEN) {
-		in_body_free(p, blk, body);
-		goto out;
-	}
-	if (!st && p->in_frame.type == TPU__WIRE_ACK) {
+	if (p->in_frame.type == TPU__WIRE_ACK) {
 		struct tpu__wire_ack ack;
 
 		st = tpu__wire_ack_decode(body, p->in_frame.len, &ack);
 		in_body_free(p, blk, body);
 		if (!st)
 			tpu__pipe_ack(p, &ack);
-	} else if (!st) {
-		st = take_msg(p, blk, body, p->in_frame.len);
-	} else {
-		in_body_free(p, blk, body);
+		return st;
 	}
+	return take_msg(p, blk, body, p->in_frame.len);
+}
+
+static void body_done(void *arg, tpu_status st)
+{
+	struct tpu_pipe *p = arg;
+
+	p->in = PIPE_IN_IDLE;
+	if (p->state != PIPE_OPEN) {
+		body_drop(p);
+		goto out;
+	}
+	if (st)
+		body_drop(p);
+	else
+		st = frame_take(p);
 	if (st)
 		tpu__pipe_fail(p, st);
 	else
@@ -388,6 +516,8 @@ out:
 
 void tpu__pipe_in_pump(struct tpu_pipe *p)
 {
+	tpu_status st;
+
 	if (p->state != PIPE_OPEN)
 		return;
 	deliver(p);
@@ -397,10 +527,25 @@ void tpu__pipe_in_pump(struct tpu_pipe *p)
 	 */
 	if (p->state != PIPE_OPEN || p->in != PIPE_IN_IDLE || p->held)
 		return;
+	/* An ACK read in place is owed still. */
+	st = in_settle(p);
+	if (st) {
+		tpu__pipe_fail(p, st);
+		return;
+	}
 	p->in = PIPE_IN_HDR;
-	if (in_read(p, p->in_hdr, TPU__WIRE_HDR_LEN, hdr_done)) {
+	if (p->conn->ops->wait) {
+		/* Always queued, never read here: frames already in do not nest callbacks. */
+		tpu__pipe_io_get(p);
+		st = p->conn->ops->wait(p->conn, TPU__WIRE_HDR_LEN, frame_ready, p);
+		if (st)
+			tpu__pipe_io_cancel(p);
+	} else {
+		st = in_read(p, p->in_hdr, TPU__WIRE_HDR_LEN, hdr_done);
+	}
+	if (st) {
 		p->in = PIPE_IN_IDLE;
-		tpu__pipe_fail(p, -ENOMEM);
+		tpu__pipe_fail(p, st);
 	}
 }
 
@@ -433,6 +578,26 @@ void tpu__pipe_read_desc(struct tpu_pipe *p, struct pipe_call *c)
 
 static void inline_next(struct tpu_pipe *p);
 
+/* Inline part p->inline_next of @rd is in: staged bytes go on to the device. */
+static void inline_part_done(struct tpu_pipe *p, struct pipe_read *rd)
+{
+	if (p->inline_next >= rd->msg.npayloads) {
+		size_t i = p->inline_next - rd->msg.npayloads;
+		struct tpu_message_tensor *t = &rd->msg.tensors[i];
+
+		/* The stream stays in step either way. */
+		if (rd->tinfo[i].stage) {
+			tpu_status st = tpu__cuda_copy(t->data, t->device, rd->tinfo[i].stage,
+						       (struct tpu_device){ TPU_DEVICE_CPU, 0 },
+						       t->len, t->stream);
+
+			if (st && !rd->status)
+				rd->status = st;
+		}
+	}
+	p->inline_next++;
+}
+
 static void inline_done(void *arg, tpu_status st)
 {
 	struct tpu_pipe *p = arg;
@@ -450,21 +615,19 @@ static void inline_done(void *arg, tpu_status st)
 		tpu__pipe_io_put(p);
 		return;
 	}
-	if (p->inline_next >= rd->msg.npayloads) {
-		size_t i = p->inline_next - rd->msg.npayloads;
-		struct tpu_message_tensor *t = &rd->msg.tensors[i];
-
-		/* Staged bytes go on to the device; the stream stays in step either way. */
-		if (rd->tinfo[i].stage) {
-			st = tpu__cuda_copy(t->data, t->device, rd->tinfo[i].stage,
-					    (struct tpu_device){ TPU_DEVICE_CPU, 0 }, t->len, t->stream);
-			if (st && !rd->status)
-				rd->status = st;
-		}
-	}
-	p->inline_next++;
+	inline_part_done(p, rd);
 	inline_next(p);
 	tpu__pipe_io_put(p);
+}
+
+/* The inline stream of p->inline_rd failed with @st: so does the pipe. */
+static void inline_fail(struct tpu_pipe *p, struct pipe_read *rd, tpu_status st)
+{
+	tpu__pipe_fail(p, st);
+	p->in = PIPE_IN_IDLE;
+	p->inline_rd = NULL;
+	p->held = NULL;
+	rd_part_done(p, rd, st);
 }
 
 /* Read the next inline part of p->inline_rd, or finish the inline stream. */
@@ -472,6 +635,7 @@ static void inline_next(struct tpu_pipe *p)
 {
 	struct pipe_read *rd = p->inline_rd;
 	size_t np = rd->msg.npayloads;
+	tpu_status st;
 
 	while (p->inline_next < np + rd->msg.ntensors) {
 		size_t k = p->inline_next;
@@ -495,13 +659,20 @@ static void inline_next(struct tpu_pipe *p)
 			p->inline_next++;
 			continue;
 		}
-		if (in_read(p, dst, len, inline_done)) {
-			tpu__pipe_fail(p, -ENOMEM);
-			p->in = PIPE_IN_IDLE;
-			p->inline_rd = NULL;
-			p->held = NULL;
-			rd_part_done(p, rd, -ENOMEM);
+		if (in_place(p, dst, len)) {
+			inline_part_done(p, rd);
+			continue;
 		}
+		st = in_settle(p);
+		if (!st)
+			st = in_read(p, dst, len, inline_done);
+		if (st)
+			inline_fail(p, rd, st);
+		return;
+	}
+	st = in_settle(p);
+	if (st) {
+		inline_fail(p, rd, st);
 		return;
 	}
 	p->in = PIPE_IN_IDLE;
@@ -642,9 +813,8 @@ void tpu__pipe_read_start(struct tpu_pipe *p, struct pipe_call *c)
 	rd->cb = c->cb.read;
 	rd->arg = c->arg;
 	tpu__pipe_call_free(p, c);
-	pthread_mutex_lock(&p->reads_lock);
-	rd->started = true;
-	pthread_mutex_unlock(&p->reads_lock);
+	/* Only this thread writes it; tpu_pipe_read() may look (pipe_internal.h). */
+	__atomic_store_n(&rd->started, true, __ATOMIC_RELAXED);
 	if (p->state != PIPE_OPEN) {
 		rd->status = p->error;
 		if (p->held == rd)
@@ -704,6 +874,7 @@ void tpu__pipe_reads_fail(struct tpu_pipe *p)
 		rd_free(p, p->held);
 		p->held = NULL;
 	}
+	p->in_owed = 0;	/* the connection is closed */
 	for (rd = p->reads; rd; rd = rd->next)
 		if (!rd->status)
 			rd->status = p->error;

@@ -59,14 +59,14 @@ enum shm_state {
 	SHM_DEAD,		/* never opened */
 };
 
-enum shm_op_kind { OP_WRITE, OP_READ, OP_SEND_FD, OP_RECV_FD };
+enum shm_op_kind { OP_WRITE, OP_READ, OP_WAIT, OP_SEND_FD, OP_RECV_FD };
 
 struct shm_op {
 	struct shm_op *next;
 	enum shm_op_kind kind;
 	tpu__io_cb cb;
 	void *arg;
-	size_t done, total;
+	size_t done, total;	/* OP_WAIT: total is the bytes it waits for */
 	void *buf;		/* OP_READ */
 	int fd;			/* OP_SEND_FD: our duplicate, until the sendmsg takes it */
 	int *fdp;		/* OP_RECV_FD */
@@ -111,6 +111,7 @@ struct shm_conn {
 	bool task_queued;
 	bool tx_busy;		/* a send_fd's SENDMSG is in flight */
 	bool rx_busy;		/* a recv_fd's RECVMSG is in flight */
+	bool rx_took;		/* a take gave bytes back: the writer may need its wake-up */
 	unsigned int inflight;	/* SQEs whose last CQE is due */
 	unsigned int busy;	/* frames on the stack that use c after calling back */
 	struct shm_op *tx_head, **tx_tail;

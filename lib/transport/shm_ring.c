@@ -133,11 +133,39 @@ size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, uns
 	return done;
 }
 
+static void copy_plain(void *dst, const void *src, size_t n)
+{
+	memcpy(dst, src, n);
+}
+
+/* Copy @len bytes out of the ring from counter @at, wrapping around the end. */
+static void get_bytes(struct tpu__shm_ring *r, uint64_t at, void *buf, size_t len,
+		      void (*copy)(void *dst, const void *src, size_t n))
+{
+	size_t off = at & (r->cap - 1);
+	size_t first = r->cap - off < len ? r->cap - off : len;
+
+	copy(buf, r->data + off, first);
+	if (len > first)
+		copy((uint8_t *)buf + first, r->data, len - first);
+}
+
+/* Give the producer the bytes before counter r->pos + @n: the one store to the tail. */
+static void move_tail(struct tpu__shm_ring *r, size_t n)
+{
+	r->pos += n;
+	/* Release: our copies are done before the producer may reuse the space. */
+	atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_release);
+	/* Only this thread writes it: no locked add. */
+	atomic_store_explicit(&r->tail_moves,
+			      atomic_load_explicit(&r->tail_moves, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
 			void (*copy)(void *dst, const void *src, size_t n))
 {
 	uint64_t avail;
-	size_t off, first;
 
 	if (r->broken || !len)
 		return 0;
@@ -146,19 +174,43 @@ static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
 		len = avail;
 	if (!len)
 		return 0;
-	off = r->pos & (r->cap - 1);
-	first = r->cap - off < len ? r->cap - off : len;
-	copy(buf, r->data + off, first);
-	copy((uint8_t *)buf + first, r->data, len - first);
-	r->pos += len;
-	/* Release: our copies are done before the producer may reuse the space. */
-	atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_release);
+	get_bytes(r, r->pos, buf, len, copy);
+	move_tail(r, len);
 	return len;
 }
 
-static void copy_plain(void *dst, const void *src, size_t n)
+/* Whether @skip + @len bytes are readable (both bounded by the ring's capacity). */
+static bool ring_has(struct tpu__shm_ring *r, size_t skip, size_t len)
 {
-	memcpy(dst, src, n);
+	if (r->broken || skip > r->cap || len > r->cap - skip)
+		return false;
+	return ring_avail(r) >= skip + len;
+}
+
+bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len)
+{
+	if (!ring_has(r, skip, len))
+		return false;
+	if (len)
+		get_bytes(r, r->pos + skip, buf, len, copy_plain);
+	return true;
+}
+
+bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len)
+{
+	if (!ring_has(r, skip, len))
+		return false;
+	if (len)
+		get_bytes(r, r->pos + skip, buf, len,
+			  len >= TPU__COPY_STREAM_MIN ? tpu__copy_stream : copy_plain);
+	if (skip + len)
+		move_tail(r, skip + len);
+	return true;
+}
+
+uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r)
+{
+	return atomic_load_explicit(&r->tail_moves, memory_order_relaxed);
 }
 
 size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)

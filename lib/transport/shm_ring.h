@@ -59,6 +59,7 @@ struct tpu__shm_ring {
 	uint64_t pos;		/* producer: head; consumer: tail (this side's own) */
 	bool producer;
 	bool broken;		/* the other side's counter made no sense */
+	_Atomic uint64_t tail_moves;	/* consumer: stores to the tail (tests read it) */
 };
 
 /* Bytes of shared memory one ring of @cap bytes takes. */
@@ -86,6 +87,19 @@ size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, uns
 size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len);
 /* The same with non-temporal stores to @buf (copy_stream.h), for large reads. */
 size_t tpu__shm_ring_read_stream(struct tpu__shm_ring *r, void *buf, size_t len);
+/*
+ * Consumer, reading in place: if @skip + @len bytes are readable, copy the
+ * @len bytes that follow the first @skip into @buf and return true; else
+ * return false and change nothing.  peek leaves every byte in the ring;
+ * take then gives the first @skip + @len back to the producer, in one move
+ * of the tail (so a frame's header and body, or the bytes peeked before and
+ * what follows them, cost one store to the shared line).  The bytes are
+ * the peer's to scribble on until then: decode only the copy.
+ */
+bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len);
+bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len);
+/* Consumer: how many times the tail moved (each read, each take; for tests). */
+uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r);
 /* Bytes the consumer may read now; bytes the producer may write now. */
 size_t tpu__shm_ring_readable(struct tpu__shm_ring *r);
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r);

@@ -42,6 +42,8 @@
 #define TPU__XPORT_ADDR_MAX	256
 /* Longest compatibility descriptor (see ->compat_descriptor). */
 #define TPU__XPORT_COMPAT_MAX	256
+/* Most bytes one ->wait may ask for (the smallest ring a transport has). */
+#define TPU__XPORT_WAIT_MAX	4096
 /* Most iovecs in one write. */
 #define TPU__XPORT_IOV_MAX	64
 
@@ -62,6 +64,22 @@ struct tpu__conn_ops {
 			    tpu__io_cb cb, void *arg);
 	/* Queue a read of exactly len bytes (len >= 1) into buf. */
 	tpu_status (*read)(struct tpu__conn *c, void *buf, size_t len, tpu__io_cb cb, void *arg);
+	/*
+	 * Reading in place, optional (shm; NULL where the transport has no
+	 * ring to look into).  wait queues, in order with the reads, a wait
+	 * for at least @min bytes (1 to TPU__XPORT_WAIT_MAX): cb(arg, 0) once
+	 * they are readable, or the error a read of @min bytes would get.
+	 * With no read or wait queued (from a wait's callback, say), peek and
+	 * take copy the @len bytes that follow the first @skip readable ones
+	 * into buf and return true, or return false and change nothing when
+	 * fewer than @skip + @len are readable (or the connection failed:
+	 * the next read or wait says how).  peek leaves the bytes in the
+	 * stream; take removes the first @skip + @len, in one step (shm: one
+	 * store to the ring's tail per frame instead of one per read).
+	 */
+	tpu_status (*wait)(struct tpu__conn *c, size_t min, tpu__io_cb cb, void *arg);
+	bool (*peek)(struct tpu__conn *c, size_t skip, void *buf, size_t len);
+	bool (*take)(struct tpu__conn *c, size_t skip, void *buf, size_t len);
 	/*
 	 * Pass a descriptor to the peer, in order with the writes (the peer's
 	 * recv_fd gets it in order with its reads).  NULL where the transport
@@ -144,6 +162,9 @@ struct tpu__xport {
 extern const struct tpu__xport tpu__xport_tcp;
 extern const struct tpu__xport tpu__xport_shm;
 extern const struct tpu__xport tpu__xport_rdma;
+
+/* For tests: how many times an shm connection gave read bytes back to its peer (0: not shm). */
+uint64_t tpu__shm_rx_moves(struct tpu__conn *c);
 
 /*
  * What the rdma channel (chan_rdma.c) uses of a connection of

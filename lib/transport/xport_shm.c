@@ -35,6 +35,15 @@
  * pending on a full ring) in the rings; the peer wakes us through our
  * eventfd when it sees them after publishing bytes or space.
  *
+ * Reading in place (->wait, ->peek, ->take; the pipe's reader uses them):
+ * a wait is an op of the read queue that copies nothing and calls back
+ * once enough bytes are in; with the queue empty its callback (or any
+ * code of the context thread) copies bytes out of the ring without moving
+ * its tail, and gives them all back with one take.  The tail is the line
+ * the writer reads to find space: a frame and its inline bytes published
+ * once instead of once per read.  A take outside a poll leaves the
+ * writer's wake-up check (rx_took) to the next poll or the next ->arm.
+ *
  * When the peer goes away the bytes it left in the ring are still read;
  * a read that needs more fails with -ECONNRESET, and writes with -EPIPE.
  *
@@ -462,6 +471,20 @@ static bool rx_progress(struct shm_conn *c, bool *freed)
 				start_recv_fd(c);
 			break;
 		}
+		if (op->kind == OP_WAIT) {
+			/* Its callback reads in place (shm_peek, shm_take): nothing is copied here. */
+			if (tpu__shm_ring_readable(&c->rx) < op->total) {
+				if (tpu__shm_ring_broken(&c->rx))
+					tpu__shm_conn_fail(c, -EPROTO);
+				else if (c->peer_gone &&
+					 tpu__shm_ring_readable(&c->rx) < op->total)
+					c->rerr = -ECONNRESET;	/* what is left will not do */
+				break;
+			}
+			op_finish(c, op_pop(&c->rx_head, &c->rx_tail), 0);
+			any = true;
+			continue;
+		}
 		n = op->total >= TPU__COPY_STREAM_MIN ?
 		    tpu__shm_ring_read_stream(&c->rx, (char *)op->buf + op->done,
 					      op->total - op->done) :
@@ -511,8 +534,9 @@ static bool conn_progress(struct shm_conn *c)
 		if (!c->closed) {
 			wake = published && tpu__shm_ring_reader_needs_wake(&c->tx);
 			/* Both flags are taken: each is one sleep to end, one write ends both. */
-			if (freed && tpu__shm_ring_writer_needs_wake(&c->rx))
+			if ((freed || c->rx_took) && tpu__shm_ring_writer_needs_wake(&c->rx))
 				wake = true;
+			c->rx_took = false;
 			if (wake)
 				wake_peer(c);
 		}
@@ -539,7 +563,14 @@ static bool conn_arm(struct tpu__poller *p)
 
 	if (c->closed || c->state != SHM_OPEN)
 		return false;
-	if (!c->rerr && c->rx_head && c->rx_head->kind == OP_READ)
+	/* Space a take gave back outside a poll (a read started from a task). */
+	if (c->rx_took) {
+		c->rx_took = false;
+		if (tpu__shm_ring_writer_needs_wake(&c->rx))
+			wake_peer(c);
+	}
+	if (!c->rerr && c->rx_head &&
+	    (c->rx_head->kind == OP_READ || c->rx_head->kind == OP_WAIT))
 		pending |= tpu__shm_ring_reader_arm(&c->rx);
 	if (!c->werr && c->tx_head && c->tx_head->kind == OP_WRITE)
 		pending |= tpu__shm_ring_writer_arm(&c->tx);
@@ -761,6 +792,54 @@ static tpu_status shm_read(struct tpu__conn *base, void *buf, size_t len, tpu__i
 	return 0;
 }
 
+static tpu_status shm_wait(struct tpu__conn *base, size_t min, tpu__io_cb cb, void *arg)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+	struct shm_op *op;
+
+	if (!cb || !min || min > TPU__XPORT_WAIT_MAX)
+		return -EINVAL;
+	op = op_new(c, OP_WAIT, 0, cb, arg);
+	if (!op)
+		return -ENOMEM;
+	op->total = min;
+	queue_rx(c, op);
+	return 0;
+}
+
+/* Reading in place: only with nothing queued ahead, on an open connection. */
+static bool rx_in_place(struct shm_conn *c)
+{
+	return !c->rx_head && !c->closed && !c->rerr && c->state == SHM_OPEN;
+}
+
+static bool shm_peek(struct tpu__conn *base, size_t skip, void *buf, size_t len)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	return rx_in_place(c) && tpu__shm_ring_peek(&c->rx, skip, buf, len);
+}
+
+static bool shm_take(struct tpu__conn *base, size_t skip, void *buf, size_t len)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	if (!rx_in_place(c) || !tpu__shm_ring_take(&c->rx, skip, buf, len))
+		return false;
+	/* The writer's wake-up waits for the end of this poll, or the arm before a sleep. */
+	c->rx_took = true;
+	return true;
+}
+
+uint64_t tpu__shm_rx_moves(struct tpu__conn *base)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	if (base->xport != &tpu__xport_shm || c->state != SHM_OPEN)
+		return 0;
+	return tpu__shm_ring_tail_moves(&c->rx);
+}
+
 static tpu_status shm_send_fd(struct tpu__conn *base, int fd, tpu__io_cb cb, void *arg)
 {
 	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
@@ -860,6 +939,9 @@ void tpu__shm_close(struct tpu__conn *base)
 static const struct tpu__conn_ops shm_conn_ops = {
 	.write = shm_write,
 	.read = shm_read,
+	.wait = shm_wait,
+	.peek = shm_peek,
+	.take = shm_take,
 	.send_fd = shm_send_fd,
 	.recv_fd = shm_recv_fd,
 	.peer_pid = shm_peer_pid,

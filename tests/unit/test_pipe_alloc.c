@@ -8,6 +8,12 @@
  * pipe_read.c); the shm transport's ops from the connection's.  Checked
  * for a one-payload message and for one with a small (inline) tensor.
  * Messages too big for the small blocks still arrive intact (shapes()).
+ *
+ * Reading in place (pipe_read.c): each of those messages gives its bytes
+ * back to the writer's ring in one move of the tail (header, body and
+ * inline bytes alike), and a flood of messages of odd sizes through a full
+ * ring, whose frames the writer splits wherever the ring is full or wraps,
+ * arrives intact (flood()).
  */
 #include <errno.h>
 #include <semaphore.h>
@@ -18,6 +24,9 @@
 
 #include "tap.h"
 #include "tpu_user.h"
+
+/* pipe_internal.h: the read side's ring tail moves (context thread). */
+uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p);
 
 #define WARMUP	200u
 #define ROUNDS	1000u
@@ -37,6 +46,7 @@ static struct {
 	bool tensor;		/* send the bytes as one tensor instead of a payload */
 	unsigned int done;
 	unsigned long before, allocs;
+	uint64_t moves0, moves;	/* the reading side's tail moves over the rounds */
 	tpu_status err;
 	sem_t over;
 } run;
@@ -85,8 +95,10 @@ static void read_done(void *arg, tpu_status st, struct tpu_message *m)
 		run.done++;
 		if (run.done == WARMUP) {
 			run.before = allocs_counted();
+			run.moves0 = tpu__pipe_rx_moves(e->pipe);
 		} else if (run.done == WARMUP + ROUNDS) {
 			run.allocs = allocs_counted() - run.before;
+			run.moves = tpu__pipe_rx_moves(e->pipe) - run.moves0;
 			sem_post(&run.over);
 			return;
 		}
@@ -180,6 +192,11 @@ static void ping_pong(bool tensor, const char *what)
 	CHECK(!st && run.allocs == 0,
 	      "pipe_alloc: %s round trips over shm allocate nothing in steady state "
 	      "(status %d, %lu allocations in %u)", what, st, run.allocs, ROUNDS);
+	tap_diag("pipe_alloc: %s: %llu ring tail moves in %u messages read", what,
+		 (unsigned long long)run.moves, ROUNDS);
+	CHECK(!st && run.moves == ROUNDS,
+	      "pipe_alloc: %s: each small message read moves the ring's tail once "
+	      "(%llu moves in %u messages)", what, (unsigned long long)run.moves, ROUNDS);
 	if (run.a.pipe)
 		tpu_pipe_close(run.a.pipe);
 	if (run.b.pipe)
@@ -331,9 +348,181 @@ static void shapes(void)
 	sem_destroy(&sh.got);
 }
 
+/*
+ * A flood: FL_N messages of odd sizes (metadata, two payloads, one inline
+ * tensor; some parts empty) queued at once, so that the writer fills the
+ * ring and splits frames wherever it is full or wraps, and only then read:
+ * the reader meets headers without their bodies, bodies and inline bytes
+ * across the end of the ring, and must still get every byte right.
+ */
+#define FL_N	3000u
+#define FL_SRC	8192u
+
+static struct {
+	uint8_t src[FL_SRC];
+	struct tpu_message msg[FL_N];
+	struct tpu_payload pl[FL_N][2];
+	struct tpu_message_tensor t[FL_N];
+	uint8_t dst[3][4096];
+	unsigned int got, written;
+	tpu_status err;
+	struct tpu_pipe *rd;
+	sem_t over;
+} fl;
+
+static size_t fl_len(unsigned int i, unsigned int part)
+{
+	static const unsigned int mul[4] = { 13, 37, 11, 7 }, mod[4] = { 200, 3001, 700, 300 };
+
+	return (size_t)(i * mul[part] + part) % mod[part];
+}
+
+static void fl_end(tpu_status st)
+{
+	if (!fl.err && st)
+		fl.err = st;
+	sem_post(&fl.over);
+}
+
+static void fl_written(void *arg, tpu_status st, struct tpu_message *m)
+{
+	(void)arg;
+	(void)m;
+	__atomic_add_fetch(&fl.written, 1, __ATOMIC_RELAXED);
+	if (st)
+		fl_end(st);
+}
+
+static void fl_next(void);
+
+static void fl_read(void *arg, tpu_status st, struct tpu_message *m)
+{
+	unsigned int i = fl.got;
+	bool ok = !st;
+
+	(void)arg;
+	for (unsigned int k = 0; ok && k < 3; k++)
+		ok = !memcmp(fl.dst[k], fl.src + (i + k) % 256, fl_len(i, k + 1));
+	ok = ok && m->metadata_len == fl_len(i, 0) &&
+	     !memcmp(m->metadata, fl.src + (i * 3) % 256, m->metadata_len);
+	if (!ok) {
+		fl_end(st ? st : -EBADMSG);
+		return;
+	}
+	if (++fl.got == FL_N) {
+		fl_end(0);
+		return;
+	}
+	fl_next();
+}
+
+static void fl_desc(void *arg, tpu_status st, struct tpu_message *m)
+{
+	unsigned int i = fl.got;
+
+	(void)arg;
+	if (!st && (m->npayloads != 2 || m->ntensors != 1 || m->payloads[0].len != fl_len(i, 1) ||
+		    m->payloads[1].len != fl_len(i, 2) || m->tensors[0].len != fl_len(i, 3)))
+		st = -EBADMSG;
+	if (st) {
+		fl_end(st);
+		return;
+	}
+	memset(fl.dst, 0, sizeof(fl.dst));
+	m->payloads[0].data = fl.dst[0];
+	m->payloads[1].data = fl.dst[1];
+	m->tensors[0].data = fl.dst[2];
+	st = tpu_pipe_read(fl.rd, m, fl_read, NULL);
+	if (st)
+		fl_end(st);
+}
+
+static void fl_next(void)
+{
+	tpu_status st = tpu_pipe_read_descriptor(fl.rd, fl_desc, NULL);
+
+	if (st)
+		fl_end(st);
+}
+
+static void flood(void)
+{
+	struct tpu_context_options o = { .transports = "shm", .channels = "basic",
+					 .flags = TPU_CTX_NO_KMOD };
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	char name[64], url[300];
+	const char *u = name;
+	struct tpu_pipe *a = NULL;
+	tpu_status st;
+	struct timespec ts;
+
+	memset(&run, 0, sizeof(run));
+	memset(&fl, 0, sizeof(fl));
+	sem_init(&run.over, 0, 0);
+	sem_init(&fl.over, 0, 0);
+	for (size_t i = 0; i < FL_SRC; i++)
+		fl.src[i] = (uint8_t)(i * 2654435761u >> 11);
+	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-flood", (int)getpid());
+	st = tpu_context_create(&o, &ctx);
+	if (!st)
+		st = tpu_listener_create(ctx, &u, 1, &l);
+	if (!st)
+		st = tpu_listener_url(l, NULL, url, sizeof(url));
+	if (!st)
+		st = tpu_listener_accept(l, accepted, NULL);
+	if (!st)
+		st = tpu_pipe_connect(ctx, url, &a);
+	if (!st)
+		st = wait_over();
+	fl.rd = run.b.pipe;
+	for (unsigned int i = 0; !st && i < FL_N; i++) {
+		for (unsigned int k = 0; k < 2; k++)
+			fl.pl[i][k] = (struct tpu_payload){ .data = fl.src + (i + k) % 256,
+							    .len = fl_len(i, k + 1) };
+		fl.t[i] = (struct tpu_message_tensor){ .data = fl.src + (i + 2) % 256,
+						       .len = fl_len(i, 3) };
+		fl.msg[i] = (struct tpu_message){ .metadata = fl.src + (i * 3) % 256,
+						  .metadata_len = fl_len(i, 0),
+						  .payloads = fl.pl[i], .npayloads = 2,
+						  .tensors = &fl.t[i], .ntensors = 1 };
+		st = tpu_pipe_write(a, &fl.msg[i], fl_written, NULL);
+	}
+	/* Let the writer fill the ring before the reader starts. */
+	usleep(50 * 1000);
+	tap_diag("pipe_alloc: flood: %u of %u messages in the ring before reading",
+		 __atomic_load_n(&fl.written, __ATOMIC_RELAXED), FL_N);
+	if (!st) {
+		fl_next();
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 60;
+		while (sem_timedwait(&fl.over, &ts))
+			if (errno != EINTR) {
+				st = -ETIMEDOUT;
+				break;
+			}
+	}
+	if (!st)
+		st = fl.err;
+	CHECK(!st && fl.got == FL_N,
+	      "pipe_alloc: a flood of odd-sized messages through a full ring arrives intact "
+	      "(status %d, %u of %u)", st, fl.got, FL_N);
+	if (a)
+		tpu_pipe_close(a);
+	if (run.b.pipe)
+		tpu_pipe_close(run.b.pipe);
+	if (l)
+		tpu_listener_close(l);
+	if (ctx)
+		tpu_context_destroy(ctx);
+	sem_destroy(&run.over);
+	sem_destroy(&fl.over);
+}
+
 void test_pipe_alloc(void)
 {
 	ping_pong(false, "one-payload");
 	ping_pong(true, "one-tensor");
 	shapes();
+	flood();
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * The shm transport's byte ring (lib/shm_ring.c): formats, counts,
- * wrap-around against a reference model, scatter writes, a peer scribbling
+ * wrap-around against a reference model, scatter writes, reading in place
+ * (peek and take, a frame split across the end), a peer scribbling
  * on the header, the sleep flags, and two threads streaming through a
  * small ring, busy and with the sleep protocol, checksummed.
  */
@@ -399,11 +400,75 @@ out:
 	ring_mem_free(s.mem, CAP);
 }
 
+/*
+ * Reading in place: a 16-byte "header" in the last bytes of the data area
+ * and its "body" at the start, peeked without moving the tail, then taken
+ * in one move; a body bigger than what is in the ring yet is refused and
+ * changes nothing; a peek split inside the header.
+ */
+static void test_peek_take(void)
+{
+	struct tpu__shm_ring p, c;
+	void *mem = ring_mem(CAP);
+	uint8_t in[CAP], hdr[16], body[200], out[CAP];
+	struct iovec iov = { .iov_base = in, .iov_len = CAP - 16 };
+	uint64_t moves;
+	size_t i;
+
+	CHECK(mem != NULL, "ring peek: shared memory");
+	if (!mem)
+		return;
+	for (i = 0; i < sizeof(in); i++)
+		in[i] = pat(i);
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	/* Put the reader 16 bytes before the end of the data area. */
+	tpu__shm_ring_write(&p, &iov, 1, 0);
+	tpu__shm_ring_read(&c, out, CAP - 16);
+	moves = tpu__shm_ring_tail_moves(&c);
+	CHECK(!tpu__shm_ring_peek(&c, 0, hdr, 16), "ring peek: nothing to peek in an empty ring");
+	/* Header and the first 100 bytes of a 200-byte body: the body wraps. */
+	iov.iov_len = 116;
+	tpu__shm_ring_write(&p, &iov, 1, 0);
+	CHECK(tpu__shm_ring_peek(&c, 0, hdr, 16) && !memcmp(hdr, in, 16),
+	      "ring peek: the header in the last 16 bytes of the data area");
+	CHECK(!tpu__shm_ring_peek(&c, 16, body, 200) && !tpu__shm_ring_take(&c, 16, body, 200),
+	      "ring peek: a body bigger than what is in the ring is refused");
+	CHECK(tpu__shm_ring_readable(&c) == 116 && tpu__shm_ring_tail_moves(&c) == moves,
+	      "ring peek: a refused peek or take changes nothing");
+	iov.iov_base = in + 116;
+	iov.iov_len = 100;
+	tpu__shm_ring_write(&p, &iov, 1, 0);
+	memset(body, 0, sizeof(body));
+	CHECK(tpu__shm_ring_peek(&c, 16, body, 200) && !memcmp(body, in + 16, 200) &&
+	      tpu__shm_ring_readable(&c) == 216 && tpu__shm_ring_tail_moves(&c) == moves,
+	      "ring peek: the body across the end of the data area, the tail unmoved");
+	memset(body, 0, sizeof(body));
+	CHECK(tpu__shm_ring_take(&c, 16, body, 200) && !memcmp(body, in + 16, 200) &&
+	      tpu__shm_ring_readable(&c) == 0 && tpu__shm_ring_tail_moves(&c) == moves + 1 &&
+	      tpu__shm_ring_writable(&p) == CAP,
+	      "ring take: header and body given back in one move of the tail");
+	/* The next header split by the end: 8 bytes at the end, 8 at the start. */
+	i = CAP - 8 - (size_t)(c.pos & (CAP - 1));
+	tpu__shm_ring_write(&p, &(struct iovec){ in, i }, 1, 0);
+	tpu__shm_ring_read(&c, out, i);
+	tpu__shm_ring_write(&p, &(struct iovec){ in + 1000, 24 }, 1, 0);
+	CHECK((c.pos & (CAP - 1)) == CAP - 8 && tpu__shm_ring_peek(&c, 0, hdr, 16) &&
+	      !memcmp(hdr, in + 1000, 16) && tpu__shm_ring_take(&c, 16, out, 8) &&
+	      !memcmp(out, in + 1016, 8),
+	      "ring peek: a header split by the end of the data area");
+	CHECK(!tpu__shm_ring_peek(&c, CAP, out, 1) && !tpu__shm_ring_take(&c, 1, out, CAP),
+	      "ring peek: more than the capacity is refused");
+	ring_mem_free(mem, CAP);
+}
+
 void test_shm_ring(void)
 {
 	test_formats();
 	test_basic();
 	test_iovec();
+	test_peek_take();
 	test_model();
 	test_hostile();
 	test_flags();

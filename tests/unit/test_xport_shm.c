@@ -4,7 +4,8 @@
  * process and with fork()ed peers: names, bootstrap and refusal, data both
  * ways and through a ring much smaller than the transfer, order of many
  * queued ops and of descriptors among bytes, the peer closing or dying,
- * close with pending ops and from callbacks, hostile handshakes, and an
+ * close with pending ops and from callbacks, reading in place (wait, peek,
+ * take), hostile handshakes, and an
  * idle connection letting its context sleep.
  *
  * Every transport call runs on the context thread (a deferred task); the
@@ -619,6 +620,111 @@ static void test_close_pending(void)
 	free(big);
 }
 
+/* ---- reading in place (->wait, ->peek, ->take) ---------------------------- */
+
+struct in_place {
+	struct tpu__conn *c;
+	size_t min;
+	tpu_status queued;	/* what ->wait returned */
+	struct done d;
+	char hdr[5], body[8];
+	bool hdr_ok, long_refused, took, drained;
+	uint64_t moves;		/* tail moves of the take alone */
+};
+
+static void in_place_cb(void *arg, tpu_status st)
+{
+	struct in_place *ip = arg;
+
+	if (!st) {
+		struct tpu__conn *c = ip->c;
+		uint64_t before = tpu__shm_rx_moves(c);
+
+		ip->hdr_ok = c->ops->peek(c, 0, ip->hdr, 4) && !memcmp(ip->hdr, "HDR!", 4);
+		/* Four bytes of the body are there, not eight. */
+		ip->long_refused = !c->ops->peek(c, 4, ip->body, 8) &&
+				   !c->ops->take(c, 4, ip->body, 8);
+		ip->took = c->ops->take(c, 4, ip->body, 4) && !memcmp(ip->body, "body", 4);
+		ip->moves = tpu__shm_rx_moves(c) - before;
+		ip->drained = !c->ops->peek(c, 0, ip->hdr, 1);
+	}
+	done_cb(&ip->d, st);
+}
+
+static void req_wait(void *arg)
+{
+	struct in_place *ip = arg;
+
+	ip->queued = ip->c->ops->wait(ip->c, ip->min, in_place_cb, ip);
+}
+
+static void req_peek_queued(void *arg)
+{
+	struct in_place *ip = arg;
+
+	/* A read is queued: nothing may be read past it. */
+	ip->long_refused = !ip->c->ops->peek(ip->c, 0, ip->hdr, 1) &&
+			   !ip->c->ops->take(ip->c, 0, ip->hdr, 1);
+}
+
+/*
+ * A wait calls back once its bytes are in; peek copies without giving
+ * anything back, a peek or take past what is there is refused, a take of
+ * header and body moves the tail once; bad sizes are -EINVAL; nothing is
+ * read in place past a queued read; a wait the peer leaves short fails
+ * with -ECONNRESET.
+ */
+static void test_in_place(void)
+{
+	struct pair p;
+	struct in_place ip = { 0 }, bad = { 0 };
+	struct done w = { 0 }, r = { 0 };
+	char buf[4];
+
+	if (!make_pair(&site, &p)) {
+		CHECK(false, "shm: a pair for reading in place");
+		return;
+	}
+	ip.c = bad.c = p.server;
+	ip.min = 6;
+	tpu__ctx_run_sync(ctx_b, req_wait, &ip);
+	CHECK(!ip.queued, "shm: a wait for 6 bytes is queued");
+	x_write(ctx_a, p.client, "HDR!", 4, &w);
+	sleep_ms(20);
+	CHECK(atomic_load(&ip.d.calls) == 0, "shm: 4 bytes do not end a wait for 6");
+	x_write(ctx_a, p.client, "body", 4, &w);
+	CHECK(wait_for(&ip.d.calls, 1, WAIT_MS) && !ip.d.status, "shm: 8 bytes end it");
+	CHECK(ip.hdr_ok, "shm: peek copies the first bytes");
+	CHECK(ip.long_refused, "shm: a peek or take past the bytes in is refused");
+	CHECK(ip.took && ip.moves == 1 && ip.drained,
+	      "shm: a take of header and body gives them back in one move (%llu)",
+	      (unsigned long long)ip.moves);
+	bad.min = 0;
+	tpu__ctx_run_sync(ctx_b, req_wait, &bad);
+	CHECK_STATUS(bad.queued, -EINVAL, "shm: a wait for 0 bytes");
+	bad.min = TPU__XPORT_WAIT_MAX + 1;
+	tpu__ctx_run_sync(ctx_b, req_wait, &bad);
+	CHECK_STATUS(bad.queued, -EINVAL, "shm: a wait for more than TPU__XPORT_WAIT_MAX");
+	x_read(ctx_b, p.server, buf, 4, &r);
+	x_write(ctx_a, p.client, "x", 1, &w);
+	sleep_ms(20);
+	tpu__ctx_run_sync(ctx_b, req_peek_queued, &bad);
+	CHECK(bad.long_refused, "shm: nothing is peeked or taken while a read is queued");
+	x_write(ctx_a, p.client, "yzw", 3, &w);
+	CHECK(wait_for(&r.calls, 1, WAIT_MS) && !r.status && !memcmp(buf, "xyzw", 4),
+	      "shm: the queued read gets its bytes");
+	/* The peer leaves 2 bytes and goes: a wait for 4 cannot end well. */
+	memset(&ip, 0, sizeof(ip));
+	ip.c = p.server;
+	ip.min = 4;
+	x_write(ctx_a, p.client, "ab", 2, &w);
+	x_close(ctx_a, p.client);
+	tpu__ctx_run_sync(ctx_b, req_wait, &ip);
+	CHECK(wait_for(&ip.d.calls, 1, WAIT_MS) && ip.d.status == -ECONNRESET,
+	      "shm: a wait the peer left short fails with -ECONNRESET (%d)", ip.d.status);
+	x_close(ctx_b, p.server);
+}
+
 /* The peer writes and closes: its bytes are still read, then -ECONNRESET. */
 static void test_eof_after_data(void)
 {
@@ -1062,6 +1168,7 @@ void test_xport_shm(void)
 		test_early_ops();
 		test_close_pending();
 		test_eof_after_data();
+		test_in_place();
 		test_close_in_callbacks();
 		test_hostile();
 		test_peer_exits();
