@@ -171,6 +171,9 @@ uint32_t tpu__shm_kmod_grant(const struct tpu__shm_coll *s, int r, uint64_t call
 tpu_status tpu__shm_kmod_copy(struct tpu__shm_coll *s, uint32_t grant, uint64_t offset,
 			      void *buf, size_t len, bool write);
 
+/* Tests only: added to every grant id this member publishes (a peer that lies). */
+extern uint32_t tpu__shm_kmod_grant_skew;
+
 /* Calls run each way in this process, for tests (SHM_WAY_*). */
 enum { SHM_WAY_SLOTS, SHM_WAY_CMA, SHM_WAY_KMOD, SHM_WAY_MIXED, SHM_WAYS };
 uint64_t tpu__shm_coll_way_count(int way);

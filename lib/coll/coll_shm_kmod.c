@@ -26,6 +26,7 @@
 #include "dev/dev.h"
 
 static _Atomic uint64_t way_count[SHM_WAYS];
+uint32_t tpu__shm_kmod_grant_skew;
 
 uint64_t tpu__shm_coll_way_count(int way)
 {
@@ -146,9 +147,9 @@ static void expose(struct tpu__shm_coll *s, int which, const void *addr, size_t 
 			continue;
 		}
 		if (out)
-			tab[r].out = g.id;
+			tab[r].out = g.id + tpu__shm_kmod_grant_skew;
 		else
-			tab[r].in = g.id;
+			tab[r].in = g.id + tpu__shm_kmod_grant_skew;
 	}
 }
 
