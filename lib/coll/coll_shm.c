@@ -19,7 +19,11 @@
  * process_vm_readv, one piece at a time into a buffer that stays in
  * cache) then an all-gather (each reads the other members' finished
  * chunks straight into its output), with a phase between and one at the
- * end, after which no member reads another's buffers any more.
+ * end, after which no member reads another's buffers any more.  Where the
+ * members joined a module domain (coll_shm_kmod.c), those reads and
+ * writes go through the grants each member made for the call (its grant
+ * table in its slot, written before the first phase) with TP_IOC_COPY,
+ * and the regions are released after the last phase.
  */
 #include <errno.h>
 #include <stdio.h>
