@@ -304,12 +304,13 @@ static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
 	return st;
 }
 
-/* "FD LEADER NLOC DOM" of a vote; false if it is not one. */
+/* "FD LEADER NLOC [DOM]" of a vote (no DOM: no domain); false if it is not one. */
 static bool parse_vote(const char *rest, int n, long v[4])
 {
 	const char *p = rest;
 
-	for (int i = 0; i < 4; i++) {
+	v[3] = 0;
+	for (int i = 0; i < 4 && (i < 3 || *p); i++) {
 		char *end;
 
 		v[i] = strtol(p, &end, 10);
