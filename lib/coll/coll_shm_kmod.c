@@ -174,14 +174,15 @@ void tpu__shm_kmod_expose(struct tpu__shm_coll *s, uint64_t call, const struct t
 		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
 		break;
 	default:
-		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
 		/*
 		 * The output is written after it is registered, before the
 		 * others read it: pinned for writing, so that the pages the
 		 * module reads are the ones this member writes (a read pin of
-		 * an untouched page would keep the zero page).
+		 * an untouched page would keep the zero page).  First: in
+		 * place, the input's read pin then finds the same pages.
 		 */
 		expose(s, 1, c->out, bytes, TP_ACCESS_ALL, TP_ACCESS_READ, tab, true);
+		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
 		break;
 	}
 	memcpy(shm_slot(s, s->rank, call), tab, (size_t)s->n * sizeof(tab[0]));

@@ -12,7 +12,11 @@
  * no member keeps the segment mapped once its world is destroyed; and
  * with more members than cores, a long wait sleeps instead of yielding;
  * a reduce-scatter copies into its slot only the chunks others read; a
- * large broadcast between two is copied by both.
+ * large broadcast between two is copied by both.  The module path: large
+ * calls of every type go through the module's grants where it is loaded
+ * (in the VM) and by process_vm_readv where not (counted per way),
+ * TPU_COLL_COPY forcing either or refused, false grant ids failing the
+ * call, and a member the module will not pin for read by cma.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -608,9 +614,52 @@ static int lying_grants(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/*
+ * A member the module will not pin for (rank 1: no CAP_IPC_LOCK, a
+ * memlock limit of 0) grants nothing: rank 0 reads its buffer with
+ * process_vm_readv ("kmod+cma"), rank 1 still reads rank 0's through the
+ * module, and the results are right.  Without the module: cma.
+ */
+static int memlock_falls_back(struct tpu_world *w, int me, int n)
+{
+	size_t count = LARGE;
+	float *in = malloc(count * sizeof(float)), *out = malloc(count * (size_t)n * sizeof(float));
+	bool kmod = kmod_here();
+	uint64_t k0 = tpu__shm_coll_way_count(SHM_WAY_KMOD);
+	uint64_t m0 = tpu__shm_coll_way_count(SHM_WAY_MIXED);
+	uint64_t c0 = tpu__shm_coll_way_count(SHM_WAY_CMA);
+
+	R_CHECK(in && out);
+	if (me == 1 && kmod) {
+		struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+		struct __user_cap_data_struct d[2];
+		struct rlimit none = { 0, 0 };
+
+		R_CHECK(syscall(SYS_capget, &h, d) == 0);
+		d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+		R_CHECK(syscall(SYS_capset, &h, d) == 0);
+		R_CHECK(setrlimit(RLIMIT_MEMLOCK, &none) == 0);
+	}
+	for (size_t i = 0; i < count; i++)
+		in[i] = (float)(me * 1000 + (int)(i % 977));
+	R_CHECK(tpu_world_all_gather(w, in, out, count, TPU_DT_FLOAT32, 20 * SECOND) == 0);
+	for (int r = 0; r < n; r++)
+		for (size_t i = 0; i < count; i++)
+			R_CHECK(out[(size_t)r * count + i] == (float)(r * 1000 + (int)(i % 977)));
+	if (!kmod)
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_CMA) == c0 + 1);
+	else if (me == 0)
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_MIXED) == m0 + 1);
+	else
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_KMOD) == k0 + 1);
+	free(in);
+	free(out);
+	return 0;
+}
+
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
-       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING };
+       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -719,6 +768,9 @@ static int rank_main(int me, int n, void *arg)
 	case SC_LYING:
 		line = lying_grants(w, me, n);
 		break;
+	case SC_MEMLOCK:
+		line = memlock_falls_back(w, me, n);
+		break;
 	}
 	if (line)
 		return line;
@@ -795,7 +847,8 @@ void test_world_shm(void)
 					     "large_ones_take_the_module_where_loaded_else_cma",
 					     "TPU_COLL_COPY_cma_keeps_process_vm_readv",
 					     "TPU_COLL_COPY_kmod_takes_the_module_or_refuses",
-					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call" };
+					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call",
+					     "a_member_the_module_will_not_pin_for_is_read_by_cma" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -804,7 +857,7 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_LYING; k++) {
+	for (int k = SC_PATH; k <= SC_MEMLOCK; k++) {
 		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
