@@ -1906,6 +1906,11 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * every rank) keeps the flat rendezvous, =shm (one segment for the world)
  * and =hier (two levels) make the collectives fail with -EOPNOTSUPP where
  * that cannot be had, any value but these and "auto" with -EINVAL.
+ * A segment's large tensors are copied through the module's grants where
+ * /dev/tensorpipe (TP_FEAT_GRANT) serves every rank, else with
+ * process_vm_readv; TPU_COLL_COPY=cma keeps the latter, =kmod makes the
+ * collectives fail with -EOPNOTSUPP where the module cannot be had, any
+ * value but these and "auto" with -EINVAL.
  */
 
 /**

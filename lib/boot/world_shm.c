@@ -26,6 +26,17 @@
  *   which confirms every rank mapped its segment; only then the path is
  *   on.  Where any rank says no, all take the rendezvous.  A segment goes
  *   with its last mapping (the last member to leave or die).
+ * - TPU_COLL_COPY: how the segment copies large tensors.  Unless it is
+ *   "cma", each rank opens /dev/tensorpipe (it must have TP_FEAT_GRANT)
+ *   and the leader also creates a module domain, whose descriptor it
+ *   names in its vote; the others take it out of the leader's process as
+ *   they take the segment, attach their endpoints and write the endpoint
+ *   ids in their lines (coll_shm_kmod.c).  Each says in its second-round
+ *   word whether it joined; every rank reads every word, so all copy
+ *   through the module's grants or all with process_vm_readv.  "kmod"
+ *   makes the module a must (a collective fails with -EOPNOTSUPP where it
+ *   cannot be had), unset or "auto" takes it where it can be had, and
+ *   anything else is -EINVAL.
  *
  * A set-up cut short by the call's timeout resumes at the next call.
  */
@@ -49,6 +60,10 @@ void tpu__world_shm_free(struct world_shm *ws)
 	tpu__shm_coll_detach(ws->seg);
 	if (ws->fd >= 0)
 		close(ws->fd);
+	if (ws->kfd >= 0)
+		close(ws->kfd);
+	if (ws->dom >= 0)
+		close(ws->dom);
 	free(ws->pids);
 	free(ws->locals);
 	free(ws->host);
@@ -132,6 +147,40 @@ static int mode_of(const char *mode)
 	return -1;
 }
 
+static int copy_of(const char *copy)
+{
+	if (!copy || !*copy || !strcmp(copy, "auto"))
+		return WC_AUTO;
+	if (!strcmp(copy, "kmod"))
+		return WC_KMOD;
+	if (!strcmp(copy, "cma"))
+		return WC_CMA;
+	return -1;
+}
+
+/*
+ * This rank's endpoint of the module (and, on the host's leader, the
+ * host's domain), unless TPU_COLL_COPY=cma; a rank without them says so
+ * in its vote of the second round, and the segment stays on cma.
+ */
+static void kmod_open(struct world_shm *ws)
+{
+	tpu_status st = 0;
+
+	if (ws->copy == WC_CMA || ws->nloc < 2) {
+		snprintf(ws->kwhy, sizeof(ws->kwhy), "%s", ws->copy == WC_CMA ?
+			 "TPU_COLL_COPY=cma" : "no other rank on this host");
+		return;
+	}
+	if (ws->kfd < 0)
+		st = tpu__shm_kmod_open(&ws->kfd);
+	if (!st && ws->loc == 0 && ws->dom < 0)
+		st = tpu__shm_kmod_domain(ws->kfd, &ws->dom);
+	if (st)
+		snprintf(ws->kwhy, sizeof(ws->kwhy), "no /dev/tensorpipe with grants here (%s)",
+			 tpu_strerror(st));
+}
+
 /* This host's ranks: this one and those its pipes reach over shm (proven when they open). */
 static void local_ranks(struct tpu_world *w, struct world_shm *ws)
 {
@@ -145,16 +194,24 @@ static void local_ranks(struct tpu_world *w, struct world_shm *ws)
 }
 
 /*
- * The vote: "1 FD LEADER NLOC" (FD the segment's descriptor on the
- * leader, the lowest rank of this host, which makes it) or "0".
+ * The vote: "1 FD LEADER NLOC DOM" (FD the segment's descriptor on the
+ * leader, the lowest rank of this host, which makes it; DOM one more than
+ * its module domain's descriptor, 0 for none) or "0".
  */
 static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
 {
 	int n = w->info.size, me = w->info.rank;
 	char val[48] = "0";
-	const char *mode = getenv("TPU_COLL_PATH");
+	const char *mode = getenv("TPU_COLL_PATH"), *copy = getenv("TPU_COLL_COPY");
 	tpu_status st;
 
+	ws->copy = copy_of(copy);
+	if (ws->copy < 0) {
+		ws->state = WS_BAD;
+		snprintf(ws->why, sizeof(ws->why), "TPU_COLL_COPY=%.40s: not kmod, cma or auto",
+			 copy);
+		return -EINVAL;
+	}
 	ws->mode = mode_of(mode);
 	if (ws->mode < 0) {
 		ws->state = WS_BAD;
@@ -205,8 +262,10 @@ static tpu_status vote(struct tpu_world *w, struct world_shm *ws, uint64_t deadl
 		}
 	}
 	if (ws->vote)
-		snprintf(val, sizeof(val), "1 %d %d %d", ws->loc == 0 && ws->fd >= 0 ? ws->fd : 0,
-			 ws->locals[0], ws->nloc);
+		kmod_open(ws);
+	if (ws->vote)
+		snprintf(val, sizeof(val), "1 %d %d %d %d", ws->loc == 0 && ws->fd >= 0 ? ws->fd : 0,
+			 ws->locals[0], ws->nloc, ws->loc == 0 && ws->dom >= 0 ? ws->dom + 1 : 0);
 	st = put(w, "vote", val, deadline);
 	if (!st)
 		ws->state = WS_VOTED;
@@ -245,12 +304,13 @@ static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
 	return st;
 }
 
-/* "FD LEADER NLOC" of a vote; false if it is not one. */
-static bool parse_vote(const char *rest, int n, long v[3])
+/* "FD LEADER NLOC [DOM]" of a vote (no DOM: no domain); false if it is not one. */
+static bool parse_vote(const char *rest, int n, long v[4])
 {
 	const char *p = rest;
 
-	for (int i = 0; i < 3; i++) {
+	v[3] = 0;
+	for (int i = 0; i < 4 && (i < 3 || *p); i++) {
 		char *end;
 
 		v[i] = strtol(p, &end, 10);
@@ -258,7 +318,7 @@ static bool parse_vote(const char *rest, int n, long v[3])
 			return false;
 		p = end;
 	}
-	return !*p && v[0] <= 1 << 24 && v[1] < n && v[2] >= 1 && v[2] <= n;
+	return !*p && v[0] <= 1 << 24 && v[1] < n && v[2] >= 1 && v[2] <= n && v[3] <= 1 << 24;
 }
 
 /*
@@ -326,13 +386,48 @@ static void path_of(struct world_shm *ws, int n)
 		ws->hier = true;
 }
 
+/*
+ * This rank's endpoint into the domain the host's leader voted (@dom: its
+ * descriptor + 1 in the leader's process, 0 for none), taken out of the
+ * leader's process as the segment is; the endpoint's id then stands in
+ * this rank's line of the segment.
+ */
+static void kmod_join(struct world_shm *ws, long dom)
+{
+	char num[24];
+	int dfd = -1;
+	tpu_status st = 0;
+
+	if (ws->kjoined || ws->kfd < 0)
+		return;
+	if (!dom) {
+		snprintf(ws->kwhy, sizeof(ws->kwhy), "rank %d (the host's leader) has no module domain",
+			 ws->locals[0]);
+		return;
+	}
+	snprintf(num, sizeof(num), "%ld", dom - 1);
+	if (ws->loc)
+		st = fetch_fd(ws->pids[ws->locals[0]], num, &dfd);
+	if (!st) {
+		st = tpu__shm_kmod_join(ws->seg, ws->kfd, ws->loc ? dfd : ws->dom);
+		ws->kfd = -1;	/* the segment's now */
+	}
+	if (dfd >= 0)
+		close(dfd);
+	ws->kjoined = !st;
+	if (st)
+		snprintf(ws->kwhy, sizeof(ws->kwhy), "cannot join the host's module domain (%s)",
+			 tpu_strerror(st));
+}
+
 static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
 {
 	int n = w->info.size, me = w->info.rank, fd = -1;
 	char rest[48] = "";
 	bool all = true, yes = false, ok = true;
-	long v[3], *fds = calloc((size_t)n * 3, sizeof(long));
+	long v[4], *fds = calloc((size_t)n * 4, sizeof(long));
 	long *leader = fds ? fds + n : NULL, *nloc = fds ? fds + 2 * n : NULL;
+	long *dom = fds ? fds + 3 * n : NULL;
 	tpu_status st = fds ? 0 : -ENOMEM;
 
 	for (int r = 0; r < n && !st; r++) {
@@ -351,6 +446,7 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 			fds[r] = v[0];
 			leader[r] = v[1];
 			nloc[r] = v[2];
+			dom[r] = v[3];
 		}
 	}
 	if (st || !all) {
@@ -394,6 +490,8 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 						  TPU__SHM_SLOT, lp, &ws->seg);
 		free(lp);
 	}
+	if (!st && ok && ws->seg)
+		kmod_join(ws, dom[ws->locals[0]]);
 	free(fds);
 	if (fd >= 0)
 		close(fd);
@@ -402,7 +500,9 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 			       tpu_strerror(st));
 	if (ok)
 		snprintf(ws->why, sizeof(ws->why), "rank %d could not map the segment", me);
-	st = put(w, "ok", st || !ok ? "0" : "1", deadline);
+	/* "1 K": K whether this rank takes the module path (a rank alone: unless it refuses it). */
+	st = put(w, "ok", st || !ok ? "0" : ws->kjoined || (!ws->seg && ws->copy != WC_CMA) ?
+		 "1 1" : "1 0", deadline);
 	if (!st)
 		ws->state = WS_MAPPED;
 	return st;
@@ -410,23 +510,44 @@ static tpu_status map(struct tpu_world *w, struct world_shm *ws, uint64_t deadli
 
 static tpu_status confirm(struct tpu_world *w, struct world_shm *ws, uint64_t deadline)
 {
-	bool yes = false, all = true;
+	bool yes = false, all = true, kall = true;
+	char rest[8];
 	tpu_status st;
 
 	for (int r = 0; r < w->info.size && all; r++) {
-		st = get(w, "ok", r, &yes, NULL, 0, deadline);
+		st = get(w, "ok", r, &yes, rest, sizeof(rest), deadline);
 		if (st)
 			return st;
 		if (!yes) {
 			all = false;
 			off(ws, "rank %d could not map the segment%s", r, "");
 		}
+		/* Every rank reads the same words: all take the module path or none does. */
+		if (yes && kall && strcmp(rest, "1")) {
+			kall = false;
+			if (ws->kjoined || !ws->kwhy[0])
+				snprintf(ws->kwhy, sizeof(ws->kwhy), "rank %d cannot use the module",
+					 r);
+		}
 	}
 	if (ws->fd >= 0) {
 		close(ws->fd);
 		ws->fd = -1;
 	}
+	if (ws->dom >= 0) {
+		close(ws->dom);
+		ws->dom = -1;
+	}
+	if (ws->kfd >= 0) {
+		close(ws->kfd);
+		ws->kfd = -1;
+	}
 	if (all) {
+		ws->kmod = kall;
+		tpu__shm_kmod_use(ws->seg, kall);
+		tpu__log_debug("world: rank %d: the segment copies large tensors %s%s%s",
+			       w->info.rank, kall ? "through the module's grants" :
+			       "with process_vm_readv", kall ? "" : ": ", kall ? "" : ws->kwhy);
 		ws->state = WS_ON;
 		if (ws->hier)
 			tpu__shm_coll_yield(ws->seg);
@@ -448,6 +569,14 @@ static tpu_status decide(struct tpu_world *w, struct world_shm *ws, uint64_t dea
 		st = map(w, ws, deadline);
 	if (!st && ws->state == WS_MAPPED)
 		st = confirm(w, ws, deadline);
+	if (!st && ws->state == WS_OFF && ws->dom >= 0) {
+		close(ws->dom);
+		ws->dom = -1;
+	}
+	if (!st && ws->state == WS_OFF && ws->kfd >= 0) {
+		close(ws->kfd);
+		ws->kfd = -1;
+	}
 	if (!st && (ws->state == WS_ON || ws->state == WS_OFF))
 		tpu__log_debug("world: rank %d: collectives over %s%s%s", w->info.rank,
 			       ws->state == WS_OFF ? "the rendezvous" : ws->hier ?
@@ -473,6 +602,8 @@ tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
 		if (!ws)
 			return -ENOMEM;
 		ws->fd = -1;
+		ws->kfd = -1;
+		ws->dom = -1;
 		ws->pids = calloc(n, sizeof(*ws->pids));
 		ws->locals = calloc(n, sizeof(*ws->locals));
 		ws->host = calloc(n, sizeof(*ws->host));
@@ -505,6 +636,10 @@ tpu_status tpu__world_shm_run(struct tpu_world *w, struct world_shm **wsp,
 			return 0;
 		snprintf(reason, size, "TPU_COLL_PATH=%s, but %s",
 			 ws->mode == WM_SHM ? "shm" : "hier", ws->why);
+		return -EOPNOTSUPP;
+	}
+	if (ws->copy == WC_KMOD && !ws->kmod) {
+		snprintf(reason, size, "TPU_COLL_COPY=kmod, but %s", ws->kwhy);
 		return -EOPNOTSUPP;
 	}
 	*ran = true;

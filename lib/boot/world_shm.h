@@ -16,6 +16,8 @@
 enum { WS_NEW, WS_VOTED, WS_MAPPED, WS_ON, WS_OFF, WS_BAD };
 /* TPU_COLL_PATH */
 enum { WM_AUTO, WM_SHM, WM_HIER, WM_FLAT };
+/* TPU_COLL_COPY: how the segment's large tensors are copied */
+enum { WC_AUTO, WC_KMOD, WC_CMA };
 
 struct world_shm {
 	int state;
@@ -26,6 +28,14 @@ struct world_shm {
 	pid_t *pids;			/* per world rank, proven; 0 for this rank and other hosts */
 	struct tpu__shm_coll *seg;	/* this host's ranks; NULL when this rank is alone */
 	char why[200];			/* why the path is off */
+
+	/* The module path (TPU_COLL_COPY; lib/coll/coll_shm_kmod.c). */
+	int copy;			/* WC_* */
+	int kfd;			/* this rank's endpoint until the segment takes it, or -1 */
+	int dom;			/* the leader's domain, until every rank of the host joined */
+	bool kjoined;			/* this rank's endpoint joined the host's domain */
+	bool kmod;			/* every rank joined: the segment copies through the module */
+	char kwhy[160];			/* why not */
 
 	/* The partition (this host's part from the pipes, the rest from the votes). */
 	int nloc, loc;			/* ranks on this host; this rank's index among them */

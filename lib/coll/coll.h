@@ -258,7 +258,7 @@ struct tpu__shm_call {
  */
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
 			     char *reason, size_t size);
-/* Which way the last call went: "slots" or "cma"; for the log. */
+/* Which way the last call went: "slots", "cma", "kmod" or "kmod+cma"; for the log. */
 const char *tpu__shm_coll_last_way(const struct tpu__shm_coll *s);
 /*
  * Fail the segment for every member: this member's later calls fail with
@@ -272,6 +272,25 @@ void tpu__shm_coll_fail(struct tpu__shm_coll *s, tpu_status st);
  * network, and its threads and the network stack need the cores).
  */
 void tpu__shm_coll_yield(struct tpu__shm_coll *s);
+
+/*
+ * The module path (coll_shm_kmod.c): large tensors copied by the module
+ * through grants (TP_IOC_GRANT, TP_IOC_COPY) instead of process_vm_readv.
+ * An endpoint of /dev/tensorpipe with TP_FEAT_GRANT in *@fd (else
+ * TPU_E_NO_DEVICE or -EOPNOTSUPP); a new domain's descriptor in *@dom.
+ */
+tpu_status tpu__shm_kmod_open(int *fd);
+tpu_status tpu__shm_kmod_domain(int fd, int *dom);
+/*
+ * Attach endpoint @fd to domain @dom and publish its id in this member's
+ * line; the segment owns @fd from then on, whatever the result.
+ */
+tpu_status tpu__shm_kmod_join(struct tpu__shm_coll *s, int fd, int dom);
+/*
+ * Every member joined (@on; each reads every member's id once, now) or
+ * not (the endpoint is closed): the same on every member.
+ */
+void tpu__shm_kmod_use(struct tpu__shm_coll *s, bool on);
 
 /* Chunk @c of @n over @count elements: balanced, the first count % n one longer. */
 static inline size_t tpu__coll_chunk_start(size_t count, int n, int c)

@@ -19,7 +19,11 @@
  * process_vm_readv, one piece at a time into a buffer that stays in
  * cache) then an all-gather (each reads the other members' finished
  * chunks straight into its output), with a phase between and one at the
- * end, after which no member reads another's buffers any more.
+ * end, after which no member reads another's buffers any more.  Where the
+ * members joined a module domain (coll_shm_kmod.c), those reads and
+ * writes go through the grants each member made for the call (its grant
+ * table in its slot, written before the first phase) with TP_IOC_COPY,
+ * and the regions are released after the last phase.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -120,37 +124,53 @@ static tpu_status cma_write(pid_t pid, uint64_t addr, const void *src, size_t le
 }
 
 /*
- * Read @len bytes at @addr of member @r into @buf, or (@write) write them
- * there from @buf; a failure fails the segment.  The address is the one
- * member @r published: at worst it makes us read or write its own memory.
+ * Read @len bytes at @off of member @r's in buffer (or @out buffer) of
+ * @call into @buf, or (@write) write them there from @buf: through the
+ * member's grant where it made one (coll_shm_kmod.c), else with
+ * process_vm_readv/writev at the address it published (at worst that
+ * makes us read or write its own memory).  A failure fails the segment.
  */
-static tpu_status cma_io(struct tpu__shm_coll *s, int r, uint64_t addr, void *buf, size_t len,
-			 bool write)
+static tpu_status peer_io(struct tpu__shm_coll *s, int r, uint64_t call, bool out, uint64_t off,
+			  void *buf, size_t len, bool write)
 {
+	const struct shm_desc *d = &shm_line(s, r)->desc[call & 1];
+	uint32_t grant = tpu__shm_kmod_grant(s, r, call, out);
+	uint64_t addr = (out ? d->out : d->in) + off;
 	tpu_status st;
 
 	if (!len)
 		return 0;
-	st = write ? cma_write(s->pids[r], addr, buf, len) : tpu_cma_read(s->pids[r], addr, buf, len);
+	if (grant) {
+		st = tpu__shm_kmod_copy(s, grant, off, buf, len, write);
+	} else {
+		s->fell_back = s->kmod;
+		st = addr < off ? -EINVAL : write ? cma_write(s->pids[r], addr, buf, len) :
+		     tpu_cma_read(s->pids[r], addr, buf, len);
+	}
 	if (!st)
 		return 0;
-	tpu__log_debug("coll: shm: %s %zu bytes of member %d (pid %d): %s",
-		       write ? "writing" : "reading", len, r, (int)s->pids[r], tpu_strerror(st));
+	tpu__log_debug("coll: shm: %s %zu bytes of member %d (pid %d) %s: %s",
+		       write ? "writing" : "reading", len, r, (int)s->pids[r],
+		       grant ? "through its module grant" : "with process_vm_readv/writev",
+		       tpu_strerror(st));
 	/* A member that failed returns, and its buffers may go, while others read them. */
 	if (tpu__shm_aborted(s))
 		return tpu__shm_fail(s, tpu__shm_aborted(s), 0);
 	/*
 	 * An exiting process loses its memory before it is seen to exit: a
 	 * read then fails with -EFAULT, and the pidfd says why a moment later.
+	 * The module says -ENOENT once the member's file is released.
 	 */
 	if (st == -ESRCH || tpu__shm_dead(s, r, 100))
 		return tpu__shm_fail(s, TPU_E_PEER_GONE, TPU_E_PEER_GONE);
+	/* A grant the kernel refuses (-ENOENT, -EACCES, -EINVAL) fails the call, every member's. */
 	return tpu__shm_fail(s, st, -ECONNABORTED);
 }
 
-static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t addr, void *dst, size_t len)
+static tpu_status pull(struct tpu__shm_coll *s, int r, uint64_t call, bool out, uint64_t off,
+		       void *dst, size_t len)
 {
-	return cma_io(s, r, addr, dst, len, false);
+	return peer_io(s, r, call, out, off, dst, len, false);
 }
 
 /*
@@ -182,12 +202,11 @@ static tpu_status reduce_from_peers(struct tpu__shm_coll *s, uint64_t call,
 		memmove(acc, mine, len);
 	for (int k = 1; k < s->n && !st; k++) {
 		int r = (s->rank + k) % s->n;
-		uint64_t in = shm_line(s, r)->desc[call & 1].in;
 
 		for (size_t at = 0; at < len && !st; at += TPU__COLL_PIECE) {
 			size_t piece = len - at < TPU__COLL_PIECE ? len - at : TPU__COLL_PIECE;
 
-			st = pull(s, r, in + off * es + at, s->tmp, piece);
+			st = pull(s, r, call, false, off * es + at, s->tmp, piece);
 			if (st)
 				break;
 			if (fused && k == 1) {
@@ -404,21 +423,19 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 			int r = 1 - s->rank;
 
 			if (s->rank == c->root)
-				st = cma_io(s, r, shm_line(s, r)->desc[call & 1].out + half,
-					    (char *)in + half, bytes - half, true);
+				st = peer_io(s, r, call, true, half, (char *)in + half, bytes - half,
+					     true);
 			else
-				st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out,
-					  half);
+				st = pull(s, c->root, call, false, 0, out, half);
 		} else if (s->rank != c->root) {
-			st = pull(s, c->root, shm_line(s, c->root)->desc[call & 1].in, out, bytes);
+			st = pull(s, c->root, call, false, 0, out, bytes);
 		}
 		break;
 	case TPU_COLL_GATHER:
 		for (int k = 1; k < s->n && !st; k++) {
 			int r = (s->rank + k) % s->n;
 
-			st = pull(s, r, shm_line(s, r)->desc[call & 1].in, out + (size_t)r * bytes,
-				  bytes);
+			st = pull(s, r, call, false, 0, out + (size_t)r * bytes, bytes);
 		}
 		if (!st)
 			memmove(out + (size_t)s->rank * bytes, in, bytes);
@@ -439,7 +456,7 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 			int r = (s->rank + k) % s->n;
 			size_t o = tpu__coll_chunk_start(c->count, s->n, r);
 
-			st = pull(s, r, shm_line(s, r)->desc[call & 1].out + o * es, out + o * es,
+			st = pull(s, r, call, true, o * es, out + o * es,
 				  tpu__coll_chunk_len(c->count, s->n, r) * es);
 		}
 		break;
@@ -502,6 +519,7 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	uint64_t call;
 	struct shm_desc *d;
 	bool slots;
+	int way;
 	tpu_status st;
 
 	if (!s || !c || !es || c->type < TPU_COLL_REDUCTION || c->type > TPU_COLL_REDUCE_SCATTER ||
@@ -515,7 +533,10 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 				.final_op = c->final_op, .root = c->root, .count = c->count,
 				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
 	slots = through_slots(s, c, es);
-	s->way = slots ? "slots" : "cma";
+	s->fell_back = false;
+	/* The grants are in place before the phase that lets the others read. */
+	if (!slots && s->kmod)
+		tpu__shm_kmod_expose(s, call, c, es);
 	if (slots && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
 		st = fill_slot(s, call, c, es);
 	else
@@ -524,6 +545,15 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 		st = check_all(s, call, reason, size);
 	if (!st)
 		st = slots ? via_slots(s, call, c, es) : via_cma(s, call, c, es);
+	/* After the final barrier (or a failure): no member copies through these grants any more. */
+	if (!slots && s->kmod)
+		tpu__shm_kmod_end(s);
+	way = slots ? SHM_WAY_SLOTS : !s->kmod ? SHM_WAY_CMA :
+	      s->fell_back ? SHM_WAY_MIXED : SHM_WAY_KMOD;
+	s->way = way == SHM_WAY_SLOTS ? "slots" : way == SHM_WAY_CMA ? "cma" :
+		 way == SHM_WAY_KMOD ? "kmod" : "kmod+cma";
+	if (!st)
+		tpu__shm_coll_count_way(way);
 	if (st && st != TPU_E_COLL_MISMATCH && reason && size && !reason[0])
 		snprintf(reason, size, "shm: %s of %llu elements, rank %d: %s", type_name(c->type),
 			 (unsigned long long)c->count, s->rank, tpu_status_name(st));

@@ -68,7 +68,19 @@ struct shm_line {
 	_Atomic int32_t cpu;		/* where this member last looked from */
 	_Atomic uint32_t ready;		/* futex word: call (high 16 bits), slot parts written */
 	struct shm_desc desc[2];	/* by call number parity */
+	uint64_t ep;			/* module endpoint id (coll_shm_kmod.c), else 0 */
 };
+
+/*
+ * The module path: a member's slot of a call it runs single-copy holds
+ * one of these per member instead of data, the grants it made to that
+ * member (0: none; the reader then uses process_vm_readv/writev).
+ */
+struct shm_grants {
+	uint32_t in, out;
+};
+_Static_assert(TPU__SHM_MAX_MEMBERS * sizeof(struct shm_grants) <= TPU__SHM_SLOT,
+	       "a slot must hold a grant table");
 
 struct shm_hdr {
 	uint32_t magic;
@@ -92,7 +104,14 @@ struct tpu__shm_coll {
 	uint64_t calls;			/* calls run */
 	void *tmp;			/* one piece, for reductions from peers */
 	tpu_status failed;		/* sticky: the segment is out of step */
-	const char *way;		/* of the last call: "slots" or "cma" */
+	const char *way;		/* of the last call: "slots", "cma", "kmod" or "kmod+cma" */
+
+	/* The module path (coll_shm_kmod.c): on when every member joined one domain. */
+	int kfd;			/* this member's endpoint, or -1 */
+	bool kmod;
+	uint64_t *eps;			/* every member's endpoint id, read once when turned on */
+	uint32_t regions[2];		/* this call's module regions (0: none) */
+	bool fell_back;			/* this call read a member by process_vm_readv instead */
 };
 
 static inline struct shm_hdr *shm_hdr(const struct tpu__shm_coll *s)
@@ -130,5 +149,34 @@ tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s);
 bool tpu__shm_dead(const struct tpu__shm_coll *s, int r, int within_ms);
 /* Fail the segment for every member with @st (the others see @peer_st). */
 tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer_st);
+
+/* coll_shm_kmod.c */
+/*
+ * Register this member's buffers of @call with the module and grant them,
+ * each to every other member's endpoint with only the access it needs,
+ * writing the grant table into this member's slot of @call.  A buffer the
+ * module refuses (RLIMIT_MEMLOCK, say) gets no grants: its readers fall
+ * back to process_vm_readv for it.
+ */
+void tpu__shm_kmod_expose(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			  size_t es);
+/* Release this call's regions, which ends their grants (after the final barrier). */
+void tpu__shm_kmod_end(struct tpu__shm_coll *s);
+/*
+ * Member @r's grant of @call to this member for its out buffer (@out) or
+ * its in buffer; 0 when it made none.  Only the kernel's checks back it.
+ */
+uint32_t tpu__shm_kmod_grant(const struct tpu__shm_coll *s, int r, uint64_t call, bool out);
+/* @len bytes at @offset of grant @grant into @buf, or (@write) from it: one TP_IOC_COPY list. */
+tpu_status tpu__shm_kmod_copy(struct tpu__shm_coll *s, uint32_t grant, uint64_t offset,
+			      void *buf, size_t len, bool write);
+
+/* Tests only: added to every grant id this member publishes (a peer that lies). */
+extern uint32_t tpu__shm_kmod_grant_skew;
+
+/* Calls run each way in this process, for tests (SHM_WAY_*). */
+enum { SHM_WAY_SLOTS, SHM_WAY_CMA, SHM_WAY_KMOD, SHM_WAY_MIXED, SHM_WAYS };
+uint64_t tpu__shm_coll_way_count(int way);
+void tpu__shm_coll_count_way(int way);
 
 #endif /* TPU_COLL_SHM_H */

@@ -140,6 +140,7 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 	s->slot = slot;
 	s->size = seg_size(n, slot);
 	s->way = "";
+	s->kfd = -1;
 	s->pids = calloc((size_t)n, sizeof(*s->pids));
 	s->pidfds = calloc((size_t)n, sizeof(*s->pidfds));
 	s->tmp = aligned_alloc(64, TPU__COLL_PIECE);
@@ -202,6 +203,11 @@ void tpu__shm_coll_detach(struct tpu__shm_coll *s)
 	free(s->pidfds);
 	free(s->pids);
 	free(s->tmp);
+	if (s->kfd >= 0) {
+		tpu__shm_kmod_end(s);
+		close(s->kfd);
+	}
+	free(s->eps);
 	free(s);
 }
 

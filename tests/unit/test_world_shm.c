@@ -12,7 +12,11 @@
  * no member keeps the segment mapped once its world is destroyed; and
  * with more members than cores, a long wait sleeps instead of yielding;
  * a reduce-scatter copies into its slot only the chunks others read; a
- * large broadcast between two is copied by both.
+ * large broadcast between two is copied by both.  The module path: large
+ * calls of every type go through the module's grants where it is loaded
+ * (in the VM) and by process_vm_readv where not (counted per way),
+ * TPU_COLL_COPY forcing either or refused, false grant ids failing the
+ * call, and a member the module will not pin for read by cma.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/capability.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +48,7 @@ struct job {
 	uint16_t port;
 	int scenario;
 	const char *path;	/* TPU_COLL_PATH, or NULL */
+	const char *copy;	/* TPU_COLL_COPY, or NULL */
 	bool tcp;		/* tcp only: no shm between the ranks */
 };
 
@@ -65,6 +72,10 @@ static int world_up(int me, int n, const struct job *j, uint32_t timeout_ms,
 		setenv("TPU_COLL_PATH", j->path, 1);
 	else
 		unsetenv("TPU_COLL_PATH");
+	if (j->copy)
+		setenv("TPU_COLL_COPY", j->copy, 1);
+	else
+		unsetenv("TPU_COLL_COPY");
 	if (j->tcp) {
 		wo.listen_urls = tcp;
 		wo.nlisten = 1;
@@ -526,8 +537,129 @@ static int broadcast_in_halves(struct tpu_world *w, int me)
 	return 0;
 }
 
+/* Whether /dev/tensorpipe is here with grants (in the VM with the module; not on the host). */
+static bool kmod_here(void)
+{
+	int fd = -1;
+
+	if (tpu__shm_kmod_open(&fd))
+		return false;
+	close(fd);
+	return true;
+}
+
+/*
+ * Large tensors of every type of call (all single-copy: past the slot)
+ * right, and taken the way the module's presence (or @copy) says: through
+ * the module's grants where it is loaded, else process_vm_readv.
+ */
+static int large_way(struct tpu_world *w, int me, int n, const char *copy)
+{
+	bool kmod = kmod_here() && !(copy && !strcmp(copy, "cma"));
+	uint64_t k0 = tpu__shm_coll_way_count(SHM_WAY_KMOD);
+	uint64_t c0 = tpu__shm_coll_way_count(SHM_WAY_CMA);
+	uint64_t m0 = tpu__shm_coll_way_count(SHM_WAY_MIXED);
+	uint64_t k, c;
+
+	if (all_reduce_and_scatter(w, me, n, TPU_DT_FLOAT32, TPU_OP_SUM, LARGE) ||
+	    all_reduce_and_scatter(w, me, n, TPU_DT_INT32, TPU_OP_MAX, LARGE) ||
+	    broadcast_and_gather(w, me, n, TPU_DT_FLOAT32, LARGE) ||
+	    broadcast_and_gather(w, me, n, TPU_DT_UINT8, 4u << 20))
+		return __LINE__;
+	k = tpu__shm_coll_way_count(SHM_WAY_KMOD) - k0;
+	c = tpu__shm_coll_way_count(SHM_WAY_CMA) - c0;
+	if (me == 0)
+		fprintf(stderr, "# rank 0: module %s: %llu calls through the module, %llu with "
+			"process_vm_readv\n", kmod ? "here" : "absent", (unsigned long long)k,
+			(unsigned long long)c);
+	/*
+	 * 3 all-reduces (one in place), 2 reduce-scatters, and twice n
+	 * broadcasts and an all-gather: every one single-copy.
+	 */
+	R_CHECK((kmod ? k : c) == (uint64_t)(5 + 2 * (n + 1)));
+	R_CHECK((kmod ? c : k) == 0);
+	R_CHECK(tpu__shm_coll_way_count(SHM_WAY_MIXED) == m0);
+	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm"));
+	return 0;
+}
+
+/*
+ * A member publishes grant ids that are not its grants: the kernel
+ * refuses the copy (-ENOENT) and every member's call fails with a status;
+ * nothing crashes.  Without the module: no grants, the call succeeds.
+ */
+static int lying_grants(struct tpu_world *w, int me, int n)
+{
+	size_t count = LARGE;
+	float *in = calloc(count, sizeof(float)), *out = calloc(count * (size_t)n, sizeof(float));
+	char why[256];
+	tpu_status st;
+
+	R_CHECK(in && out);
+	if (me == 1)
+		tpu__shm_kmod_grant_skew = 7919;
+	st = tpu_world_all_gather(w, in, out, count, TPU_DT_FLOAT32, 20 * SECOND);
+	tpu_world_last_reason(w, why, sizeof(why));
+	if (kmod_here()) {
+		R_CHECK(st != 0);
+		/* Rank 0 read through rank 1's false ids; rank 1 heard of it. */
+		R_CHECK(me != 0 || st == -ENOENT);
+		R_CHECK(!strncmp(why, "shm: ", 5));
+	} else {
+		R_CHECK(st == 0);
+	}
+	tpu__shm_kmod_grant_skew = 0;
+	free(in);
+	free(out);
+	return 0;
+}
+
+/*
+ * A member the module will not pin for (rank 1: no CAP_IPC_LOCK, a
+ * memlock limit of 0) grants nothing: rank 0 reads its buffer with
+ * process_vm_readv ("kmod+cma"), rank 1 still reads rank 0's through the
+ * module, and the results are right.  Without the module: cma.
+ */
+static int memlock_falls_back(struct tpu_world *w, int me, int n)
+{
+	size_t count = LARGE;
+	float *in = malloc(count * sizeof(float)), *out = malloc(count * (size_t)n * sizeof(float));
+	bool kmod = kmod_here();
+	uint64_t k0 = tpu__shm_coll_way_count(SHM_WAY_KMOD);
+	uint64_t m0 = tpu__shm_coll_way_count(SHM_WAY_MIXED);
+	uint64_t c0 = tpu__shm_coll_way_count(SHM_WAY_CMA);
+
+	R_CHECK(in && out);
+	if (me == 1 && kmod) {
+		struct __user_cap_header_struct h = { .version = _LINUX_CAPABILITY_VERSION_3 };
+		struct __user_cap_data_struct d[2];
+		struct rlimit none = { 0, 0 };
+
+		R_CHECK(syscall(SYS_capget, &h, d) == 0);
+		d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+		R_CHECK(syscall(SYS_capset, &h, d) == 0);
+		R_CHECK(setrlimit(RLIMIT_MEMLOCK, &none) == 0);
+	}
+	for (size_t i = 0; i < count; i++)
+		in[i] = (float)(me * 1000 + (int)(i % 977));
+	R_CHECK(tpu_world_all_gather(w, in, out, count, TPU_DT_FLOAT32, 20 * SECOND) == 0);
+	for (int r = 0; r < n; r++)
+		for (size_t i = 0; i < count; i++)
+			R_CHECK(out[(size_t)r * count + i] == (float)(r * 1000 + (int)(i % 977)));
+	if (!kmod)
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_CMA) == c0 + 1);
+	else if (me == 0)
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_MIXED) == m0 + 1);
+	else
+		R_CHECK(tpu__shm_coll_way_count(SHM_WAY_KMOD) == k0 + 1);
+	free(in);
+	free(out);
+	return 0;
+}
+
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
-       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST };
+       SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
+       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -612,6 +744,33 @@ static int rank_main(int me, int n, void *arg)
 		tpu_world_last_reason(w, why, sizeof(why));
 		R_CHECK(strstr(why, "TPU_COLL_PATH=fast"));
 		break;
+	case SC_WAY:
+	case SC_WAY_CMA:
+		line = large_way(w, me, n, j->copy);
+		break;
+	case SC_WAY_KMOD:
+		/* Forced: the module's path where it is here, a clear refusal where not. */
+		if (kmod_here()) {
+			line = large_way(w, me, n, j->copy);
+			break;
+		}
+		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 20 * SECOND) == -EOPNOTSUPP);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "TPU_COLL_COPY=kmod") && strstr(why, "tensorpipe"));
+		break;
+	case SC_BAD_COPY:
+		R_CHECK(tpu_world_all_reduce(w, a, b, 3, TPU_DT_FLOAT32, TPU_OP_SUM,
+					     TPU_FINAL_NONE, 20 * SECOND) == -EINVAL);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "TPU_COLL_COPY=fast"));
+		break;
+	case SC_LYING:
+		line = lying_grants(w, me, n);
+		break;
+	case SC_MEMLOCK:
+		line = memlock_falls_back(w, me, n);
+		break;
 	}
 	if (line)
 		return line;
@@ -684,7 +843,12 @@ void test_world_shm(void)
 					     "forced_rendezvous", "forced_shm_without_shm",
 					     "bad_TPU_COLL_PATH", "crowd_sleeps_on_the_futex",
 					     "reduce_scatter_fills_only_the_chunks_others_read",
-					     "broadcast_of_two_copied_by_both" };
+					     "broadcast_of_two_copied_by_both",
+					     "large_ones_take_the_module_where_loaded_else_cma",
+					     "TPU_COLL_COPY_cma_keeps_process_vm_readv",
+					     "TPU_COLL_COPY_kmod_takes_the_module_or_refuses",
+					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call",
+					     "a_member_the_module_will_not_pin_for_is_read_by_cma" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -693,17 +857,28 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_BCAST; k++) {
+	for (int k = SC_PATH; k <= SC_MEMLOCK; k++) {
 		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
 				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
 					 k == SC_BAD_PATH ? "fast" : NULL,
+				 /* The halves' fault count is process_vm_writev's (the module pins). */
+				 .copy = k == SC_WAY_CMA || k == SC_BCAST ? "cma" : k == SC_WAY_KMOD ? "kmod" :
+					 k == SC_BAD_COPY ? "fast" : NULL,
 				 .tcp = k == SC_SHM_NO_SHM };
 
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 120), "shm_world_of_%d_%s", n,
 		      names[k]);
 	}
+	/* Three members: every one reads two peers' grants. */
+	{
+		struct job j = { .port = boot_free_port(), .scenario = SC_WAY };
+
+		CHECK(j.port > 1 && boot_run_ranks(3, rank_main, &j, 120), "shm_world_of_3_%s",
+		      names[SC_WAY]);
+	}
 	unsetenv("TPU_COLL_PATH");
+	unsetenv("TPU_COLL_COPY");
 	boot_env_clear();
 }
