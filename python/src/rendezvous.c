@@ -316,11 +316,20 @@ static int check_into(const struct tpupy_meta *got, const struct tpupy_meta *int
 }
 
 /*
- * recv_into of a tensor too large to ride in its header's key: the
- * header's receive is posted first, asynchronously, and the caller's
- * thread then waits for the bytes itself (tpu_rendezvous_recv_wait, which
- * pulls them on this thread), so that they move without waiting a round
- * trip for the header, nor a hand-off from the context's thread.
+ * recv_into of a tensor too large to ride in its header's key, from a
+ * remote rendezvous: the header's receive is posted first,
+ * asynchronously, and the caller's thread then waits for the bytes itself
+ * (tpu_rendezvous_recv_wait), so that their request leaves without waiting
+ * a network round trip for the header.
+ *
+ * Everywhere else (inprocess, cma, kmod) recv_blocking() takes the header
+ * and then the bytes, both on the caller's thread: the sender posted both
+ * keys back to back, so the header is there when the caller wakes, and
+ * the transfer involves no other thread of this process.  Posting the
+ * header's receive asynchronously there cost two thread wake-ups per
+ * tensor (the cma helper that takes it, the context's thread that runs its
+ * callback), both competing for the cores with the pull of the bytes,
+ * and often a third for this thread waiting for that callback.
  *
  * The header's callback checks it against the destination; when no key
  * of bytes will come (they came inline, or the header is not ours) and
@@ -502,7 +511,8 @@ static PyObject *rdv_recv_common(tpupy_rdv *r, PyObject *kobj, PyObject *out, Py
 	if (out && tpupy_view_get(out, true, &v) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	if (out && v.meta.nbytes > TPUPY_INLINE_MAX)
+	if (out && v.meta.nbytes > TPUPY_INLINE_MAX &&
+	    tpu_rendezvous_impl(r->rdv) == TPU_RDV_REMOTE)
 		st = recv_into_overlapped(r->rdv, key, (size_t)klen, mkey, mlen, timeout, &v, &m,
 					  why, sizeof(why));
 	else

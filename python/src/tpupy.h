@@ -132,6 +132,7 @@ struct tpupy_cop {
 	struct tpupy_queue *queue;
 	int kind;
 	int done;		/* set under the queue's lock (release); waiters may spin on it */
+	int waiters;		/* threads in op._wait() on it (queue's lock) */
 	tpu_status status;
 	size_t len;
 	char why[160];		/* a failure's detail, "" if none */
@@ -171,7 +172,8 @@ struct tpupy_cop {
 /* the completion queue of one context */
 struct tpupy_queue {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	pthread_cond_t cond;	/* threads waiting on an op (op._wait) */
+	pthread_cond_t dcond;	/* threads draining (the futures' dispatcher) */
 	struct tpupy_cop *head, *tail;
 	int efd;
 	bool fd_wanted;	/* fileno() was asked for: completions write efd (atomic) */

@@ -320,3 +320,118 @@ def test_library_log_goes_to_python_logging(caplog):
         with tpu_user.Context() as c:
             c.rendezvous("inprocess").close()
     assert not [r for r in caplog.records if r.getMessage().startswith("library: ")]
+
+
+def _wakeups(skip=()):
+    """Voluntary context switches of this process's threads (tid -> count), skipping some."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) in skip:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        out[int(tid)] = int(line.split()[1])
+        except OSError:
+            pass		# a thread that just ended
+    return out
+
+
+def _woken(before, after):
+    return sum(n - before.get(tid, 0) for tid, n in after.items())
+
+
+# Sends "hello", N tensors too large to ride inline, then waits for "bye".
+STREAMER = r'''
+import sys, numpy as np, tpu_user
+ctx = tpu_user.Context()
+r = ctx.join(int(sys.argv[1]))
+n, size = int(sys.argv[2]), int(sys.argv[3])
+r.send("hello", np.zeros(1), timeout=30)
+a = np.arange(size, dtype=np.float32)
+for i in range(n):
+    r.send(f"t{i}", a, timeout=30)
+r.recv("bye", timeout=30)
+ctx.close()
+'''
+
+
+def test_large_recv_into_wakes_no_other_thread(ctx):
+    # On one host a large recv_into takes the header and then the bytes on
+    # the caller's thread: the transfer wakes none of this process's other
+    # threads (it woke the cma helper and the context's thread per tensor
+    # when the header's receive was posted asynchronously).
+    try:
+        r = ctx.rendezvous("cma")
+    except tpu_user.Error as e:
+        pytest.skip(f"no cma rendezvous here: {e}")
+    fd = r.share()
+    n, size = 40, 1 << 16
+    p = spawn(STREAMER, fd, n, size, pass_fds=[fd])
+    try:
+        r.recv("hello", timeout=30)		# the child joined and posted
+        me = threading.get_native_id()
+        out = np.zeros(size, dtype=np.float32)
+        before = _wakeups(skip={me})
+        for i in range(n):
+            r.recv_into(f"t{i}", out, timeout=30)
+        after = _wakeups(skip={me})
+        assert out[size - 1] == size - 1
+        r.send("bye", np.zeros(1), timeout=30)
+        assert p.wait(30) == 0, p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(fd)
+        r.close()
+    assert _woken(before, after) < n // 4, (before, after)
+
+
+def test_waited_future_does_not_wake_the_dispatcher(rdv):
+    # An op whose future a thread waits on (result()) wakes that thread
+    # only, which settles it: the futures' dispatcher thread sleeps on.
+    n = 20
+    rdv.send_async("warm", np.zeros(1))
+    rdv.recv("warm", timeout=5)		# the dispatcher exists now
+    disp = rdv._ctx._dispatcher.native_id
+    before = _wakeups()
+    for i in range(n):
+        fut = rdv.recv_async(f"k{i}", timeout=5)
+        th = threading.Timer(0.01, rdv.send, args=(f"k{i}", np.full(2000, i)))
+        th.start()
+        assert np.asarray(fut.result(5))[1999] == i
+        th.join(5)
+    after = _wakeups()
+    assert after.get(disp, 0) - before.get(disp, 0) < n // 2, (before, after)
+
+
+@pytest.mark.parametrize("sent", [np.arange(50000, dtype=np.float32),	# fits
+                                  np.arange(10, dtype=np.float32),	# came inline
+                                  np.arange(60000, dtype=np.float32)],	# larger
+                         ids=["fits", "inline", "larger"])
+def test_remote_recv_into(sent):
+    # The remote rendezvous keeps the header's receive posted beside the
+    # bytes' (no network round trip between them); a mismatch still fails
+    # EMSGSIZE, drops what came, and the key works again.
+    T0, T1 = "/job:v/replica:0/task:0", "/job:v/replica:0/task:1"
+    k = tpu_user.make_key(T1 + "/device:CPU:0", 1, T0 + "/device:CPU:0", "x")
+    with tpu_user.Context() as c0, tpu_user.Context() as c1:
+        r0 = c0.remote_rendezvous(T0, listen_urls=["tcp://127.0.0.1:0"])
+        r1 = c1.remote_rendezvous(T1, {T0: r0.url()}, listen_urls=["tcp://127.0.0.1:0"])
+        r0.add_peer(T1, r1.url())
+        out = np.zeros(50000, dtype=np.float32)
+        fut = r1.send_async(k, sent)
+        if sent.nbytes == out.nbytes:
+            r0.recv_into(k, out, timeout=20)
+            assert np.array_equal(out, sent)
+        else:
+            with pytest.raises(tpu_user.Error) as e:
+                r0.recv_into(k, out, timeout=20)
+            assert e.value.status_name == "EMSGSIZE"
+        fut.result(20)
+        fut = r1.send_async(k, np.ones(3))
+        assert np.asarray(r0.recv(k, timeout=20)).tolist() == [1, 1, 1]
+        fut.result(20)
+        r0.close()
+        r1.close()
