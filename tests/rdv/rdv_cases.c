@@ -894,7 +894,14 @@ static void given_to_a_copy(const struct rdv_impl *impl)
 		ok = !tpu_rendezvous_send(f.rdv, "gc", 2, &t, TPU_SEND_GIVE, send_cb, &ss) &&
 		     !recv_into(&f, "gc", dst, LEN, 0, &rr) && log_wait(&l, 2);
 	}
-	CHECK(ok && rdv_checksum(dst, LEN) == sum && count_fds() == fds,
+	/*
+	 * No more than before: another descriptor of the fixture may close
+	 * meanwhile (once, in the debug kernel's VM: 9 -> 8), but the
+	 * buffer's must not stay open.
+	 */
+	for (int i = 0; i < 100 && count_fds() > fds; i++)
+		usleep(10000);
+	CHECK(ok && rdv_checksum(dst, LEN) == sum && count_fds() <= fds,
 	      "%s_a_given_buffer_copied_by_a_plain_receive_is_freed (fds %d -> %d)", N(&f), fds,
 	      count_fds());
 	fx_close(&f);
