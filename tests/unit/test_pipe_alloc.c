@@ -156,32 +156,57 @@ static tpu_status wait_over(void)
 	return run.err;
 }
 
-static void ping_pong(bool tensor, const char *what)
+/*
+ * A context on shm, a listener of its own (tagged @tag) and a pipe to it:
+ * the connecting end in *@a, the accepted one in run.b.pipe.
+ */
+static tpu_status open_pair(const char *tag, struct tpu_context **ctx, struct tpu_listener **l,
+			    struct tpu_pipe **a)
 {
 	struct tpu_context_options o = { .transports = "shm", .channels = "basic",
 					 .flags = TPU_CTX_NO_KMOD };
-	struct tpu_context *ctx = NULL;
-	struct tpu_listener *l = NULL;
 	char name[64], url[300];
 	const char *u = name;
+	tpu_status st;
+
+	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-%s", (int)getpid(), tag);
+	st = tpu_context_create(&o, ctx);
+	if (!st)
+		st = tpu_listener_create(*ctx, &u, 1, l);
+	if (!st)
+		st = tpu_listener_url(*l, NULL, url, sizeof(url));
+	if (!st)
+		st = tpu_listener_accept(*l, accepted, NULL);
+	if (!st)
+		st = tpu_pipe_connect(*ctx, url, a);
+	if (!st)
+		st = wait_over();	/* accepted */
+	return st;
+}
+
+static void close_pair(struct tpu_context *ctx, struct tpu_listener *l, struct tpu_pipe *a)
+{
+	if (a)
+		tpu_pipe_close(a);
+	if (run.b.pipe)
+		tpu_pipe_close(run.b.pipe);
+	if (l)
+		tpu_listener_close(l);
+	if (ctx)
+		tpu_context_destroy(ctx);
+}
+
+static void ping_pong(bool tensor, const char *what)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
 	tpu_status st;
 
 	memset(&run, 0, sizeof(run));
 	run.tensor = tensor;
 	run.b.answers = true;
 	sem_init(&run.over, 0, 0);
-	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-%d", (int)getpid(), (int)tensor);
-	st = tpu_context_create(&o, &ctx);
-	if (!st)
-		st = tpu_listener_create(ctx, &u, 1, &l);
-	if (!st)
-		st = tpu_listener_url(l, NULL, url, sizeof(url));
-	if (!st)
-		st = tpu_listener_accept(l, accepted, NULL);
-	if (!st)
-		st = tpu_pipe_connect(ctx, url, &run.a.pipe);
-	if (!st)
-		st = wait_over();	/* accepted */
+	st = open_pair(tensor ? "tensor" : "payload", &ctx, &l, &run.a.pipe);
 	if (!st) {
 		next(&run.b);
 		next(&run.a);
@@ -197,14 +222,7 @@ static void ping_pong(bool tensor, const char *what)
 	CHECK(!st && run.moves == ROUNDS,
 	      "pipe_alloc: %s: each small message read moves the ring's tail once "
 	      "(%llu moves in %u messages)", what, (unsigned long long)run.moves, ROUNDS);
-	if (run.a.pipe)
-		tpu_pipe_close(run.a.pipe);
-	if (run.b.pipe)
-		tpu_pipe_close(run.b.pipe);
-	if (l)
-		tpu_listener_close(l);
-	if (ctx)
-		tpu_context_destroy(ctx);
+	close_pair(ctx, l, run.a.pipe);
 	sem_destroy(&run.over);
 }
 
@@ -300,12 +318,8 @@ static bool sh_one(struct tpu_pipe *a, struct tpu_pipe *b, unsigned int np, unsi
 
 static void shapes(void)
 {
-	struct tpu_context_options o = { .transports = "shm", .channels = "basic",
-					 .flags = TPU_CTX_NO_KMOD };
 	struct tpu_context *ctx = NULL;
 	struct tpu_listener *l = NULL;
-	char name[64], url[300];
-	const char *u = name;
 	struct tpu_pipe *a = NULL;
 	tpu_status st;
 	bool ok = true;
@@ -315,18 +329,7 @@ static void shapes(void)
 	sem_init(&sh.got, 0, 0);
 	for (size_t i = 0; i < SH_META; i++)
 		sh.meta[i] = (uint8_t)(i * 7 + 3);
-	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-shapes", (int)getpid());
-	st = tpu_context_create(&o, &ctx);
-	if (!st)
-		st = tpu_listener_create(ctx, &u, 1, &l);
-	if (!st)
-		st = tpu_listener_url(l, NULL, url, sizeof(url));
-	if (!st)
-		st = tpu_listener_accept(l, accepted, NULL);
-	if (!st)
-		st = tpu_pipe_connect(ctx, url, &a);
-	if (!st)
-		st = wait_over();
+	st = open_pair("shapes", &ctx, &l, &a);
 	for (unsigned int r = 0; !st && ok && r < 20; r++) {
 		ok = ok && sh_one(a, run.b.pipe, 1, 0, 0, r);
 		ok = ok && sh_one(a, run.b.pipe, SH_NP, SH_NT, 0, r);
@@ -336,14 +339,7 @@ static void shapes(void)
 	}
 	CHECK(!st && ok, "pipe_alloc: messages with more entries than a small block, or a "
 	      "bigger descriptor, arrive intact between small ones (status %d)", st);
-	if (a)
-		tpu_pipe_close(a);
-	if (run.b.pipe)
-		tpu_pipe_close(run.b.pipe);
-	if (l)
-		tpu_listener_close(l);
-	if (ctx)
-		tpu_context_destroy(ctx);
+	close_pair(ctx, l, a);
 	sem_destroy(&run.over);
 	sem_destroy(&sh.got);
 }
@@ -447,12 +443,8 @@ static void fl_next(void)
 
 static void flood(void)
 {
-	struct tpu_context_options o = { .transports = "shm", .channels = "basic",
-					 .flags = TPU_CTX_NO_KMOD };
 	struct tpu_context *ctx = NULL;
 	struct tpu_listener *l = NULL;
-	char name[64], url[300];
-	const char *u = name;
 	struct tpu_pipe *a = NULL;
 	tpu_status st;
 	struct timespec ts;
@@ -463,18 +455,7 @@ static void flood(void)
 	sem_init(&fl.over, 0, 0);
 	for (size_t i = 0; i < FL_SRC; i++)
 		fl.src[i] = (uint8_t)(i * 2654435761u >> 11);
-	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-flood", (int)getpid());
-	st = tpu_context_create(&o, &ctx);
-	if (!st)
-		st = tpu_listener_create(ctx, &u, 1, &l);
-	if (!st)
-		st = tpu_listener_url(l, NULL, url, sizeof(url));
-	if (!st)
-		st = tpu_listener_accept(l, accepted, NULL);
-	if (!st)
-		st = tpu_pipe_connect(ctx, url, &a);
-	if (!st)
-		st = wait_over();
+	st = open_pair("flood", &ctx, &l, &a);
 	fl.rd = run.b.pipe;
 	for (unsigned int i = 0; !st && i < FL_N; i++) {
 		for (unsigned int k = 0; k < 2; k++)
@@ -507,14 +488,7 @@ static void flood(void)
 	CHECK(!st && fl.got == FL_N,
 	      "pipe_alloc: a flood of odd-sized messages through a full ring arrives intact "
 	      "(status %d, %u of %u)", st, fl.got, FL_N);
-	if (a)
-		tpu_pipe_close(a);
-	if (run.b.pipe)
-		tpu_pipe_close(run.b.pipe);
-	if (l)
-		tpu_listener_close(l);
-	if (ctx)
-		tpu_context_destroy(ctx);
+	close_pair(ctx, l, a);
 	sem_destroy(&run.over);
 	sem_destroy(&fl.over);
 }
