@@ -405,11 +405,9 @@ static PyObject *world_reduce_scatter(PyObject *self, PyObject *args, PyObject *
 	    world_check(w) < 0 || reduce_op(opname, &op, &final) < 0 ||
 	    tpupy_timeout_arg(tmo, &ns) < 0 || tpupy_view_get(t, false, &v) < 0)
 		return NULL;
-	dt = coll_dtype(v.meta.dtype);
+	dt = reduce_dtype(&v);
 	if (dt < 0) {
 		tpupy_view_release(&v);
-		PyErr_Format(PyExc_TypeError, "collectives take float32, float64, float16, bfloat16, "
-			     "int32, int64 or uint8, not %s", tpupy_dtype_name(v.meta.dtype));
 		return NULL;
 	}
 	info = tpu_world_get_info(w->w);
