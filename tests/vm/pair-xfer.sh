@@ -36,34 +36,33 @@ world="WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 MASTER_PORT=7720"
 hier="WORLD_SIZE=4 LOCAL_WORLD_SIZE=2"
 
 # Two ranks of the four-rank world on this VM (@1: first rank, @2: the
-# store's address, @3: its port, @4: "check" or "dies"); both logs to @5.
-hier_ranks() {
+# store's address, @3: its port), each running the command @5...; both
+# logs to @4.
+two_ranks() {
+	local first=$1 addr=$2 port=$3 log=$4 pids="" p lr st=0
+
+	shift 4
 	for lr in 0 1; do
-		env $hier LOCAL_RANK=$lr RANK=$(($1 + lr)) MASTER_ADDR="$2" MASTER_PORT="$3" \
-			TPU_TEST_WORLD_HIER="$4" timeout 300 tests/unit/build/plain/unit_tests \
-			>"$5.$lr" 2>&1 &
-		eval "hier_pid$lr=\$!"
+		env $hier LOCAL_RANK=$lr RANK=$((first + lr)) MASTER_ADDR="$addr" \
+			MASTER_PORT="$port" timeout 300 "$@" >"$log.$lr" 2>&1 &
+		pids="$pids $!"
 	done
-	hst=0
-	wait "$hier_pid0" || hst=1
-	wait "$hier_pid1" || hst=1
-	cat "$5.0" "$5.1" >"$5"
-	return $hst
+	for p in $pids; do
+		wait "$p" || st=1
+	done
+	cat "$log.0" "$log.1" >"$log"
+	return $st
 }
 
-# The same, the ranks in Python (tests/vm/hier_python.py).
+# The unit binary's world ranks (@4: "check" or "dies"; logs to @5).
+hier_ranks() {
+	two_ranks "$1" "$2" "$3" "$5" env TPU_TEST_WORLD_HIER="$4" tests/unit/build/plain/unit_tests
+}
+
+# The same world in Python (tests/vm/hier_python.py; logs to @4).
 py_ranks() {
-	for lr in 0 1; do
-		env $hier LOCAL_RANK=$lr RANK=$(($1 + lr)) MASTER_ADDR="$2" MASTER_PORT="$3" \
-			PYTHONPATH=build/python timeout 300 /usr/bin/python3 tests/vm/hier_python.py \
-			>"$4.$lr" 2>&1 &
-		eval "py_pid$lr=\$!"
-	done
-	pst=0
-	wait "$py_pid0" || pst=1
-	wait "$py_pid1" || pst=1
-	cat "$4.0" "$4.1" >"$4"
-	return $pst
+	two_ranks "$1" "$2" "$3" "$4" env PYTHONPATH=build/python /usr/bin/python3 \
+		tests/vm/hier_python.py
 }
 
 if [ "$TP_VM_ROLE" = a ]; then
