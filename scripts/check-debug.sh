@@ -48,23 +48,41 @@ $make --no-print-directory -s -C tests/unit "$PWD/tests/unit/build/plain/unit_te
 	cat "$logs/unit-build.log"
 
 results=("module build (debug)" "$logs/kmod.tap" "$build_status")
+
+# One suite in one VM; its exit status goes to $logs/status-SUITE.
+debug_suite() {
+	local suite=$1 cmd
+
+	case $suite in
+	selftests) cmd=tests/selftests/run.sh ;;
+	rdv)       cmd=tests/rdv/rdv_test ;;
+	pipe)      cmd=tests/pipe/pipe_vm_test ;;
+	esac
+	echo "== $suite (VM, debug kernel)"
+	tests/vm/run.sh --name "debug-$suite" --module "$mod" \
+		--env "TP_FAULT_ITERS=$TP_FAULT_ITERS" \
+		--env "TP_FAULT_SEED=${TP_FAULT_SEED:-1}" -- \
+		"$cmd; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
+	echo $? >"$logs/status-$suite"
+}
+
 if [ $build_status -eq 0 ]; then
 	export TP_VM_KDIR=$kdir
 	# KASAN and lockdep make everything slower under emulation.
 	export TP_VM_TIMEOUT=${TP_VM_TIMEOUT:-2400}
 	export TP_FAULT_ITERS=${TP_FAULT_ITERS:-2000}
+	# The selftests' VM beside the rendezvous's and then the pipes' (each
+	# keeps about half of the two cores busy under TCG); each line's output
+	# is printed whole when it ends.
+	echo "== selftests, rdv and pipe (VM, debug kernel), two VMs at a time (the output of each follows when it ends)"
+	rm -f "$logs"/status-*
+	debug_suite selftests >"$logs/vm-selftests.out" 2>&1 &
+	{ debug_suite rdv; debug_suite pipe; } >"$logs/vm-rdv-pipe.out" 2>&1 &
+	wait
+	cat "$logs/vm-selftests.out" "$logs/vm-rdv-pipe.out"
 	for suite in selftests rdv pipe; do
-		case $suite in
-		selftests) cmd=tests/selftests/run.sh ;;
-		rdv)       cmd=tests/rdv/rdv_test ;;
-		pipe)      cmd=tests/pipe/pipe_vm_test ;;
-		esac
-		echo "== $suite (VM, debug kernel)"
-		tests/vm/run.sh --name "debug-$suite" --module "$mod" \
-			--env "TP_FAULT_ITERS=$TP_FAULT_ITERS" \
-			--env "TP_FAULT_SEED=${TP_FAULT_SEED:-1}" -- \
-			"$cmd; st=\$?; tests/vm/kmemleak.sh || st=1; exit \$st"
-		results+=("$suite (VM, debug kernel)" "build/vm/debug-$suite/guest.log" "$?")
+		results+=("$suite (VM, debug kernel)" "build/vm/debug-$suite/guest.log" \
+			  "$(cat "$logs/status-$suite" 2>/dev/null || echo 1)")
 	done
 	echo "== two VMs over soft-RoCE (VM pair, debug kernel)"
 	# rxe and the virtio NIC under KASAN and lockdep; both guests scan for leaks.

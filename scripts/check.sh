@@ -12,9 +12,15 @@ logs=build/check
 mkdir -p "$logs"
 make=${MAKE:-make}
 
+# Where the time goes, for the CI budget: minutes since the start.
+elapsed() {
+	printf '%d min %02d s after the start of make check' $((SECONDS / 60)) $((SECONDS % 60))
+}
+
 echo "== unit tests (host)"
 $make --no-print-directory -C tests/unit run 2>&1 | tee "$logs/unit.log"
 unit_status=${PIPESTATUS[0]}
+echo "check: the unit tests ended $(elapsed)"
 
 # The kernel matrix: KVER= picks one kernel, KVERS= a list, and by default
 # every installed kernel that the VM can boot (Debian's 6.1 and 6.12).
@@ -31,8 +37,100 @@ $make --no-print-directory -s -C examples >"$logs/examples-build.log" 2>&1 || ca
 # The pair's Python ranks (tests/vm/hier_python.py) import the bindings from build/python.
 $make --no-print-directory -s python >"$logs/python-build.log" 2>&1 || cat "$logs/python-build.log"
 
-results=()
+# Each suite's result goes to its kernel's list (record), so that the
+# summary keeps the kernels' order when their suites ran side by side.
+record() {	# KVER NAME LOG STATUS
+	printf '%s\t%s\t%s\n' "$2" "$3" "$4" >>"$logs/results-$1.tsv"
+}
+
+# The collectives' VM keeps both cores busy (forked workers that spin).
+coll_vm_suite() {	# KVER MODULE
+	local kver=$1 mod=$2
+
+	echo "== collectives between processes, kmod channel (VM, $kver)"
+	# tests/unit's coll lists: forked workers over shm, their pipes on the kmod
+	# channel (a case asserts it), then over tcp on loopback (brought up first);
+	# world_shm: the world's collectives over their shared segment beside the
+	# module; xfer_kmod: one-sided transfers through the module's grants.
+	KVER=$kver tests/vm/run.sh --name "check-coll-$kver" --module "$mod" \
+		-e UNIT_ONLY=coll_dtype,coll,world_shm,xfer_kmod -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
+	record "$kver" "collectives (VM, $kver)" "build/vm/check-coll-$kver/guest.log" "$?"
+}
+
+# The suites that boot one VM each.  Under TCG such a VM keeps about half
+# of the two cores busy (its tests sleep on timeouts, 9p round trips and
+# each other), so the kernels' lists run side by side (TP_CHECK_VM_JOBS at
+# a time, default 2); each list's output is printed whole when it ends.
+# Every second list starts with the collectives, which the first runs
+# last, so that the two busy runs overlap the other list's idle ones.
+single_vm_suites() {	# KVER MODULE COLL_FIRST
+	local kver=$1 mod=$2
+
+	[ "$3" = 1 ] && coll_vm_suite "$kver" "$mod"
+	echo "== selftests (VM, $kver)"
+	# run.sh streams the guest's output and keeps it in build/vm/NAME/guest.log.
+	KVER=$kver tests/vm/run.sh --name "check-$kver" --module "$mod" -- tests/selftests/run.sh
+	record "$kver" "selftests (VM, $kver)" "build/vm/check-$kver/guest.log" "$?"
+
+	echo "== rendezvous over every implementation (VM, $kver)"
+	# The library's case list over inprocess, kmod (uring_cmd) and cma.
+	# CUDA tensors too, with the stand-in driver (rdv_device.c).
+	KVER=$kver tests/vm/run.sh --name "check-rdv-$kver" --module "$mod" \
+		-e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- tests/rdv/rdv_test
+	record "$kver" "rendezvous (VM, $kver)" "build/vm/check-rdv-$kver/guest.log" "$?"
+
+	echo "== pipes between processes, kmod channel (VM, $kver)"
+	KVER=$kver tests/vm/run.sh --name "check-pipe-$kver" --module "$mod" -- tests/pipe/pipe_vm_test
+	record "$kver" "pipes (VM, $kver)" "build/vm/check-pipe-$kver/guest.log" "$?"
+
+	echo "== CUDA tensors through dma-buf imports, stand-in driver (VM, $kver)"
+	# The stand-in's dma-bufs are real udmabufs (6.12 has /dev/udmabuf; on 6.1
+	# the list says so and skips); then a device that cannot export them; then
+	# tpbench cuda over cuda_dmabuf as a correctness check (not a measurement).
+	KVER=$kver tests/vm/run.sh --name "check-dmabuf-$kver" --module "$mod" \
+		-e UNIT_ONLY=cuda_dmabuf -e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- \
+		'tests/unit/build/plain/unit_tests && TPU_CUDA_STANDIN_DMABUF=0 tests/unit/build/plain/unit_tests &&
+		 tests/cuda_standin/tpbench-check.sh --dmabuf'
+	record "$kver" "cuda dma-buf, stand-in (VM, $kver)" "build/vm/check-dmabuf-$kver/guest.log" "$?"
+
+	echo "== rdma transport, pipes and one-sided transfers over soft-RoCE in one VM (VM, $kver)"
+	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
+	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port,xfer_rdma \
+		-- tests/vm/rdma-single.sh tests/unit/build/plain/unit_tests
+	record "$kver" "rdma, soft-RoCE (VM, $kver)" "build/vm/check-rdma-$kver/guest.log" "$?"
+
+	[ "$3" = 1 ] || coll_vm_suite "$kver" "$mod"
+}
+
+# The suites that boot two VMs (both cores busy): one at a time.
+pair_vm_suites() {	# KVER MODULE
+	local kver=$1 mod=$2 pair_status xfer_status fail_status down_status
+
+	echo "== two VMs over soft-RoCE (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-pair-$kver" --module "$mod" -- tests/vm/pair-smoke.sh
+	pair_status=$?
+	record "$kver" "two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status"
+
+	echo "== a pipe over rdma://, a world and one-sided transfers between two VMs (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
+	xfer_status=$?
+	record "$kver" "two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status"
+
+	echo "== failures between two VMs over rdma:// (VM pair, $kver)"
+	KVER=$kver tests/vm/pair.sh --name "check-fail-$kver" -- tests/vm/pair-fail.sh
+	fail_status=$?
+	record "$kver" "two VMs, rdma failures ($kver)" "build/vm/check-fail-$kver-b/guest.log" "$fail_status"
+
+	echo "== a peer that vanishes: its link down, then its power off (VM pair, $kver)"
+	# VM a reports; VM b powers itself off on purpose.
+	KVER=$kver tests/vm/pair.sh --name "check-down-$kver" --may-power-off b -- tests/vm/pair-down.sh
+	down_status=$?
+	record "$kver" "two VMs, a vanishing rdma peer ($kver)" "build/vm/check-down-$kver-a/guest.log" "$down_status"
+}
+
+built=()
 for kver in $kvers; do
+	rm -f "$logs/results-$kver.tsv"
 	kdir=/lib/modules/$kver/build
 	mod=build/kmod/$kver/tensorpipe.ko
 	echo "== tensorpipe.ko for $kver"
@@ -51,70 +149,47 @@ for kver in $kvers; do
 	fi
 	echo "ok 1 - tensorpipe.ko builds W=1 clean for $kver" >"$logs/kmod-$kver.tap"
 	[ $build_status -eq 0 ] || sed -i 's/^ok/not ok/' "$logs/kmod-$kver.tap"
-	results+=("module build ($kver)" "$logs/kmod-$kver.tap" "$build_status")
-	[ $build_status -eq 0 ] || continue
+	record "$kver" "module build ($kver)" "$logs/kmod-$kver.tap" "$build_status"
+	[ $build_status -eq 0 ] && built+=("$kver")
+done
 
-	echo "== selftests (VM, $kver)"
-	# run.sh streams the guest's output and keeps it in build/vm/NAME/guest.log.
-	KVER=$kver tests/vm/run.sh --name "check-$kver" --module "$mod" -- tests/selftests/run.sh
-	results+=("selftests (VM, $kver)" "build/vm/check-$kver/guest.log" "$?")
+vm_jobs=${TP_CHECK_VM_JOBS:-2}
+[ ${#built[@]} -gt 1 ] || vm_jobs=1
+running=0
+started=0
+[ "$vm_jobs" -gt 1 ] &&
+	echo "== the single-VM suites of ${built[*]}, $vm_jobs kernels at a time (each kernel's output follows when it ends)"
+for kver in "${built[@]}"; do
+	if [ "$vm_jobs" -le 1 ]; then
+		single_vm_suites "$kver" "build/kmod/$kver/tensorpipe.ko" 0
+		continue
+	fi
+	if [ $running -ge "$vm_jobs" ]; then
+		wait -n
+		running=$((running - 1))
+	fi
+	single_vm_suites "$kver" "build/kmod/$kver/tensorpipe.ko" $((started % 2)) \
+		>"$logs/vm-$kver.out" 2>&1 &
+	running=$((running + 1))
+	started=$((started + 1))
+done
+wait
+if [ "$vm_jobs" -gt 1 ]; then
+	for kver in "${built[@]}"; do
+		cat "$logs/vm-$kver.out"
+	done
+fi
+echo "check: the single-VM suites ended $(elapsed)"
+for kver in "${built[@]}"; do
+	pair_vm_suites "$kver" "build/kmod/$kver/tensorpipe.ko"
+done
+echo "check: the VM pairs ended $(elapsed)"
 
-	echo "== rendezvous over every implementation (VM, $kver)"
-	# The library's case list over inprocess, kmod (uring_cmd) and cma.
-	# CUDA tensors too, with the stand-in driver (rdv_device.c).
-	KVER=$kver tests/vm/run.sh --name "check-rdv-$kver" --module "$mod" \
-		-e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- tests/rdv/rdv_test
-	results+=("rendezvous (VM, $kver)" "build/vm/check-rdv-$kver/guest.log" "$?")
-
-	echo "== pipes between processes, kmod channel (VM, $kver)"
-	KVER=$kver tests/vm/run.sh --name "check-pipe-$kver" --module "$mod" -- tests/pipe/pipe_vm_test
-	results+=("pipes (VM, $kver)" "build/vm/check-pipe-$kver/guest.log" "$?")
-
-	echo "== collectives between processes, kmod channel (VM, $kver)"
-	# tests/unit's coll lists: forked workers over shm, their pipes on the kmod
-	# channel (a case asserts it), then over tcp on loopback (brought up first);
-	# world_shm: the world's collectives over their shared segment beside the
-	# module; xfer_kmod: one-sided transfers through the module's grants.
-	KVER=$kver tests/vm/run.sh --name "check-coll-$kver" --module "$mod" \
-		-e UNIT_ONLY=coll_dtype,coll,world_shm,xfer_kmod -- 'ip link set lo up && tests/unit/build/plain/unit_tests'
-	results+=("collectives (VM, $kver)" "build/vm/check-coll-$kver/guest.log" "$?")
-
-	echo "== CUDA tensors through dma-buf imports, stand-in driver (VM, $kver)"
-	# The stand-in's dma-bufs are real udmabufs (6.12 has /dev/udmabuf; on 6.1
-	# the list says so and skips); then a device that cannot export them; then
-	# tpbench cuda over cuda_dmabuf as a correctness check (not a measurement).
-	KVER=$kver tests/vm/run.sh --name "check-dmabuf-$kver" --module "$mod" \
-		-e UNIT_ONLY=cuda_dmabuf -e TPU_CUDA_DRIVER=tests/unit/build/libcuda_standin.so -- \
-		'tests/unit/build/plain/unit_tests && TPU_CUDA_STANDIN_DMABUF=0 tests/unit/build/plain/unit_tests &&
-		 tests/cuda_standin/tpbench-check.sh --dmabuf'
-	results+=("cuda dma-buf, stand-in (VM, $kver)" "build/vm/check-dmabuf-$kver/guest.log" "$?")
-
-	echo "== rdma transport, pipes and one-sided transfers over soft-RoCE in one VM (VM, $kver)"
-	# Both ends on one rxe device bound to a dummy netdev (tests/vm/rdma-single.sh).
-	KVER=$kver tests/vm/run.sh --name "check-rdma-$kver" -e UNIT_ONLY=xport_rdma,pipe_rdma,rdma_port,xfer_rdma \
-		-- tests/vm/rdma-single.sh tests/unit/build/plain/unit_tests
-	results+=("rdma, soft-RoCE (VM, $kver)" "build/vm/check-rdma-$kver/guest.log" "$?")
-
-	echo "== two VMs over soft-RoCE (VM pair, $kver)"
-	KVER=$kver tests/vm/pair.sh --name "check-pair-$kver" --module "$mod" -- tests/vm/pair-smoke.sh
-	pair_status=$?
-	results+=("two VMs, soft-RoCE ($kver)" "build/vm/check-pair-$kver-b/guest.log" "$pair_status")
-
-	echo "== a pipe over rdma://, a world and one-sided transfers between two VMs (VM pair, $kver)"
-	KVER=$kver tests/vm/pair.sh --name "check-xfer-$kver" -- tests/vm/pair-xfer.sh
-	xfer_status=$?
-	results+=("two VMs, rdma pipe and world ($kver)" "build/vm/check-xfer-$kver-b/guest.log" "$xfer_status")
-
-	echo "== failures between two VMs over rdma:// (VM pair, $kver)"
-	KVER=$kver tests/vm/pair.sh --name "check-fail-$kver" -- tests/vm/pair-fail.sh
-	fail_status=$?
-	results+=("two VMs, rdma failures ($kver)" "build/vm/check-fail-$kver-b/guest.log" "$fail_status")
-
-	echo "== a peer that vanishes: its link down, then its power off (VM pair, $kver)"
-	# VM a reports; VM b powers itself off on purpose.
-	KVER=$kver tests/vm/pair.sh --name "check-down-$kver" --may-power-off b -- tests/vm/pair-down.sh
-	down_status=$?
-	results+=("two VMs, a vanishing rdma peer ($kver)" "build/vm/check-down-$kver-a/guest.log" "$down_status")
+results=()
+for kver in $kvers; do
+	while IFS=$'\t' read -r suite log status; do
+		results+=("$suite" "$log" "$status")
+	done <"$logs/results-$kver.tsv"
 done
 
 echo "== pipes between processes, cma channel (host)"
@@ -155,6 +230,8 @@ packaging_status=${PIPESTATUS[0]}
 echo "== fuzz: the pipe wire decoder (host, bounded time)"
 tests/fuzz/run.sh "${TP_FUZZ_SECONDS:-20}" 2>&1 | tee "$logs/fuzz.log"
 fuzz_status=${PIPESTATUS[0]}
+
+echo "check: the host suites ended $(elapsed)"
 
 echo "== results"
 exec tests/summary.sh \

@@ -75,5 +75,7 @@ else
 	said=$(grep -m1 -v '^$' "$work/qemu.log" 2>/dev/null)
 	reason="a probe boot under KVM failed (QEMU exit status $status${said:+: $said})"
 fi
-printf '%s\n%s\n' "$result" "$reason" | tee "$verdict.tmp"
-mv "$verdict.tmp" "$verdict"
+# Two VMs may start at once (make check runs some side by side): each
+# writes its own file, and the rename makes either verdict whole.
+printf '%s\n%s\n' "$result" "$reason" | tee "$verdict.$$"
+mv "$verdict.$$" "$verdict"
