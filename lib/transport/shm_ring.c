@@ -118,7 +118,8 @@ static void put_bytes(struct tpu__shm_ring *r, uint64_t at, const uint8_t *src, 
 	size_t first = r->cap - off < len ? r->cap - off : len;
 
 	memcpy(r->data + off, src, first);
-	memcpy(r->data, src + first, len - first);
+	if (len > first)
+		memcpy(r->data, src + first, len - first);
 }
 
 /* Publish @done bytes copied in at r->pos. */

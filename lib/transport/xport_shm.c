@@ -761,34 +761,36 @@ static tpu_status shm_write(struct tpu__conn *base, const struct iovec *iov, uns
 {
 	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
 	struct shm_op *op;
+	size_t total = 0;
 	unsigned int i;
 
 	if (!cb || n > TPU__XPORT_IOV_MAX || (n && !iov))
 		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		if (iov[i].iov_len > SIZE_MAX - total || (iov[i].iov_len && !iov[i].iov_base))
+			return -EINVAL;
+		total += iov[i].iov_len;
+	}
+	/*
+	 * Nothing queued ahead and room for it all: into the ring now, with
+	 * one move of the head, so that the reader sees the bytes without
+	 * waiting for this side's next poll.  The op is queued all the same,
+	 * copied already and without the iovecs, for its callback: the poller
+	 * runs it, never this call.  The reader's wake-up check waits for the
+	 * end of the poll pass (or the arm before this thread sleeps), as
+	 * after a take.  Otherwise the poller copies the bytes as they fit.
+	 */
 	op = op_new(c, OP_WRITE, n, cb, arg);
 	if (!op)
 		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		if (iov[i].iov_len > SIZE_MAX - op->total || (iov[i].iov_len && !iov[i].iov_base)) {
-			free(op);
-			return -EINVAL;
-		}
-		op->iov[i] = iov[i];
-		op->total += iov[i].iov_len;
-	}
-	op->niov = n;
-	/*
-	 * Nothing queued ahead and room for it all: into the ring now, with
-	 * one move of the head, so that the reader sees the frame without
-	 * waiting for this side's next poll.  The op stays queued, copied
-	 * already, only for its callback: the poller runs it, never this call.
-	 * The reader's wake-up check waits for the end of this poll pass (or
-	 * the next one, or the arm before this thread sleeps), as after a take.
-	 */
+	op->total = total;
 	if (!c->tx_head && !c->closed && !c->werr && c->state == SHM_OPEN &&
-	    tpu__shm_ring_write_all(&c->tx, op->iov, n, op->total)) {
-		op->done = op->total;
+	    tpu__shm_ring_write_all(&c->tx, iov, n, total)) {
+		op->done = total;
 		c->tx_put = true;
+	} else {
+		memcpy(op->iov, iov, n * sizeof(*iov));
+		op->niov = n;
 	}
 	queue_tx(c, op);
 	return 0;
