@@ -30,7 +30,9 @@
  *
  * Data path: ops wait in their queue; the poller (one per connection)
  * copies into and out of the rings without any system call while both
- * threads are awake.  Before the context thread sleeps, ->arm raises
+ * threads are awake.  A write with nothing queued ahead that fits goes
+ * into the ring inside ->write (one move of the head); its op waits in
+ * the queue only for the poller to call back.  Before the context thread sleeps, ->arm raises
  * "reader asleep" (a read is pending) and "writer waiting" (a write is
  * pending on a full ring) in the rings; the peer wakes us through our
  * eventfd when it sees them after publishing bytes or space.
