@@ -95,6 +95,13 @@ uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p)
 	return p->conn ? tpu__shm_rx_moves(p->conn) : 0;
 }
 
+void tpu__pipe_tx_counts(struct tpu_pipe *p, uint64_t *head_moves, uint64_t *tail_loads)
+{
+	*head_moves = *tail_loads = 0;
+	if (p->conn)
+		tpu__shm_tx_counts(p->conn, head_moves, tail_loads);
+}
+
 /* Descriptor requests not served: each gets the error. */
 static void pipe_desc_calls_fail(struct tpu_pipe *p, tpu_status err)
 {

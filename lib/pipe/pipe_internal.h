@@ -305,6 +305,8 @@ static inline void tpu__pipe_io_cancel(struct tpu_pipe *p)
  * connection gave read bytes back to the writer (0 on other transports).
  */
 uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p);
+/* The same for the write side: head moves, and loads of the reader's tail. */
+void tpu__pipe_tx_counts(struct tpu_pipe *p, uint64_t *head_moves, uint64_t *tail_loads);
 /* Queue a read of @len bytes on the pipe's connection, holding an io reference. */
 tpu_status tpu__pipe_conn_read(struct tpu_pipe *p, void *buf, size_t len, tpu__io_cb cb);
 /*

@@ -295,7 +295,25 @@ long tpu__wire_join_encode(uint8_t *buf, size_t size, const struct tpu__wire_joi
 	return wr_finish(&w, TPU__WIRE_JOIN, j->lane > TPU__WIRE_LANES_MAX ? -EMSGSIZE : 0);
 }
 
-static int wr_tensor(struct wr *w, const struct tpu__wire_tensor *t)
+/*
+ * A message frame is encoded in two passes: one checks every field and
+ * adds up the length (so that a buffer too small, or none, costs no
+ * writing), one writes with no check left to make.  Small frames go on
+ * the wire at every write: this keeps a bounds test off every field.
+ */
+
+/* Add a blob's bytes (its length word and data) to *len. */
+static int blob_len(struct tpu__wire_blob b, uint32_t max, size_t *len)
+{
+	if (b.len > max)
+		return -EMSGSIZE;
+	if (b.len && !b.data)
+		return -EINVAL;
+	*len += 4 + (size_t)b.len;
+	return 0;
+}
+
+static int tensor_len(const struct tpu__wire_tensor *t, size_t *len)
 {
 	int err;
 
@@ -305,21 +323,17 @@ static int wr_tensor(struct wr *w, const struct tpu__wire_tensor *t)
 		return -EINVAL;
 	if (t->channel >= TPU__WIRE_ENTRIES_MAX && t->channel != TPU__WIRE_INLINE)
 		return -EINVAL;
-	wr_u64(w, t->len);
-	wr_u32(w, t->src_type);
-	wr_u32(w, t->src_index);
-	wr_u32(w, t->dst_type);
-	wr_u32(w, t->dst_index);
-	wr_u32(w, t->channel);
-	err = wr_blob(w, t->meta, 0, TPU__WIRE_META_MAX);
+	*len += 8 + 5 * 4;
+	err = blob_len(t->meta, TPU__WIRE_META_MAX, len);
 	if (!err)
-		err = wr_blob(w, t->chan_desc, 0, TPU__WIRE_CHAN_DESC_MAX);
+		err = blob_len(t->chan_desc, TPU__WIRE_CHAN_DESC_MAX, len);
 	return err;
 }
 
-long tpu__wire_msg_encode(uint8_t *buf, size_t size, const struct tpu__wire_msg *m)
+/* The frame's length (header included), or the first field's error. */
+static long msg_len(const struct tpu__wire_msg *m)
 {
-	struct wr w = wr_start(buf, size);
+	size_t len = TPU__WIRE_HDR_LEN + 8 + 4 + 4;
 	uint32_t i;
 	int err;
 
@@ -327,21 +341,65 @@ long tpu__wire_msg_encode(uint8_t *buf, size_t size, const struct tpu__wire_msg 
 		return -EMSGSIZE;
 	if ((m->npayloads && !m->payloads) || (m->ntensors && !m->tensors))
 		return -EINVAL;
-	wr_u64(&w, m->seq);
-	err = wr_blob(&w, m->meta, 0, TPU__WIRE_META_MAX);
-	wr_u32(&w, m->npayloads);
-	wr_u32(&w, m->ntensors);
+	err = blob_len(m->meta, TPU__WIRE_META_MAX, &len);
 	for (i = 0; i < m->npayloads && !err; i++) {
-		if (m->payloads[i].len > TPU__WIRE_LEN_MAX) {
-			err = -EMSGSIZE;
-			break;
-		}
-		wr_u64(&w, m->payloads[i].len);
-		err = wr_blob(&w, m->payloads[i].meta, 0, TPU__WIRE_META_MAX);
+		if (m->payloads[i].len > TPU__WIRE_LEN_MAX)
+			return -EMSGSIZE;
+		len += 8;
+		err = blob_len(m->payloads[i].meta, TPU__WIRE_META_MAX, &len);
 	}
 	for (i = 0; i < m->ntensors && !err; i++)
-		err = wr_tensor(&w, &m->tensors[i]);
-	return wr_finish(&w, TPU__WIRE_MSG, err);
+		err = tensor_len(&m->tensors[i], &len);
+	if (err)
+		return err;
+	if (len - TPU__WIRE_HDR_LEN > TPU__WIRE_BODY_MAX)
+		return -EMSGSIZE;
+	return (long)len;
+}
+
+/* Write a checked blob at q; returns the byte after it. */
+static uint8_t *put_blob(uint8_t *q, struct tpu__wire_blob b)
+{
+	st32(q, b.len);
+	if (b.len)
+		memcpy(q + 4, b.data, b.len);
+	return q + 4 + b.len;
+}
+
+long tpu__wire_msg_encode(uint8_t *buf, size_t size, const struct tpu__wire_msg *m)
+{
+	long len = msg_len(m);
+	uint8_t *q;
+	uint32_t i;
+
+	if (len < 0 || !buf)
+		return len;
+	if ((size_t)len > size)
+		return -EMSGSIZE;
+	q = buf + TPU__WIRE_HDR_LEN;
+	st64(q, m->seq);
+	q = put_blob(q + 8, m->meta);
+	st32(q, m->npayloads);
+	st32(q + 4, m->ntensors);
+	q += 8;
+	for (i = 0; i < m->npayloads; i++) {
+		st64(q, m->payloads[i].len);
+		q = put_blob(q + 8, m->payloads[i].meta);
+	}
+	for (i = 0; i < m->ntensors; i++) {
+		const struct tpu__wire_tensor *t = &m->tensors[i];
+
+		st64(q, t->len);
+		st32(q + 8, t->src_type);
+		st32(q + 12, t->src_index);
+		st32(q + 16, t->dst_type);
+		st32(q + 20, t->dst_index);
+		st32(q + 24, t->channel);
+		q = put_blob(q + 28, t->meta);
+		q = put_blob(q, t->chan_desc);
+	}
+	tpu__wire_hdr_encode(buf, TPU__WIRE_MSG, (uint32_t)(len - TPU__WIRE_HDR_LEN));
+	return len;
 }
 
 long tpu__wire_ack_encode(uint8_t *buf, size_t size, const struct tpu__wire_ack *a)

@@ -112,6 +112,7 @@ struct shm_conn {
 	bool tx_busy;		/* a send_fd's SENDMSG is in flight */
 	bool rx_busy;		/* a recv_fd's RECVMSG is in flight */
 	bool rx_took;		/* a take gave bytes back: the writer may need its wake-up */
+	bool tx_put;		/* a write went into the ring at once: the reader may need its */
 	unsigned int inflight;	/* SQEs whose last CQE is due */
 	unsigned int busy;	/* frames on the stack that use c after calling back */
 	struct shm_op *tx_head, **tx_tail;

@@ -53,19 +53,37 @@ int tpu__shm_ring_attach(struct tpu__shm_ring *r, void *mem, uint64_t cap, bool 
 	r->cap = cap;
 	r->producer = producer;
 	r->pos = producer ? head : tail;
+	r->tail_seen = tail;
 	return 0;
 }
 
-/* Producer: free bytes, reloading the tail; 0 (and broken) if it is nonsense. */
-static uint64_t ring_space(struct tpu__shm_ring *r)
+/* Only this thread writes a counter: no locked add. */
+static void count(_Atomic uint64_t *n)
 {
-	/* Acquire: the consumer's copies out of that space are done. */
-	uint64_t used = r->pos - atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
 
-	if (used > r->cap) {
+/*
+ * Producer: free bytes, reloading the tail only when the tail last seen
+ * leaves fewer than @want; 0 (and broken) if the tail is nonsense.
+ */
+static uint64_t ring_space(struct tpu__shm_ring *r, uint64_t want)
+{
+	uint64_t used = r->pos - r->tail_seen, tail;
+
+	if (r->cap - used >= want)
+		return r->cap - used;
+	/* Acquire: the consumer's copies out of that space are done. */
+	tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	count(&r->tail_loads);
+	used = r->pos - tail;
+	/* Behind the tail seen, or ahead of the head: the peer scribbled. */
+	if (used > r->cap || tail - r->tail_seen > r->pos - r->tail_seen) {
 		r->broken = true;
 		return 0;
 	}
+	r->tail_seen = tail;
 	return r->cap - used;
 }
 
@@ -84,7 +102,8 @@ static uint64_t ring_avail(struct tpu__shm_ring *r)
 
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r)
 {
-	return r->broken ? 0 : ring_space(r);
+	/* Asked for the most space: the tail is loaded unless the ring is known empty. */
+	return r->broken ? 0 : ring_space(r, r->cap);
 }
 
 size_t tpu__shm_ring_readable(struct tpu__shm_ring *r)
@@ -99,18 +118,31 @@ static void put_bytes(struct tpu__shm_ring *r, uint64_t at, const uint8_t *src, 
 	size_t first = r->cap - off < len ? r->cap - off : len;
 
 	memcpy(r->data + off, src, first);
-	memcpy(r->data, src + first, len - first);
+	if (len > first)
+		memcpy(r->data, src + first, len - first);
+}
+
+/* Publish @done bytes copied in at r->pos. */
+static void move_head(struct tpu__shm_ring *r, size_t done)
+{
+	r->pos += done;
+	/* Release: the bytes are in before the consumer can see the new head. */
+	atomic_store_explicit(&r->hdr->head, r->pos, memory_order_release);
+	count(&r->head_moves);
 }
 
 size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
 			   size_t skip)
 {
-	uint64_t space, done = 0;
+	uint64_t space, done = 0, want = 0;
 	unsigned int i;
 
 	if (r->broken)
 		return 0;
-	space = ring_space(r);
+	for (i = 0; i < n && want < r->cap; i++)
+		want += iov[i].iov_len;
+	want = want > skip ? want - skip : 0;
+	space = ring_space(r, want < r->cap ? want : r->cap);
 	for (i = 0; i < n && done < space; i++) {
 		size_t len = iov[i].iov_len, chunk;
 
@@ -125,12 +157,25 @@ size_t tpu__shm_ring_write(struct tpu__shm_ring *r, const struct iovec *iov, uns
 		done += chunk;
 		skip = 0;
 	}
-	if (done) {
-		r->pos += done;
-		/* Release: the bytes are in before the consumer can see the new head. */
-		atomic_store_explicit(&r->hdr->head, r->pos, memory_order_release);
-	}
+	if (done)
+		move_head(r, done);
 	return done;
+}
+
+bool tpu__shm_ring_write_all(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
+			     size_t total)
+{
+	uint64_t done = 0;
+
+	if (r->broken || total > r->cap || ring_space(r, total) < total)
+		return false;
+	for (unsigned int i = 0; i < n; i++) {
+		put_bytes(r, r->pos + done, iov[i].iov_base, iov[i].iov_len);
+		done += iov[i].iov_len;
+	}
+	if (done)
+		move_head(r, done);
+	return true;
 }
 
 static void copy_plain(void *dst, const void *src, size_t n)
@@ -156,10 +201,7 @@ static void move_tail(struct tpu__shm_ring *r, size_t n)
 	r->pos += n;
 	/* Release: our copies are done before the producer may reuse the space. */
 	atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_release);
-	/* Only this thread writes it: no locked add. */
-	atomic_store_explicit(&r->tail_moves,
-			      atomic_load_explicit(&r->tail_moves, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	count(&r->tail_moves);
 }
 
 static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
@@ -211,6 +253,16 @@ bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t 
 uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r)
 {
 	return atomic_load_explicit(&r->tail_moves, memory_order_relaxed);
+}
+
+uint64_t tpu__shm_ring_head_moves(const struct tpu__shm_ring *r)
+{
+	return atomic_load_explicit(&r->head_moves, memory_order_relaxed);
+}
+
+uint64_t tpu__shm_ring_tail_loads(const struct tpu__shm_ring *r)
+{
+	return atomic_load_explicit(&r->tail_loads, memory_order_relaxed);
 }
 
 size_t tpu__shm_ring_read(struct tpu__shm_ring *r, void *buf, size_t len)

@@ -57,9 +57,19 @@ struct tpu__shm_ring {
 	uint8_t *data;
 	uint64_t cap;		/* a power of two, from attach (never re-read) */
 	uint64_t pos;		/* producer: head; consumer: tail (this side's own) */
+	/*
+	 * Producer: the tail as last loaded.  The space it leaves is never
+	 * more than the real space (the tail only grows), so the shared line
+	 * the consumer stores to is loaded again only when that is too small:
+	 * once per lap of the ring while the consumer keeps up, not once per
+	 * write (each load is a cache miss when the consumer just stored).
+	 */
+	uint64_t tail_seen;
 	bool producer;
 	bool broken;		/* the other side's counter made no sense */
 	_Atomic uint64_t tail_moves;	/* consumer: stores to the tail (tests read it) */
+	_Atomic uint64_t head_moves;	/* producer: stores to the head (tests read it) */
+	_Atomic uint64_t tail_loads;	/* producer: loads of the consumer's tail (tests) */
 };
 
 /* Bytes of shared memory one ring of @cap bytes takes. */
@@ -100,6 +110,16 @@ bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t 
 bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len);
 /* Consumer: how many times the tail moved (each read, each take; for tests). */
 uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r);
+/* Producer: how many times the head moved, and the tail was loaded (for tests). */
+uint64_t tpu__shm_ring_head_moves(const struct tpu__shm_ring *r);
+uint64_t tpu__shm_ring_tail_loads(const struct tpu__shm_ring *r);
+/*
+ * Producer: copy all of iov[0..n) (@total bytes, their sum) with one move
+ * of the head and return true, or copy nothing and return false when they
+ * do not fit now (or the ring is broken).
+ */
+bool tpu__shm_ring_write_all(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
+			     size_t total);
 /* Bytes the consumer may read now; bytes the producer may write now. */
 size_t tpu__shm_ring_readable(struct tpu__shm_ring *r);
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r);

@@ -165,6 +165,8 @@ extern const struct tpu__xport tpu__xport_rdma;
 
 /* For tests: how many times an shm connection gave read bytes back to its peer (0: not shm). */
 uint64_t tpu__shm_rx_moves(struct tpu__conn *c);
+/* For tests: an shm connection's head moves and loads of the peer's tail (0: not shm). */
+void tpu__shm_tx_counts(struct tpu__conn *c, uint64_t *head_moves, uint64_t *tail_loads);
 
 /*
  * What the rdma channel (chan_rdma.c) uses of a connection of

@@ -30,7 +30,9 @@
  *
  * Data path: ops wait in their queue; the poller (one per connection)
  * copies into and out of the rings without any system call while both
- * threads are awake.  Before the context thread sleeps, ->arm raises
+ * threads are awake.  A write with nothing queued ahead that fits goes
+ * into the ring inside ->write (one move of the head); its op waits in
+ * the queue only for the poller to call back.  Before the context thread sleeps, ->arm raises
  * "reader asleep" (a read is pending) and "writer waiting" (a write is
  * pending on a full ring) in the rings; the peer wakes us through our
  * eventfd when it sees them after publishing bytes or space.
@@ -532,7 +534,8 @@ static bool conn_progress(struct shm_conn *c)
 		} while (rx && ++pass < SHM_PROGRESS_PASSES && !c->closed && c->tx_head);
 		/* A callback may have closed c: its rings are unmapped then. */
 		if (!c->closed) {
-			wake = published && tpu__shm_ring_reader_needs_wake(&c->tx);
+			wake = (published || c->tx_put) && tpu__shm_ring_reader_needs_wake(&c->tx);
+			c->tx_put = false;
 			/* Both flags are taken: each is one sleep to end, one write ends both. */
 			if ((freed || c->rx_took) && tpu__shm_ring_writer_needs_wake(&c->rx))
 				wake = true;
@@ -563,10 +566,15 @@ static bool conn_arm(struct tpu__poller *p)
 
 	if (c->closed || c->state != SHM_OPEN)
 		return false;
-	/* Space a take gave back outside a poll (a read started from a task). */
-	if (c->rx_took) {
+	/* Space a take gave back, bytes a write put in, outside a poll (from a task). */
+	if (c->rx_took || c->tx_put) {
+		bool wake = c->tx_put && tpu__shm_ring_reader_needs_wake(&c->tx);
+
+		if (c->rx_took && tpu__shm_ring_writer_needs_wake(&c->rx))
+			wake = true;
 		c->rx_took = false;
-		if (tpu__shm_ring_writer_needs_wake(&c->rx))
+		c->tx_put = false;
+		if (wake)
 			wake_peer(c);
 	}
 	if (!c->rerr && c->rx_head &&
@@ -755,22 +763,37 @@ static tpu_status shm_write(struct tpu__conn *base, const struct iovec *iov, uns
 {
 	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
 	struct shm_op *op;
+	size_t total = 0;
 	unsigned int i;
 
 	if (!cb || n > TPU__XPORT_IOV_MAX || (n && !iov))
 		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		if (iov[i].iov_len > SIZE_MAX - total || (iov[i].iov_len && !iov[i].iov_base))
+			return -EINVAL;
+		total += iov[i].iov_len;
+	}
+	/*
+	 * Nothing queued ahead and room for it all: into the ring now, with
+	 * one move of the head, so that the reader sees the bytes without
+	 * waiting for this side's next poll.  The op is queued all the same,
+	 * copied already and without the iovecs, for its callback: the poller
+	 * runs it, never this call.  The reader's wake-up check waits for the
+	 * end of the poll pass (or the arm before this thread sleeps), as
+	 * after a take.  Otherwise the poller copies the bytes as they fit.
+	 */
 	op = op_new(c, OP_WRITE, n, cb, arg);
 	if (!op)
 		return -ENOMEM;
-	for (i = 0; i < n; i++) {
-		if (iov[i].iov_len > SIZE_MAX - op->total || (iov[i].iov_len && !iov[i].iov_base)) {
-			free(op);
-			return -EINVAL;
-		}
-		op->iov[i] = iov[i];
-		op->total += iov[i].iov_len;
+	op->total = total;
+	if (!c->tx_head && !c->closed && !c->werr && c->state == SHM_OPEN &&
+	    tpu__shm_ring_write_all(&c->tx, iov, n, total)) {
+		op->done = total;
+		c->tx_put = true;
+	} else {
+		memcpy(op->iov, iov, n * sizeof(*iov));
+		op->niov = n;
 	}
-	op->niov = n;
 	queue_tx(c, op);
 	return 0;
 }
@@ -829,6 +852,17 @@ static bool shm_take(struct tpu__conn *base, size_t skip, void *buf, size_t len)
 	/* The writer's wake-up waits for the end of this poll, or the arm before a sleep. */
 	c->rx_took = true;
 	return true;
+}
+
+void tpu__shm_tx_counts(struct tpu__conn *base, uint64_t *head_moves, uint64_t *tail_loads)
+{
+	struct shm_conn *c = tpu__container_of(base, struct shm_conn, base);
+
+	*head_moves = *tail_loads = 0;
+	if (base->xport != &tpu__xport_shm || c->state != SHM_OPEN)
+		return;
+	*head_moves = tpu__shm_ring_head_moves(&c->tx);
+	*tail_loads = tpu__shm_ring_tail_loads(&c->tx);
 }
 
 uint64_t tpu__shm_rx_moves(struct tpu__conn *base)

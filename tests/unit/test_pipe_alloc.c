@@ -14,6 +14,11 @@
  * inline bytes alike), and a flood of messages of odd sizes through a full
  * ring, whose frames the writer splits wherever the ring is full or wraps,
  * arrives intact (flood()).
+ *
+ * Writing (xport_shm.c, shm_ring.c): each small message written from a
+ * callback is in the ring, with one move of the head, when tpu_pipe_write
+ * returns, and the writer loads the reader's tail (a line the reader just
+ * stored to) only when the space it last saw is too small, not per write.
  */
 #include <errno.h>
 #include <semaphore.h>
@@ -27,6 +32,8 @@
 
 /* pipe_internal.h: the read side's ring tail moves (context thread). */
 uint64_t tpu__pipe_rx_moves(struct tpu_pipe *p);
+/* pipe_internal.h: the write side's head moves and loads of the reader's tail. */
+void tpu__pipe_tx_counts(struct tpu_pipe *p, uint64_t *head_moves, uint64_t *tail_loads);
 
 #define WARMUP	200u
 #define ROUNDS	1000u
@@ -47,6 +54,9 @@ static struct {
 	unsigned int done;
 	unsigned long before, allocs;
 	uint64_t moves0, moves;	/* the reading side's tail moves over the rounds */
+	/* a's writes over the rounds: head moves, tail loads, and writes in the ring on return */
+	uint64_t heads0, heads, loads0, loads;
+	unsigned int put_now;
 	tpu_status err;
 	sem_t over;
 } run;
@@ -78,8 +88,18 @@ static void send_one(struct end *e)
 		e->pl = (struct tpu_payload){ .data = e->out, .len = LEN };
 		e->msg = (struct tpu_message){ .payloads = &e->pl, .npayloads = 1 };
 	}
+	uint64_t h0 = 0, h1 = 0, l = 0;
+	/* Sent from a callback of the rounds: on the context thread. */
+	bool count = e == &run.a && run.done > WARMUP && run.done < WARMUP + ROUNDS;
+
+	if (count)
+		tpu__pipe_tx_counts(e->pipe, &h0, &l);
 	if (tpu_pipe_write(e->pipe, &e->msg, written, e))
 		fail(-EIO);
+	if (count) {
+		tpu__pipe_tx_counts(e->pipe, &h1, &l);
+		run.put_now += h1 - h0 == 1;
+	}
 }
 
 static void read_done(void *arg, tpu_status st, struct tpu_message *m)
@@ -96,9 +116,13 @@ static void read_done(void *arg, tpu_status st, struct tpu_message *m)
 		if (run.done == WARMUP) {
 			run.before = allocs_counted();
 			run.moves0 = tpu__pipe_rx_moves(e->pipe);
+			tpu__pipe_tx_counts(e->pipe, &run.heads0, &run.loads0);
 		} else if (run.done == WARMUP + ROUNDS) {
 			run.allocs = allocs_counted() - run.before;
 			run.moves = tpu__pipe_rx_moves(e->pipe) - run.moves0;
+			tpu__pipe_tx_counts(e->pipe, &run.heads, &run.loads);
+			run.heads -= run.heads0;
+			run.loads -= run.loads0;
 			sem_post(&run.over);
 			return;
 		}
@@ -222,6 +246,22 @@ static void ping_pong(bool tensor, const char *what)
 	CHECK(!st && run.moves == ROUNDS,
 	      "pipe_alloc: %s: each small message read moves the ring's tail once "
 	      "(%llu moves in %u messages)", what, (unsigned long long)run.moves, ROUNDS);
+	tap_diag("pipe_alloc: %s: %llu head moves, %llu tail loads in %u messages written, "
+		 "%u of %u in the ring when the write returned", what,
+		 (unsigned long long)run.heads, (unsigned long long)run.loads, ROUNDS,
+		 run.put_now, ROUNDS - 1);
+	CHECK(!st && run.heads == ROUNDS,
+	      "pipe_alloc: %s: each small message written moves the ring's head once "
+	      "(%llu moves in %u messages)", what, (unsigned long long)run.heads, ROUNDS);
+	CHECK(!st && run.put_now == ROUNDS - 1,
+	      "pipe_alloc: %s: a small message written from a callback is in the ring, in one "
+	      "head move, when tpu_pipe_write returns (%u of %u)", what, run.put_now,
+	      ROUNDS - 1);
+	/* The reader keeps up: the writer's cached tail needs a reload about once per lap. */
+	CHECK(!st && run.loads * 8 <= ROUNDS,
+	      "pipe_alloc: %s: the writer loads the reader's tail only when its last look "
+	      "leaves too little room (%llu loads in %u messages)", what,
+	      (unsigned long long)run.loads, ROUNDS);
 	close_pair(ctx, l, run.a.pipe);
 	sem_destroy(&run.over);
 }

@@ -1210,6 +1210,33 @@ static void encoder_refusals(void)
 	      "wire_measure_without_buffer_ignores_size");
 	CHECK(tpu__wire_msg_encode(NULL, 3, &m) == HDR + 8 + 4 + 8 + 36,
 	      "wire_measure_with_null_buffer_and_a_size");
+	/* One byte short: refused before any byte is written. */
+	memset(buf, 0xa5, sizeof(buf));
+	CHECK(tpu__wire_msg_encode(buf, HDR + 8 + 4 + 8 + 36 - 1, &m) == -EMSGSIZE &&
+	      buf[0] == 0xa5 && buf[HDR + 8 + 4 + 8 + 36 - 2] == 0xa5,
+	      "wire_encode_msg_one_byte_short_is_emsgsize_and_writes_nothing");
+	/* The exact size: the layout of pipe_wire.h, field by field, little-endian. */
+	m.seq = 0x0102030405060708ull;
+	t = (struct tpu__wire_tensor){ .len = 9, .src_type = 1, .src_index = 2, .dst_type = 0,
+				       .dst_index = 3, .channel = INLINE, .meta = blob_s("ab") };
+	{
+		static const uint8_t body[] = {
+			8, 7, 6, 5, 4, 3, 2, 1,		/* seq */
+			0, 0, 0, 0,			/* metadata: empty */
+			0, 0, 0, 0, 1, 0, 0, 0,		/* 0 payloads, 1 tensor */
+			9, 0, 0, 0, 0, 0, 0, 0,		/* len */
+			1, 0, 0, 0, 2, 0, 0, 0,		/* src type, index */
+			0, 0, 0, 0, 3, 0, 0, 0,		/* dst type, index */
+			0xff, 0xff, 0xff, 0xff,		/* channel: inline */
+			2, 0, 0, 0, 'a', 'b',		/* metadata */
+			0, 0, 0, 0,			/* channel descriptor: none */
+		};
+		long n = tpu__wire_msg_encode(buf, sizeof(buf), &m);
+
+		CHECK(n == (long)(HDR + sizeof(body)) && !memcmp(buf + HDR, body, sizeof(body)) &&
+		      buf[8] == sizeof(body) && buf[9] == 0 && buf[4] == TPU__WIRE_MSG,
+		      "wire_encode_msg_writes_the_documented_layout");
+	}
 }
 
 static void blob_str(void)

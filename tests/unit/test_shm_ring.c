@@ -210,9 +210,22 @@ static void test_hostile(void)
 	CHECK(tpu__shm_ring_read(&c, buf, sizeof(buf)) == 0 && tpu__shm_ring_broken(&c),
 	      "ring: a head more than the capacity ahead breaks the consumer's ring");
 	CHECK(tpu__shm_ring_readable(&c) == 0, "ring: a broken ring has nothing to read");
-	atomic_store(&h->tail, 5);	/* the producer's own head is still 0 */
-	CHECK(tpu__shm_ring_write(&p, &iov, 1, 0) == 0 && tpu__shm_ring_broken(&p),
-	      "ring: a tail ahead of the head breaks the producer's ring");
+	/* Ahead of any head the producer reaches before it looks again. */
+	atomic_store(&h->tail, CAP + 5);
+	/*
+	 * The producer keeps writing into the space it last saw free (the
+	 * tail is loaded again only when that runs out): never more than the
+	 * capacity, and the next load sees the nonsense.
+	 */
+	{
+		size_t n, total = 0;
+
+		while ((n = tpu__shm_ring_write(&p, &iov, 1, 0)) > 0 && total <= CAP)
+			total += n;
+		CHECK(total <= CAP && tpu__shm_ring_broken(&p),
+		      "ring: a tail ahead of the head breaks the producer's ring at its next "
+		      "look at the tail (%zu bytes written before)", total);
+	}
 	h->capacity = 1ull << 40;
 	CHECK(tpu__shm_ring_writable(&p) == 0, "ring: the capacity is not re-read from the header");
 	ring_mem_free(mem, CAP);
@@ -463,6 +476,77 @@ static void test_peek_take(void)
 	ring_mem_free(mem, CAP);
 }
 
+/*
+ * The producer's side of the write path: write_all copies all or nothing
+ * with one head move; the consumer's tail is loaded again only when the
+ * space last seen is too small (once a lap while the consumer keeps up);
+ * a tail that goes back is the peer's nonsense.
+ */
+static void test_write_all(void)
+{
+	struct tpu__shm_ring p, c;
+	void *mem = ring_mem(CAP);
+	struct tpu__shm_ring_hdr *h = mem;
+	uint8_t a[100], b[1000], out[1100];
+	struct iovec iov[2] = { { a, sizeof(a) }, { b, sizeof(b) } };
+	bool ok = true;
+	unsigned int i;
+
+	CHECK(mem != NULL, "ring: shared memory");
+	if (!mem)
+		return;
+	for (i = 0; i < sizeof(a); i++)
+		a[i] = (uint8_t)(i + 1);
+	for (i = 0; i < sizeof(b); i++)
+		b[i] = (uint8_t)(i * 7 + 3);
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	/* Three fit (3300 of 4096 bytes), the fourth does not: nothing of it goes in. */
+	for (i = 0; i < 3; i++)
+		ok &= tpu__shm_ring_write_all(&p, iov, 2, 1100);
+	CHECK(ok && tpu__shm_ring_head_moves(&p) == 3 && tpu__shm_ring_readable(&c) == 3300,
+	      "ring: write_all puts two iovecs in with one head move each");
+	CHECK(!tpu__shm_ring_write_all(&p, iov, 2, 1100) && tpu__shm_ring_head_moves(&p) == 3 &&
+	      tpu__shm_ring_readable(&c) == 3300 && !tpu__shm_ring_broken(&p),
+	      "ring: write_all of more than the space writes nothing");
+	CHECK(!tpu__shm_ring_write_all(&p, iov, 2, CAP + 1), "ring: write_all of more than the capacity fails");
+	/* Reading makes room; the writes then wrap around the end, intact. */
+	ok = tpu__shm_ring_read(&c, out, sizeof(out)) == sizeof(out) &&
+	     !memcmp(out, a, sizeof(a)) && !memcmp(out + sizeof(a), b, sizeof(b));
+	ok &= tpu__shm_ring_write_all(&p, iov, 2, 1100);
+	for (i = 0; i < 3; i++)
+		ok &= tpu__shm_ring_read(&c, out, sizeof(out)) == sizeof(out) &&
+		      !memcmp(out, a, sizeof(a)) && !memcmp(out + sizeof(a), b, sizeof(b));
+	CHECK(ok && tpu__shm_ring_readable(&c) == 0, "ring: write_all wraps around the end intact");
+	ring_mem_free(mem, CAP);
+
+	/* A consumer that keeps up: 1000 writes of 100 bytes load the tail about once a lap. */
+	mem = ring_mem(CAP);
+	if (!mem)
+		return;
+	h = mem;
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	ok = true;
+	for (i = 0; i < 1000; i++)
+		ok &= tpu__shm_ring_write(&p, iov, 1, 0) == sizeof(a) &&
+		      tpu__shm_ring_read(&c, out, sizeof(a)) == sizeof(a) && !memcmp(out, a, sizeof(a));
+	tap_diag("ring: %llu tail loads in 1000 writes of 100 bytes through %u bytes",
+		 (unsigned long long)tpu__shm_ring_tail_loads(&p), CAP);
+	CHECK(ok && tpu__shm_ring_tail_loads(&p) <= 1000 * sizeof(a) / CAP + 1,
+	      "ring: the producer loads the tail once a lap, not once a write (%llu loads)",
+	      (unsigned long long)tpu__shm_ring_tail_loads(&p));
+	/* The tail goes back (it was 100000): the next load breaks the producer's ring. */
+	atomic_store(&h->tail, 50);
+	for (i = 0; i < 100 && tpu__shm_ring_write(&p, iov, 1, 0); i++)
+		;
+	CHECK(tpu__shm_ring_broken(&p) && i <= CAP / sizeof(a),
+	      "ring: a tail that goes back breaks the producer's ring (%u writes before)", i);
+	ring_mem_free(mem, CAP);
+}
+
 void test_shm_ring(void)
 {
 	test_formats();
@@ -471,6 +555,7 @@ void test_shm_ring(void)
 	test_peek_take();
 	test_model();
 	test_hostile();
+	test_write_all();
 	test_flags();
 	run_stress(false);
 	run_stress(true);
