@@ -7,6 +7,7 @@
  *     REQ hashes its key for the outbox once (a send brings the front
  *     end's hash), two per round trip; each task parses each key once
  *     (four per round trip); once warm, next to no heap allocation;
+ *   - the key hash spreads keys over the tables' low bits;
  *   - the task a key names is the device name up to its first
  *     "/device:", found by tpu__remote_key_tasks for keys whose job or
  *     edge name holds "device" too.
@@ -197,11 +198,44 @@ static void key_task_case(const char *src_dev, const char *dst_dev, const char *
 	      want_dst);
 }
 
+/*
+ * The keys' hash (tpu__rdv_key_hash, eight bytes a step) spreads keys over
+ * the low bits the tables index by, also keys that differ only in a high
+ * byte of one of those words, or only in their iteration.
+ */
+static void key_hash_spread(void)
+{
+	unsigned int count[64] = { 0 }, worst = 0, i;
+	char k[512];
+	size_t len;
+
+	for (i = 0; i < 256; i++) {
+		memset(k, 'k', 40);
+		k[15] = (char)i;	/* the top byte of the second word */
+		count[tpu__rdv_key_hash((const uint8_t *)k, 40) & 63]++;
+	}
+	for (i = 0; i < 64; i++)
+		worst = count[i] > worst ? count[i] : worst;
+	CHECK(worst <= 16, "remote cost: 256 keys that differ in one word's top byte: at most %u "
+	      "in one of 64 buckets (16)", worst);
+	memset(count, 0, sizeof(count));
+	worst = 0;
+	for (i = 0; i < 256; i++) {
+		len = key_of(k, TASK_A, TASK_B, "edge", i);
+		count[tpu__rdv_key_hash((const uint8_t *)k, len) & 63]++;
+	}
+	for (i = 0; i < 64; i++)
+		worst = count[i] > worst ? count[i] : worst;
+	CHECK(worst <= 16, "remote cost: 256 keys that differ in their iteration: at most %u in one "
+	      "of 64 buckets (16)", worst);
+}
+
 void test_remote_cost(void)
 {
 	struct worker a, b;
 	bool ok;
 
+	key_hash_spread();
 	key_task_case(TASK_A "/device:CPU:0", TASK_B "/device:GPU:3", "x", TASK_A, TASK_B);
 	key_task_case("/job:device/replica:0/task:1/device:CPU:0",
 		      "/job:devices/replica:2/task:10/device:GPU:0", "/device:CPU:0",
