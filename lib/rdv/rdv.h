@@ -220,7 +220,7 @@ tpu_status tpu__rdv_call_impl(struct tpu_rendezvous *rdv, struct tpu__op *op);
  */
 bool tpu__rdv_issuing(const struct tpu_rendezvous *rdv);
 
-/* The hash every key table of the rendezvous uses (FNV-1a), as op->key_hash. */
+/* The hash every key table of the rendezvous uses (word-wise), as op->key_hash. */
 uint64_t tpu__rdv_key_hash(const uint8_t *key, size_t len);
 
 /* Front end, on the context thread: the op's result is in; call back in key order. */

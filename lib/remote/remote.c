@@ -37,6 +37,8 @@ void tpu__remote_put(struct remote *st)
 		free(t);
 	}
 	tpu__remote_serve_free(st);
+	tpu__remote_fetch_free_all(st);
+	tpu__remote_peer_free_writes(st);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 }
@@ -60,11 +62,20 @@ static struct tpu_str task_of(struct tpu_str dev)
 	return dev;
 }
 
+/* Keys parsed (tests: at most one parse per key and task per round trip). */
+static atomic_ulong key_parses;
+
+unsigned long tpu__remote_key_parses(void)
+{
+	return atomic_load_explicit(&key_parses, memory_order_relaxed);
+}
+
 bool tpu__remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 		      struct tpu_str *dst)
 {
 	struct tpu_key k;
 
+	atomic_fetch_add_explicit(&key_parses, 1, memory_order_relaxed);
 	if (tpu_key_parse((struct tpu_str){ (const char *)key, key_len }, &k, NULL))
 		return false;
 	*src = task_of(k.src_device);
@@ -396,7 +407,13 @@ static tpu_status r_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 {
 	struct remote *st = rdv->impl_state;
 	struct tpu_str src, dst;
+	bool parse = false;
+	tpu_status err;
 
+	/* A REQ for it came first: its parse is in the outbox's entry. */
+	err = tpu__remote_serve_send(st, op, NULL, &parse);
+	if (!parse)
+		return err;
 	if (!tpu__remote_key_tasks(op->key, op->key_len, &src, &dst))
 		return TPU_E_BAD_KEY;
 	if (str_eq(src, dst))
@@ -407,7 +424,7 @@ static tpu_status r_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 			       st->self, (int)src.len, src.ptr);
 		return -EXDEV;
 	}
-	return tpu__remote_serve_send(st, op);
+	return tpu__remote_serve_send(st, op, &dst, &parse);
 }
 
 static tpu_status r_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)

@@ -79,6 +79,7 @@ tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *
 /* ---- the state ---- */
 
 struct remote_peer;
+struct remote_write;
 
 /*
  * A task of the cluster map.  Workers of a job start in any order, so a
@@ -135,10 +136,27 @@ struct remote_entry {
 	bool serve_queued;		/* a serve task for it is deferred */
 	struct tpu__task serve;
 	struct remote *st;
-	uint64_t hash;			/* of the key, computed once per call (remote_serve.c) */
+	uint64_t hash;			/* tpu__rdv_key_hash of the key (op->key_hash for a send) */
+	/*
+	 * Where the key's destination task is in @key, found by the parse
+	 * that made the entry (its send's or its first REQ's, which also
+	 * found this task the source): a REQ for these bytes that finds the
+	 * entry compares its peer's claim with it and parses nothing.
+	 */
+	size_t dst_off, dst_len;
 	size_t key_len;
+	size_t key_cap;			/* room in @key (entries are recycled) */
 	uint8_t key[];
 };
+
+/*
+ * Entries, REQs, fetches and writes freed are kept for the next ones, up
+ * to this many of each per rendezvous, so that a round trip once warm
+ * allocates nothing; an entry's key gets at least REMOTE_KEY_CAP_MIN
+ * bytes, so that one recycled fits a TF key of usual length.
+ */
+#define REMOTE_FREE_MAX		64u
+#define REMOTE_KEY_CAP_MIN	256u
 
 /* A receive of a tensor kept by another worker. */
 struct remote_fetch {
@@ -201,11 +219,17 @@ struct remote {
 	unsigned int max_reqs;		/* TPU_REMOTE_MAX_REQS, per peer */
 	tpu_status aborted;
 	bool closing;
+	struct remote_entry *entry_free;	/* recycled (REMOTE_FREE_MAX) */
+	struct remote_fetch *fetch_free;
+	unsigned int nentry_free, nfetch_free;
 
 	/* ctx thread */
 	struct remote_peer *peers;	/* every peer alive, mapped or not */
 	unsigned int serving;		/* answers with a tensor a peer may still be reading */
 	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
+	struct remote_req *req_free;	/* recycled (REMOTE_FREE_MAX) */
+	struct remote_write *write_free;
+	unsigned int nreq_free, nwrite_free;
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
@@ -228,6 +252,8 @@ void tpu__remote_put(struct remote *st);
 /* The task part of @key's source or destination device; false if it is no TF key. */
 bool tpu__remote_key_tasks(const uint8_t *key, size_t key_len, struct tpu_str *src,
 		      struct tpu_str *dst);
+/* For tests: tpu__remote_key_tasks calls so far (every instance). */
+unsigned long tpu__remote_key_parses(void);
 bool tpu__remote_is_self(const struct remote *st, struct tpu_str task);
 /* A task name this rendezvous accepts ("/job:J/replica:R/task:T"). */
 bool tpu__remote_task_ok(const char *task);
@@ -269,6 +295,13 @@ struct remote_peer {
 struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
 /* Adopt an accepted pipe. */
 void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
+/*
+ * A REQ's key from @p, parsed: this worker's must be its source, @p's
+ * claimed task its destination (found in *@dst).  TPU_E_BAD_KEY, -EXDEV or
+ * -EACCES, which is the answer, otherwise.
+ */
+tpu_status tpu__remote_peer_req_check(const struct remote_peer *p, const struct remote_hdr *h,
+				      struct tpu_str *dst);
 /* Write a message without tensor; errors end the peer. */
 void tpu__remote_peer_send(struct remote_peer *p, const struct remote_hdr *h);
 /* Write a RESP carrying @send's tensor; @send completes with the write. */
@@ -282,8 +315,19 @@ void tpu__remote_peers_abort(struct remote *st, tpu_status status);
 
 /* ---- outbox (remote_serve.c) ---- */
 
-tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op);
-/* ctx thread: a REQ came from @p. */
+/*
+ * Post the send of a remote key whose source is this task.  @dst: the
+ * key's destination task, as the caller's parse found it.  NULL: the
+ * caller has not parsed the key; the send is posted only if the outbox
+ * has an entry for it (a REQ came first and its parse made it), else
+ * *@parse is set and nothing done: parse, then call again with @dst.
+ */
+tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op, const struct tpu_str *dst,
+				  bool *parse);
+/*
+ * ctx thread: a REQ came from @p; its key is checked here (this task the
+ * source, @p's claim the destination), answered at once if refused.
+ */
 void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
 /* ctx thread: @p withdraws REQ @id. */
 void tpu__remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id);
@@ -295,7 +339,11 @@ void tpu__remote_serve_fail_all(struct remote *st, tpu_status status);
 void tpu__remote_serve_answer_all(struct remote *st, tpu_status status);
 /* ctx thread: forget the REQs of a dead peer. */
 void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
+/* Free the outbox and the free lists (the last reference is gone). */
 void tpu__remote_serve_free(struct remote *st);
+/* Free the fetches kept for reuse (remote_fetch.c) and the writes (remote_peer.c). */
+void tpu__remote_fetch_free_all(struct remote *st);
+void tpu__remote_peer_free_writes(struct remote *st);
 /* For tests: outbox keys hashed so far (every instance; a send or a REQ hashes once). */
 unsigned long tpu__remote_outbox_hashes(void);
 

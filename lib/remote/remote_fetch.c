@@ -26,8 +26,40 @@ static void fetch_unref(struct remote_fetch *f)
 
 	if (--f->refs)
 		return;
+	/* Kept for the next receive (its caller's thread takes it under the lock). */
+	pthread_mutex_lock(&st->lock);
+	if (st->nfetch_free < REMOTE_FREE_MAX) {
+		f->next = st->fetch_free;
+		st->fetch_free = f;
+		st->nfetch_free++;
+		f = NULL;
+	}
+	pthread_mutex_unlock(&st->lock);
 	free(f);
 	tpu__remote_put(st);
+}
+
+void tpu__remote_fetch_free_all(struct remote *st)
+{
+	struct remote_fetch *f;
+
+	while ((f = st->fetch_free)) {
+		st->fetch_free = f->next;
+		free(f);
+	}
+}
+
+/* Under st->lock: a zeroed fetch, recycled if one is kept. */
+static struct remote_fetch *fetch_get(struct remote *st)
+{
+	struct remote_fetch *f = st->fetch_free;
+
+	if (!f)
+		return calloc(1, sizeof(*f));
+	st->fetch_free = f->next;
+	st->nfetch_free--;
+	memset(f, 0, sizeof(*f));
+	return f;
 }
 
 static void op_end(struct tpu__op *op, tpu_status status, size_t len)
@@ -200,19 +232,18 @@ static void fetch_start(struct tpu__task *t)
 
 tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src)
 {
-	struct remote_fetch *f;
+	struct remote_fetch *f = NULL;
 	struct remote_task *t;
 	tpu_status err = 0;
 
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
 	pthread_mutex_lock(&st->lock);
 	t = tpu__remote_task_find(st, src.ptr, src.len);
 	if (st->aborted || st->closing)
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 	else if (!t)
 		err = -EHOSTUNREACH;
+	else if (!(f = fetch_get(st)))
+		err = -ENOMEM;
 	else
 		f->id = ++st->next_id;
 	pthread_mutex_unlock(&st->lock);
@@ -220,7 +251,6 @@ tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct 
 		if (err == -EHOSTUNREACH)
 			tpu__log_debug("remote rendezvous %s: %.*s is not in the cluster map",
 				       st->self, (int)src.len, src.ptr);
-		free(f);
 		return err;
 	}
 	f->st = st;

@@ -20,12 +20,63 @@
 #include "remote.h"
 
 struct remote_write {
+	struct remote_write *next;	/* st->write_free */
 	struct tpu_message msg;
 	struct tpu_message_tensor tensor;
 	struct remote_peer *peer;
 	struct tpu__op *send;		/* a RESP's send, completed with the write */
+	size_t cap;			/* room in @meta */
 	uint8_t meta[];
 };
+
+/* Room a write gets at least: a header and a TF key of usual length (recycled ones fit). */
+#define WRITE_META_MIN	(REMOTE_KEY_CAP_MIN + 64u)
+
+/* A zeroed write with @size bytes of metadata, recycled if one kept has room. */
+static struct remote_write *write_get(struct remote *st, size_t size)
+{
+	struct remote_write *w, **pp;
+	size_t cap = size < WRITE_META_MIN ? WRITE_META_MIN : size;
+
+	for (pp = &st->write_free; *pp && (*pp)->cap < size; pp = &(*pp)->next)
+		;
+	w = *pp;
+	if (!w) {
+		w = calloc(1, sizeof(*w) + cap);
+		if (w)
+			w->cap = cap;
+		return w;
+	}
+	*pp = w->next;
+	st->nwrite_free--;
+	cap = w->cap;
+	memset(w, 0, sizeof(*w));
+	w->cap = cap;
+	return w;
+}
+
+static void write_put(struct remote *st, struct remote_write *w)
+{
+	if (!w)
+		return;
+	if (st->nwrite_free >= REMOTE_FREE_MAX) {
+		free(w);
+		return;
+	}
+	w->next = st->write_free;
+	st->write_free = w;
+	st->nwrite_free++;
+}
+
+void tpu__remote_peer_free_writes(struct remote *st)
+{
+	struct remote_write *w;
+
+	while ((w = st->write_free)) {
+		st->write_free = w->next;
+		free(w);
+	}
+}
 
 static void read_next(struct remote_peer *p);
 
@@ -165,6 +216,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 {
 	struct remote_write *w = arg;
 	struct remote_peer *p = w->peer;
+	struct remote *st = p->st;
 	struct tpu__op *send = w->send;
 
 	(void)msg;
@@ -181,14 +233,15 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	}
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
-	free(w);
+	write_put(st, w);
 	tpu__remote_peer_unref(p);
 }
 
 static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct tpu__op *send)
 {
 	size_t size = tpu__remote_wire_size(h->key_len);
-	struct remote_write *w = calloc(1, sizeof(*w) + size);
+	struct remote *owner = p->st;	/* the caller holds @p; the compiler cannot tell */
+	struct remote_write *w = write_get(owner, size);
 	tpu_status st = -ENOMEM;
 
 	if (w && p->pipe && !p->dead) {
@@ -215,7 +268,7 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 	} else if (w) {
 		st = pipe_error(p->st);
 	}
-	free(w);
+	write_put(owner, w);
 	if (send) {
 		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
 			tpu_buffer_free(send->tensor.buffer);
@@ -315,17 +368,18 @@ static bool peer_member(struct remote_peer *p)
 }
 
 /* An accepted peer's REQ: for a key this worker produces and that peer consumes. */
-static tpu_status req_allowed(struct remote_peer *p)
+tpu_status tpu__remote_peer_req_check(const struct remote_peer *p, const struct remote_hdr *h,
+				      struct tpu_str *dst)
 {
-	struct tpu_str src, dst;
+	struct tpu_str src;
 
-	if (!p->cur.key_len || !tpu__remote_key_tasks(p->cur.key, p->cur.key_len, &src, &dst))
+	if (!h->key_len || !tpu__remote_key_tasks(h->key, h->key_len, &src, dst))
 		return TPU_E_BAD_KEY;
 	if (!tpu__remote_is_self(p->st, src))
 		return -EXDEV;
-	if (dst.len != p->claim_len || memcmp(dst.ptr, p->claim, dst.len)) {
+	if (dst->len != p->claim_len || memcmp(dst->ptr, p->claim, dst->len)) {
 		tpu__log_debug("remote rendezvous %s: %s asked for a key consumed by %.*s: refused",
-			       p->st->self, p->claim, (int)dst.len, dst.ptr);
+			       p->st->self, p->claim, (int)dst->len, dst->ptr);
 		return -EACCES;
 	}
 	return 0;
@@ -349,19 +403,11 @@ static tpu_status dispatch(struct remote_peer *p)
 {
 	struct remote *st = p->st;
 	const struct remote_hdr *h = &p->cur;
-	tpu_status err;
 
 	switch (h->type) {
 	case REMOTE_HELLO:
 		return on_hello(p);
 	case REMOTE_REQ:
-		err = req_allowed(p);
-		if (err) {
-			struct remote_hdr no = { .type = REMOTE_RESP, .id = h->id, .status = err };
-
-			tpu__remote_peer_send(p, &no);
-			break;
-		}
 		tpu__remote_serve_req(st, p, h);
 		break;
 	case REMOTE_RESP:

@@ -18,7 +18,7 @@
 
 #define OUTBOX_MIN_BUCKETS 64
 
-/* Keys hashed for the outbox (tests: a send or a REQ hashes its key once). */
+/* Keys hashed here (tests: a REQ hashes its key once; a send has the front end's hash). */
 static atomic_ulong outbox_hashes;
 
 unsigned long tpu__remote_outbox_hashes(void)
@@ -27,19 +27,16 @@ unsigned long tpu__remote_outbox_hashes(void)
 }
 
 /*
- * FNV-1a.  Computed once per send, REQ or cancel and kept in the entry:
- * a key is 100 bytes or more, and hashing it byte by byte for every
- * lookup, insert and unlink was a tenth of a round trip's instructions.
+ * The front end's hash (tpu__rdv_key_hash), so that a send uses the one
+ * its op carries (op->key_hash) and only a REQ's key from the wire or a
+ * cancel is hashed here.  Kept in the entry: a key is 100 bytes or more,
+ * and hashing it for every lookup, insert and unlink was a tenth of a
+ * round trip's instructions.
  */
 static uint64_t key_hash(const uint8_t *key, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-	size_t i;
-
 	atomic_fetch_add_explicit(&outbox_hashes, 1, memory_order_relaxed);
-	for (i = 0; i < len; i++)
-		h = (h ^ key[i]) * 0x100000001b3ull;
-	return h;
+	return tpu__rdv_key_hash(key, len);
 }
 
 static struct remote_entry **bucket(struct remote *st, uint64_t hash)
@@ -68,29 +65,54 @@ static void grow(struct remote *st)
 
 static void serve_task(struct tpu__task *t);
 
-/* Under st->lock: @key's entry (@hash: key_hash of it), made if @create. */
+/* Under st->lock: @key's entry (@hash: tpu__rdv_key_hash of it), if any. */
 static struct remote_entry *entry_find(struct remote *st, const uint8_t *key, size_t len,
-				       uint64_t hash, bool create)
+				       uint64_t hash)
 {
-	struct remote_entry *e, **b;
+	struct remote_entry *e;
 
-	if (st->nbuckets) {
-		for (e = *bucket(st, hash); e; e = e->next)
-			if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
-				return e;
-	}
-	if (!create)
+	if (!st->nbuckets)
 		return NULL;
+	for (e = *bucket(st, hash); e; e = e->next)
+		if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
+			return e;
+	return NULL;
+}
+
+/*
+ * Under st->lock: a new entry for @key, whose parse found its destination
+ * task at @dst (a span of @key).  Taken from the free list when one there
+ * has room (a warm round trip allocates nothing).
+ */
+static struct remote_entry *entry_new(struct remote *st, const uint8_t *key, size_t len,
+				      uint64_t hash, struct tpu_str dst)
+{
+	struct remote_entry *e, **pp, **b;
+	size_t cap = len < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : len;
+
 	if (st->nentries >= st->nbuckets)
 		grow(st);
 	if (!st->nbuckets)
 		return NULL;
-	e = calloc(1, sizeof(*e) + len);
-	if (!e)
-		return NULL;
+	for (pp = &st->entry_free; *pp && (*pp)->key_cap < len; pp = &(*pp)->next)
+		;
+	e = *pp;
+	if (e) {
+		*pp = e->next;
+		st->nentry_free--;
+		cap = e->key_cap;
+		memset(e, 0, sizeof(*e));
+	} else {
+		e = calloc(1, sizeof(*e) + cap);
+		if (!e)
+			return NULL;
+	}
+	e->key_cap = cap;
 	memcpy(e->key, key, len);
 	e->key_len = len;
 	e->hash = hash;
+	e->dst_off = (size_t)((const uint8_t *)dst.ptr - key);
+	e->dst_len = dst.len;
 	e->st = st;
 	e->reqs_tail = &e->reqs;
 	e->serve.fn = serve_task;
@@ -101,7 +123,7 @@ static struct remote_entry *entry_find(struct remote *st, const uint8_t *key, si
 	return e;
 }
 
-/* Under st->lock: free @e if nothing uses it. */
+/* Under st->lock: free @e if nothing uses it (to the free list while it is short). */
 static void entry_drop_if_empty(struct remote *st, struct remote_entry *e)
 {
 	struct remote_entry **pp;
@@ -112,10 +134,46 @@ static void entry_drop_if_empty(struct remote *st, struct remote_entry *e)
 		if (*pp == e) {
 			*pp = e->next;
 			st->nentries--;
-			free(e);
+			if (st->nentry_free < REMOTE_FREE_MAX) {
+				e->next = st->entry_free;
+				st->entry_free = e;
+				st->nentry_free++;
+			} else {
+				free(e);
+			}
 			return;
 		}
 	}
+}
+
+/* Whether @p's claim is the task that consumes @e's key (checked by the parse that made @e). */
+static bool entry_for_peer(const struct remote_entry *e, const struct remote_peer *p)
+{
+	return e->dst_len == p->claim_len && !memcmp(e->key + e->dst_off, p->claim, e->dst_len);
+}
+
+/* ctx thread: a REQ record, from the free list if one is there. */
+static struct remote_req *req_get(struct remote *st)
+{
+	struct remote_req *r = st->req_free;
+
+	if (!r)
+		return calloc(1, sizeof(*r));
+	st->req_free = r->next;
+	st->nreq_free--;
+	memset(r, 0, sizeof(*r));
+	return r;
+}
+
+static void req_put(struct remote *st, struct remote_req *r)
+{
+	if (st->nreq_free >= REMOTE_FREE_MAX) {
+		free(r);
+		return;
+	}
+	r->next = st->req_free;
+	st->req_free = r;
+	st->nreq_free++;
 }
 
 /* What a waiting REQ holds against its peer's bound. */
@@ -162,7 +220,7 @@ static void serve_entry(struct remote_entry *e, struct remote_req **out)
 }
 
 /* Write the answers (no lock held) and free them; oldest first. */
-static void answer(struct remote_req *list)
+static void answer(struct remote *st, struct remote_req *list)
 {
 	struct remote_req *r, *rev = NULL;
 
@@ -183,7 +241,7 @@ static void answer(struct remote_req *list)
 			tpu__remote_peer_send(r->peer, &h);
 		}
 		tpu__remote_peer_unref(r->peer);
-		free(r);
+		req_put(st, r);
 	}
 }
 
@@ -198,22 +256,31 @@ static void serve_task(struct tpu__task *t)
 	serve_entry(e, &out);
 	entry_drop_if_empty(st, e);
 	pthread_mutex_unlock(&st->lock);
-	answer(out);
+	answer(st, out);
 	tpu__remote_put(st);
 }
 
-tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op)
+tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op, const struct tpu_str *dst,
+				  bool *parse)
 {
-	uint64_t hash = key_hash(op->key, op->key_len);
-	struct remote_entry *e;
+	struct remote_entry *e = NULL;
 	tpu_status err = 0;
 
 	pthread_mutex_lock(&st->lock);
+	/* Unparsed, it only goes where a REQ's parse went: else the caller's parse decides. */
+	if (!dst && (st->aborted || st->closing ||
+		     !(e = entry_find(st, op->key, op->key_len, op->key_hash)))) {
+		*parse = true;
+		goto out;
+	}
 	if (st->aborted || st->closing) {
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 		goto out;
 	}
-	e = entry_find(st, op->key, op->key_len, hash, true);
+	if (!e)
+		e = entry_find(st, op->key, op->key_len, op->key_hash);
+	if (!e)
+		e = entry_new(st, op->key, op->key_len, op->key_hash, *dst);
 	if (!e) {
 		err = -ENOMEM;
 		goto out;
@@ -234,41 +301,74 @@ out:
 	return err;
 }
 
+/* ctx thread: answer REQ @id of @p with @status at once. */
+static void refuse(struct remote_peer *p, uint64_t id, tpu_status status)
+{
+	struct remote_hdr no = { .type = REMOTE_RESP, .id = id, .status = status };
+
+	tpu__remote_peer_send(p, &no);
+}
+
 void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h)
 {
-	struct remote_req *r = calloc(1, sizeof(*r)), *out = NULL;
+	struct remote_req *r, *out = NULL;
 	struct remote_entry *e = NULL;
+	struct tpu_str dst = { 0 };
+	tpu_status err = 0;
 	uint64_t hash;
 
+	if (!h->key_len) {
+		refuse(p, h->id, TPU_E_BAD_KEY);
+		return;
+	}
+	hash = key_hash(h->key, h->key_len);
+	pthread_mutex_lock(&st->lock);
+	/*
+	 * An entry for these very bytes was made by a parse (of its send or
+	 * of an earlier REQ) that found this task the source and kept the
+	 * destination: only the claim is left to check.  Otherwise the key
+	 * is parsed here, without the lock.
+	 */
+	e = entry_find(st, h->key, h->key_len, hash);
+	if (e && !entry_for_peer(e, p)) {
+		err = -EACCES;
+		tpu__log_debug("remote rendezvous %s: %s asked for a key it does not consume: "
+			       "refused", st->self, p->claim);
+	} else if (!e) {
+		pthread_mutex_unlock(&st->lock);
+		err = tpu__remote_peer_req_check(p, h, &dst);
+		pthread_mutex_lock(&st->lock);
+		if (!err)
+			e = entry_find(st, h->key, h->key_len, hash);
+	}
+	if (err) {
+		pthread_mutex_unlock(&st->lock);
+		refuse(p, h->id, err);
+		return;
+	}
+	r = req_get(st);
 	if (!r) {
-		struct remote_hdr nomem = { .type = REMOTE_RESP, .id = h->id, .status = -ENOMEM };
-
-		tpu__remote_peer_send(p, &nomem);
+		pthread_mutex_unlock(&st->lock);
+		refuse(p, h->id, -ENOMEM);
 		return;
 	}
 	tpu__remote_peer_ref(p);
 	r->peer = p;
 	r->id = h->id;
 	r->cap = h->len;
-	hash = key_hash(h->key, h->key_len);
-	pthread_mutex_lock(&st->lock);
 	if (st->aborted || st->closing) {
 		r->status = st->aborted ? st->aborted : TPU_E_CLOSED;
-	} else if (!h->key_len) {
-		r->status = -EINVAL;
-	} else {
-		e = entry_find(st, h->key, h->key_len, hash, false);
+		e = NULL;
+	} else if ((!e || !e->send) &&
+		   (p->nreqs >= st->max_reqs ||
+		    p->req_bytes + sizeof(*r) + h->key_len > REMOTE_MAX_REQ_BYTES)) {
 		/* One that would wait counts against the peer's bound. */
-		if ((!e || !e->send) &&
-		    (p->nreqs >= st->max_reqs ||
-		     p->req_bytes + sizeof(*r) + h->key_len > REMOTE_MAX_REQ_BYTES)) {
-			tpu__log_debug("remote rendezvous %s: a peer has %u requests waiting; "
-				       "refusing more", st->self, p->nreqs);
-			r->status = -ENOBUFS;
-			e = NULL;
-		} else if (!e && !(e = entry_find(st, h->key, h->key_len, hash, true))) {
-			r->status = -ENOMEM;
-		}
+		tpu__log_debug("remote rendezvous %s: a peer has %u requests waiting; "
+			       "refusing more", st->self, p->nreqs);
+		r->status = -ENOBUFS;
+		e = NULL;
+	} else if (!e && !(e = entry_new(st, h->key, h->key_len, hash, dst))) {
+		r->status = -ENOMEM;
 	}
 	if (e) {
 		*e->reqs_tail = r;
@@ -281,7 +381,7 @@ void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struc
 		out = r;
 	}
 	pthread_mutex_unlock(&st->lock);
-	answer(out);
+	answer(st, out);
 }
 
 /* Under st->lock: unlink the REQs that @match picks, onto @out with @status. */
@@ -343,7 +443,7 @@ void tpu__remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint
 	pthread_mutex_lock(&st->lock);
 	pick_reqs(st, is_req, &want, -ECANCELED, &out);
 	pthread_mutex_unlock(&st->lock);
-	answer(out);
+	answer(st, out);
 }
 
 void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p)
@@ -353,7 +453,7 @@ void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p)
 	pthread_mutex_lock(&st->lock);
 	pick_reqs(st, of_peer, p, 0, &out);
 	pthread_mutex_unlock(&st->lock);
-	answer(out);
+	answer(st, out);
 }
 
 void tpu__remote_serve_answer_all(struct remote *st, tpu_status status)
@@ -363,7 +463,7 @@ void tpu__remote_serve_answer_all(struct remote *st, tpu_status status)
 	pthread_mutex_lock(&st->lock);
 	pick_reqs(st, any_req, NULL, status, &out);
 	pthread_mutex_unlock(&st->lock);
-	answer(out);
+	answer(st, out);
 }
 
 static void send_end(struct tpu__op *op, tpu_status status)
@@ -384,7 +484,7 @@ int tpu__remote_serve_cancel(struct remote *st, const uint8_t *key, size_t key_l
 	struct remote_entry *e;
 
 	pthread_mutex_lock(&st->lock);
-	e = entry_find(st, key, key_len, hash, false);
+	e = entry_find(st, key, key_len, hash);
 	if (e && e->send) {
 		op = e->send;
 		e->send = NULL;
@@ -427,8 +527,17 @@ void tpu__remote_serve_fail_all(struct remote *st, tpu_status status)
 void tpu__remote_serve_free(struct remote *st)
 {
 	struct remote_entry *e;
+	struct remote_req *r;
 	size_t i;
 
+	while ((e = st->entry_free)) {
+		st->entry_free = e->next;
+		free(e);
+	}
+	while ((r = st->req_free)) {
+		st->req_free = r->next;
+		free(r);
+	}
 	for (i = 0; i < st->nbuckets; i++) {
 		while ((e = st->outbox[i])) {
 			st->outbox[i] = e->next;

@@ -5,8 +5,8 @@
  * (task 0) and B (task 1), over tcp on loopback, and hostile clients that
  * open pipes to A and speak the rendezvous's wire format: an ABORT from
  * no one, a HELLO that claims B so as to answer A's requests with forged
- * bytes, a request for a key another task consumes, a second claim of a
- * connected task.  After each, the legitimate workers must still be served.
+ * bytes, a request for a key another task consumes (sent, or asked for
+ * first by its consumer), a second claim of a connected task.  After each, the legitimate workers must still be served.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -397,9 +397,59 @@ out:
 	workers_down(&w);
 }
 
+/*
+ * A key whose REQ came first: the outbox entry that REQ made keeps what
+ * its parse found, and a REQ from another task for the same bytes is
+ * checked against it (no parse of its own) and refused.
+ */
+static void stolen_waiting_key(void)
+{
+	static struct att x7, x8;
+	char key[256], got[16] = "";
+	struct remote_hdr h = { 0 };
+	struct workers w;
+	tpu_status st;
+	size_t klen;
+
+	if (!workers_up(&w)) {
+		CHECK(false, "remote_authz_setup");
+		goto out;
+	}
+	klen = key_of(key, 0, 2, "waiting");
+	/* Task 2 (in A's map) asks first; a REQ with no key, refused at once, syncs. */
+	CHECK(att_open(&x7, w.ua), "consumer_open");
+	att_send(&x7, REMOTE_HELLO, 0, 0, 0, TASK(2), NULL);
+	att_send(&x7, REMOTE_REQ, 7, 0, 16, key, NULL);
+	att_send(&x7, REMOTE_REQ, 8, 0, 0, NULL, NULL);
+	st = att_next(&x7, &h, got, sizeof(got), 5000);
+	CHECK(st == 0 && h.type == REMOTE_RESP && h.id == 8 && h.status == TPU_E_BAD_KEY,
+	      "request_of_the_consumer_waits (id %llu, status %d)", (unsigned long long)h.id,
+	      h.status);
+	/* Task 3 (not in the map, may ask for what it consumes) asks for task 2's key. */
+	CHECK(att_open(&x8, w.ua), "thief_open");
+	att_send(&x8, REMOTE_HELLO, 0, 0, 0, TASK(3), NULL);
+	att_send(&x8, REMOTE_REQ, 9, 0, 16, key, NULL);
+	st = att_next(&x8, &h, got, sizeof(got), 5000);
+	CHECK(st == 0 && h.type == REMOTE_RESP && h.id == 9 && h.status == -EACCES && h.len == 0,
+	      "waiting_key_refused_to_another_task (status %d, tensor %d)", h.status, (int)h.len);
+	CHECK(tpu_rendezvous_send(w.a, key, klen, &(struct tpu_tensor){ .data = (void *)"MINE",
+									 .len = 4 }, 0, NULL, NULL) == 0,
+	      "producer_sends_the_waiting_key");
+	st = att_next(&x7, &h, got, sizeof(got), 5000);
+	CHECK(st == 0 && h.type == REMOTE_RESP && h.id == 7 && h.status == 0 && h.len == 1 &&
+	      !memcmp(got, "MINE", 4), "waiting_request_answered_with_the_tensor (status %d)",
+	      h.status);
+	CHECK(b_to_a(w.a, w.b, "after-waiting"), "legitimate_workers_served_after_waiting_theft");
+out:
+	att_close(&x7);
+	att_close(&x8);
+	workers_down(&w);
+}
+
 void test_remote_authz(void)
 {
 	anonymous_abort();
 	forged_answer();
 	stolen_key();
+	stolen_waiting_key();
 }
