@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * The collectives over a shared segment (coll_shm.h).  Every call starts
- * the same way: a member describes the call in its line (and, when the
- * tensor fits a slot, copies its part into its slot), publishes a phase,
- * and waits until every member did; then each checks that all described
- * the same call.
+ * the same way: a member waits until it may reuse this call's parity (the
+ * reuse rule in coll_shm.h), describes the call in its line and says so in
+ * its parts word (with the first part of its slot when the call goes
+ * through the slots).  No barrier follows: a member compares the
+ * description of every member it reads before reading it, and at the end
+ * of the call that of every other member that has arrived by then (of two
+ * members, the one that arrives second sees the first's), so every pair is
+ * compared by at least one of the two.  A difference fails the call and
+ * the segment (TPU_E_COLL_MISMATCH, its reason in the header): a member
+ * that returned early, a broadcast's root say, fails a later call (at the
+ * latest the one that reuses the parity) with that reason.
  *
  * Slots (up to TPU__SHM_SLOT bytes; broadcast and all-gather only below
  * SHM_SINGLE_COPY): written and read in parts of SHM_PART bytes, each
  * announced in the owner's parts word.  Reductions are in rank order, so
  * that all get the same bits: below SHM_SPLIT each member reduces every
- * slot; from it an all-reduce is split (split_all_reduce()).  No phase at
- * the end: a slot is rewritten two calls later, after every member started
- * the next one, so finished reading this one.
+ * slot; from it an all-reduce is split (split_all_reduce()).  A member
+ * returns once its result is complete, publishing one phase that says it
+ * read everything of this call: the broadcast's root right after filling
+ * its slot, the others once they copied or reduced what they need.
  *
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
  * (member r reduces chunk r reading every other member's input with
@@ -86,17 +94,34 @@ static bool differs(const struct tpu__shm_coll *s, const struct shm_desc *mine,
 	return false;
 }
 
-static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
+/*
+ * Member @r's description of @call against this member's: a difference
+ * fails the call (its reason in @reason) and the segment (the reason in
+ * the header, for the members that returned already).
+ */
+static tpu_status check_one(struct tpu__shm_coll *s, uint64_t call, int r, char *reason,
+			    size_t size)
 {
 	const struct shm_desc *mine = &shm_line(s, s->rank)->desc[call & 1];
+	struct shm_desc d = shm_line(s, r)->desc[call & 1];
+	char why[160];
 
-	for (int r = 0; r < s->n; r++) {
-		struct shm_desc d = shm_line(s, r)->desc[call & 1];
+	if (!differs(s, mine, &d, r, why, sizeof(why)))
+		return 0;
+	if (reason && size)
+		snprintf(reason, size, "%s", why);
+	return tpu__shm_mismatch(s, why);
+}
 
-		if (r != s->rank && differs(s, mine, &d, r, reason, size))
-			return TPU_E_COLL_MISMATCH;
-	}
-	return 0;
+/* After a barrier of this call: every member described it. */
+static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
+{
+	tpu_status st = 0;
+
+	for (int r = 0; r < s->n && !st; r++)
+		if (r != s->rank)
+			st = check_one(s, call, r, reason, size);
+	return st;
 }
 
 /* @len bytes of @src written at @addr in process @pid (process_vm_writev). */
@@ -467,10 +492,8 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 
 /*
  * This member's input into its slot, one part at a time, each said
- * written: the first before the phase that starts the call (a small one
- * is then whole when the others look), the others after it, while the
- * others already read; then the rest of the barrier.  A reduce-scatter
- * writes only the other members' chunks (rs_reduce()).
+ * written, while the others already read the parts before.  A
+ * reduce-scatter writes only the other members' chunks (rs_reduce()).
  */
 static void fill_range(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t from,
 		       size_t to, uint32_t *part)
@@ -481,19 +504,15 @@ static void fill_range(struct tpu__shm_coll *s, uint64_t call, const char *in, s
 		end = at + SHM_PART < to ? at + SHM_PART : to;
 		memcpy(slot + at, in + at, end - at);
 		tpu__shm_ready(s, call, ++*part);
-		if (*part == 1)
-			tpu__shm_publish(s);
 	}
 }
 
-static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
-			    size_t es)
+static void fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+		      size_t es)
 {
 	const char *in = c->in;
 	uint32_t part = 0;
 
-	if (s->failed)
-		return s->failed;
 	if (c->type != TPU_COLL_REDUCE_SCATTER) {
 		fill_range(s, call, in, 0, c->count * es, &part);
 	} else {
@@ -505,11 +524,56 @@ static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct
 				   &part);
 		}
 	}
-	if (!part) {
+	if (!part)
 		tpu__shm_ready(s, call, 0);
-		tpu__shm_publish(s);
+}
+
+/* The reuse rule (coll_shm.h): every other member finished call @call - 2. */
+static tpu_status wait_reuse(struct tpu__shm_coll *s, uint64_t call, uint64_t deadline_ns)
+{
+	tpu_status st = 0;
+
+	if (call < 2)
+		return 0;
+	for (int k = 1; k < s->n && !st; k++)
+		st = tpu__shm_wait(s, (s->rank + k) % s->n, s->done_seq[call & 1], deadline_ns);
+	return st;
+}
+
+/*
+ * A call through the slots: fill (or just arrive), compare the
+ * description of each member this one reads once it is there, read, then
+ * compare those of the others that arrived meanwhile, and say that this
+ * member read everything of this call (one phase).
+ */
+static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			    size_t es, char *reason, size_t size)
+{
+	bool bcast = c->type == TPU_COLL_BROADCAST, checked[TPU__SHM_MAX_MEMBERS] = { false };
+	tpu_status st = 0;
+
+	if (!bcast || s->rank == c->root)
+		fill_slot(s, call, c, es);
+	else
+		tpu__shm_ready(s, call, 0);
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+
+		if (bcast && (s->rank == c->root || r != c->root))
+			continue;
+		st = tpu__shm_wait_ready(s, r, call, 0, c->deadline_ns);
+		if (!st)
+			st = check_one(s, call, r, reason, size);
+		checked[r] = true;
 	}
-	return tpu__shm_wait_all(s, c->deadline_ns);
+	if (!st)
+		st = via_slots(s, call, c, es);
+	for (int r = 0; r < s->n && !st; r++)
+		if (r != s->rank && !checked[r] && tpu__shm_arrived(s, r, call))
+			st = check_one(s, call, r, reason, size);
+	if (!st)
+		tpu__shm_publish(s);
+	return st;
 }
 
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
@@ -525,35 +589,53 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	if (!s || !c || !es || c->type < TPU_COLL_REDUCTION || c->type > TPU_COLL_REDUCE_SCATTER ||
 	    c->root < 0 || c->root >= s->n || c->count > SIZE_MAX / es / (size_t)s->n)
 		return -EINVAL;
-	if (s->failed)
-		return s->failed;
-	call = s->calls++;
+	/* Another member's failure, seen at the latest here: sticky, a mismatch included. */
+	st = s->failed ? s->failed : tpu__shm_aborted(s);
+	if (!st) {
+		call = s->calls++;
+		st = wait_reuse(s, call, c->deadline_ns);
+	}
+	if (st) {
+		s->failed = st;
+		goto out;
+	}
 	d = &shm_line(s, s->rank)->desc[call & 1];
 	*d = (struct shm_desc){ .type = c->type, .dtype = c->dtype, .op = c->op,
 				.final_op = c->final_op, .root = c->root, .count = c->count,
 				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
 	slots = through_slots(s, c, es);
 	s->fell_back = false;
-	/* The grants are in place before the phase that lets the others read. */
-	if (!slots && s->kmod)
-		tpu__shm_kmod_expose(s, call, c, es);
-	if (slots && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
-		st = fill_slot(s, call, c, es);
-	else
+	if (slots) {
+		st = slot_call(s, call, c, es, reason, size);
+	} else {
+		/* The grants are in place before the phase that lets the others read. */
+		if (s->kmod)
+			tpu__shm_kmod_expose(s, call, c, es);
+		/* Described: a member on the slots compares with it. */
+		tpu__shm_ready(s, call, 0);
 		st = tpu__shm_barrier(s, c->deadline_ns);
-	if (!st)
-		st = check_all(s, call, reason, size);
-	if (!st)
-		st = slots ? via_slots(s, call, c, es) : via_cma(s, call, c, es);
-	/* After the final barrier (or a failure): no member copies through these grants any more. */
-	if (!slots && s->kmod)
-		tpu__shm_kmod_end(s);
+		if (!st)
+			st = check_all(s, call, reason, size);
+		if (!st)
+			st = via_cma(s, call, c, es);
+		/* After the final barrier (or a failure): no member copies through these grants. */
+		if (s->kmod)
+			tpu__shm_kmod_end(s);
+	}
 	way = slots ? SHM_WAY_SLOTS : !s->kmod ? SHM_WAY_CMA :
 	      s->fell_back ? SHM_WAY_MIXED : SHM_WAY_KMOD;
 	s->way = way == SHM_WAY_SLOTS ? "slots" : way == SHM_WAY_CMA ? "cma" :
 		 way == SHM_WAY_KMOD ? "kmod" : "kmod+cma";
-	if (!st)
+	if (!st) {
+		s->done_seq[call & 1] = s->seq;
 		tpu__shm_coll_count_way(way);
+	}
+out:
+	if (st == TPU_E_COLL_MISMATCH && reason && size && !reason[0]) {
+		tpu__shm_why(s, reason, size);
+		if (!reason[0])
+			snprintf(reason, size, "shm: the members called different collectives");
+	}
 	if (st && st != TPU_E_COLL_MISMATCH && reason && size && !reason[0])
 		snprintf(reason, size, "shm: %s of %llu elements, rank %d: %s", type_name(c->type),
 			 (unsigned long long)c->count, s->rank, tpu_status_name(st));

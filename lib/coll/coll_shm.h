@@ -4,11 +4,31 @@
  * maps it and waits on it, coll_shm.c runs the collectives over it).
  *
  * Layout: a header line, one control line per member, then two data slots
- * per member (alternating by call, so a slot is rewritten only once every
- * member has started the next call, i.e. finished reading it).  A member
- * writes only its own line and slots; what others wrote there is read as
- * hostile: counts are compared with the reader's own, addresses are used
- * only with the pid the kernel proved, and nothing else is acted on.
+ * per member (alternating by call).  A member writes only its own line and
+ * slots; what others wrote there is read as hostile: counts are compared
+ * with the reader's own, addresses are used only with the pid the kernel
+ * proved, and nothing else is acted on.
+ *
+ * No call ends in a barrier: a member returns once its own result is
+ * complete (a broadcast's root right after filling its slot).  What keeps
+ * that safe is the reuse rule: before call k writes anything of parity
+ * k & 1 (the slot, the description, a grant table), the member waits until
+ * every other member published the phase that ends its call k - 2
+ * (wait_reuse() in coll_shm.c).  Why that suffices:
+ *  - every member publishes the same number of phases in each call (one at
+ *    the end of a call through the slots; the single-copy path's barriers),
+ *    so "member r's seq reached the value this member's had after call
+ *    k - 2" means r finished call k - 2, every read of it included;
+ *  - a member reads parity k & 1 of another only inside call k, and only
+ *    what the owner wrote in call k (the parts word carries the call's
+ *    number, and a description is read only once that word names call k or
+ *    later);
+ *  - so the owner's write of call k + 2 comes after every reader's last
+ *    read of call k, and call k + 1 uses the other parity.  An owner that
+ *    runs ahead blocks at call k + 2, never earlier, and never overwrites
+ *    what a late member has yet to read.
+ * Call numbers in a parts word are 16 bits, compared as a signed
+ * difference: members are never more than two calls apart.
  */
 #ifndef TPU_COLL_SHM_H
 #define TPU_COLL_SHM_H
@@ -87,6 +107,8 @@ struct shm_hdr {
 	uint32_t n;
 	uint64_t slot;
 	_Atomic int32_t abort;		/* 0, or the status every member fails with */
+	_Atomic uint32_t why_state;	/* 0, 1 while a mismatch's reason is written, 2 */
+	char why[96];			/* that reason (another member's words: sanitised) */
 };
 
 _Static_assert(sizeof(struct shm_line) <= SHM_LINE, "control line too long");
@@ -102,6 +124,7 @@ struct tpu__shm_coll {
 	uint32_t seq;			/* this member's phases published */
 	uint64_t spin_ns;		/* spin this long before yielding the core */
 	uint64_t calls;			/* calls run */
+	uint32_t done_seq[2];		/* seq at the end of the last call of each parity */
 	void *tmp;			/* one piece, for reductions from peers */
 	tpu_status failed;		/* sticky: the segment is out of step */
 	const char *way;		/* of the last call: "slots", "cma", "kmod" or "kmod+cma" */
@@ -149,6 +172,12 @@ tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s);
 bool tpu__shm_dead(const struct tpu__shm_coll *s, int r, int within_ms);
 /* Fail the segment for every member with @st (the others see @peer_st). */
 tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer_st);
+/* Fail it with TPU_E_COLL_MISMATCH, leaving @why in the header for the others. */
+tpu_status tpu__shm_mismatch(struct tpu__shm_coll *s, const char *why);
+/* The reason a member left with its mismatch, printable, into @buf ("" if none). */
+void tpu__shm_why(const struct tpu__shm_coll *s, char *buf, size_t size);
+/* Whether member @r's parts word names call @call or a later one (its description is there). */
+bool tpu__shm_arrived(const struct tpu__shm_coll *s, int r, uint64_t call);
 
 /* coll_shm_kmod.c */
 /*

@@ -275,24 +275,23 @@ static int every_type(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
-/* The shm path ran: the segment is mapped, and a mismatch is its own. */
+/*
+ * The shm path ran: the segment is mapped, and a mismatch is its own; it
+ * fails the segment, later calls with the same reason.
+ */
 static int path_taken(struct tpu_world *w, int me, int n)
 {
 	float a[8] = { 1 }, b[8];
-	char why[256];
+	char why[256], again[256];
 	int pid = 0, pids[8] = { 0 }, mine = (int)getpid();
-	struct tpu_pipe *p;
+	struct tpu_pipe *p = NULL;
 
 	R_CHECK(!strcmp(tpu_world_coll_path(w), ""));	/* not decided yet */
 	R_CHECK(!strcmp(tpu_world_coll_path(NULL), ""));
 	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
 	R_CHECK(segment_mapped());
 	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm"));
-	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
-				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
-	tpu_world_last_reason(w, why, sizeof(why));
-	R_CHECK(!strncmp(why, "shm: ", 5) && strstr(why, "count"));
-	/* Still usable; and the pid a pipe proves is the peer's own. */
+	/* The pid a pipe proves is the peer's own. */
 	R_CHECK(tpu_world_all_gather(w, &mine, pids, 1, TPU_DT_INT32, 20 * SECOND) == 0);
 	for (int r = 0; r < n; r++) {
 		if (r == me)
@@ -302,6 +301,15 @@ static int path_taken(struct tpu_world *w, int me, int n)
 	}
 	R_CHECK(tpu_pipe_peer_pid(p, NULL) == -EINVAL);
 	R_CHECK(tpu_pipe_peer_pid(NULL, &pid) == -EINVAL && pid == 0);
+	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
+				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
+	tpu_world_last_reason(w, why, sizeof(why));
+	R_CHECK(!strncmp(why, "shm: ", 5) && strstr(why, "count"));
+	/* Sticky: the members may be out of step (a broadcast's root returns early). */
+	R_CHECK(tpu_world_all_gather(w, &mine, pids, 1, TPU_DT_INT32, 20 * SECOND) ==
+		TPU_E_COLL_MISMATCH);
+	tpu_world_last_reason(w, again, sizeof(again));
+	R_CHECK(!strncmp(again, "shm: ", 5) && strstr(again, "count"));
 	return 0;
 }
 
@@ -393,6 +401,109 @@ static int timeout_aborts(struct tpu_world *w, int me)
 	}
 	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
 				     20 * SECOND) == (me == 1 ? -ETIMEDOUT : -ECONNABORTED));
+	return 0;
+}
+
+#define HOLD_MS	800
+
+/*
+ * Rank 0 broadcasts three times while rank n - 1 is held back HOLD_MS:
+ * the first two return without it (the second through the other slot),
+ * the third waits until it read the first (the slot's reuse); every
+ * member gets every broadcast's bytes.
+ */
+static int root_runs_ahead(struct tpu_world *w, int me, int n)
+{
+	int32_t v[3][5];
+	uint64_t t0, took[3];
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	t0 = now_ns();
+	if (me == n - 1)
+		usleep(HOLD_MS * 1000);
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 5; i++)
+			v[k][i] = me ? -1 : 100 * k + i;
+		R_CHECK(tpu_world_broadcast(w, v[k], 5, TPU_DT_INT32, 0, 20 * SECOND) == 0);
+		took[k] = now_ns() - t0;
+	}
+	for (int k = 0; k < 3; k++)
+		for (int i = 0; i < 5; i++)
+			R_CHECK(v[k][i] == 100 * k + i);
+	if (!me) {
+		R_CHECK(took[1] < HOLD_MS / 2 * MS);
+		R_CHECK(took[2] >= (HOLD_MS - 50) * MS);
+	}
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	return 0;
+}
+
+/*
+ * Rank 1, late, calls rank 0's broadcast with another count: it fails
+ * with the mismatch; rank 0 returned already, and fails its next call
+ * with rank 1's very reason.
+ */
+static int reader_finds_mismatch(struct tpu_world *w, int me)
+{
+	float a[8] = { 0 };
+	char why[256] = "", peer[96] = "";
+	size_t len = 0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	if (me == 1) {
+		usleep(200 * 1000);
+		R_CHECK(tpu_world_broadcast(w, a, 5, TPU_DT_FLOAT32, 0, 20 * SECOND) ==
+			TPU_E_COLL_MISMATCH);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "element count") && strlen(why) < sizeof(peer));
+		R_CHECK(tpu_world_send(w, 0, why, strlen(why) + 1, 20 * SECOND) == 0);
+	} else {
+		R_CHECK(tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, 0, 20 * SECOND) == 0);
+		R_CHECK(tpu_world_recv(w, 1, peer, sizeof(peer), &len, 20 * SECOND) == 0);
+		R_CHECK(len > 1 && peer[len - 1] == 0);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
+	if (!me) {
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(!strcmp(why, peer));
+	}
+	return 0;
+}
+
+/*
+ * Every member a broadcast's root of its own: no one reads another's
+ * slot, yet of each two one compares the other's description at its end,
+ * so at least one fails, and every member's next call does.
+ */
+static int roots_of_their_own(struct tpu_world *w, int me, int n)
+{
+	float a[4] = { 0 };
+	int32_t mine, all[8];
+	tpu_status st;
+
+	R_CHECK(n <= 8);
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	st = tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, me, 20 * SECOND);
+	R_CHECK(st == 0 || st == TPU_E_COLL_MISMATCH);
+	mine = st;
+	/* Every status to rank 0 through the pipes, which a mismatch leaves usable. */
+	if (me) {
+		R_CHECK(tpu_world_send(w, 0, &mine, sizeof(mine), 20 * SECOND) == 0);
+	} else {
+		int failed = mine == TPU_E_COLL_MISMATCH;
+
+		for (int r = 1; r < n; r++) {
+			size_t len = 0;
+
+			R_CHECK(tpu_world_recv(w, r, &all[r], sizeof(all[r]), &len, 20 * SECOND) ==
+				0 && len == sizeof(all[r]));
+			failed += all[r] == TPU_E_COLL_MISMATCH;
+		}
+		R_CHECK(failed >= 1);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
 	return 0;
 }
 
@@ -659,7 +770,8 @@ static int memlock_falls_back(struct tpu_world *w, int me, int n)
 
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
-       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK };
+       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK, SC_AHEAD, SC_LATE_MISMATCH,
+       SC_OWN_ROOTS };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -771,6 +883,15 @@ static int rank_main(int me, int n, void *arg)
 	case SC_MEMLOCK:
 		line = memlock_falls_back(w, me, n);
 		break;
+	case SC_AHEAD:
+		line = root_runs_ahead(w, me, n);
+		break;
+	case SC_LATE_MISMATCH:
+		line = reader_finds_mismatch(w, me);
+		break;
+	case SC_OWN_ROOTS:
+		line = roots_of_their_own(w, me, n);
+		break;
 	}
 	if (line)
 		return line;
@@ -848,7 +969,10 @@ void test_world_shm(void)
 					     "TPU_COLL_COPY_cma_keeps_process_vm_readv",
 					     "TPU_COLL_COPY_kmod_takes_the_module_or_refuses",
 					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call",
-					     "a_member_the_module_will_not_pin_for_is_read_by_cma" };
+					     "a_member_the_module_will_not_pin_for_is_read_by_cma",
+					     "broadcast_root_runs_two_calls_ahead_of_a_late_member",
+					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
+					     "every_member_its_own_root_one_finds_it" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -857,8 +981,9 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_MEMLOCK; k++) {
-		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
+	for (int k = SC_PATH; k <= SC_OWN_ROOTS; k++) {
+		int n = k == SC_AHEAD || k == SC_OWN_ROOTS ? 4 :
+			k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
 				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
