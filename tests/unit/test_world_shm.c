@@ -4,7 +4,10 @@
  * lib/boot/world_shm.c), in fork()ed worlds of 2, 3 and 4 ranks on this
  * host: every type, op and length (0, 1, odd, through the slots and large
  * enough for process_vm_readv) checked element by element; the path
- * proven taken (the segment mapped, its own mismatch reason); a member
+ * proven taken (the segment mapped, its own mismatch reason, sticky); a
+ * broadcast's root running two calls ahead of a late member and blocking
+ * at the third; a late reader's mismatch failing the root's next call with
+ * the reader's reason; every member its own root found by one; a member
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
  * forcing either path and refusing other values; and the segment's own
