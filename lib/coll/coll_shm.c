@@ -18,9 +18,9 @@
  * announced in the owner's parts word.  Reductions are in rank order, so
  * that all get the same bits: below SHM_SPLIT each member reduces every
  * slot; from it an all-reduce is split (split_all_reduce()).  A member
- * returns once its result is complete, publishing one phase that says it
- * read everything of this call: the broadcast's root right after filling
- * its slot, the others once they copied or reduced what they need.
+ * returns once its result is complete, with no phase: the broadcast's
+ * root right after filling its slot, the others once they copied or
+ * reduced what they need.
  *
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
  * (member r reduces chunk r reading every other member's input with
@@ -102,8 +102,8 @@ static bool differs(const struct tpu__shm_coll *s, const struct shm_desc *mine,
 static tpu_status check_one(struct tpu__shm_coll *s, uint64_t call, int r, char *reason,
 			    size_t size)
 {
-	const struct shm_desc *mine = &shm_line(s, s->rank)->desc[call & 1];
-	struct shm_desc d = shm_line(s, r)->desc[call & 1];
+	const struct shm_desc *mine = shm_desc_of(s, s->rank, call);
+	struct shm_desc d = *shm_desc_of(s, r, call);
 	char why[160];
 
 	if (!differs(s, mine, &d, r, why, sizeof(why)))
@@ -158,7 +158,7 @@ static tpu_status cma_write(pid_t pid, uint64_t addr, const void *src, size_t le
 static tpu_status peer_io(struct tpu__shm_coll *s, int r, uint64_t call, bool out, uint64_t off,
 			  void *buf, size_t len, bool write)
 {
-	const struct shm_desc *d = &shm_line(s, r)->desc[call & 1];
+	const struct shm_desc *d = shm_desc_of(s, r, call);
 	uint32_t grant = tpu__shm_kmod_grant(s, r, call, out);
 	uint64_t addr = (out ? d->out : d->in) + off;
 	tpu_status st;
@@ -272,9 +272,9 @@ static tpu_status reduce_slots(struct tpu__shm_coll *s, uint64_t call,
 			st = upto(s, (s->rank + k) % s->n, call, end, c->deadline_ns);
 		if (st)
 			break;
-		memcpy(out + at - base, shm_slot(s, 0, call) + at, end - at);
+		memcpy(out + at - base, shm_data(s, 0, call) + at, end - at);
 		for (int r = 1; r < s->n; r++)
-			tpu__coll_reduce(c->dtype, c->op, out + at - base, shm_slot(s, r, call) + at,
+			tpu__coll_reduce(c->dtype, c->op, out + at - base, shm_data(s, r, call) + at,
 					 (end - at) / es);
 		tpu__coll_final(c->dtype, c->final_op, out + at - base, (end - at) / es, s->n);
 	}
@@ -291,7 +291,7 @@ static tpu_status copy_slot(struct tpu__shm_coll *s, uint64_t call, int r, char 
 		end = at + SHM_PART < bytes ? at + SHM_PART : bytes;
 		st = upto(s, r, call, end, deadline_ns);
 		if (!st)
-			memcpy(out + at, shm_slot(s, r, call) + at, end - at);
+			memcpy(out + at, shm_data(s, r, call) + at, end - at);
 	}
 	return st;
 }
@@ -314,7 +314,7 @@ static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
 
 	if (st)
 		return st;
-	memcpy(shm_slot(s, s->rank, call) + off, out + off, end - off);
+	memcpy(shm_data(s, s->rank, call) + off, out + off, end - off);
 	tpu__shm_ready(s, call, SHM_REDUCED);
 	for (int k = 1; k < s->n && !st; k++) {
 		int r = (s->rank + k) % s->n;
@@ -322,7 +322,7 @@ static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
 
 		st = tpu__shm_wait_ready(s, r, call, SHM_REDUCED, c->deadline_ns);
 		if (!st)
-			memcpy(out + o, shm_slot(s, r, call) + o,
+			memcpy(out + o, shm_data(s, r, call) + o,
 			       tpu__coll_chunk_len(c->count, s->n, r) * es);
 	}
 	return st;
@@ -385,7 +385,7 @@ static tpu_status rs_reduce(struct tpu__shm_coll *s, uint64_t call, const struct
 			break;
 		for (int r = 0; r < s->n; r++) {
 			const char *src = r == s->rank ? (const char *)c->in + off + at :
-				(const char *)shm_slot(s, r, call) + off + at;
+				(const char *)shm_data(s, r, call) + off + at;
 
 			if (!r)
 				memmove(out + at, src, end - at);
@@ -498,7 +498,7 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 static void fill_range(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t from,
 		       size_t to, uint32_t *part)
 {
-	unsigned char *slot = shm_slot(s, s->rank, call);
+	unsigned char *slot = shm_data(s, s->rank, call);
 
 	for (size_t at = from, end; at < to; at = end) {
 		end = at + SHM_PART < to ? at + SHM_PART : to;
@@ -528,23 +528,28 @@ static void fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__
 		tpu__shm_ready(s, call, 0);
 }
 
-/* The reuse rule (coll_shm.h): every other member finished call @call - 2. */
+/*
+ * The reuse rule (coll_shm.h): every other member finished call @call - D,
+ * which its parts word says once it names call @call - D + 1.
+ */
 static tpu_status wait_reuse(struct tpu__shm_coll *s, uint64_t call, uint64_t deadline_ns)
 {
+	uint64_t back = s->small ? SHM_RING : 2;
 	tpu_status st = 0;
 
-	if (call < 2)
+	if (call < back)
 		return 0;
 	for (int k = 1; k < s->n && !st; k++)
-		st = tpu__shm_wait(s, (s->rank + k) % s->n, s->done_seq[call & 1], deadline_ns);
+		st = tpu__shm_wait_ready(s, (s->rank + k) % s->n, call - back + 1, 0, deadline_ns);
 	return st;
 }
 
 /*
  * A call through the slots: fill (or just arrive), compare the
  * description of each member this one reads once it is there, read, then
- * compare those of the others that arrived meanwhile, and say that this
- * member read everything of this call (one phase).
+ * compare those of the others that arrived meanwhile.  No phase: entering
+ * the next call (its parts word) says this member read everything of this
+ * one.
  */
 static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
 			    size_t es, char *reason, size_t size)
@@ -571,8 +576,6 @@ static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct
 	for (int r = 0; r < s->n && !st; r++)
 		if (r != s->rank && !checked[r] && tpu__shm_arrived(s, r, call))
 			st = check_one(s, call, r, reason, size);
-	if (!st)
-		tpu__shm_publish(s);
 	return st;
 }
 
@@ -591,6 +594,8 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 		return -EINVAL;
 	/* Another member's failure, seen at the latest here: sticky, a mismatch included. */
 	st = s->failed ? s->failed : tpu__shm_aborted(s);
+	slots = through_slots(s, c, es);
+	s->small = slots && slot_bytes(c, es) <= SHM_SMALL;
 	if (!st) {
 		call = s->calls++;
 		st = wait_reuse(s, call, c->deadline_ns);
@@ -599,11 +604,10 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 		s->failed = st;
 		goto out;
 	}
-	d = &shm_line(s, s->rank)->desc[call & 1];
+	d = shm_desc_of(s, s->rank, call);
 	*d = (struct shm_desc){ .type = c->type, .dtype = c->dtype, .op = c->op,
 				.final_op = c->final_op, .root = c->root, .count = c->count,
 				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
-	slots = through_slots(s, c, es);
 	s->fell_back = false;
 	if (slots) {
 		st = slot_call(s, call, c, es, reason, size);
@@ -626,10 +630,8 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	      s->fell_back ? SHM_WAY_MIXED : SHM_WAY_KMOD;
 	s->way = way == SHM_WAY_SLOTS ? "slots" : way == SHM_WAY_CMA ? "cma" :
 		 way == SHM_WAY_KMOD ? "kmod" : "kmod+cma";
-	if (!st) {
-		s->done_seq[call & 1] = s->seq;
+	if (!st)
 		tpu__shm_coll_count_way(way);
-	}
 out:
 	if (st == TPU_E_COLL_MISMATCH && reason && size && !reason[0]) {
 		tpu__shm_why(s, reason, size);

@@ -48,7 +48,8 @@
 
 static size_t seg_size(int n, size_t slot)
 {
-	return SHM_LINE * (1 + (size_t)n) + 2 * slot * (size_t)n;
+	return SHM_LINE * (1 + (size_t)n) + 2 * slot * (size_t)n +
+	       (size_t)n * SHM_RING * (sizeof(struct shm_desc) + SHM_SMALL);
 }
 
 static void futex_wake(_Atomic uint32_t *w)

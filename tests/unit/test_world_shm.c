@@ -5,8 +5,8 @@
  * host: every type, op and length (0, 1, odd, through the slots and large
  * enough for process_vm_readv) checked element by element; the path
  * proven taken (the segment mapped, its own mismatch reason, sticky); a
- * broadcast's root running two calls ahead of a late member and blocking
- * at the third; a late reader's mismatch failing the root's next call with
+ * broadcast's root running ahead of a late member (SHM_RING - 1 small
+ * calls, one large one) and blocking at the next; a late reader's mismatch failing the root's next call with
  * the reader's reason; every member its own root found by one; a member
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
@@ -410,32 +410,40 @@ static int timeout_aborts(struct tpu_world *w, int me)
 #define HOLD_MS	800
 
 /*
- * Rank 0 broadcasts three times while rank n - 1 is held back HOLD_MS:
- * the first two return without it (the second through the other slot),
- * the third waits until it read the first (the slot's reuse); every
- * member gets every broadcast's bytes.
+ * Rank 0 broadcasts SHM_RING small tensors while rank n - 1 is held back
+ * HOLD_MS before it enters the first: the first SHM_RING - 1 return
+ * without it (each through another small slot), the last waits until it
+ * entered the first call (so finished the calls before: the reuse rule);
+ * every member gets every broadcast's bytes.  Then the same with tensors
+ * for the two parity slots: the second waits.
  */
 static int root_runs_ahead(struct tpu_world *w, int me, int n)
 {
-	int32_t v[3][5];
-	uint64_t t0, took[3];
+	enum { K = SHM_RING, BIG = SHM_SMALL / 4 + 1 };
+	static int32_t v[K][BIG];
+	uint64_t t0, took[K];
 
-	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
-	t0 = now_ns();
-	if (me == n - 1)
-		usleep(HOLD_MS * 1000);
-	for (int k = 0; k < 3; k++) {
-		for (int i = 0; i < 5; i++)
-			v[k][i] = me ? -1 : 100 * k + i;
-		R_CHECK(tpu_world_broadcast(w, v[k], 5, TPU_DT_INT32, 0, 20 * SECOND) == 0);
-		took[k] = now_ns() - t0;
-	}
-	for (int k = 0; k < 3; k++)
-		for (int i = 0; i < 5; i++)
-			R_CHECK(v[k][i] == 100 * k + i);
-	if (!me) {
-		R_CHECK(took[1] < HOLD_MS / 2 * MS);
-		R_CHECK(took[2] >= (HOLD_MS - 50) * MS);
+	for (int big = 0; big < 2; big++) {
+		int calls = big ? 2 : K, count = big ? BIG : 5;
+
+		R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+		t0 = now_ns();
+		if (me == n - 1)
+			usleep(HOLD_MS * 1000);
+		for (int k = 0; k < calls; k++) {
+			for (int i = 0; i < count; i++)
+				v[k][i] = me ? -1 : 100 * k + i;
+			R_CHECK(tpu_world_broadcast(w, v[k], (size_t)count, TPU_DT_INT32, 0,
+						    20 * SECOND) == 0);
+			took[k] = now_ns() - t0;
+		}
+		for (int k = 0; k < calls; k++)
+			for (int i = 0; i < count; i++)
+				R_CHECK(v[k][i] == 100 * k + i);
+		if (!me) {
+			R_CHECK(took[calls - 2] < HOLD_MS / 2 * MS);
+			R_CHECK(took[calls - 1] >= (HOLD_MS - 50) * MS);
+		}
 	}
 	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
 	return 0;
@@ -973,7 +981,7 @@ void test_world_shm(void)
 					     "TPU_COLL_COPY_kmod_takes_the_module_or_refuses",
 					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call",
 					     "a_member_the_module_will_not_pin_for_is_read_by_cma",
-					     "broadcast_root_runs_two_calls_ahead_of_a_late_member",
+					     "broadcast_root_runs_ahead_of_a_late_member_until_a_slot_is_reused",
 					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
 					     "every_member_its_own_root_one_finds_it" };
 
