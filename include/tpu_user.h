@@ -1904,8 +1904,8 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * complete (a broadcast's root once it published its tensor), so a
  * mismatch is found by the ranks that read the differing rank's call, not
  * necessarily by all in that call: a rank that returned already fails a
- * later call (at the latest its second) with TPU_E_COLL_MISMATCH and the
- * same reason, and the segment stays failed: every later collective
+ * later call (its next once another rank failed, at the latest the 8th)
+ * with TPU_E_COLL_MISMATCH and the same reason, and the segment stays failed: every later collective
  * returns TPU_E_COLL_MISMATCH (send and receive still work).  When the ranks sit on several hosts (some with
  * more than one rank), the collectives run in two levels: each host's
  * ranks meet in a segment of their own and one leader per host meets the
