@@ -113,14 +113,25 @@ static tpu_status check_one(struct tpu__shm_coll *s, uint64_t call, int r, char 
 	return tpu__shm_mismatch(s, why);
 }
 
-/* After a barrier of this call: every member described it. */
-static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
+/*
+ * The single-copy path's start: every other member's description of
+ * @call (and grant table) once it is there, compared.  No phase: a member
+ * that went through the slots with another description publishes none,
+ * but it says it arrived, so this member finds the difference instead of
+ * waiting for it.
+ */
+static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, uint64_t deadline_ns,
+			    char *reason, size_t size)
 {
 	tpu_status st = 0;
 
-	for (int r = 0; r < s->n && !st; r++)
-		if (r != s->rank)
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+
+		st = tpu__shm_wait_ready(s, r, call, 0, deadline_ns);
+		if (!st)
 			st = check_one(s, call, r, reason, size);
+	}
 	return st;
 }
 
@@ -612,14 +623,12 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	if (slots) {
 		st = slot_call(s, call, c, es, reason, size);
 	} else {
-		/* The grants are in place before the phase that lets the others read. */
+		/* The grants are in place before the parts word that lets the others read. */
 		if (s->kmod)
 			tpu__shm_kmod_expose(s, call, c, es);
-		/* Described: a member on the slots compares with it. */
+		/* Described, grants included: the others may compare and read. */
 		tpu__shm_ready(s, call, 0);
-		st = tpu__shm_barrier(s, c->deadline_ns);
-		if (!st)
-			st = check_all(s, call, reason, size);
+		st = check_all(s, call, c->deadline_ns, reason, size);
 		if (!st)
 			st = via_cma(s, call, c, es);
 		/* After the final barrier (or a failure): no member copies through these grants. */

@@ -7,7 +7,8 @@
  * proven taken (the segment mapped, its own mismatch reason, sticky); a
  * broadcast's root running ahead of a late member (SHM_RING - 1 small
  * calls, one large one) and blocking at the next; a late reader's mismatch failing the root's next call with
- * the reader's reason; every member its own root found by one; a member
+ * the reader's reason; every member its own root found by one; a
+ * single-copy call against a slot call found promptly; a member
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
  * forcing either path and refusing other values; and the segment's own
@@ -483,6 +484,36 @@ static int reader_finds_mismatch(struct tpu_world *w, int me)
 }
 
 /*
+ * Rank 1, late, calls rank 0's small broadcast with a count that goes
+ * single-copy: it finds the difference once rank 0 arrived, promptly,
+ * though rank 0 went through the slots and published no phase for it.
+ */
+static int ways_differ(struct tpu_world *w, int me)
+{
+	static float a[16 << 10];	/* 64 KiB: read with process_vm_readv */
+	int32_t st, got = 0;
+	size_t len = 0;
+	uint64_t t0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	t0 = now_ns();
+	if (me == 1) {
+		usleep(100 * 1000);
+		st = tpu_world_broadcast(w, a, 16 << 10, TPU_DT_FLOAT32, 0, 20 * SECOND);
+		R_CHECK(st == TPU_E_COLL_MISMATCH && now_ns() - t0 < 5 * SECOND);
+		R_CHECK(tpu_world_send(w, 0, &st, sizeof(st), 20 * SECOND) == 0);
+	} else {
+		st = tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, 0, 20 * SECOND);
+		R_CHECK(st == 0 || st == TPU_E_COLL_MISMATCH);
+		R_CHECK(tpu_world_recv(w, 1, &got, sizeof(got), &len, 20 * SECOND) == 0 &&
+			got == TPU_E_COLL_MISMATCH);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
+	return 0;
+}
+
+/*
  * Every member a broadcast's root of its own: no one reads another's
  * slot, yet of each two one compares the other's description at its end,
  * so at least one fails, and every member's next call does.
@@ -782,7 +813,7 @@ static int memlock_falls_back(struct tpu_world *w, int me, int n)
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
        SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK, SC_AHEAD, SC_LATE_MISMATCH,
-       SC_OWN_ROOTS };
+       SC_OWN_ROOTS, SC_WAYS_DIFFER };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -903,6 +934,9 @@ static int rank_main(int me, int n, void *arg)
 	case SC_OWN_ROOTS:
 		line = roots_of_their_own(w, me, n);
 		break;
+	case SC_WAYS_DIFFER:
+		line = ways_differ(w, me);
+		break;
 	}
 	if (line)
 		return line;
@@ -983,7 +1017,8 @@ void test_world_shm(void)
 					     "a_member_the_module_will_not_pin_for_is_read_by_cma",
 					     "broadcast_root_runs_ahead_of_a_late_member_until_a_slot_is_reused",
 					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
-					     "every_member_its_own_root_one_finds_it" };
+					     "every_member_its_own_root_one_finds_it",
+					     "a_single_copy_call_against_a_slot_call_fails_promptly" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -992,7 +1027,7 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_OWN_ROOTS; k++) {
+	for (int k = SC_PATH; k <= SC_WAYS_DIFFER; k++) {
 		int n = k == SC_AHEAD || k == SC_OWN_ROOTS ? 4 :
 			k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
