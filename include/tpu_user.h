@@ -1889,8 +1889,10 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * TPU_COLL_MAX_MEMBERS ranks), -EBUSY, -EDEADLK (on the context's thread),
  * TPU_E_FORKED (in a child forked after the world was formed),
  * TPU_E_COLL_MISMATCH (the ranks called different collectives or with
- * different parameters: every rank gets it, tpu_world_last_reason() says
- * what differs, and the world stays usable), -ETIMEDOUT, TPU_E_PEER_GONE.
+ * different parameters: over the rendezvous every rank gets it,
+ * tpu_world_last_reason() says what differs, and the world stays usable;
+ * over a shared segment, below, it stays failed), -ETIMEDOUT,
+ * TPU_E_PEER_GONE.
  * A failure other than a mismatch or a local -EINVAL ends the world's
  * rendezvous, as a failed step does in TensorFlow: later calls fail too.
  *
@@ -1898,7 +1900,13 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * meet in a shared segment instead of the rendezvous, set up at the first
  * collective (Documentation/collectives.rst): the same statuses, and a
  * member that dies fails every member's call with TPU_E_PEER_GONE within
- * a few milliseconds.  When the ranks sit on several hosts (some with
+ * a few milliseconds.  There a rank returns as soon as its own result is
+ * complete (a broadcast's root once it published its tensor), so a
+ * mismatch is found by the ranks that read the differing rank's call, not
+ * necessarily by all in that call: a rank that returned already fails a
+ * later call (its next once another rank failed, at the latest the 8th)
+ * with TPU_E_COLL_MISMATCH and the same reason, and the segment stays failed: every later collective
+ * returns TPU_E_COLL_MISMATCH (send and receive still work).  When the ranks sit on several hosts (some with
  * more than one rank), the collectives run in two levels: each host's
  * ranks meet in a segment of their own and one leader per host meets the
  * others over the rendezvous; a failure, or a rank that dies, on one host

@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * The collectives over a shared segment (coll_shm.h).  Every call starts
- * the same way: a member describes the call in its line (and, when the
- * tensor fits a slot, copies its part into its slot), publishes a phase,
- * and waits until every member did; then each checks that all described
- * the same call.
+ * the same way: a member waits until it may reuse this call's parity (the
+ * reuse rule in coll_shm.h), describes the call in its line and says so in
+ * its parts word (with the first part of its slot when the call goes
+ * through the slots).  No barrier follows: a member compares the
+ * description of every member it reads before reading it, and at the end
+ * of the call that of every other member that has arrived by then (of two
+ * members, the one that arrives second sees the first's), so every pair is
+ * compared by at least one of the two.  A difference fails the call and
+ * the segment (TPU_E_COLL_MISMATCH, its reason in the header): a member
+ * that returned early, a broadcast's root say, fails a later call (at the
+ * latest the one that reuses the parity) with that reason.
  *
  * Slots (up to TPU__SHM_SLOT bytes; broadcast and all-gather only below
  * SHM_SINGLE_COPY): written and read in parts of SHM_PART bytes, each
  * announced in the owner's parts word.  Reductions are in rank order, so
  * that all get the same bits: below SHM_SPLIT each member reduces every
- * slot; from it an all-reduce is split (split_all_reduce()).  No phase at
- * the end: a slot is rewritten two calls later, after every member started
- * the next one, so finished reading this one.
+ * slot; from it an all-reduce is split (split_all_reduce()).  A member
+ * returns once its result is complete, with no phase: the broadcast's
+ * root right after filling its slot, the others once they copied or
+ * reduced what they need.
  *
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
  * (member r reduces chunk r reading every other member's input with
@@ -86,17 +94,45 @@ static bool differs(const struct tpu__shm_coll *s, const struct shm_desc *mine,
 	return false;
 }
 
-static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, char *reason, size_t size)
+/*
+ * Member @r's description of @call against this member's: a difference
+ * fails the call (its reason in @reason) and the segment (the reason in
+ * the header, for the members that returned already).
+ */
+static tpu_status check_one(struct tpu__shm_coll *s, uint64_t call, int r, char *reason,
+			    size_t size)
 {
-	const struct shm_desc *mine = &shm_line(s, s->rank)->desc[call & 1];
+	const struct shm_desc *mine = shm_desc_of(s, s->rank, call);
+	struct shm_desc d = *shm_desc_of(s, r, call);
+	char why[160];
 
-	for (int r = 0; r < s->n; r++) {
-		struct shm_desc d = shm_line(s, r)->desc[call & 1];
+	if (!differs(s, mine, &d, r, why, sizeof(why)))
+		return 0;
+	if (reason && size)
+		snprintf(reason, size, "%s", why);
+	return tpu__shm_mismatch(s, why);
+}
 
-		if (r != s->rank && differs(s, mine, &d, r, reason, size))
-			return TPU_E_COLL_MISMATCH;
+/*
+ * The single-copy path's start: every other member's description of
+ * @call (and grant table) once it is there, compared.  No phase: a member
+ * that went through the slots with another description publishes none,
+ * but it says it arrived, so this member finds the difference instead of
+ * waiting for it.
+ */
+static tpu_status check_all(struct tpu__shm_coll *s, uint64_t call, uint64_t deadline_ns,
+			    char *reason, size_t size)
+{
+	tpu_status st = 0;
+
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+
+		st = tpu__shm_wait_ready(s, r, call, 0, deadline_ns);
+		if (!st)
+			st = check_one(s, call, r, reason, size);
 	}
-	return 0;
+	return st;
 }
 
 /* @len bytes of @src written at @addr in process @pid (process_vm_writev). */
@@ -133,7 +169,7 @@ static tpu_status cma_write(pid_t pid, uint64_t addr, const void *src, size_t le
 static tpu_status peer_io(struct tpu__shm_coll *s, int r, uint64_t call, bool out, uint64_t off,
 			  void *buf, size_t len, bool write)
 {
-	const struct shm_desc *d = &shm_line(s, r)->desc[call & 1];
+	const struct shm_desc *d = shm_desc_of(s, r, call);
 	uint32_t grant = tpu__shm_kmod_grant(s, r, call, out);
 	uint64_t addr = (out ? d->out : d->in) + off;
 	tpu_status st;
@@ -247,9 +283,9 @@ static tpu_status reduce_slots(struct tpu__shm_coll *s, uint64_t call,
 			st = upto(s, (s->rank + k) % s->n, call, end, c->deadline_ns);
 		if (st)
 			break;
-		memcpy(out + at - base, shm_slot(s, 0, call) + at, end - at);
+		memcpy(out + at - base, shm_data(s, 0, call) + at, end - at);
 		for (int r = 1; r < s->n; r++)
-			tpu__coll_reduce(c->dtype, c->op, out + at - base, shm_slot(s, r, call) + at,
+			tpu__coll_reduce(c->dtype, c->op, out + at - base, shm_data(s, r, call) + at,
 					 (end - at) / es);
 		tpu__coll_final(c->dtype, c->final_op, out + at - base, (end - at) / es, s->n);
 	}
@@ -266,7 +302,7 @@ static tpu_status copy_slot(struct tpu__shm_coll *s, uint64_t call, int r, char 
 		end = at + SHM_PART < bytes ? at + SHM_PART : bytes;
 		st = upto(s, r, call, end, deadline_ns);
 		if (!st)
-			memcpy(out + at, shm_slot(s, r, call) + at, end - at);
+			memcpy(out + at, shm_data(s, r, call) + at, end - at);
 	}
 	return st;
 }
@@ -289,7 +325,7 @@ static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
 
 	if (st)
 		return st;
-	memcpy(shm_slot(s, s->rank, call) + off, out + off, end - off);
+	memcpy(shm_data(s, s->rank, call) + off, out + off, end - off);
 	tpu__shm_ready(s, call, SHM_REDUCED);
 	for (int k = 1; k < s->n && !st; k++) {
 		int r = (s->rank + k) % s->n;
@@ -297,7 +333,7 @@ static tpu_status split_all_reduce(struct tpu__shm_coll *s, uint64_t call,
 
 		st = tpu__shm_wait_ready(s, r, call, SHM_REDUCED, c->deadline_ns);
 		if (!st)
-			memcpy(out + o, shm_slot(s, r, call) + o,
+			memcpy(out + o, shm_data(s, r, call) + o,
 			       tpu__coll_chunk_len(c->count, s->n, r) * es);
 	}
 	return st;
@@ -360,7 +396,7 @@ static tpu_status rs_reduce(struct tpu__shm_coll *s, uint64_t call, const struct
 			break;
 		for (int r = 0; r < s->n; r++) {
 			const char *src = r == s->rank ? (const char *)c->in + off + at :
-				(const char *)shm_slot(s, r, call) + off + at;
+				(const char *)shm_data(s, r, call) + off + at;
 
 			if (!r)
 				memmove(out + at, src, end - at);
@@ -467,33 +503,27 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 
 /*
  * This member's input into its slot, one part at a time, each said
- * written: the first before the phase that starts the call (a small one
- * is then whole when the others look), the others after it, while the
- * others already read; then the rest of the barrier.  A reduce-scatter
- * writes only the other members' chunks (rs_reduce()).
+ * written, while the others already read the parts before.  A
+ * reduce-scatter writes only the other members' chunks (rs_reduce()).
  */
 static void fill_range(struct tpu__shm_coll *s, uint64_t call, const char *in, size_t from,
 		       size_t to, uint32_t *part)
 {
-	unsigned char *slot = shm_slot(s, s->rank, call);
+	unsigned char *slot = shm_data(s, s->rank, call);
 
 	for (size_t at = from, end; at < to; at = end) {
 		end = at + SHM_PART < to ? at + SHM_PART : to;
 		memcpy(slot + at, in + at, end - at);
 		tpu__shm_ready(s, call, ++*part);
-		if (*part == 1)
-			tpu__shm_publish(s);
 	}
 }
 
-static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
-			    size_t es)
+static void fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+		      size_t es)
 {
 	const char *in = c->in;
 	uint32_t part = 0;
 
-	if (s->failed)
-		return s->failed;
 	if (c->type != TPU_COLL_REDUCE_SCATTER) {
 		fill_range(s, call, in, 0, c->count * es, &part);
 	} else {
@@ -505,11 +535,59 @@ static tpu_status fill_slot(struct tpu__shm_coll *s, uint64_t call, const struct
 				   &part);
 		}
 	}
-	if (!part) {
+	if (!part)
 		tpu__shm_ready(s, call, 0);
-		tpu__shm_publish(s);
+}
+
+/*
+ * The reuse rule (coll_shm.h): every other member finished call @call - D,
+ * which its parts word says once it names call @call - D + 1.
+ */
+static tpu_status wait_reuse(struct tpu__shm_coll *s, uint64_t call, uint64_t deadline_ns)
+{
+	uint64_t back = s->small ? SHM_RING : 2;
+	tpu_status st = 0;
+
+	if (call < back)
+		return 0;
+	for (int k = 1; k < s->n && !st; k++)
+		st = tpu__shm_wait_ready(s, (s->rank + k) % s->n, call - back + 1, 0, deadline_ns);
+	return st;
+}
+
+/*
+ * A call through the slots: fill (or just arrive), compare the
+ * description of each member this one reads once it is there, read, then
+ * compare those of the others that arrived meanwhile.  No phase: entering
+ * the next call (its parts word) says this member read everything of this
+ * one.
+ */
+static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
+			    size_t es, char *reason, size_t size)
+{
+	bool bcast = c->type == TPU_COLL_BROADCAST, checked[TPU__SHM_MAX_MEMBERS] = { false };
+	tpu_status st = 0;
+
+	if (!bcast || s->rank == c->root)
+		fill_slot(s, call, c, es);
+	else
+		tpu__shm_ready(s, call, 0);
+	for (int k = 1; k < s->n && !st; k++) {
+		int r = (s->rank + k) % s->n;
+
+		if (bcast && (s->rank == c->root || r != c->root))
+			continue;
+		st = tpu__shm_wait_ready(s, r, call, 0, c->deadline_ns);
+		if (!st)
+			st = check_one(s, call, r, reason, size);
+		checked[r] = true;
 	}
-	return tpu__shm_wait_all(s, c->deadline_ns);
+	if (!st)
+		st = via_slots(s, call, c, es);
+	for (int r = 0; r < s->n && !st; r++)
+		if (r != s->rank && !checked[r] && tpu__shm_arrived(s, r, call))
+			st = check_one(s, call, r, reason, size);
+	return st;
 }
 
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
@@ -525,35 +603,50 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	if (!s || !c || !es || c->type < TPU_COLL_REDUCTION || c->type > TPU_COLL_REDUCE_SCATTER ||
 	    c->root < 0 || c->root >= s->n || c->count > SIZE_MAX / es / (size_t)s->n)
 		return -EINVAL;
-	if (s->failed)
-		return s->failed;
-	call = s->calls++;
-	d = &shm_line(s, s->rank)->desc[call & 1];
+	/* Another member's failure, seen at the latest here: sticky, a mismatch included. */
+	st = s->failed ? s->failed : tpu__shm_aborted(s);
+	slots = through_slots(s, c, es);
+	s->small = slots && slot_bytes(c, es) <= SHM_SMALL;
+	if (!st) {
+		call = s->calls++;
+		st = wait_reuse(s, call, c->deadline_ns);
+	}
+	if (st) {
+		s->failed = st;
+		goto out;
+	}
+	d = shm_desc_of(s, s->rank, call);
 	*d = (struct shm_desc){ .type = c->type, .dtype = c->dtype, .op = c->op,
 				.final_op = c->final_op, .root = c->root, .count = c->count,
 				.in = (uint64_t)(uintptr_t)c->in, .out = (uint64_t)(uintptr_t)c->out };
-	slots = through_slots(s, c, es);
 	s->fell_back = false;
-	/* The grants are in place before the phase that lets the others read. */
-	if (!slots && s->kmod)
-		tpu__shm_kmod_expose(s, call, c, es);
-	if (slots && (c->type != TPU_COLL_BROADCAST || s->rank == c->root))
-		st = fill_slot(s, call, c, es);
-	else
-		st = tpu__shm_barrier(s, c->deadline_ns);
-	if (!st)
-		st = check_all(s, call, reason, size);
-	if (!st)
-		st = slots ? via_slots(s, call, c, es) : via_cma(s, call, c, es);
-	/* After the final barrier (or a failure): no member copies through these grants any more. */
-	if (!slots && s->kmod)
-		tpu__shm_kmod_end(s);
+	if (slots) {
+		st = slot_call(s, call, c, es, reason, size);
+	} else {
+		/* The grants are in place before the parts word that lets the others read. */
+		if (s->kmod)
+			tpu__shm_kmod_expose(s, call, c, es);
+		/* Described, grants included: the others may compare and read. */
+		tpu__shm_ready(s, call, 0);
+		st = check_all(s, call, c->deadline_ns, reason, size);
+		if (!st)
+			st = via_cma(s, call, c, es);
+		/* After the final barrier (or a failure): no member copies through these grants. */
+		if (s->kmod)
+			tpu__shm_kmod_end(s);
+	}
 	way = slots ? SHM_WAY_SLOTS : !s->kmod ? SHM_WAY_CMA :
 	      s->fell_back ? SHM_WAY_MIXED : SHM_WAY_KMOD;
 	s->way = way == SHM_WAY_SLOTS ? "slots" : way == SHM_WAY_CMA ? "cma" :
 		 way == SHM_WAY_KMOD ? "kmod" : "kmod+cma";
 	if (!st)
 		tpu__shm_coll_count_way(way);
+out:
+	if (st == TPU_E_COLL_MISMATCH && reason && size && !reason[0]) {
+		tpu__shm_why(s, reason, size);
+		if (!reason[0])
+			snprintf(reason, size, "shm: the members called different collectives");
+	}
 	if (st && st != TPU_E_COLL_MISMATCH && reason && size && !reason[0])
 		snprintf(reason, size, "shm: %s of %llu elements, rank %d: %s", type_name(c->type),
 			 (unsigned long long)c->count, s->rank, tpu_status_name(st));

@@ -3,12 +3,38 @@
  * The shared segment of a group whose members share a host (coll_shm_seg.c
  * maps it and waits on it, coll_shm.c runs the collectives over it).
  *
- * Layout: a header line, one control line per member, then two data slots
- * per member (alternating by call, so a slot is rewritten only once every
- * member has started the next call, i.e. finished reading it).  A member
- * writes only its own line and slots; what others wrote there is read as
- * hostile: counts are compared with the reader's own, addresses are used
- * only with the pid the kernel proved, and nothing else is acted on.
+ * Layout: a header line, one control line per member, two data slots per
+ * member (alternating by call), then per member a ring of SHM_RING call
+ * descriptions and a ring of SHM_RING small slots (calls through the slots
+ * of up to SHM_SMALL bytes per member take the small slot of their place
+ * in the ring, larger ones the slot of their parity).  A member writes
+ * only its own line, descriptions and slots; what others wrote there is
+ * read as hostile: counts are compared with the reader's own, addresses
+ * are used only with the pid the kernel proved, and nothing else is acted
+ * on.
+ *
+ * No call ends in a barrier: a member returns once its own result is
+ * complete (a broadcast's root right after filling its slot).  What keeps
+ * that safe is the reuse rule: before call k writes its description and
+ * data, the member waits until every other member's parts word names call
+ * k - D + 1 or a later one, D being SHM_RING for a small call and 2 for any
+ * other (its parity's slot, the grant table of a single-copy call;
+ * wait_reuse() in coll_shm.c).  Why that suffices:
+ *  - a member writes its parts word for call j only on entering call j,
+ *    after it returned from call j - 1: a word naming call k - D + 1 means
+ *    that member finished call k - D and every call before, every read of
+ *    them included;
+ *  - a member reads another's description and data of call k only inside
+ *    call k, and only what the owner wrote in call k (the parts word
+ *    carries the call's number, and nothing is read before that word names
+ *    call k or a later one);
+ *  - the places call k writes were last written by call k - SHM_RING (the
+ *    small slot and the description) or, for a parity slot, by a call no
+ *    later than k - 2; so every write of call k comes after every read of
+ *    what it overwrites.  An owner that runs ahead blocks when it would
+ *    overwrite what a late member has yet to read, never earlier.
+ * Call numbers in a parts word are 16 bits, compared as a signed
+ * difference: members are never more than SHM_RING calls apart.
  */
 #ifndef TPU_COLL_SHM_H
 #define TPU_COLL_SHM_H
@@ -27,6 +53,16 @@
  * its writer copies the next.
  */
 #define SHM_PART	(16u << 10)
+/*
+ * Calls through the slots of up to SHM_SMALL bytes per member go through a
+ * ring of SHM_RING small slots: a member may run that many calls ahead of
+ * the slowest instead of two, so that with more members than cores each
+ * runs several calls per time slice instead of waiting for the others'
+ * turn at every second call.
+ */
+#define SHM_RING	8u
+#define SHM_SMALL	(4u << 10)
+_Static_assert(SHM_SMALL <= SHM_PART, "a small slot is one part");
 /*
  * All-reduces of this many bytes and more through the slots are split:
  * each member reduces 1/n of the slots and copies the rest reduced by the
@@ -67,7 +103,6 @@ struct shm_line {
 	int32_t pid;			/* informative only */
 	_Atomic int32_t cpu;		/* where this member last looked from */
 	_Atomic uint32_t ready;		/* futex word: call (high 16 bits), slot parts written */
-	struct shm_desc desc[2];	/* by call number parity */
 	uint64_t ep;			/* module endpoint id (coll_shm_kmod.c), else 0 */
 };
 
@@ -87,6 +122,8 @@ struct shm_hdr {
 	uint32_t n;
 	uint64_t slot;
 	_Atomic int32_t abort;		/* 0, or the status every member fails with */
+	_Atomic uint32_t why_state;	/* 0, 1 while a mismatch's reason is written, 2 */
+	char why[96];			/* that reason (another member's words: sanitised) */
 };
 
 _Static_assert(sizeof(struct shm_line) <= SHM_LINE, "control line too long");
@@ -102,6 +139,7 @@ struct tpu__shm_coll {
 	uint32_t seq;			/* this member's phases published */
 	uint64_t spin_ns;		/* spin this long before yielding the core */
 	uint64_t calls;			/* calls run */
+	bool small;			/* this call goes through the small slots */
 	void *tmp;			/* one piece, for reductions from peers */
 	tpu_status failed;		/* sticky: the segment is out of step */
 	const char *way;		/* of the last call: "slots", "cma", "kmod" or "kmod+cma" */
@@ -124,10 +162,30 @@ static inline struct shm_line *shm_line(const struct tpu__shm_coll *s, int r)
 	return (struct shm_line *)(s->base + SHM_LINE * (1 + (size_t)r));
 }
 
+/* Member @r's slot of @call's parity (a large call's data, or grant table). */
 static inline unsigned char *shm_slot(const struct tpu__shm_coll *s, int r, uint64_t call)
 {
 	return s->base + SHM_LINE * (1 + (size_t)s->n) + s->slot * (2 * (size_t)r + (call & 1));
 }
+
+/* Member @r's description of @call, in its ring after every member's parity slots. */
+static inline struct shm_desc *shm_desc_of(const struct tpu__shm_coll *s, int r, uint64_t call)
+{
+	return (struct shm_desc *)(s->base + SHM_LINE * (1 + (size_t)s->n) +
+				   2 * s->slot * (size_t)s->n) +
+	       SHM_RING * (size_t)r + call % SHM_RING;
+}
+
+/* Member @r's data of @call through the slots: its small slot, or its parity's. */
+static inline unsigned char *shm_data(const struct tpu__shm_coll *s, int r, uint64_t call)
+{
+	if (!s->small)
+		return shm_slot(s, r, call);
+	return (unsigned char *)shm_desc_of(s, s->n, 0) +
+	       SHM_SMALL * (SHM_RING * (size_t)r + call % SHM_RING);
+}
+
+_Static_assert(SHM_RING * sizeof(struct shm_desc) % 64 == 0, "a ring of descriptions ends aligned");
 
 /* coll_shm_seg.c */
 /* Publish one more phase (and wake sleepers). */
@@ -149,6 +207,12 @@ tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s);
 bool tpu__shm_dead(const struct tpu__shm_coll *s, int r, int within_ms);
 /* Fail the segment for every member with @st (the others see @peer_st). */
 tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer_st);
+/* Fail it with TPU_E_COLL_MISMATCH, leaving @why in the header for the others. */
+tpu_status tpu__shm_mismatch(struct tpu__shm_coll *s, const char *why);
+/* The reason a member left with its mismatch, printable, into @buf ("" if none). */
+void tpu__shm_why(const struct tpu__shm_coll *s, char *buf, size_t size);
+/* Whether member @r's parts word names call @call or a later one (its description is there). */
+bool tpu__shm_arrived(const struct tpu__shm_coll *s, int r, uint64_t call);
 
 /* coll_shm_kmod.c */
 /*

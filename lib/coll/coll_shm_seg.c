@@ -48,7 +48,8 @@
 
 static size_t seg_size(int n, size_t slot)
 {
-	return SHM_LINE * (1 + (size_t)n) + 2 * slot * (size_t)n;
+	return SHM_LINE * (1 + (size_t)n) + 2 * slot * (size_t)n +
+	       (size_t)n * SHM_RING * (sizeof(struct shm_desc) + SHM_SMALL);
 }
 
 static void futex_wake(_Atomic uint32_t *w)
@@ -223,7 +224,9 @@ tpu_status tpu__shm_aborted(const struct tpu__shm_coll *s)
 
 	if (!a)
 		return 0;
-	return a == TPU_E_PEER_GONE ? TPU_E_PEER_GONE : -ECONNABORTED;
+	if (a == TPU_E_PEER_GONE || a == TPU_E_COLL_MISMATCH)
+		return a;
+	return -ECONNABORTED;
 }
 
 /* Without a pidfd: gone, or a zombie ("Z") or dead ("X") in /proc/PID/stat. */
@@ -270,6 +273,36 @@ tpu_status tpu__shm_fail(struct tpu__shm_coll *s, tpu_status st, tpu_status peer
 		futex_wake(&shm_line(s, r)->ready);
 	}
 	return s->failed;
+}
+
+/*
+ * The first member to find a mismatch writes its reason before it fails
+ * the segment, so that a member that returned early from that call (and
+ * fails a later one) can say why.
+ */
+tpu_status tpu__shm_mismatch(struct tpu__shm_coll *s, const char *why)
+{
+	struct shm_hdr *h = shm_hdr(s);
+	uint32_t zero = 0;
+
+	if (atomic_compare_exchange_strong(&h->why_state, &zero, 1)) {
+		snprintf(h->why, sizeof(h->why), "%s", why ? why : "");
+		atomic_store_explicit(&h->why_state, 2, memory_order_release);
+	}
+	return tpu__shm_fail(s, TPU_E_COLL_MISMATCH, TPU_E_COLL_MISMATCH);
+}
+
+void tpu__shm_why(const struct tpu__shm_coll *s, char *buf, size_t size)
+{
+	const struct shm_hdr *h = shm_hdr(s);
+	size_t i = 0;
+
+	if (!buf || !size)
+		return;
+	if (atomic_load_explicit(&h->why_state, memory_order_acquire) == 2)
+		for (; i + 1 < size && i < sizeof(h->why) && h->why[i]; i++)
+			buf[i] = h->why[i] >= 0x20 && h->why[i] < 0x7f ? h->why[i] : '?';
+	buf[i] = 0;
 }
 
 /* Say which CPU this member runs on (a plain store, and only when it changed). */
@@ -386,9 +419,10 @@ tpu_status tpu__shm_wait(struct tpu__shm_coll *s, int r, uint32_t target, uint64
 	return wait_word(s, r, &shm_line(s, r)->seq, phase_reached, target, deadline_ns);
 }
 
+/* Call k is k + 1 there: the word's first value, 0, names no call. */
 static uint32_t parts_word(uint64_t call, uint32_t parts)
 {
-	return (uint32_t)(call & 0xffffu) << 16 | (parts & 0xffffu);
+	return (uint32_t)((call + 1) & 0xffffu) << 16 | (parts & 0xffffu);
 }
 
 void tpu__shm_ready(struct tpu__shm_coll *s, uint64_t call, uint32_t parts)
@@ -405,6 +439,12 @@ tpu_status tpu__shm_wait_ready(struct tpu__shm_coll *s, int r, uint64_t call, ui
 {
 	return wait_word(s, r, &shm_line(s, r)->ready, parts_reached, parts_word(call, parts),
 			 deadline_ns);
+}
+
+bool tpu__shm_arrived(const struct tpu__shm_coll *s, int r, uint64_t call)
+{
+	/* Sequentially consistent, like the owner's store: of two members, one sees the other. */
+	return parts_reached(atomic_load(&shm_line(s, r)->ready), parts_word(call, 0));
 }
 
 tpu_status tpu__shm_barrier(struct tpu__shm_coll *s, uint64_t deadline_ns)

@@ -41,13 +41,23 @@ with tpu_user.Context() as ctx, ctx.world(timeout=60) as w:
         raise AssertionError("recv without a send returned")
     assert 0.25 < time.monotonic() - t0 < 5
     # A reduce-scatter whose count differs on the last rank fails on every rank,
-    # saying so, and the world goes on.
+    # saying so; over the rendezvous the world goes on, over the shared
+    # segment every later collective fails with the same reason.
     try:
         w.reduce_scatter(np.ones(12 if r == n - 1 else 13, dtype=np.float32), timeout=30)
     except tpu_user.Error as e:
         assert "count" in str(e), str(e)
     else:
         raise AssertionError("mismatched reduce_scatter passed")
+    if w.coll_path() == "shm":
+        try:
+            w.barrier(timeout=30)
+        except tpu_user.Error as e:
+            assert e.status_name == "TPU_E_COLL_MISMATCH" and "count" in str(e), str(e)
+        else:
+            raise AssertionError("the segment went on after a mismatch")
+        print("rank", r, "ok", flush=True)
+        sys.exit(0)
     w.barrier(timeout=30)
     part = np.asarray(w.reduce_scatter(np.ones(n, dtype=np.float32), timeout=30))
     assert (part == n).all()
@@ -55,8 +65,12 @@ print("rank", r, "ok", flush=True)
 '''
 
 
+@pytest.mark.parametrize("path", ["auto", "rdv"])
 @pytest.mark.parametrize("n", [2, 3])
-def test_world_one_call_collectives(n):
+def test_world_one_call_collectives(n, path, monkeypatch):
+    # auto: the shared segment (one host); rdv: the rendezvous, where the
+    # world goes on after a mismatch.
+    monkeypatch.setenv("TPU_COLL_PATH", path)
     procs, results = start_ranks(WORKER, n)
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0, err

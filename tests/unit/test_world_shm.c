@@ -4,7 +4,11 @@
  * lib/boot/world_shm.c), in fork()ed worlds of 2, 3 and 4 ranks on this
  * host: every type, op and length (0, 1, odd, through the slots and large
  * enough for process_vm_readv) checked element by element; the path
- * proven taken (the segment mapped, its own mismatch reason); a member
+ * proven taken (the segment mapped, its own mismatch reason, sticky); a
+ * broadcast's root running ahead of a late member (SHM_RING - 1 small
+ * calls, one large one) and blocking at the next; a late reader's mismatch failing the root's next call with
+ * the reader's reason; every member its own root found by one; a
+ * single-copy call against a slot call found promptly; a member
  * that dies failing the others within the bound, whether they spin or
  * sleep; a member's timeout failing the others at once; TPU_COLL_PATH
  * forcing either path and refusing other values; and the segment's own
@@ -275,24 +279,23 @@ static int every_type(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
-/* The shm path ran: the segment is mapped, and a mismatch is its own. */
+/*
+ * The shm path ran: the segment is mapped, and a mismatch is its own; it
+ * fails the segment, later calls with the same reason.
+ */
 static int path_taken(struct tpu_world *w, int me, int n)
 {
 	float a[8] = { 1 }, b[8];
-	char why[256];
+	char why[256], again[256];
 	int pid = 0, pids[8] = { 0 }, mine = (int)getpid();
-	struct tpu_pipe *p;
+	struct tpu_pipe *p = NULL;
 
 	R_CHECK(!strcmp(tpu_world_coll_path(w), ""));	/* not decided yet */
 	R_CHECK(!strcmp(tpu_world_coll_path(NULL), ""));
 	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
 	R_CHECK(segment_mapped());
 	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm"));
-	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
-				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
-	tpu_world_last_reason(w, why, sizeof(why));
-	R_CHECK(!strncmp(why, "shm: ", 5) && strstr(why, "count"));
-	/* Still usable; and the pid a pipe proves is the peer's own. */
+	/* The pid a pipe proves is the peer's own. */
 	R_CHECK(tpu_world_all_gather(w, &mine, pids, 1, TPU_DT_INT32, 20 * SECOND) == 0);
 	for (int r = 0; r < n; r++) {
 		if (r == me)
@@ -302,6 +305,15 @@ static int path_taken(struct tpu_world *w, int me, int n)
 	}
 	R_CHECK(tpu_pipe_peer_pid(p, NULL) == -EINVAL);
 	R_CHECK(tpu_pipe_peer_pid(NULL, &pid) == -EINVAL && pid == 0);
+	R_CHECK(tpu_world_all_reduce(w, a, b, me == 1 ? 3 : 2, TPU_DT_FLOAT32, TPU_OP_SUM,
+				     TPU_FINAL_NONE, 20 * SECOND) == TPU_E_COLL_MISMATCH);
+	tpu_world_last_reason(w, why, sizeof(why));
+	R_CHECK(!strncmp(why, "shm: ", 5) && strstr(why, "count"));
+	/* Sticky: the members may be out of step (a broadcast's root returns early). */
+	R_CHECK(tpu_world_all_gather(w, &mine, pids, 1, TPU_DT_INT32, 20 * SECOND) ==
+		TPU_E_COLL_MISMATCH);
+	tpu_world_last_reason(w, again, sizeof(again));
+	R_CHECK(!strncmp(again, "shm: ", 5) && strstr(again, "count"));
 	return 0;
 }
 
@@ -393,6 +405,147 @@ static int timeout_aborts(struct tpu_world *w, int me)
 	}
 	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
 				     20 * SECOND) == (me == 1 ? -ETIMEDOUT : -ECONNABORTED));
+	return 0;
+}
+
+#define HOLD_MS	800
+
+/*
+ * Rank 0 broadcasts SHM_RING small tensors while rank n - 1 is held back
+ * HOLD_MS before it enters the first: the first SHM_RING - 1 return
+ * without it (each through another small slot), the last waits until it
+ * entered the first call (so finished the calls before: the reuse rule);
+ * every member gets every broadcast's bytes.  Then the same with tensors
+ * for the two parity slots: the second waits.
+ */
+static int root_runs_ahead(struct tpu_world *w, int me, int n)
+{
+	enum { K = SHM_RING, BIG = SHM_SMALL / 4 + 1 };
+	static int32_t v[K][BIG];
+	uint64_t t0, took[K];
+
+	for (int big = 0; big < 2; big++) {
+		int calls = big ? 2 : K, count = big ? BIG : 5;
+
+		R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+		t0 = now_ns();
+		if (me == n - 1)
+			usleep(HOLD_MS * 1000);
+		for (int k = 0; k < calls; k++) {
+			for (int i = 0; i < count; i++)
+				v[k][i] = me ? -1 : 100 * k + i;
+			R_CHECK(tpu_world_broadcast(w, v[k], (size_t)count, TPU_DT_INT32, 0,
+						    20 * SECOND) == 0);
+			took[k] = now_ns() - t0;
+		}
+		for (int k = 0; k < calls; k++)
+			for (int i = 0; i < count; i++)
+				R_CHECK(v[k][i] == 100 * k + i);
+		if (!me) {
+			R_CHECK(took[calls - 2] < HOLD_MS / 2 * MS);
+			R_CHECK(took[calls - 1] >= (HOLD_MS - 50) * MS);
+		}
+	}
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	return 0;
+}
+
+/*
+ * Rank 1, late, calls rank 0's broadcast with another count: it fails
+ * with the mismatch; rank 0 returned already, and fails its next call
+ * with rank 1's very reason.
+ */
+static int reader_finds_mismatch(struct tpu_world *w, int me)
+{
+	float a[8] = { 0 };
+	char why[256] = "", peer[96] = "";
+	size_t len = 0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	if (me == 1) {
+		usleep(200 * 1000);
+		R_CHECK(tpu_world_broadcast(w, a, 5, TPU_DT_FLOAT32, 0, 20 * SECOND) ==
+			TPU_E_COLL_MISMATCH);
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(strstr(why, "element count") && strlen(why) < sizeof(peer));
+		R_CHECK(tpu_world_send(w, 0, why, strlen(why) + 1, 20 * SECOND) == 0);
+	} else {
+		R_CHECK(tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, 0, 20 * SECOND) == 0);
+		R_CHECK(tpu_world_recv(w, 1, peer, sizeof(peer), &len, 20 * SECOND) == 0);
+		R_CHECK(len > 1 && peer[len - 1] == 0);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
+	if (!me) {
+		tpu_world_last_reason(w, why, sizeof(why));
+		R_CHECK(!strcmp(why, peer));
+	}
+	return 0;
+}
+
+/*
+ * Rank 1, late, calls rank 0's small broadcast with a count that goes
+ * single-copy: it finds the difference once rank 0 arrived, promptly,
+ * though rank 0 went through the slots and published no phase for it.
+ */
+static int ways_differ(struct tpu_world *w, int me)
+{
+	static float a[16 << 10];	/* 64 KiB: read with process_vm_readv */
+	int32_t st, got = 0;
+	size_t len = 0;
+	uint64_t t0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	t0 = now_ns();
+	if (me == 1) {
+		usleep(100 * 1000);
+		st = tpu_world_broadcast(w, a, 16 << 10, TPU_DT_FLOAT32, 0, 20 * SECOND);
+		R_CHECK(st == TPU_E_COLL_MISMATCH && now_ns() - t0 < 5 * SECOND);
+		R_CHECK(tpu_world_send(w, 0, &st, sizeof(st), 20 * SECOND) == 0);
+	} else {
+		st = tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, 0, 20 * SECOND);
+		R_CHECK(st == 0 || st == TPU_E_COLL_MISMATCH);
+		R_CHECK(tpu_world_recv(w, 1, &got, sizeof(got), &len, 20 * SECOND) == 0 &&
+			got == TPU_E_COLL_MISMATCH);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
+	return 0;
+}
+
+/*
+ * Every member a broadcast's root of its own: no one reads another's
+ * slot, yet of each two one compares the other's description at its end,
+ * so at least one fails, and every member's next call does.
+ */
+static int roots_of_their_own(struct tpu_world *w, int me, int n)
+{
+	float a[4] = { 0 };
+	int32_t mine, all[8];
+	tpu_status st;
+
+	R_CHECK(n <= 8);
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	st = tpu_world_broadcast(w, a, 4, TPU_DT_FLOAT32, me, 20 * SECOND);
+	R_CHECK(st == 0 || st == TPU_E_COLL_MISMATCH);
+	mine = st;
+	/* Every status to rank 0 through the pipes, which a mismatch leaves usable. */
+	if (me) {
+		R_CHECK(tpu_world_send(w, 0, &mine, sizeof(mine), 20 * SECOND) == 0);
+	} else {
+		int failed = mine == TPU_E_COLL_MISMATCH;
+
+		for (int r = 1; r < n; r++) {
+			size_t len = 0;
+
+			R_CHECK(tpu_world_recv(w, r, &all[r], sizeof(all[r]), &len, 20 * SECOND) ==
+				0 && len == sizeof(all[r]));
+			failed += all[r] == TPU_E_COLL_MISMATCH;
+		}
+		R_CHECK(failed >= 1);
+	}
+	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
 	return 0;
 }
 
@@ -659,7 +812,8 @@ static int memlock_falls_back(struct tpu_world *w, int me, int n)
 
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
-       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK };
+       SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK, SC_AHEAD, SC_LATE_MISMATCH,
+       SC_OWN_ROOTS, SC_WAYS_DIFFER };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -771,6 +925,18 @@ static int rank_main(int me, int n, void *arg)
 	case SC_MEMLOCK:
 		line = memlock_falls_back(w, me, n);
 		break;
+	case SC_AHEAD:
+		line = root_runs_ahead(w, me, n);
+		break;
+	case SC_LATE_MISMATCH:
+		line = reader_finds_mismatch(w, me);
+		break;
+	case SC_OWN_ROOTS:
+		line = roots_of_their_own(w, me, n);
+		break;
+	case SC_WAYS_DIFFER:
+		line = ways_differ(w, me);
+		break;
 	}
 	if (line)
 		return line;
@@ -848,7 +1014,11 @@ void test_world_shm(void)
 					     "TPU_COLL_COPY_cma_keeps_process_vm_readv",
 					     "TPU_COLL_COPY_kmod_takes_the_module_or_refuses",
 					     "bad_TPU_COLL_COPY", "false_grant_ids_fail_the_call",
-					     "a_member_the_module_will_not_pin_for_is_read_by_cma" };
+					     "a_member_the_module_will_not_pin_for_is_read_by_cma",
+					     "broadcast_root_runs_ahead_of_a_late_member_until_a_slot_is_reused",
+					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
+					     "every_member_its_own_root_one_finds_it",
+					     "a_single_copy_call_against_a_slot_call_fails_promptly" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -857,8 +1027,9 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_MEMLOCK; k++) {
-		int n = k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
+	for (int k = SC_PATH; k <= SC_WAYS_DIFFER; k++) {
+		int n = k == SC_AHEAD || k == SC_OWN_ROOTS ? 4 :
+			k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
 				 .path = k == SC_RDV ? "rdv" : k == SC_SHM_NO_SHM ? "shm" :
