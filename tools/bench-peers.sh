@@ -312,7 +312,9 @@ pick_port() {
 	echo "$port"
 }
 
-# ucx_perf TLS ARGS...: one ucx_perftest server/client pair on localhost.
+# ucx_perf TLS ARGS...: one ucx_perftest server/client pair on localhost,
+# its tcp lanes held to the loopback device (UCX would otherwise also
+# open one over every other interface's address).
 # Sets ucx_final (the numbers of the client's "Final:" line: iterations,
 # percentile, average and overall latency in us, bandwidth average and
 # overall in MiB/s, message rates) and ucx_lanes (the transports UCX chose,
@@ -324,7 +326,7 @@ ucx_perf() {
 	local port waited=0 rc=0
 	take_time || return 1
 	port=$(pick_port)
-	UCX_TLS=$tls timeout -k 5 "$limit" ucx_perftest -p "$port" \
+	UCX_TLS=$tls UCX_NET_DEVICES=lo timeout -k 5 "$limit" ucx_perftest -p "$port" \
 		>"$work/ucx-server.log" 2>&1 &
 	server_pid=$!
 	# Wait until the server listens (a probe connection would be taken for
@@ -340,7 +342,7 @@ ucx_perf() {
 		sleep 0.05
 		waited=$((waited + 1))
 	done
-	UCX_TLS=$tls UCX_LOG_LEVEL=info timeout -k 5 "$limit" \
+	UCX_TLS=$tls UCX_NET_DEVICES=lo UCX_LOG_LEVEL=info timeout -k 5 "$limit" \
 		ucx_perftest 127.0.0.1 -p "$port" "$@" >"$work/ucx-client.log" 2>&1 || rc=$?
 	# The server ends by itself after one test; do not let a failed client
 	# leave it waiting.
@@ -597,7 +599,7 @@ run_coll() {
 		[ $gloo_ok -eq 1 ] && coll_run "peer=gloo ranks=$n" "${gloo_cmd[@]}" --ranks "$n" \
 			--sizes "$coll_sizes" --iters "$coll_iters"
 		[ $mpi_ok -eq 1 ] && coll_run "peer=mpi ranks=$n" mpirun "${mpi_root[@]}" \
-			--oversubscribe -np "$n" --mca btl self,vader "$mpi_bin" \
+			--oversubscribe -np "$n" --mca btl self,vader --mca oob_tcp_if_include lo "$mpi_bin" \
 			--sizes "$coll_sizes" --iters "$coll_iters"
 	done
 	return 0

@@ -210,6 +210,7 @@ def responder(sock, qa, qb, port, iters, bw_iters):
         os.close(fds[0])
         tpu_b(rdv, iters, bw_iters)
         tpu_b(rdv, 0, bw_iters, thp=True)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1,
                             world_size=2)
     gloo_b(iters, bw_iters)
@@ -264,6 +265,7 @@ def main():
         thp = tpu_a(rdv, 0, args.bw_iters, thp=True)
         thp["rtt_us"] = res["tpu_user"]["rtt_us"]
         res["tpu_user, THP memory"] = thp
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
                             world_size=2)
     res["gloo"] = gloo_a(args.iters, args.bw_iters)

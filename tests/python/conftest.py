@@ -18,6 +18,12 @@ BUILD = os.environ.get("TPU_PY_BUILD", os.path.join(TOP, "build", "python"))
 if BUILD not in sys.path:
     sys.path.insert(0, BUILD)
 
+# Gloo (the torch tests' reference groups) binds to what the host name
+# resolves to, which on some machines is not a loopback address: hold it to
+# lo, as every network test here talks to loopback only.  Spawned ranks
+# inherit it.
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
 _tap = {"n": 0, "file": None}
 
 

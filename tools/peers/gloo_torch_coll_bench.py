@@ -47,6 +47,7 @@ def rank_main(rank, n, port, sizes, iters, queue):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=n)
     big = max(sizes) // 4
