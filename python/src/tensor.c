@@ -179,16 +179,15 @@ static int view_from_buffer(PyObject *obj, bool writable, struct tpupy_view *v)
 	return 0;
 }
 
-static int view_from_dlpack(PyObject *obj, struct tpupy_view *v)
+/* Takes @cap, a "dltensor" capsule @obj exported (new reference, stolen). */
+static int view_from_capsule(PyObject *obj, PyObject *cap, struct tpupy_view *v)
 {
-	PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL), *holder;
+	PyObject *holder;
 	DLManagedTensor *mt;
 	DLTensor *t;
 	int64_t expect = 1;
 	uint64_t count = 1;
 
-	if (!cap)
-		return -1;
 	mt = PyCapsule_GetPointer(cap, "dltensor");
 	if (!mt) {
 		Py_DECREF(cap);
@@ -237,6 +236,117 @@ static int view_from_dlpack(PyObject *obj, struct tpupy_view *v)
 	memcpy(v->meta.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
 	v->meta.nbytes = count * t->dtype.bits * t->dtype.lanes / 8;
 	return 0;
+}
+
+static int view_from_dlpack(PyObject *obj, struct tpupy_view *v)
+{
+	PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+
+	if (!cap)
+		return -1;
+	return view_from_capsule(obj, cap, v);
+}
+
+/*
+ * A plain torch.Tensor without Tensor.__dlpack__'s Python wrapper (about
+ * half of a call's cost to take a tensor): the same refusals are read
+ * here (requires_grad, the conjugate bit, a layout other than strided)
+ * and torch._C._to_dlpack exports it.  1: not taken here (another type,
+ * a refusal, bool, torch not imported): the caller goes the usual way,
+ * which raises what it always raised.
+ */
+static struct {
+	PyObject *tensor_type, *to_dlpack, *strided, *tbool, *uint8;
+	PyObject *s_requires_grad, *s_is_conj, *s_layout, *s_dtype, *s_view;
+} tp;
+
+static int view_from_torch_fast(PyObject *obj, struct tpupy_view *v)
+{
+	PyObject *cap, *a;
+	int refuse, rc;
+	bool is_bool;
+
+	if (!tp.tensor_type) {
+		PyObject *name = PyUnicode_FromString("torch"), *torch, *c;
+
+		if (!name)
+			goto no;
+		torch = PyImport_GetModule(name);
+		Py_DECREF(name);
+		if (!torch)
+			goto no;	/* not imported: no torch tensor can be here */
+		c = PyObject_GetAttrString(torch, "_C");
+		tp.to_dlpack = c ? PyObject_GetAttrString(c, "_to_dlpack") : NULL;
+		tp.strided = PyObject_GetAttrString(torch, "strided");
+		tp.tbool = PyObject_GetAttrString(torch, "bool");
+		tp.uint8 = PyObject_GetAttrString(torch, "uint8");
+		tp.tensor_type = PyObject_GetAttrString(torch, "Tensor");
+		Py_XDECREF(c);
+		Py_DECREF(torch);
+		tp.s_requires_grad = PyUnicode_InternFromString("requires_grad");
+		tp.s_is_conj = PyUnicode_InternFromString("is_conj");
+		tp.s_layout = PyUnicode_InternFromString("layout");
+		tp.s_dtype = PyUnicode_InternFromString("dtype");
+		tp.s_view = PyUnicode_InternFromString("view");
+		if (!tp.to_dlpack || !tp.strided || !tp.tensor_type || !tp.s_requires_grad ||
+		    !tp.s_is_conj || !tp.s_layout || !tp.tbool || !tp.uint8 || !tp.s_dtype ||
+		    !tp.s_view) {
+			Py_CLEAR(tp.to_dlpack);
+			Py_CLEAR(tp.strided);
+			Py_CLEAR(tp.tbool);
+			Py_CLEAR(tp.uint8);
+			Py_CLEAR(tp.tensor_type);
+			goto no;
+		}
+	}
+	if ((PyObject *)Py_TYPE(obj) != tp.tensor_type)
+		return 1;	/* subclasses may override __dlpack__ or __torch_function__ */
+	a = PyObject_GetAttr(obj, tp.s_requires_grad);
+	refuse = !a || a != Py_False;
+	Py_XDECREF(a);
+	if (!refuse) {
+		a = PyObject_CallMethodObjArgs(obj, tp.s_is_conj, NULL);
+		refuse = !a || a != Py_False;
+		Py_XDECREF(a);
+	}
+	if (!refuse) {
+		a = PyObject_GetAttr(obj, tp.s_layout);
+		refuse = a != tp.strided;
+		Py_XDECREF(a);
+	}
+	if (refuse)
+		goto no;
+	a = PyObject_GetAttr(obj, tp.s_dtype);
+	if (!a)
+		goto no;
+	is_bool = a == tp.tbool;
+	Py_DECREF(a);
+	if (is_bool) {
+		/*
+		 * DLPack 0.6 has no bool: its bytes as uint8 (a view), called
+		 * bool again; torch's refusal to export bool would cost an
+		 * exception, with a C++ backtrace, per call.
+		 */
+		PyObject *u = PyObject_CallMethodObjArgs(obj, tp.s_view, tp.uint8, NULL);
+
+		if (!u)
+			goto no;
+		cap = PyObject_CallFunctionObjArgs(tp.to_dlpack, u, NULL);
+		rc = cap ? view_from_capsule(u, cap, v) : 1;
+		Py_DECREF(u);
+		if (rc > 0)
+			goto no;
+		if (!rc)
+			v->meta.dtype.code = TPUPY_DL_BOOL;
+		return rc;
+	}
+	cap = PyObject_CallFunctionObjArgs(tp.to_dlpack, obj, NULL);
+	if (!cap)
+		goto no;	/* the usual way raises what it always raised */
+	return view_from_capsule(obj, cap, v);
+no:
+	PyErr_Clear();
+	return 1;
 }
 
 /*
@@ -290,6 +400,14 @@ int tpupy_view_get(PyObject *obj, bool writable, struct tpupy_view *v)
 		if (view_from_buffer(obj, writable, v) < 0)
 			goto fail;
 		return 0;
+	}
+	switch (view_from_torch_fast(obj, v)) {
+	case 0:
+		return 0;
+	case 1:
+		break;
+	default:
+		goto fail;
 	}
 	if (PyObject_HasAttrString(obj, "__dlpack__")) {
 		int rc;

@@ -79,3 +79,42 @@ def test_torch_pipe_message(ctx):
     p.close()
     q.close()
     lst.close()
+
+
+def test_torch_refusals_and_bool_on_the_fast_path(rdv):
+    # A plain torch.Tensor is taken without Tensor.__dlpack__; the refusals
+    # it made are still made (each key is free again afterwards).
+    with pytest.raises(RuntimeError, match="gradient"):
+        rdv.send_async("g", torch.ones(3, requires_grad=True))
+    with pytest.raises(RuntimeError, match="conjugate"):
+        rdv.send_async("c", torch.ones(3, dtype=torch.complex64).conj())
+    with pytest.raises(ValueError, match="contiguous"):
+        rdv.send_async("n", torch.ones(4, 4).t())
+    b = torch.tensor([True, False, True])
+    fut = rdv.send_async("b", b)
+    got = rdv.recv("b", timeout=5)
+    assert fut.result(5) is None
+    assert got.dtype == "bool" and np.asarray(got).tolist() == [True, False, True]
+    out = torch.zeros(3, dtype=torch.bool)
+    rdv.send_async("b2", b)
+    assert rdv.recv_into("b2", out, timeout=5) is out
+    assert out.tolist() == [True, False, True]
+
+
+def test_torch_bool_costs_what_uint8_costs(rdv):
+    # torch will not export bool through DLPack: taking one used to cost a
+    # RuntimeError (with a C++ backtrace) per call, about 100 times a uint8
+    # tensor's cost; it is now a uint8 view called bool again.
+    import time
+
+    def cost(t, n=100):
+        t0 = time.perf_counter()
+        for i in range(n):
+            fut = rdv.send_async("k", t)
+            rdv.cancel("k")
+            assert isinstance(fut.exception(5), tpu_user.CancelledError)
+        return time.perf_counter() - t0
+
+    u8, b = torch.zeros(1000, dtype=torch.uint8), torch.zeros(1000, dtype=torch.bool)
+    cost(u8, 10), cost(b, 10)
+    assert min(cost(b) for _ in range(3)) < 5 * min(cost(u8) for _ in range(3))
