@@ -251,7 +251,7 @@ static int view_from_dlpack(PyObject *obj, struct tpupy_view *v)
  * A plain torch.Tensor without Tensor.__dlpack__'s Python wrapper (about
  * half of a call's cost to take a tensor): the same refusals are read
  * here (requires_grad, the conjugate bit, a layout other than strided)
- * and torch._C._to_dlpack exports it.  1: not taken here (another type,
+ * and torch.to_dlpack exports it.  1: not taken here (another type,
  * a refusal, bool, torch not imported): the caller goes the usual way,
  * which raises what it always raised.
  */
@@ -267,7 +267,7 @@ static int view_from_torch_fast(PyObject *obj, struct tpupy_view *v)
 	bool is_bool;
 
 	if (!tp.tensor_type) {
-		PyObject *name = PyUnicode_FromString("torch"), *torch, *c;
+		PyObject *name = PyUnicode_FromString("torch"), *torch;
 
 		if (!name)
 			goto no;
@@ -275,13 +275,12 @@ static int view_from_torch_fast(PyObject *obj, struct tpupy_view *v)
 		Py_DECREF(name);
 		if (!torch)
 			goto no;	/* not imported: no torch tensor can be here */
-		c = PyObject_GetAttrString(torch, "_C");
-		tp.to_dlpack = c ? PyObject_GetAttrString(c, "_to_dlpack") : NULL;
+		/* The public name of what Tensor.__dlpack__ calls in the end. */
+		tp.to_dlpack = PyObject_GetAttrString(torch, "to_dlpack");
 		tp.strided = PyObject_GetAttrString(torch, "strided");
 		tp.tbool = PyObject_GetAttrString(torch, "bool");
 		tp.uint8 = PyObject_GetAttrString(torch, "uint8");
 		tp.tensor_type = PyObject_GetAttrString(torch, "Tensor");
-		Py_XDECREF(c);
 		Py_DECREF(torch);
 		tp.s_requires_grad = PyUnicode_InternFromString("requires_grad");
 		tp.s_is_conj = PyUnicode_InternFromString("is_conj");
