@@ -170,6 +170,8 @@ bool tpu__shm_ring_write_all(struct tpu__shm_ring *r, const struct iovec *iov, u
 	if (r->broken || total > r->cap || ring_space(r, total) < total)
 		return false;
 	for (unsigned int i = 0; i < n; i++) {
+		if (!iov[i].iov_len)
+			continue;	/* its base may be NULL, which memcpy may not be given */
 		put_bytes(r, r->pos + done, iov[i].iov_base, iov[i].iov_len);
 		done += iov[i].iov_len;
 	}

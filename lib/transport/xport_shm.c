@@ -791,7 +791,8 @@ static tpu_status shm_write(struct tpu__conn *base, const struct iovec *iov, uns
 		op->done = total;
 		c->tx_put = true;
 	} else {
-		memcpy(op->iov, iov, n * sizeof(*iov));
+		if (n)	/* iov may be NULL then, which memcpy may not be given */
+			memcpy(op->iov, iov, n * sizeof(*iov));
 		op->niov = n;
 	}
 	queue_tx(c, op);

@@ -172,10 +172,14 @@ static void costs_per_round_trip(struct worker *a, struct worker *b)
 	/*
 	 * A key is parsed once per task: its receive's, and on the producer
 	 * its send's or its REQ's, whichever came first (the outbox entry
-	 * keeps what the parse found for the other).
+	 * keeps what the parse found for the other).  A REQ that arrives
+	 * while the send is between its lookup and its parse is parsed too
+	 * (both find no entry): rare, so a tenth more is allowed; the code
+	 * before parsing once made 6 per round trip.
 	 */
-	CHECK(k == 4ul * ROUNDS, "remote cost: %lu key parses in %d round trips (%d)", k, ROUNDS,
-	      4 * ROUNDS);
+	CHECK(k >= 4ul * ROUNDS && k <= 4ul * ROUNDS + ROUNDS / 10,
+	      "remote cost: %lu key parses in %d round trips (%d to %d)", k, ROUNDS, 4 * ROUNDS,
+	      4 * ROUNDS + ROUNDS / 10);
 }
 
 static void key_task_case(const char *src_dev, const char *dst_dev, const char *edge,
