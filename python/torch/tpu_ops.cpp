@@ -743,20 +743,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTPU::recvAnysource(std::vector<at::Te
   return work;
 }
 
-void ProcessGroupTPU::anysourceDone(int tag) {
+void ProcessGroupTPU::anysourceDone(int tag, const std::function<void()>& complete) {
   c10::intrusive_ptr<WorkTPU> work;
   at::Tensor t;
+  bool next = false;
   {
     std::lock_guard<std::mutex> g(p2pLock_);
     anyPending_[tag]--;
     auto it = anyQueue_.find(tag);
-    if (closing_ || it == anyQueue_.end() || it->second.empty())
-      return;
-    work = it->second.front().work;
-    t = it->second.front().t;
-    it->second.pop_front();
+    if (!closing_ && it != anyQueue_.end() && !it->second.empty()) {
+      work = it->second.front().work;
+      t = it->second.front().t;
+      it->second.pop_front();
+      next = true;
+    }
   }
-  startAnysource(work, t, tag);
+  complete();
+  if (next)
+    startAnysource(work, t, tag);
 }
 
 void ProcessGroupTPU::startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at::Tensor t,
@@ -781,16 +785,17 @@ void ProcessGroupTPU::startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at
       at::Tensor m = it->second.front();
       it->second.pop_front();
       g.unlock();
-      if ((size_t)m.nbytes() != want) {
-        work->complete(std::make_exception_ptr(std::runtime_error(
-            "tpu: recv from any source: rank " + std::to_string(p) + " sent " +
-            std::to_string(m.nbytes()) + " bytes, " + std::to_string(want) + " expected")));
-      } else {
-        t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
-        work->setSourceRank(p);
-        work->complete(nullptr);
-      }
-      anysourceDone(tag);
+      anysourceDone(tag, [&]() {
+        if ((size_t)m.nbytes() != want) {
+          work->complete(std::make_exception_ptr(std::runtime_error(
+              "tpu: recv from any source: rank " + std::to_string(p) + " sent " +
+              std::to_string(m.nbytes()) + " bytes, " + std::to_string(want) + " expected")));
+        } else {
+          t.copy_(m.view(t.scalar_type()).reshape(t.sizes()));
+          work->setSourceRank(p);
+          work->complete(nullptr);
+        }
+      });
       return;
     }
     s->tmp.resize(getSize());
@@ -839,15 +844,17 @@ void ProcessGroupTPU::startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at
             tpu_rendezvous_cancel(rdvp, s->keys[q].data(), s->keys[q].size());
       if (!last)
         return;
-      if (s->winner >= 0) {
-        t.copy_(s->tmp[s->winner].view(t.scalar_type()).reshape(t.sizes()));
-        work->setSourceRank(s->winner);
-        work->complete(nullptr);
-      } else {
-        work->complete(std::make_exception_ptr(std::runtime_error(
-            std::string("tpu: recv from any source: ") + tpu_strerror(s->err ? s->err : -ECANCELED))));
-      }
-      self->anysourceDone(tag);
+      self->anysourceDone(tag, [&]() {
+        if (s->winner >= 0) {
+          t.copy_(s->tmp[s->winner].view(t.scalar_type()).reshape(t.sizes()));
+          work->setSourceRank(s->winner);
+          work->complete(nullptr);
+        } else {
+          work->complete(std::make_exception_ptr(std::runtime_error(
+              std::string("tpu: recv from any source: ") +
+              tpu_strerror(s->err ? s->err : -ECANCELED))));
+        }
+      });
     };
     tpu_status st = postRecv(s->keys[p], s->tmp[p].data_ptr(), want, timeout(), done);
     if (st)

@@ -204,8 +204,10 @@ class ProcessGroupTPU : public c10d::ProcessGroup {
   bool closing_ = false;  // the destructor runs: no queued receive starts
   // Start an any-source receive (p2pLock_ not held).
   void startAnysource(const c10::intrusive_ptr<WorkTPU>& work, at::Tensor t, int tag);
-  // The any-source receive of @tag ended: start the next one queued.
-  void anysourceDone(int tag);
+  // The any-source receive of @tag ended: it stops counting as pending, then
+  // @complete completes its work (so a named receive of the tag may follow
+  // at once), then the next one queued starts.
+  void anysourceDone(int tag, const std::function<void()>& complete);
 };
 
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
