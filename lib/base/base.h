@@ -24,6 +24,7 @@
 #include "copy_stream.h"
 #include "waitword.h"
 #include "le_bytes.h"
+#include "free_list.h"
 
 /* The structure of type @type whose member @member is at @ptr. */
 #define tpu__container_of(ptr, type, member) \

@@ -182,10 +182,8 @@ struct tpu_rendezvous {
 	size_t nkeys;
 	size_t live;			/* ops whose callback has not returned */
 	/* Free lists (rdv_queue.c): finished ops and emptied key FIFOs, kept for reuse. */
-	struct tpu__op *op_free;
-	size_t op_nfree;
-	struct tpu__keyq *keyq_free;
-	size_t keyq_nfree;
+	struct tpu__free_list op_free;
+	struct tpu__free_list keyq_free;
 	size_t in_callback;		/* of those, callbacks running now */
 	atomic_uint users;		/* threads in an issue or a blocking wait (no lock held) */
 	bool closing;			/* destroy began: start nothing more */

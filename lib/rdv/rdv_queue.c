@@ -79,12 +79,10 @@ static void keyq_grow(struct tpu_rendezvous *rdv)
 /* A FIFO for a key of @key_len bytes: a free one that fits, else a new one. */
 static struct tpu__keyq *keyq_get(struct tpu_rendezvous *rdv, size_t key_len)
 {
-	struct tpu__keyq *kq = rdv->keyq_free;
+	struct tpu__keyq *kq = tpu__free_list_take(&rdv->keyq_free, key_len);
 	size_t cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
 
-	if (kq && kq->key_cap >= key_len) {
-		rdv->keyq_free = kq->next;
-		rdv->keyq_nfree--;
+	if (kq) {
 		cap = kq->key_cap;
 		memset(kq, 0, sizeof(*kq));
 	} else {
@@ -94,17 +92,6 @@ static struct tpu__keyq *keyq_get(struct tpu_rendezvous *rdv, size_t key_len)
 	}
 	kq->key_cap = cap;
 	return kq;
-}
-
-static void keyq_put(struct tpu_rendezvous *rdv, struct tpu__keyq *kq)
-{
-	if (rdv->keyq_nfree >= KEYQ_FREE_MAX) {
-		free(kq);
-		return;
-	}
-	kq->next = rdv->keyq_free;
-	rdv->keyq_free = kq;
-	rdv->keyq_nfree++;
 }
 
 struct tpu__keyq *tpu__keyq_find(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len,
@@ -169,7 +156,7 @@ static void keyq_release_if_empty(struct tpu_rendezvous *rdv, struct tpu__keyq *
 		if (*p == kq) {
 			*p = kq->next;
 			rdv->nkeys--;
-			keyq_put(rdv, kq);
+			tpu__free_list_put(&rdv->keyq_free, kq);
 			return;
 		}
 	}
@@ -263,16 +250,26 @@ void tpu__op_free(struct tpu__op *op)
 	free(op);
 }
 
+static void op_release(void *op)
+{
+	tpu__op_free(op);
+}
+
+void tpu__rdv_free_lists_init(struct tpu_rendezvous *rdv)
+{
+	tpu__free_list_init(&rdv->op_free, offsetof(struct tpu__op, key_next),
+			    offsetof(struct tpu__op, key_cap), OP_FREE_MAX, op_release);
+	tpu__free_list_init(&rdv->keyq_free, offsetof(struct tpu__keyq, next),
+			    offsetof(struct tpu__keyq, key_cap), KEYQ_FREE_MAX, NULL);
+}
+
 struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len)
 {
-	struct tpu__op *op = rdv->op_free;
+	struct tpu__op *op = tpu__free_list_take(&rdv->op_free, key_len);
 	size_t cap;
 
-	if (op && op->key_cap >= key_len) {
-		rdv->op_free = op->key_next;
-		rdv->op_nfree--;
+	if (op)
 		return op;
-	}
 	cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
 	op = malloc(sizeof(*op));
 	if (!op)
@@ -288,13 +285,7 @@ struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len)
 
 void tpu__op_recycle(struct tpu_rendezvous *rdv, struct tpu__op *op)
 {
-	if (rdv->op_nfree >= OP_FREE_MAX) {
-		tpu__op_free(op);
-		return;
-	}
-	op->key_next = rdv->op_free;
-	rdv->op_free = op;
-	rdv->op_nfree++;
+	tpu__free_list_put(&rdv->op_free, op);
 }
 
 void tpu__keyq_free_all(struct tpu_rendezvous *rdv)
@@ -313,20 +304,8 @@ void tpu__keyq_free_all(struct tpu_rendezvous *rdv)
 	rdv->buckets = NULL;
 	rdv->nbuckets = 0;
 	rdv->nkeys = 0;
-	while (rdv->keyq_free) {
-		struct tpu__keyq *kq = rdv->keyq_free;
-
-		rdv->keyq_free = kq->next;
-		free(kq);
-	}
-	rdv->keyq_nfree = 0;
-	while (rdv->op_free) {
-		struct tpu__op *op = rdv->op_free;
-
-		rdv->op_free = op->key_next;
-		tpu__op_free(op);
-	}
-	rdv->op_nfree = 0;
+	tpu__free_list_drain(&rdv->keyq_free);
+	tpu__free_list_drain(&rdv->op_free);
 }
 
 void tpu__rdv_free(struct tpu_rendezvous *rdv)

@@ -60,6 +60,8 @@ void tpu__op_free(struct tpu__op *op);
  */
 struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len);
 void tpu__op_recycle(struct tpu_rendezvous *rdv, struct tpu__op *op);
+/* Set up the free lists of finished ops and emptied key FIFOs (rdv_new). */
+void tpu__rdv_free_lists_init(struct tpu_rendezvous *rdv);
 
 /* Choose and start the implementation of a new or joined rendezvous (rdv_select.c). */
 tpu_status tpu__rdv_select(struct tpu_rendezvous *rdv, enum tpu_rdv_impl impl);

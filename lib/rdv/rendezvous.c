@@ -51,6 +51,7 @@ static struct tpu_rendezvous *rdv_new(struct tpu_context *ctx)
 	rdv->magic = TPU__MAGIC_RDV;
 	rdv->ctx = ctx;
 	pthread_mutex_init(&rdv->lock, NULL);
+	tpu__rdv_free_lists_init(rdv);
 	return rdv;
 }
 

@@ -37,8 +37,10 @@ void tpu__remote_put(struct remote *st)
 		free(t);
 	}
 	tpu__remote_serve_free(st);
-	tpu__remote_fetch_free_all(st);
-	tpu__remote_peer_free_writes(st);
+	tpu__free_list_drain(&st->entry_free);
+	tpu__free_list_drain(&st->req_free);
+	tpu__free_list_drain(&st->fetch_free);
+	tpu__free_list_drain(&st->write_free);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 }
@@ -706,6 +708,13 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	atomic_init(&st->word_sleepers, 0);
 	atomic_init(&st->lend_asleep, false);
 	pthread_mutex_init(&st->lock, NULL);
+	tpu__free_list_init(&st->entry_free, offsetof(struct remote_entry, next),
+			    offsetof(struct remote_entry, key_cap), REMOTE_FREE_MAX, NULL);
+	tpu__free_list_init(&st->req_free, offsetof(struct remote_req, next), TPU__FREE_NO_ROOM,
+			    REMOTE_FREE_MAX, NULL);
+	tpu__free_list_init(&st->fetch_free, offsetof(struct remote_fetch, next), TPU__FREE_NO_ROOM,
+			    REMOTE_FREE_MAX, NULL);
+	tpu__remote_peer_free_lists_init(st);
 	st->ctx = ctx;
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
 						  1u << 20);

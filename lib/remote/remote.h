@@ -219,17 +219,15 @@ struct remote {
 	unsigned int max_reqs;		/* TPU_REMOTE_MAX_REQS, per peer */
 	tpu_status aborted;
 	bool closing;
-	struct remote_entry *entry_free;	/* recycled (REMOTE_FREE_MAX) */
-	struct remote_fetch *fetch_free;
-	unsigned int nentry_free, nfetch_free;
+	struct tpu__free_list entry_free;	/* recycled (REMOTE_FREE_MAX) */
+	struct tpu__free_list fetch_free;
 
 	/* ctx thread */
 	struct remote_peer *peers;	/* every peer alive, mapped or not */
 	unsigned int serving;		/* answers with a tensor a peer may still be reading */
 	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
-	struct remote_req *req_free;	/* recycled (REMOTE_FREE_MAX) */
-	struct remote_write *write_free;
-	unsigned int nreq_free, nwrite_free;
+	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
+	struct tpu__free_list write_free;
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
@@ -339,11 +337,11 @@ void tpu__remote_serve_fail_all(struct remote *st, tpu_status status);
 void tpu__remote_serve_answer_all(struct remote *st, tpu_status status);
 /* ctx thread: forget the REQs of a dead peer. */
 void tpu__remote_serve_drop_peer(struct remote *st, struct remote_peer *p);
-/* Free the outbox and the free lists (the last reference is gone). */
+/* Free the outbox (the last reference is gone). */
 void tpu__remote_serve_free(struct remote *st);
 /* Free the fetches kept for reuse (remote_fetch.c) and the writes (remote_peer.c). */
-void tpu__remote_fetch_free_all(struct remote *st);
-void tpu__remote_peer_free_writes(struct remote *st);
+/* Set up st->write_free (its records are remote_peer.c's own). */
+void tpu__remote_peer_free_lists_init(struct remote *st);
 /* For tests: outbox keys hashed so far (every instance; a send or a REQ hashes once). */
 unsigned long tpu__remote_outbox_hashes(void);
 

@@ -28,36 +28,18 @@ static void fetch_unref(struct remote_fetch *f)
 		return;
 	/* Kept for the next receive (its caller's thread takes it under the lock). */
 	pthread_mutex_lock(&st->lock);
-	if (st->nfetch_free < REMOTE_FREE_MAX) {
-		f->next = st->fetch_free;
-		st->fetch_free = f;
-		st->nfetch_free++;
-		f = NULL;
-	}
+	tpu__free_list_put(&st->fetch_free, f);
 	pthread_mutex_unlock(&st->lock);
-	free(f);
 	tpu__remote_put(st);
-}
-
-void tpu__remote_fetch_free_all(struct remote *st)
-{
-	struct remote_fetch *f;
-
-	while ((f = st->fetch_free)) {
-		st->fetch_free = f->next;
-		free(f);
-	}
 }
 
 /* Under st->lock: a zeroed fetch, recycled if one is kept. */
 static struct remote_fetch *fetch_get(struct remote *st)
 {
-	struct remote_fetch *f = st->fetch_free;
+	struct remote_fetch *f = tpu__free_list_take(&st->fetch_free, 0);
 
 	if (!f)
 		return calloc(1, sizeof(*f));
-	st->fetch_free = f->next;
-	st->nfetch_free--;
 	memset(f, 0, sizeof(*f));
 	return f;
 }

@@ -35,47 +35,25 @@ struct remote_write {
 /* A zeroed write with @size bytes of metadata, recycled if one kept has room. */
 static struct remote_write *write_get(struct remote *st, size_t size)
 {
-	struct remote_write *w, **pp;
+	struct remote_write *w = tpu__free_list_take(&st->write_free, size);
 	size_t cap = size < WRITE_META_MIN ? WRITE_META_MIN : size;
 
-	for (pp = &st->write_free; *pp && (*pp)->cap < size; pp = &(*pp)->next)
-		;
-	w = *pp;
 	if (!w) {
 		w = calloc(1, sizeof(*w) + cap);
 		if (w)
 			w->cap = cap;
 		return w;
 	}
-	*pp = w->next;
-	st->nwrite_free--;
 	cap = w->cap;
 	memset(w, 0, sizeof(*w));
 	w->cap = cap;
 	return w;
 }
 
-static void write_put(struct remote *st, struct remote_write *w)
+void tpu__remote_peer_free_lists_init(struct remote *st)
 {
-	if (!w)
-		return;
-	if (st->nwrite_free >= REMOTE_FREE_MAX) {
-		free(w);
-		return;
-	}
-	w->next = st->write_free;
-	st->write_free = w;
-	st->nwrite_free++;
-}
-
-void tpu__remote_peer_free_writes(struct remote *st)
-{
-	struct remote_write *w;
-
-	while ((w = st->write_free)) {
-		st->write_free = w->next;
-		free(w);
-	}
+	tpu__free_list_init(&st->write_free, offsetof(struct remote_write, next),
+			    offsetof(struct remote_write, cap), REMOTE_FREE_MAX, NULL);
 }
 
 static void read_next(struct remote_peer *p);
@@ -233,7 +211,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	}
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
-	write_put(st, w);
+	tpu__free_list_put(&st->write_free, w);
 	tpu__remote_peer_unref(p);
 }
 
@@ -268,7 +246,7 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 	} else if (w) {
 		st = pipe_error(p->st);
 	}
-	write_put(owner, w);
+	tpu__free_list_put(&owner->write_free, w);
 	if (send) {
 		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
 			tpu_buffer_free(send->tensor.buffer);

@@ -87,19 +87,15 @@ static struct remote_entry *entry_find(struct remote *st, const uint8_t *key, si
 static struct remote_entry *entry_new(struct remote *st, const uint8_t *key, size_t len,
 				      uint64_t hash, struct tpu_str dst)
 {
-	struct remote_entry *e, **pp, **b;
+	struct remote_entry *e, **b;
 	size_t cap = len < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : len;
 
 	if (st->nentries >= st->nbuckets)
 		grow(st);
 	if (!st->nbuckets)
 		return NULL;
-	for (pp = &st->entry_free; *pp && (*pp)->key_cap < len; pp = &(*pp)->next)
-		;
-	e = *pp;
+	e = tpu__free_list_take(&st->entry_free, len);
 	if (e) {
-		*pp = e->next;
-		st->nentry_free--;
 		cap = e->key_cap;
 		memset(e, 0, sizeof(*e));
 	} else {
@@ -134,13 +130,7 @@ static void entry_drop_if_empty(struct remote *st, struct remote_entry *e)
 		if (*pp == e) {
 			*pp = e->next;
 			st->nentries--;
-			if (st->nentry_free < REMOTE_FREE_MAX) {
-				e->next = st->entry_free;
-				st->entry_free = e;
-				st->nentry_free++;
-			} else {
-				free(e);
-			}
+			tpu__free_list_put(&st->entry_free, e);
 			return;
 		}
 	}
@@ -155,25 +145,12 @@ static bool entry_for_peer(const struct remote_entry *e, const struct remote_pee
 /* ctx thread: a REQ record, from the free list if one is there. */
 static struct remote_req *req_get(struct remote *st)
 {
-	struct remote_req *r = st->req_free;
+	struct remote_req *r = tpu__free_list_take(&st->req_free, 0);
 
 	if (!r)
 		return calloc(1, sizeof(*r));
-	st->req_free = r->next;
-	st->nreq_free--;
 	memset(r, 0, sizeof(*r));
 	return r;
-}
-
-static void req_put(struct remote *st, struct remote_req *r)
-{
-	if (st->nreq_free >= REMOTE_FREE_MAX) {
-		free(r);
-		return;
-	}
-	r->next = st->req_free;
-	st->req_free = r;
-	st->nreq_free++;
 }
 
 /* What a waiting REQ holds against its peer's bound. */
@@ -241,7 +218,7 @@ static void answer(struct remote *st, struct remote_req *list)
 			tpu__remote_peer_send(r->peer, &h);
 		}
 		tpu__remote_peer_unref(r->peer);
-		req_put(st, r);
+		tpu__free_list_put(&st->req_free, r);
 	}
 }
 
@@ -527,17 +504,8 @@ void tpu__remote_serve_fail_all(struct remote *st, tpu_status status)
 void tpu__remote_serve_free(struct remote *st)
 {
 	struct remote_entry *e;
-	struct remote_req *r;
 	size_t i;
 
-	while ((e = st->entry_free)) {
-		st->entry_free = e->next;
-		free(e);
-	}
-	while ((r = st->req_free)) {
-		st->req_free = r->next;
-		free(r);
-	}
 	for (i = 0; i < st->nbuckets; i++) {
 		while ((e = st->outbox[i])) {
 			st->outbox[i] = e->next;

@@ -27,6 +27,7 @@ static const struct {
 	{ "device_name", test_device_name },
 	{ "key", test_key },
 	{ "spin_policy", test_spin_policy },
+	{ "free_list", test_free_list },
 	{ "spin_knob", test_spin_knob },
 	{ "endpoint_args", test_endpoint_args },
 	{ "fdpass", test_fdpass },

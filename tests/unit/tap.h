@@ -50,6 +50,7 @@ void test_abi(void);
 void test_device_name(void);
 void test_key(void);
 void test_spin_policy(void);
+void test_free_list(void);
 void test_spin_knob(void);
 void test_rdv_alloc(void);
 void test_pipe_alloc(void);
