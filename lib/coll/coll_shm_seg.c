@@ -41,11 +41,10 @@
  * spin made each hand-off wait for the spin on the other core: 4 members,
  * 4 B all-reduce, median of the slowest member 8.6-10 us against 6.0 with
  * 0.5 us, 2 members unchanged at 0.4).  After CROWD_SLEEP_NS it sleeps on
- * the futex, since
- * a yield does not reliably hand the core to the member it waits for (4
- * members on a loaded 2-core host: a 256 KiB all-gather took 0.6-2.8 ms
- * yielding up to YIELD_NS, 0.17 ms sleeping after 50 us; sleeping after
- * 2 us made a 4-byte one take 40-47 us instead of 10).
+ * the futex, since a yield does not reliably hand the core to the member
+ * it waits for (4 members on a loaded 2-core host: a 256 KiB all-gather
+ * took 0.6-2.8 ms yielding up to YIELD_NS, 0.17 ms sleeping after 50 us;
+ * sleeping after 2 us made a 4-byte one take 40-47 us instead of 10).
  */
 #define SPIN_NS		500u
 #define YIELD_NS	20000000u
