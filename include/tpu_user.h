@@ -1901,7 +1901,8 @@ TPU_API size_t tpu_dtype_size(enum tpu_dtype dtype);
  * collective (Documentation/collectives.rst): the same statuses, and a
  * member that dies fails every member's call with TPU_E_PEER_GONE within
  * a few milliseconds.  There a rank returns as soon as its own result is
- * complete (a broadcast's root once it published its tensor), so a
+ * complete (a broadcast's root once it published its tensor, a rank whose
+ * reduce-scatter chunk is empty once it published its input), so a
  * mismatch is found by the ranks that read the differing rank's call, not
  * necessarily by all in that call: a rank that returned already fails a
  * later call (its next once another rank failed, at the latest the 8th)

@@ -556,11 +556,30 @@ static tpu_status wait_reuse(struct tpu__shm_coll *s, uint64_t call, uint64_t de
 }
 
 /*
+ * Whether this member reads member @r's slot in call @c: the root's for a
+ * broadcast, none when this member's result is empty (a reduce-scatter
+ * whose chunk has no element: 4 members, 1 element, all but rank 0), else
+ * every member's.
+ */
+static bool reads_slot_of(const struct tpu__shm_coll *s, const struct tpu__shm_call *c, int r)
+{
+	if (!c->count)
+		return false;
+	if (c->type == TPU_COLL_BROADCAST)
+		return s->rank != c->root && r == c->root;
+	if (c->type == TPU_COLL_REDUCE_SCATTER)
+		return tpu__coll_chunk_len(c->count, s->n, s->rank) > 0;
+	return true;
+}
+
+/*
  * A call through the slots: fill (or just arrive), compare the
  * description of each member this one reads once it is there, read, then
- * compare those of the others that arrived meanwhile.  No phase: entering
- * the next call (its parts word) says this member read everything of this
- * one.
+ * compare those of the others that arrived meanwhile.  A member waits for
+ * no one it does not read: of two members, the one that arrives second
+ * sees the first's description at the latest at its end, so every pair
+ * is still compared.  No phase: entering the next call (its parts word)
+ * says this member read everything of this one.
  */
 static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
 			    size_t es, char *reason, size_t size)
@@ -575,7 +594,7 @@ static tpu_status slot_call(struct tpu__shm_coll *s, uint64_t call, const struct
 	for (int k = 1; k < s->n && !st; k++) {
 		int r = (s->rank + k) % s->n;
 
-		if (bcast && (s->rank == c->root || r != c->root))
+		if (!reads_slot_of(s, c, r))
 			continue;
 		st = tpu__shm_wait_ready(s, r, call, 0, c->deadline_ns);
 		if (!st)

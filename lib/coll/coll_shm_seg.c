@@ -35,13 +35,18 @@
  * sharing a core took twice the spin, 45 us for a 20 us spin, against 5 us
  * yielding).  With more members than cores some share a core anyway: after
  * SPIN_NS, a peer on another core would have answered, and the waiter
- * yields at every look; after CROWD_SLEEP_NS it sleeps on the futex, since
- * a yield does not reliably hand the core to the member it waits for (4
- * members on a loaded 2-core host: a 256 KiB all-gather took 0.6-2.8 ms
- * yielding up to YIELD_NS, 0.17 ms sleeping after 50 us; sleeping after
- * 2 us made a 4-byte one take 40-47 us instead of 10).
+ * yields at every look.  SPIN_NS is short: a peer on another core that has
+ * not answered in half a microsecond is most often itself waiting for its
+ * core (4 members on 2 cores hand each core over once per call; a 2 us
+ * spin made each hand-off wait for the spin on the other core: 4 members,
+ * 4 B all-reduce, median of the slowest member 8.6-10 us against 6.0 with
+ * 0.5 us, 2 members unchanged at 0.4).  After CROWD_SLEEP_NS it sleeps on
+ * the futex, since a yield does not reliably hand the core to the member
+ * it waits for (4 members on a loaded 2-core host: a 256 KiB all-gather
+ * took 0.6-2.8 ms yielding up to YIELD_NS, 0.17 ms sleeping after 50 us;
+ * sleeping after 2 us made a 4-byte one take 40-47 us instead of 10).
  */
-#define SPIN_NS		2000u
+#define SPIN_NS		500u
 #define YIELD_NS	20000000u
 #define CROWD_SLEEP_NS	50000u
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)

@@ -549,6 +549,59 @@ static int roots_of_their_own(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
+/*
+ * A reduce-scatter of one element among n members: only rank 0's chunk
+ * has an element, and the others read no one's slot, so they wait for no
+ * one.  Ranks 1 .. n - 1 finish SHM_RING - 1 such calls before rank 0
+ * enters the first (they tell it so through the pipes; waiting for rank
+ * 0 they would time out instead), then the last, which may wait for it
+ * (the reuse rule); rank 0 gets every sum, the others' outputs stay as
+ * they were.  Then the others return from one more while rank 0 has not
+ * called it; rank 0 calls it with another op, finds the mismatch, and
+ * every member's next call fails with it.
+ */
+static int scatter_of_one_waits_for_no_one(struct tpu_world *w, int me, int n)
+{
+	enum { K = SHM_RING };
+	float in[K + 1], out[K + 1];
+	char done = 1;
+	size_t len = 0;
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	for (int k = 0; k <= K; k++) {
+		in[k] = (float)(10 * k + me + 1);
+		out[k] = -1;
+	}
+	if (!me)
+		for (int r = 1; r < n; r++)
+			R_CHECK(tpu_world_recv(w, r, &done, 1, &len, 20 * SECOND) == 0 && len == 1);
+	for (int k = 0; k < K; k++) {
+		if (me && k == K - 1)
+			R_CHECK(tpu_world_send(w, 0, &done, 1, 20 * SECOND) == 0);
+		R_CHECK(tpu_world_reduce_scatter(w, &in[k], &out[k], 1, TPU_DT_FLOAT32, TPU_OP_SUM,
+						 TPU_FINAL_NONE, 10 * SECOND) == 0);
+	}
+	R_CHECK(!strcmp(tpu_world_coll_path(w), "shm"));
+	for (int k = 0; k < K; k++)
+		R_CHECK(out[k] == (me ? -1.0f : (float)(10 * k * n + n * (n + 1) / 2)));
+
+	R_CHECK(tpu_world_barrier_timeout(w, 20 * SECOND) == 0);
+	if (me) {
+		R_CHECK(tpu_world_reduce_scatter(w, &in[K], &out[K], 1, TPU_DT_FLOAT32, TPU_OP_SUM,
+						 TPU_FINAL_NONE, 10 * SECOND) == 0);
+		R_CHECK(tpu_world_send(w, 0, &done, 1, 20 * SECOND) == 0);
+	} else {
+		for (int r = 1; r < n; r++)
+			R_CHECK(tpu_world_recv(w, r, &done, 1, &len, 20 * SECOND) == 0 && len == 1);
+		R_CHECK(tpu_world_reduce_scatter(w, &in[K], &out[K], 1, TPU_DT_FLOAT32, TPU_OP_MAX,
+						 TPU_FINAL_NONE, 10 * SECOND) ==
+			TPU_E_COLL_MISMATCH);
+	}
+	R_CHECK(tpu_world_all_reduce(w, in, out, 1, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
+				     20 * SECOND) == TPU_E_COLL_MISMATCH);
+	return 0;
+}
+
 /* Member @r's control line in this process's mapping of the segment. */
 static struct shm_line *seg_line(int r)
 {
@@ -813,7 +866,7 @@ static int memlock_falls_back(struct tpu_world *w, int me, int n)
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
        SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK, SC_AHEAD, SC_LATE_MISMATCH,
-       SC_OWN_ROOTS, SC_WAYS_DIFFER };
+       SC_OWN_ROOTS, SC_WAYS_DIFFER, SC_SCATTER_OF_ONE };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -937,6 +990,9 @@ static int rank_main(int me, int n, void *arg)
 	case SC_WAYS_DIFFER:
 		line = ways_differ(w, me);
 		break;
+	case SC_SCATTER_OF_ONE:
+		line = scatter_of_one_waits_for_no_one(w, me, n);
+		break;
 	}
 	if (line)
 		return line;
@@ -1018,7 +1074,8 @@ void test_world_shm(void)
 					     "broadcast_root_runs_ahead_of_a_late_member_until_a_slot_is_reused",
 					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
 					     "every_member_its_own_root_one_finds_it",
-					     "a_single_copy_call_against_a_slot_call_fails_promptly" };
+					     "a_single_copy_call_against_a_slot_call_fails_promptly",
+					     "reduce_scatter_of_one_element_others_wait_for_no_one" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -1027,8 +1084,8 @@ void test_world_shm(void)
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 240), "shm_world_of_%d_%s", n,
 		      names[SC_TYPES]);
 	}
-	for (int k = SC_PATH; k <= SC_WAYS_DIFFER; k++) {
-		int n = k == SC_AHEAD || k == SC_OWN_ROOTS ? 4 :
+	for (int k = SC_PATH; k <= SC_SCATTER_OF_ONE; k++) {
+		int n = k == SC_AHEAD || k == SC_OWN_ROOTS || k == SC_SCATTER_OF_ONE ? 4 :
 			k == SC_DIES_SPINNING || k == SC_DIES_LARGE || k == SC_CROWD ||
 			k == SC_SCATTER ? 3 : 2;
 		struct job j = { .port = boot_free_port(), .scenario = k,
