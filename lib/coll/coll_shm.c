@@ -437,6 +437,46 @@ static tpu_status via_slots(struct tpu__shm_coll *s, uint64_t call,
 	}
 }
 
+/*
+ * A large broadcast, copied by every member, the root included: chunk r
+ * (tpu__coll_chunk_start()) of receiver r's output is written by the root
+ * (process_vm_writev), the rest read by r from the root's input.  Each of
+ * the n members then moves (n - 1) / n of the bytes: n equal copies
+ * instead of n - 1 whole ones while the root idles, which on fewer cores
+ * than members is what keeps every core busy to the end (4 members on 2
+ * cores: 4 quarter-loads in two rounds, not 3 whole ones in two).
+ */
+static tpu_status split_broadcast(struct tpu__shm_coll *s, uint64_t call,
+				  const struct tpu__shm_call *c, size_t es)
+{
+	size_t bytes = c->count * es;
+	const char *in = c->in;
+	char *out = c->out;
+	tpu_status st = 0;
+
+	if (!shm_bcast_split(s->n, bytes)) {
+		if (s->rank != c->root)
+			st = pull(s, c->root, call, false, 0, out, bytes);
+		return st;
+	}
+	for (int k = 1; k < s->n && !st && s->rank == c->root; k++) {
+		int r = (s->rank + k) % s->n;
+		size_t off = tpu__coll_chunk_start(c->count, s->n, r) * es;
+
+		st = peer_io(s, r, call, true, off, (char *)in + off,
+			     tpu__coll_chunk_len(c->count, s->n, r) * es, true);
+	}
+	if (s->rank != c->root) {
+		size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
+		size_t end = off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es;
+
+		st = pull(s, c->root, call, false, 0, out, off);
+		if (!st)
+			st = pull(s, c->root, call, false, end, out + end, bytes - end);
+	}
+	return st;
+}
+
 static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct tpu__shm_call *c,
 			  size_t es)
 {
@@ -449,23 +489,7 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 
 	switch (c->type) {
 	case TPU_COLL_BROADCAST:
-		/*
-		 * Two members: the root, idle otherwise, writes the second half
-		 * into the other's output while that one reads the first: two
-		 * cores copy.
-		 */
-		if (s->n == 2 && bytes >= SHM_BCAST_HALVES) {
-			size_t half = bytes / 2 / 64 * 64;
-			int r = 1 - s->rank;
-
-			if (s->rank == c->root)
-				st = peer_io(s, r, call, true, half, (char *)in + half, bytes - half,
-					     true);
-			else
-				st = pull(s, c->root, call, false, 0, out, half);
-		} else if (s->rank != c->root) {
-			st = pull(s, c->root, call, false, 0, out, bytes);
-		}
+		st = split_broadcast(s, call, c, es);
 		break;
 	case TPU_COLL_GATHER:
 		for (int k = 1; k < s->n && !st; k++) {

@@ -84,11 +84,21 @@ _Static_assert(TPU__SHM_SLOT / SHM_PART < SHM_REDUCED, "a slot's parts must coun
  */
 #define SHM_SINGLE_COPY	(32u << 10)
 /*
- * A broadcast between two members of this many bytes and more is copied
- * by both: the receiver reads the first half, the root writes the second
- * into the receiver's output (process_vm_writev).
+ * A broadcast whose share per member is this many bytes and more is
+ * copied by every member: the root writes each receiver's share of its
+ * output (process_vm_writev), the receiver reads the rest
+ * (split_broadcast() in coll_shm.c).  4 members on a loaded 2-core host:
+ * 128 KiB took the same either way, 256 KiB 48-59 against 54-67 us, 1 MiB
+ * 148-191 against 217-240 us; at 64 KiB the split lost (23-26 against
+ * 20-22 us).  2 members split from 64 KiB as before.
  */
-#define SHM_BCAST_HALVES	(64u << 10)
+#define SHM_BCAST_SHARE	(32u << 10)
+
+/* Whether a broadcast of @bytes is split between the members (SHM_BCAST_SHARE). */
+static inline bool shm_bcast_split(int n, uint64_t bytes)
+{
+	return n > 1 && bytes / (uint64_t)n >= SHM_BCAST_SHARE;
+}
 
 /* What a call is: every member must publish the same (the slot index apart). */
 struct shm_desc {

@@ -119,9 +119,12 @@ void tpu__shm_kmod_use(struct tpu__shm_coll *s, bool on)
 	}
 }
 
-/* Register @len bytes at @addr with @access; grant them to every other member (@gaccess). */
+/*
+ * Register @len bytes at @addr with @access; grant them (@gaccess) to
+ * member @only, or with -1 to every other member.
+ */
 static void expose(struct tpu__shm_coll *s, int which, const void *addr, size_t len,
-		   uint32_t access, uint32_t gaccess, struct shm_grants *tab, bool out)
+		   uint32_t access, uint32_t gaccess, struct shm_grants *tab, bool out, int only)
 {
 	struct tp_region_register reg = { .addr = (uintptr_t)addr, .len = len,
 					   .access = access };
@@ -138,7 +141,7 @@ static void expose(struct tpu__shm_coll *s, int which, const void *addr, size_t 
 		struct tp_grant g = { .grantee = s->eps ? s->eps[r] : 0, .len = len,
 				      .region = reg.handle, .access = gaccess };
 
-		if (r == s->rank || !g.grantee)
+		if (r == s->rank || !g.grantee || (only >= 0 && r != only))
 			continue;
 		st = kioctl(s->kfd, TP_IOC_GRANT, &g);
 		if (st) {
@@ -163,15 +166,19 @@ void tpu__shm_kmod_expose(struct tpu__shm_coll *s, uint64_t call, const struct t
 	memset(tab, 0, sizeof(tab));
 	switch (c->type) {
 	case TPU_COLL_BROADCAST:
-		/* The root's input, read by all; between two, the other's output, half written by it. */
+		/*
+		 * The root's input, read by all; where it is split, a
+		 * receiver's output too, its share written by the root alone.
+		 */
 		if (root)
-			expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
-		else if (s->n == 2 && bytes >= SHM_BCAST_HALVES)
-			expose(s, 1, c->out, bytes, TP_ACCESS_WRITE, TP_ACCESS_WRITE, tab, true);
+			expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false, -1);
+		else if (shm_bcast_split(s->n, bytes))
+			expose(s, 1, c->out, bytes, TP_ACCESS_WRITE, TP_ACCESS_WRITE, tab, true,
+			       c->root);
 		break;
 	case TPU_COLL_GATHER:
 	case TPU_COLL_REDUCE_SCATTER:
-		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
+		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false, -1);
 		break;
 	default:
 		/*
@@ -181,8 +188,8 @@ void tpu__shm_kmod_expose(struct tpu__shm_coll *s, uint64_t call, const struct t
 		 * an untouched page would keep the zero page).  First: in
 		 * place, the input's read pin then finds the same pages.
 		 */
-		expose(s, 1, c->out, bytes, TP_ACCESS_ALL, TP_ACCESS_READ, tab, true);
-		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false);
+		expose(s, 1, c->out, bytes, TP_ACCESS_ALL, TP_ACCESS_READ, tab, true, -1);
+		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false, -1);
 		break;
 	}
 	memcpy(shm_slot(s, s->rank, call), tab, (size_t)s->n * sizeof(tab[0]));
