@@ -2,7 +2,8 @@
 /*
  * lib/base: the bottom layer (status strings, log, keys and device names,
  * text helpers, streaming copies, descriptor passing, facts about this
- * host, a spin-then-sleep hand-off between threads).  It calls nothing
+ * host, a spin-then-sleep hand-off between threads, bounded free lists
+ * of recycled records).  It calls nothing
  * else of the library; every other folder may include this header.  Not
  * installed.
  *
