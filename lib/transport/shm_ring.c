@@ -223,12 +223,20 @@ static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
 	return len;
 }
 
-/* Whether @skip + @len bytes are readable (both bounded by the ring's capacity). */
+/*
+ * Whether @skip + @len bytes are readable.  One check bounds both: the
+ * bytes available are never more than the capacity (ring_avail refuses a
+ * head further ahead, whatever the peer wrote), and the sum is compared
+ * without forming it, so that no @skip or @len can wrap it.
+ */
 static bool ring_has(struct tpu__shm_ring *r, size_t skip, size_t len)
 {
-	if (r->broken || skip > r->cap || len > r->cap - skip)
+	uint64_t avail;
+
+	if (r->broken)
 		return false;
-	return ring_avail(r) >= skip + len;
+	avail = ring_avail(r);
+	return len <= avail && skip <= avail - len;
 }
 
 bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len)
