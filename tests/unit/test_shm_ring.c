@@ -483,6 +483,46 @@ static void test_peek_take(void)
 }
 
 /*
+ * A frame read in place the way the pipe reads it (the poll looks, then the
+ * header, the body and a payload are peeked and all of it taken) loads the
+ * producer's head once, at the look: the peeks and the take stay within
+ * the bytes that look saw.  A peek beyond them loads it again.
+ */
+static void test_peek_loads(void)
+{
+	struct tpu__shm_ring p, c;
+	void *mem = ring_mem(CAP);
+	uint8_t in[280], out[280];
+	struct iovec iov = { in, sizeof(in) };
+	uint64_t loads;
+	bool ok;
+
+	CHECK(mem != NULL, "ring peek: shared memory");
+	if (!mem)
+		return;
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (uint8_t)(i * 13 + 5);
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	ok = tpu__shm_ring_write_all(&p, &iov, 1, sizeof(in));
+	loads = tpu__shm_ring_head_loads(&c);
+	ok &= tpu__shm_ring_readable(&c) == sizeof(in);
+	ok &= tpu__shm_ring_peek(&c, 0, out, 16) && tpu__shm_ring_peek(&c, 16, out + 16, 200) &&
+	      tpu__shm_ring_peek(&c, 216, out + 216, 64) && tpu__shm_ring_take(&c, 280, NULL, 0);
+	CHECK(ok && !memcmp(out, in, sizeof(in)) && tpu__shm_ring_head_loads(&c) == loads + 1,
+	      "ring peek: a frame peeked in three parts and taken loads the head once (%llu loads)",
+	      (unsigned long long)(tpu__shm_ring_head_loads(&c) - loads));
+	/* Nothing left: a peek loads the head again, and sees what came meanwhile. */
+	ok = !tpu__shm_ring_peek(&c, 0, out, 16) && tpu__shm_ring_head_loads(&c) == loads + 2;
+	ok &= tpu__shm_ring_write_all(&p, &iov, 1, 16);
+	ok &= tpu__shm_ring_peek(&c, 0, out, 16) && !memcmp(out, in, 16) &&
+	      tpu__shm_ring_head_loads(&c) == loads + 3;
+	CHECK(ok, "ring peek: beyond the head last seen the head is loaded again");
+	ring_mem_free(mem, CAP);
+}
+
+/*
  * The bounds of peek and take rest on the head the peer publishes: one
  * more than the capacity ahead breaks the ring, and nothing is copied or
  * given back, whatever the skip and length asked for.
@@ -600,6 +640,7 @@ void test_shm_ring(void)
 	test_iovec();
 	test_peek_take();
 	test_peek_hostile();
+	test_peek_loads();
 	test_model();
 	test_hostile();
 	test_write_all();
