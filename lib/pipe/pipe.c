@@ -217,9 +217,15 @@ static void pipe_call_run(struct tpu__task *t)
 /* Calls kept per pipe: a ping-pong has at most a few in flight. */
 #define PIPE_CALL_CACHE	8
 
+/*
+ * A call is finished on the context thread (or the thread lent to it),
+ * which alone drives the pipe: the cache is its own, and no thread-local
+ * look (a call to __tls_get_addr in the shared library) is needed to
+ * know it.
+ */
 void tpu__pipe_call_free(struct tpu_pipe *p, struct pipe_call *c)
 {
-	if (p->ncall_cache < PIPE_CALL_CACHE && tpu__ctx_on_thread(p->ctx)) {
+	if (p->ncall_cache < PIPE_CALL_CACHE) {
 		c->task.next = (struct tpu__task *)p->call_cache;
 		p->call_cache = c;
 		p->ncall_cache++;
@@ -228,30 +234,37 @@ void tpu__pipe_call_free(struct tpu_pipe *p, struct pipe_call *c)
 	free(c);
 }
 
-/* The cache belongs to whoever drives the context: other threads allocate. */
-static struct pipe_call *pipe_call_alloc(struct tpu_pipe *p)
+/*
+ * The cache belongs to whoever drives the context (@here: the caller does):
+ * other threads allocate.  Not cleared: pipe_call fills every field.
+ */
+static struct pipe_call *pipe_call_alloc(struct tpu_pipe *p, bool here)
 {
 	struct pipe_call *c = p->call_cache;
 
-	if (!c || !tpu__ctx_on_thread(p->ctx))
-		return calloc(1, sizeof(*c));
+	if (!c || !here)
+		return malloc(sizeof(*c));
 	p->call_cache = (struct pipe_call *)c->task.next;
 	p->ncall_cache--;
-	memset(c, 0, sizeof(*c));
 	return c;
 }
 
-static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct tpu_message *msg,
-			    void (*cb)(void), void *arg)
+/* @here: tpu__ctx_on_thread(p->ctx), asked once by the public call. */
+static tpu_status pipe_call(struct tpu_pipe *p, bool here, enum pipe_call_kind kind,
+			    struct tpu_message *msg, void (*cb)(void), void *arg)
 {
-	struct pipe_call *c = pipe_call_alloc(p);
+	struct pipe_call *c = pipe_call_alloc(p, here);
 
 	if (!c)
 		return -ENOMEM;
-	c->task.fn = pipe_call_run;
-	c->pipe = p;
-	c->kind = kind;
-	c->msg = msg;
+	/* Every field, the ones not named zeroed. */
+	*c = (struct pipe_call){
+		.task.fn = pipe_call_run,
+		.pipe = p,
+		.kind = kind,
+		.msg = msg,
+		.arg = arg,
+	};
 	switch (kind) {
 	case PIPE_CALL_WRITE:
 		c->cb.write = (tpu_write_cb)cb;
@@ -265,14 +278,13 @@ static tpu_status pipe_call(struct tpu_pipe *p, enum pipe_call_kind kind, struct
 	case PIPE_CALL_CLOSE:
 		break;
 	}
-	c->arg = arg;
 	/*
 	 * From a callback, with nothing of this pipe queued before it, run the
 	 * call now: a pipe driven from its callbacks (a ping-pong) then costs
 	 * no trip through the task queue.  Close always goes through the queue
 	 * (the pipe may be freed by it).
 	 */
-	if (kind != PIPE_CALL_CLOSE && tpu__ctx_on_thread(p->ctx) && !atomic_load(&p->queued)) {
+	if (kind != PIPE_CALL_CLOSE && here && !atomic_load(&p->queued)) {
 		pipe_call_run(&c->task);
 		return 0;
 	}
@@ -363,7 +375,8 @@ TPU_API tpu_status tpu_pipe_write(struct tpu_pipe *pipe, struct tpu_message *msg
 		st = atomic_load(&pipe->fail_status);
 		return st ? st : -EPIPE;
 	}
-	return pipe_call(pipe, PIPE_CALL_WRITE, msg, (void (*)(void))done, arg);
+	return pipe_call(pipe, tpu__ctx_on_thread(pipe->ctx), PIPE_CALL_WRITE, msg,
+			 (void (*)(void))done, arg);
 }
 
 TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descriptor_cb done,
@@ -375,19 +388,20 @@ TPU_API tpu_status tpu_pipe_read_descriptor(struct tpu_pipe *pipe, tpu_descripto
 		return st;
 	if (!done)
 		return -EINVAL;
-	return pipe_call(pipe, PIPE_CALL_READ_DESC, NULL, (void (*)(void))done, arg);
+	return pipe_call(pipe, tpu__ctx_on_thread(pipe->ctx), PIPE_CALL_READ_DESC, NULL,
+			 (void (*)(void))done, arg);
 }
 
 /*
  * Whether @msg is a descriptor of @pipe that no read started yet, and the
  * rest of its checks.  @msg is not looked into before it is found among
  * the pipe's descriptors: one read already (or never delivered) may be
- * freed memory.
+ * freed memory.  @here: the caller drives the context.
  */
-static tpu_status read_check(struct tpu_pipe *pipe, struct tpu_message *msg)
+static tpu_status read_check(struct tpu_pipe *pipe, struct tpu_message *msg, bool here)
 {
 	/* The context thread is the one that changes the list: it needs no lock. */
-	bool lock = !tpu__ctx_on_thread(pipe->ctx);
+	bool lock = !here;
 	tpu_status st = -EINVAL;
 	struct pipe_read *rd;
 
@@ -435,15 +449,17 @@ TPU_API tpu_status tpu_pipe_read(struct tpu_pipe *pipe, struct tpu_message *msg,
 				 tpu_read_cb done, void *arg)
 {
 	tpu_status st = pipe_check(pipe);
+	bool here;
 
 	if (st)
 		return st;
 	if (!msg || !done)
 		return -EINVAL;
-	st = read_check(pipe, msg);
+	here = tpu__ctx_on_thread(pipe->ctx);
+	st = read_check(pipe, msg, here);
 	if (st)
 		return st;
-	return pipe_call(pipe, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
+	return pipe_call(pipe, here, PIPE_CALL_READ, msg, (void (*)(void))done, arg);
 }
 
 static void pipe_close_now(void *arg)
@@ -479,7 +495,7 @@ TPU_API void tpu_pipe_close(struct tpu_pipe *pipe)
 	 */
 	if (tpu__ctx_on_thread(pipe->ctx)) {
 		/* Without memory for the call the pipe would leak: retry, it is tiny. */
-		while (pipe_call(pipe, PIPE_CALL_CLOSE, NULL, NULL, NULL))
+		while (pipe_call(pipe, true, PIPE_CALL_CLOSE, NULL, NULL, NULL))
 			;
 		return;
 	}

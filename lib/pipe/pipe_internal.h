@@ -94,7 +94,7 @@ struct write_part {
 	bool embedded;			/* pipe_write's own part0, not allocated */
 };
 
-/* One write in flight. */
+/* One write in flight (a cached block is reset field by field: write_reset). */
 struct pipe_write {
 	struct pipe_write *next;
 	struct tpu_message *msg;
@@ -283,7 +283,7 @@ struct tpu_pipe *tpu__pipe_new(struct tpu_context *ctx, bool connector);
 void tpu__pipe_fail(struct tpu_pipe *p, tpu_status err);
 /* Negotiation done: the pipe carries messages now. */
 void tpu__pipe_opened(struct tpu_pipe *p);
-/* A finished call: kept for reuse when on the context thread, else freed. */
+/* A finished call (context thread only): kept for reuse while the cache has room, else freed. */
 void tpu__pipe_call_free(struct tpu_pipe *p, struct pipe_call *c);
 /* Free the pipe if it is closed and idle. */
 void tpu__pipe_maybe_free(struct tpu_pipe *p);

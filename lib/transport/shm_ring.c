@@ -54,6 +54,7 @@ int tpu__shm_ring_attach(struct tpu__shm_ring *r, void *mem, uint64_t cap, bool 
 	r->producer = producer;
 	r->pos = producer ? head : tail;
 	r->tail_seen = tail;
+	r->head_seen = head;
 	return 0;
 }
 
@@ -87,17 +88,32 @@ static uint64_t ring_space(struct tpu__shm_ring *r, uint64_t want)
 	return r->cap - used;
 }
 
-/* Consumer: bytes available, reloading the head. */
+/* Consumer: bytes available, reloading the head; 0 (and broken) if it is nonsense. */
 static uint64_t ring_avail(struct tpu__shm_ring *r)
 {
 	/* Acquire: the producer's copies into those bytes are visible. */
-	uint64_t avail = atomic_load_explicit(&r->hdr->head, memory_order_acquire) - r->pos;
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
 
-	if (avail > r->cap) {
+	count(&r->head_loads);
+	/* Behind this side's tail, or more than a lap ahead: the peer scribbled. */
+	if (head - r->pos > r->cap) {
 		r->broken = true;
 		return 0;
 	}
-	return avail;
+	r->head_seen = head;
+	return head - r->pos;
+}
+
+/*
+ * Consumer: bytes available, at least @want of them if they are there: the
+ * head last seen when it leaves enough (pos never passes it, so this is at
+ * most the capacity), else loaded again.
+ */
+static uint64_t ring_avail_for(struct tpu__shm_ring *r, uint64_t want)
+{
+	uint64_t seen = r->head_seen - r->pos;
+
+	return seen >= want ? seen : ring_avail(r);
 }
 
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r)
@@ -213,7 +229,7 @@ static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
 
 	if (r->broken || !len)
 		return 0;
-	avail = ring_avail(r);
+	avail = ring_avail_for(r, len);
 	if (len > avail)
 		len = avail;
 	if (!len)
@@ -223,12 +239,23 @@ static size_t ring_read(struct tpu__shm_ring *r, void *buf, size_t len,
 	return len;
 }
 
-/* Whether @skip + @len bytes are readable (both bounded by the ring's capacity). */
+/*
+ * Whether @skip + @len bytes fit in @avail.  This one check bounds both:
+ * @avail is never more than the capacity (ring_avail refuses a head
+ * further ahead, whatever the peer wrote), and the sum is compared without
+ * forming it, so that no @skip or @len can wrap it.
+ */
+static bool fits(uint64_t avail, size_t skip, size_t len)
+{
+	return len <= avail && skip <= avail - len;
+}
+
+/* Whether @skip + @len bytes are readable: the head last seen first. */
 static bool ring_has(struct tpu__shm_ring *r, size_t skip, size_t len)
 {
-	if (r->broken || skip > r->cap || len > r->cap - skip)
+	if (r->broken)
 		return false;
-	return ring_avail(r) >= skip + len;
+	return fits(r->head_seen - r->pos, skip, len) || fits(ring_avail(r), skip, len);
 }
 
 bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len)
@@ -255,6 +282,11 @@ bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t 
 uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r)
 {
 	return atomic_load_explicit(&r->tail_moves, memory_order_relaxed);
+}
+
+uint64_t tpu__shm_ring_head_loads(const struct tpu__shm_ring *r)
+{
+	return atomic_load_explicit(&r->head_loads, memory_order_relaxed);
 }
 
 uint64_t tpu__shm_ring_head_moves(const struct tpu__shm_ring *r)

@@ -65,11 +65,19 @@ struct tpu__shm_ring {
 	 * write (each load is a cache miss when the consumer just stored).
 	 */
 	uint64_t tail_seen;
+	/*
+	 * Consumer: the head as last loaded.  The bytes before it stay
+	 * readable until this side takes them, so a peek or take within them
+	 * loads the producer's line again only when they do not suffice: once
+	 * per message read in place (the poll's look), not once per peek.
+	 */
+	uint64_t head_seen;
 	bool producer;
 	bool broken;		/* the other side's counter made no sense */
 	_Atomic uint64_t tail_moves;	/* consumer: stores to the tail (tests read it) */
 	_Atomic uint64_t head_moves;	/* producer: stores to the head (tests read it) */
 	_Atomic uint64_t tail_loads;	/* producer: loads of the consumer's tail (tests) */
+	_Atomic uint64_t head_loads;	/* consumer: loads of the producer's head (tests) */
 };
 
 /* Bytes of shared memory one ring of @cap bytes takes. */
@@ -110,6 +118,8 @@ bool tpu__shm_ring_peek(struct tpu__shm_ring *r, size_t skip, void *buf, size_t 
 bool tpu__shm_ring_take(struct tpu__shm_ring *r, size_t skip, void *buf, size_t len);
 /* Consumer: how many times the tail moved (each read, each take; for tests). */
 uint64_t tpu__shm_ring_tail_moves(const struct tpu__shm_ring *r);
+/* Consumer: how many times the producer's head was loaded (for tests). */
+uint64_t tpu__shm_ring_head_loads(const struct tpu__shm_ring *r);
 /* Producer: how many times the head moved, and the tail was loaded (for tests). */
 uint64_t tpu__shm_ring_head_moves(const struct tpu__shm_ring *r);
 uint64_t tpu__shm_ring_tail_loads(const struct tpu__shm_ring *r);
@@ -120,7 +130,10 @@ uint64_t tpu__shm_ring_tail_loads(const struct tpu__shm_ring *r);
  */
 bool tpu__shm_ring_write_all(struct tpu__shm_ring *r, const struct iovec *iov, unsigned int n,
 			     size_t total);
-/* Bytes the consumer may read now; bytes the producer may write now. */
+/*
+ * Bytes the consumer may read now (the head loaded again: the poll's look);
+ * bytes the producer may write now.
+ */
 size_t tpu__shm_ring_readable(struct tpu__shm_ring *r);
 size_t tpu__shm_ring_writable(struct tpu__shm_ring *r);
 

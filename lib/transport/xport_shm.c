@@ -718,7 +718,7 @@ tpu_status tpu__shm_map_rings(struct shm_conn *c, uint64_t cap, bool connector)
 
 /* ---- connection ops -------------------------------------------------------- */
 
-/* A cleared op with room for @niov iovecs: from the cache when it fits. */
+/* A new op with room for @niov iovecs: from the cache when it fits. */
 static struct shm_op *op_new(struct shm_conn *c, enum shm_op_kind kind, unsigned int niov,
 			     tpu__io_cb cb, void *arg)
 {
@@ -728,17 +728,13 @@ static struct shm_op *op_new(struct shm_conn *c, enum shm_op_kind kind, unsigned
 	if (op && niov <= SHM_OP_CACHED_IOV) {
 		c->free_ops = op->next;
 		c->nfree_ops--;
-		memset(op, 0, sizeof(*op));
 	} else {
-		op = calloc(1, sizeof(*op) + cap * sizeof(struct iovec));
+		op = malloc(sizeof(*op) + cap * sizeof(struct iovec));
 		if (!op)
 			return NULL;
 	}
-	op->cap_iov = cap;
-	op->kind = kind;
-	op->cb = cb;
-	op->arg = arg;
-	op->fd = -1;
+	/* Every field in one go (the ones not named zeroed); iov[] is filled before use. */
+	*op = (struct shm_op){ .kind = kind, .cb = cb, .arg = arg, .fd = -1, .cap_iov = cap };
 	return op;
 }
 

@@ -473,6 +473,92 @@ static void test_peek_take(void)
 	      "ring peek: a header split by the end of the data area");
 	CHECK(!tpu__shm_ring_peek(&c, CAP, out, 1) && !tpu__shm_ring_take(&c, 1, out, CAP),
 	      "ring peek: more than the capacity is refused");
+	/* A skip and a length whose sum wraps to what is there: still refused. */
+	tpu__shm_ring_write(&p, &(struct iovec){ in, 8 }, 1, 0);
+	CHECK(tpu__shm_ring_readable(&c) == 8 && !tpu__shm_ring_peek(&c, SIZE_MAX - 3, out, 8) &&
+	      !tpu__shm_ring_take(&c, SIZE_MAX - 3, out, 8) &&
+	      !tpu__shm_ring_peek(&c, 8, out, SIZE_MAX - 3) && !tpu__shm_ring_broken(&c),
+	      "ring peek: a skip and a length whose sum wraps are refused");
+	ring_mem_free(mem, CAP);
+}
+
+/*
+ * A frame read in place the way the pipe reads it (the poll looks, then the
+ * header, the body and a payload are peeked and all of it taken) loads the
+ * producer's head once, at the look: the peeks and the take stay within
+ * the bytes that look saw.  A peek beyond them loads it again.
+ */
+static void test_peek_loads(void)
+{
+	struct tpu__shm_ring p, c;
+	void *mem = ring_mem(CAP);
+	uint8_t in[280], out[280];
+	struct iovec iov = { in, sizeof(in) };
+	uint64_t loads;
+	bool ok;
+
+	CHECK(mem != NULL, "ring peek: shared memory");
+	if (!mem)
+		return;
+	for (size_t i = 0; i < sizeof(in); i++)
+		in[i] = (uint8_t)(i * 13 + 5);
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	ok = tpu__shm_ring_write_all(&p, &iov, 1, sizeof(in));
+	loads = tpu__shm_ring_head_loads(&c);
+	ok &= tpu__shm_ring_readable(&c) == sizeof(in);
+	ok &= tpu__shm_ring_peek(&c, 0, out, 16) && tpu__shm_ring_peek(&c, 16, out + 16, 200) &&
+	      tpu__shm_ring_peek(&c, 216, out + 216, 64) && tpu__shm_ring_take(&c, 280, NULL, 0);
+	CHECK(ok && !memcmp(out, in, sizeof(in)) && tpu__shm_ring_head_loads(&c) == loads + 1,
+	      "ring peek: a frame peeked in three parts and taken loads the head once (%llu loads)",
+	      (unsigned long long)(tpu__shm_ring_head_loads(&c) - loads));
+	/* Nothing left: a peek loads the head again, and sees what came meanwhile. */
+	ok = !tpu__shm_ring_peek(&c, 0, out, 16) && tpu__shm_ring_head_loads(&c) == loads + 2;
+	ok &= tpu__shm_ring_write_all(&p, &iov, 1, 16);
+	ok &= tpu__shm_ring_peek(&c, 0, out, 16) && !memcmp(out, in, 16) &&
+	      tpu__shm_ring_head_loads(&c) == loads + 3;
+	CHECK(ok, "ring peek: beyond the head last seen the head is loaded again");
+	ring_mem_free(mem, CAP);
+}
+
+/*
+ * The bounds of peek and take rest on the head the peer publishes: one
+ * more than the capacity ahead breaks the ring, and nothing is copied or
+ * given back, whatever the skip and length asked for.
+ */
+static void test_peek_hostile(void)
+{
+	struct tpu__shm_ring p, c;
+	void *mem = ring_mem(CAP);
+	struct tpu__shm_ring_hdr *h = mem;
+	uint8_t in[32] = { 1 }, out[32];
+	struct iovec iov = { in, sizeof(in) };
+	uint64_t tail;
+
+	CHECK(mem != NULL, "ring peek: shared memory");
+	if (!mem)
+		return;
+	tpu__shm_ring_init(mem, CAP);
+	tpu__shm_ring_attach(&p, mem, CAP, true);
+	tpu__shm_ring_attach(&c, mem, CAP, false);
+	tpu__shm_ring_write(&p, &iov, 1, 0);
+	tail = atomic_load(&h->tail);
+	/* The head scribbled a byte past a full lap: every skip and length is refused. */
+	atomic_store(&h->head, c.pos + CAP + 1);
+	CHECK(!tpu__shm_ring_peek(&c, 0, out, 1) && tpu__shm_ring_broken(&c),
+	      "ring peek: a head more than the capacity ahead breaks the ring");
+	CHECK(!tpu__shm_ring_peek(&c, CAP, out, 1) && !tpu__shm_ring_take(&c, 0, out, 16) &&
+	      !tpu__shm_ring_take(&c, CAP, NULL, 0) && atomic_load(&h->tail) == tail &&
+	      tpu__shm_ring_tail_moves(&c) == 0,
+	      "ring take: nothing is given back on a broken ring");
+	/* A head exactly a lap ahead is a full ring, which a fresh side may read. */
+	atomic_store(&h->head, sizeof(in));
+	CHECK(tpu__shm_ring_attach(&c, mem, CAP, false) == 0, "ring peek: attached again");
+	atomic_store(&h->head, c.pos + CAP);
+	CHECK(tpu__shm_ring_peek(&c, CAP - 16, out, 16) && !tpu__shm_ring_peek(&c, CAP - 15, out, 16) &&
+	      !tpu__shm_ring_broken(&c),
+	      "ring peek: a full lap is readable to its last byte, and no further");
 	ring_mem_free(mem, CAP);
 }
 
@@ -553,6 +639,8 @@ void test_shm_ring(void)
 	test_basic();
 	test_iovec();
 	test_peek_take();
+	test_peek_hostile();
+	test_peek_loads();
 	test_model();
 	test_hostile();
 	test_write_all();
