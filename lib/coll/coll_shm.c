@@ -25,10 +25,9 @@
  * Larger: no copy through the segment.  All-reduce is a reduce-scatter
  * (member r reduces chunk r reading every other member's input with
  * process_vm_readv, one piece at a time into a buffer that stays in
- * cache) then an all-gather in which member r writes its finished chunk
- * into every other member's output (process_vm_writev), with one phase at
- * the end, after which no member reads or writes another's buffers any
- * more.  Where the
+ * cache) then an all-gather (each reads the other members' finished
+ * chunks straight into its output), with a phase between and one at the
+ * end, after which no member reads another's buffers any more.  Where the
  * members joined a module domain (coll_shm_kmod.c), those reads and
  * writes go through the grants each member made for the call (its grant
  * table in its slot, written before the first phase) with TP_IOC_COPY,
@@ -507,23 +506,19 @@ static tpu_status via_cma(struct tpu__shm_coll *s, uint64_t call, const struct t
 			tpu__coll_final(c->dtype, c->final_op, out, len, s->n);
 		break;
 	default:
-		/*
-		 * Chunk r of member m's output is written by member r alone,
-		 * once r has read all it reads (chunk r of every input): in
-		 * place, that chunk of m's input is read by r alone, so no
-		 * phase is needed between the halves.  Pushed, not pulled: the
-		 * written chunk crosses to the other members once, where a
-		 * pull made its owner rewrite, next call, lines the others'
-		 * caches held (4 members on 2 vCPUs that share no L3: every
-		 * store of the reduced chunk waited for an invalidation; see
-		 * Documentation/collectives.rst).
-		 */
 		st = reduce_from_peers(s, call, c, es, out + off * es, in + off * es, off, len * es);
-		if (!st)
+		if (!st) {
 			tpu__coll_final(c->dtype, c->final_op, out + off * es, len, s->n);
-		for (int k = 1; k < s->n && !st; k++)
-			st = peer_io(s, (s->rank + k) % s->n, call, true, off * es, out + off * es,
-				     len * es, true);
+			/* Every chunk reduced before anyone reads one. */
+			st = tpu__shm_barrier(s, c->deadline_ns);
+		}
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+			size_t o = tpu__coll_chunk_start(c->count, s->n, r);
+
+			st = pull(s, r, call, true, o * es, out + o * es,
+				  tpu__coll_chunk_len(c->count, s->n, r) * es);
+		}
 		break;
 	}
 	/* No member returns (and frees its buffers) while another may still read them. */

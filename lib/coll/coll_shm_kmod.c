@@ -182,12 +182,13 @@ void tpu__shm_kmod_expose(struct tpu__shm_coll *s, uint64_t call, const struct t
 		break;
 	default:
 		/*
-		 * The output: every other member writes its reduced chunk
-		 * into it (coll_shm.c's via_cma()).  Pinned for writing;
-		 * first: in place, the input's read pin then finds the same
-		 * pages.
+		 * The output is written after it is registered, before the
+		 * others read it: pinned for writing, so that the pages the
+		 * module reads are the ones this member writes (a read pin of
+		 * an untouched page would keep the zero page).  First: in
+		 * place, the input's read pin then finds the same pages.
 		 */
-		expose(s, 1, c->out, bytes, TP_ACCESS_ALL, TP_ACCESS_WRITE, tab, true, -1);
+		expose(s, 1, c->out, bytes, TP_ACCESS_ALL, TP_ACCESS_READ, tab, true, -1);
 		expose(s, 0, c->in, bytes, TP_ACCESS_READ, TP_ACCESS_READ, tab, false, -1);
 		break;
 	}

@@ -877,56 +877,10 @@ static int memlock_falls_back(struct tpu_world *w, int me, int n)
 	return 0;
 }
 
-/*
- * A single-copy all-reduce publishes one phase, at its end: member r
- * writes its reduced chunk into the others' outputs once it has read
- * chunk r of every input, so no phase separates the halves (there was
- * one, and a member waited for every other there).  Bytes checked at
- * odd counts that end mid-element-chunk, out of place and in place.
- */
-static int all_reduce_pushes_its_chunk(struct tpu_world *w, int me, int n)
-{
-	static const size_t counts_here[] = { LARGE, LARGE + 2 * 1000 * 1000 + 1 };
-	struct shm_line *line;
-
-	for (size_t c = 0; c < sizeof(counts_here) / sizeof(counts_here[0]); c++) {
-		size_t count = counts_here[c];
-		float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
-		uint32_t seq;
-
-		R_CHECK(in && out);
-		/* The first call maps the segment. */
-		if (!c)
-			R_CHECK(tpu_world_all_reduce(w, in, in, 1, TPU_DT_FLOAT32, TPU_OP_SUM,
-						     TPU_FINAL_NONE, 20 * SECOND) == 0);
-		line = seg_line(me);
-		R_CHECK(line);
-		for (size_t i = 0; i < count; i++)
-			in[i] = (float)((i % 1000) * (me + 1));
-		memset(out, 0x5a, count * sizeof(float));
-		seq = atomic_load(&line->seq);
-		R_CHECK(tpu_world_all_reduce(w, in, out, count, TPU_DT_FLOAT32, TPU_OP_SUM,
-					     TPU_FINAL_NONE, 20 * SECOND) == 0);
-		R_CHECK(atomic_load(&line->seq) - seq == 1);
-		for (size_t i = 0; i < count; i++)
-			R_CHECK(out[i] == (float)((i % 1000) * n * (n + 1) / 2));
-		/* In place: chunk r of this input is read by member r alone, then written by it. */
-		seq = atomic_load(&line->seq);
-		R_CHECK(tpu_world_all_reduce(w, in, in, count, TPU_DT_FLOAT32, TPU_OP_SUM,
-					     TPU_FINAL_NONE, 20 * SECOND) == 0);
-		R_CHECK(atomic_load(&line->seq) - seq == 1);
-		for (size_t i = 0; i < count; i++)
-			R_CHECK(in[i] == (float)((i % 1000) * n * (n + 1) / 2));
-		free(in);
-		free(out);
-	}
-	return 0;
-}
-
 enum { SC_TYPES, SC_PATH, SC_DIES_SPINNING, SC_DIES_SLEEPING, SC_DIES_LARGE, SC_TIMEOUT,
        SC_RDV, SC_SHM_NO_SHM, SC_BAD_PATH, SC_CROWD, SC_SCATTER, SC_BCAST, SC_WAY,
        SC_WAY_CMA, SC_WAY_KMOD, SC_BAD_COPY, SC_LYING, SC_MEMLOCK, SC_AHEAD, SC_LATE_MISMATCH,
-       SC_OWN_ROOTS, SC_WAYS_DIFFER, SC_SCATTER_OF_ONE, SC_PUSH };
+       SC_OWN_ROOTS, SC_WAYS_DIFFER, SC_SCATTER_OF_ONE };
 
 static int rank_main(int me, int n, void *arg)
 {
@@ -1053,9 +1007,6 @@ static int rank_main(int me, int n, void *arg)
 	case SC_SCATTER_OF_ONE:
 		line = scatter_of_one_waits_for_no_one(w, me, n);
 		break;
-	case SC_PUSH:
-		line = all_reduce_pushes_its_chunk(w, me, n);
-		break;
 	}
 	if (line)
 		return line;
@@ -1138,8 +1089,7 @@ void test_world_shm(void)
 					     "a_reader_finds_a_mismatch_the_root_fails_its_next_call",
 					     "every_member_its_own_root_one_finds_it",
 					     "a_single_copy_call_against_a_slot_call_fails_promptly",
-					     "reduce_scatter_of_one_element_others_wait_for_no_one",
-					     "large_all_reduce_pushes_its_chunk_one_phase" };
+					     "reduce_scatter_of_one_element_others_wait_for_no_one" };
 
 	segment_checks();
 	for (int n = 2; n <= 4; n++) {
@@ -1162,12 +1112,6 @@ void test_world_shm(void)
 
 		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 120), "shm_world_of_%d_%s", n,
 		      names[k]);
-	}
-	for (int n = 2; n <= 4; n++) {
-		struct job j = { .port = boot_free_port(), .scenario = SC_PUSH };
-
-		CHECK(j.port > 1 && boot_run_ranks(n, rank_main, &j, 120), "shm_world_of_%d_%s", n,
-		      names[SC_PUSH]);
 	}
 	/* Four members: three shares written by the root, the rest read. */
 	{
