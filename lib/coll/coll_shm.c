@@ -459,14 +459,15 @@ static tpu_status split_broadcast(struct tpu__shm_coll *s, uint64_t call,
 			st = pull(s, c->root, call, false, 0, out, bytes);
 		return st;
 	}
-	for (int k = 1; k < s->n && !st && s->rank == c->root; k++) {
-		int r = (s->rank + k) % s->n;
-		size_t off = tpu__coll_chunk_start(c->count, s->n, r) * es;
+	if (s->rank == c->root) {
+		for (int k = 1; k < s->n && !st; k++) {
+			int r = (s->rank + k) % s->n;
+			size_t off = tpu__coll_chunk_start(c->count, s->n, r) * es;
 
-		st = peer_io(s, r, call, true, off, (char *)in + off,
-			     tpu__coll_chunk_len(c->count, s->n, r) * es, true);
-	}
-	if (s->rank != c->root) {
+			st = peer_io(s, r, call, true, off, (char *)in + off,
+				     tpu__coll_chunk_len(c->count, s->n, r) * es, true);
+		}
+	} else {
 		size_t off = tpu__coll_chunk_start(c->count, s->n, s->rank) * es;
 		size_t end = off + tpu__coll_chunk_len(c->count, s->n, s->rank) * es;
 

@@ -94,7 +94,7 @@ struct write_part {
 	bool embedded;			/* pipe_write's own part0, not allocated */
 };
 
-/* One write in flight (a cached block is reset field by field: write_reset). */
+/* One write in flight. */
 struct pipe_write {
 	struct pipe_write *next;
 	struct tpu_message *msg;

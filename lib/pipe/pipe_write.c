@@ -24,25 +24,6 @@
 
 #define tensor_chan tpu__pipe_tensor_chan
 
-/*
- * A cached block's fields back to a new write's (the frame buffer is
- * written before it is read, and the rest is set before it is read: seq
- * and frame_len with the frame, part0 by part_new).  Field by field, not
- * a memset of the whole head of the block: a small write's steady path.
- */
-static void write_reset(struct pipe_write *w)
-{
-	w->next = NULL;
-	w->frame = NULL;	/* not encoded yet (writes_fail, ack look) */
-	w->waiting = 0;
-	w->status = 0;
-	w->started = false;
-	w->acked = NULL;
-	w->stage = NULL;
-	w->part0_busy = false;
-	memset(w->given_buf, 0, sizeof(w->given_buf));
-}
-
 /* A write block for a message of @ntensors tensors: small ones from the pipe's cache. */
 static struct pipe_write *write_alloc(struct tpu_pipe *p, size_t ntensors)
 {
@@ -62,7 +43,8 @@ static struct pipe_write *write_alloc(struct tpu_pipe *p, size_t ntensors)
 	if (w) {
 		p->write_cache = w->next;
 		p->nwrite_cache--;
-		write_reset(w);
+		/* The frame buffer is written before it is read: no need to clear it. */
+		memset(w, 0, offsetof(struct pipe_write, frame_buf));
 	} else {
 		w = calloc(1, sizeof(*w));
 		if (!w)
