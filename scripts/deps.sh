@@ -28,6 +28,7 @@ packages=(
 	rdma-core ibverbs-providers	# and soft-RoCE's user-space provider (rxe)
 	ibverbs-utils rdmacm-utils perftest	# rping, ib_write_bw: the two-VM tests and benchmarks
 	valgrind			# leak checks of the host unit tests
+	gdb				# native stacks of a hung Python test (tests/python/conftest.py)
 	abigail-tools			# abidw, abidiff: the library's ABI against its baseline
 	openmpi-bin			# mpirun, to start a world the way MPI jobs start
 	clang libclang-rt-14-dev	# libFuzzer, for the pipe wire decoder's fuzz test

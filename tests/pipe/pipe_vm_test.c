@@ -462,6 +462,8 @@ static void test_peer_death_while_holding(void)
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+	/* A hang fails by itself, with the stacks, long before the VM's timeout. */
+	tap_watchdog(getenv("TP_TEST_EMULATED") ? 600 : 180);
 	if (!have_module())
 		tap_diag("no %s: the kmod cases run as cma", TPU_DEVICE_PATH);
 	test_negotiated();

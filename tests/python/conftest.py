@@ -6,9 +6,14 @@ TPU_PY_BUILD names another directory.  With TPU_PY_TAP=FILE each test's
 result is also written there as a TAP line ("ok N - test", "not ok",
 "# SKIP"), which tests/python/run.sh prints for tests/summary.sh to count.
 """
+import faulthandler
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -24,10 +29,11 @@ if BUILD not in sys.path:
 # inherit it.
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
-_tap = {"n": 0, "file": None}
+_tap = {"n": 0, "file": None, "config": None}
 
 
 def pytest_configure(config):
+    _tap["config"] = config
     path = os.environ.get("TPU_PY_TAP")
     if path:
         _tap["file"] = open(path, "w", buffering=1)
@@ -60,6 +66,92 @@ def pytest_runtest_logreport(report):
     elif report.when == "teardown" and report.failed:
         _tap["n"] += 1
         f.write(f"not ok {_tap['n']} - {report.nodeid} (teardown)\n")
+
+
+# A test that hangs fails by name instead of holding the whole run until
+# run.sh's timeout: after TPU_PY_TEST_TIMEOUT seconds (default 300, far
+# above the slowest test's 20 to 40) the watchdog prints every thread's
+# stack (with gdb's native stacks where gdb is installed), has each
+# descendant process print its own (Python ones through PYTHONFAULTHANDLER,
+# set below, on SIGABRT), writes the test's TAP line
+# and the plan, and ends the run: a hang leaves the library in a state no
+# later test should be judged in.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+_TEST_TIMEOUT = float(os.environ.get("TPU_PY_TEST_TIMEOUT", "300"))
+
+
+def _descendants(pid):
+    kids, found = {}, []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as st:
+                ppid = int(st.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    todo = [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            found.append(k)
+            todo.append(k)
+    return found
+
+
+def _hung(nodeid, started):
+    secs = time.monotonic() - started
+    real = sys.__stderr__
+    kids = _descendants(os.getpid())
+    # The library's own frames (C), where gdb is installed (make deps), at
+    # most 8 processes: this one and its descendants.
+    if shutil.which("gdb"):
+        for pid in [os.getpid()] + kids[:7]:
+            try:
+                bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
+                                     "thread apply all bt"], capture_output=True, text=True,
+                                    timeout=60).stdout
+            except (OSError, subprocess.SubprocessError) as e:
+                bt = f"gdb: {e}\n"
+            real.write(f"\n# tests/python: native stacks of pid {pid}:\n{bt}")
+            real.flush()
+    # Then the Python stacks: what the children print lands in pytest's capture.
+    for pid in kids:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except OSError:
+            pass
+    time.sleep(3)
+    capman = _tap["config"].pluginmanager.getplugin("capturemanager") if _tap["config"] else None
+    out = err = ""
+    if capman is not None:
+        capman.suspend_global_capture(in_=True)
+        out, err = capman.read_global_capture()
+    real.write(f"\n# tests/python: {nodeid} still running after {secs:.0f} s\n"
+               f"# its output so far:\n{out}{err}\n# every thread of the test process:\n")
+    real.flush()
+    faulthandler.dump_traceback(file=real, all_threads=True)
+    real.flush()
+    f = _tap["file"]
+    if f is not None:
+        _tap["n"] += 1
+        f.write(f"not ok {_tap['n']} - {nodeid}: still running after {secs:.0f} s "
+                f"(TPU_PY_TEST_TIMEOUT), the run stopped there\n")
+        f.write(f"1..{_tap['n']}\n")
+        f.close()
+    os._exit(1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Setup, call and teardown under one watchdog.
+    timer = threading.Timer(_TEST_TIMEOUT, _hung, (item.nodeid, time.monotonic()))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def pytest_collectreport(report):

@@ -12,6 +12,7 @@
  *   tests/rdv/rdv_test [inprocess|kmod|cma|remote ...]
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rdv_cases.h"
@@ -39,6 +40,8 @@ int main(int argc, char **argv)
 	size_t i;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* A hang fails by itself, with the stacks, long before the VM's timeout. */
+	tap_watchdog(getenv("TP_TEST_EMULATED") ? 600 : 180);
 	for (i = 0; i < sizeof(impls) / sizeof(impls[0]); i++) {
 		const struct rdv_impl *impl = &impls[i];
 

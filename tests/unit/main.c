@@ -28,6 +28,7 @@ static const struct {
 	{ "key", test_key },
 	{ "spin_policy", test_spin_policy },
 	{ "free_list", test_free_list },
+	{ "tap", test_tap },
 	{ "spin_knob", test_spin_knob },
 	{ "endpoint_args", test_endpoint_args },
 	{ "fdpass", test_fdpass },

@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tap.h"
 
 static unsigned int points, failures;
+static unsigned int watchdog_s;
+static pid_t watchdog_pid;
+static char last_point[160];
 
 void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ...)
 {
@@ -18,14 +24,65 @@ void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ..
 	points++;
 	printf("%sok %u - ", ok ? "" : "not ", points);
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	vsnprintf(last_point, sizeof(last_point), fmt, ap);
 	va_end(ap);
-	printf("\n");
+	printf("%s\n", last_point);
+	if (watchdog_s)
+		alarm(watchdog_s);
 	if (!ok) {
 		failures++;
 		printf("#   failed at %s: %s\n", where, expr);
 	}
 	fflush(stdout);
+}
+
+/*
+ * The watchdog fired: no point for watchdog_s seconds.  Stdio from a
+ * signal handler is not safe in general; this process is ending, and
+ * what it prints is all there will be to read about the hang.
+ */
+static void watchdog_fired(int sig)
+{
+	char pid[16];
+	pid_t gdb;
+
+	/* A forked child's own alarm ends that child, as it would without us. */
+	if (getpid() != watchdog_pid) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	fflush(stdout);
+	fprintf(stderr, "# tap: no test point for %u s; the last was %u (%s); every thread:\n",
+		watchdog_s, points, last_point);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	/* gdb where it is installed (make deps): the library's own frames. */
+	gdb = getenv("TAP_NO_GDB") ? -1 : fork();
+	if (gdb == 0) {
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (gdb > 0) {
+		/* A gdb that hangs too gets two minutes. */
+		signal(SIGALRM, SIG_DFL);
+		alarm(120);
+		waitpid(gdb, NULL, 0);
+	}
+	printf("not ok %u - watchdog: no test point for %u s after point %u (%s)\n",
+	       points + 1, watchdog_s, points, last_point);
+	printf("1..%u\n", points + 1);
+	fflush(stdout);
+	_exit(3);
+}
+
+void tap_watchdog(unsigned int seconds)
+{
+	watchdog_s = seconds;
+	watchdog_pid = getpid();
+	signal(SIGALRM, watchdog_fired);
+	alarm(seconds);
 }
 
 void tap_diag(const char *fmt, ...)

@@ -12,6 +12,13 @@
 void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * A run that stops making progress fails by itself: when no point comes
+ * for @seconds, print every thread's stack (gdb, where installed) and a
+ * "not ok" naming the last point, and exit.  Uses SIGALRM and alarm():
+ * not for lists whose own cases use them.
+ */
+void tap_watchdog(unsigned int seconds);
 /* Print the plan; the exit status for main(): 0 when every point passed. */
 int tap_finish(void);
 /* The descriptors this process has open (-1 if /proc says nothing), for leak checks. */
@@ -51,6 +58,7 @@ void test_device_name(void);
 void test_key(void);
 void test_spin_policy(void);
 void test_free_list(void);
+void test_tap(void);
 void test_spin_knob(void);
 void test_rdv_alloc(void);
 void test_pipe_alloc(void);

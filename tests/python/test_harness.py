@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+"""The test harness itself: a test that hangs fails by name (conftest.py's
+watchdog), with the stacks of this process and of its children, instead of
+holding the run until run.sh's timeout."""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+HANGS = '''
+import subprocess, sys, time
+
+def test_first_passes():
+    pass
+
+def test_hangs_with_a_child():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(600)
+
+def test_never_reached():
+    pass
+'''
+
+
+def test_a_hung_test_fails_by_name_with_the_stacks(tmp_path):
+    shutil.copy(os.path.join(HERE, "conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_inner.py").write_text(HANGS)
+    tap = tmp_path / "inner.tap"
+    env = dict(os.environ, TPU_PY_TAP=str(tap), TPU_PY_TEST_TIMEOUT="3")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(tmp_path)], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    lines = tap.read_text().splitlines()
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert lines[0].startswith("ok 1 - ") and lines[0].endswith("::test_first_passes"), lines
+    assert lines[1].startswith("not ok 2 - ") and "::test_hangs_with_a_child: still running" \
+        in lines[1], lines
+    assert lines[2:] == ["1..2"], lines
+    err = p.stderr
+    # Our stack (the test's sleep), and the child's from its own faulthandler.
+    assert "test_hangs_with_a_child still running after" in err, err[-3000:]
+    assert 'in test_hangs_with_a_child' in err, err[-3000:]
+    if shutil.which("gdb"):
+        assert "native stacks of pid" in err and "#0 " in err, err[-3000:]
+    assert "Fatal Python error: Aborted" in err, err[-3000:]
