@@ -90,7 +90,7 @@ failures=()
 while [ $# -gt 0 ]; do
 	name=$1 log=$2 status=$3
 	shift 3
-	note=
+	note= note_listed=
 	if [ -r "$log" ]; then
 		counted=$(count_tap "$log")
 		read -r passed failed skipped < <(tail -n 1 <<<"$counted")
@@ -103,11 +103,22 @@ while [ $# -gt 0 ]; do
 	if [ "$status" != 0 ] && [ "$failed" -eq 0 ]; then
 		failed=1
 		note=" (exit status $status with no failing test)"
+		# Where it stopped, for the failures list (a CI log's tail is all
+		# some readers get): the VM runner's verdict and the last point.
+		if [ -r "$log" ]; then
+			why=$(grep -a 'tests/vm: FAILED after' "$log" | tail -n 1 | sed 's/^.*tests\/vm: //' || true)
+			last=$(grep -aE '^[[:space:]#]*(not )?ok([[:space:]]|$)' "$log" | tail -n 1 |
+			       sed 's/^[[:space:]#]*//' | cut -c1-140 || true)
+			failures+=("$name:$note${why:+; $why}; the last point: ${last:-none}")
+		else
+			failures+=("$name:$note")
+		fi
+		note_listed=1
 	elif [ $((passed + failed + skipped)) -eq 0 ]; then
 		failed=1
 		note=" (no test results)"
 	fi
-	[ -n "$note" ] && failures+=("$name:$note")
+	[ -n "$note" ] && [ -z "$note_listed" ] && failures+=("$name:$note")
 	line="$passed passed, $failed failed"
 	[ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 	printf '  %-24s %s%s\n' "$name:" "$line" "$note"
