@@ -5,6 +5,8 @@
  */
 #include "tpu_pg.hpp"
 
+#include <Python.h>
+
 #include <netdb.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -311,7 +313,29 @@ ProcessGroupTPU::ProcessGroupTPU(const c10::intrusive_ptr<c10d::Store>& store, i
   worker_ = std::thread([this] { workerLoop(); });
 }
 
+namespace {
+// Gives the GIL up for a scope where the calling thread holds it.
+class GilReleased {
+ public:
+  GilReleased() : saved_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~GilReleased() {
+    if (saved_)
+      PyEval_RestoreThread(saved_);
+  }
+  GilReleased(const GilReleased&) = delete;
+  GilReleased& operator=(const GilReleased&) = delete;
+
+ private:
+  PyThreadState* saved_;
+};
+}  // namespace
+
 ProcessGroupTPU::~ProcessGroupTPU() {
+  // Python drops a group's last reference with the GIL held.  The worker
+  // and the context's thread may drop the last reference to a tensor that
+  // has a Python object, which takes the GIL: joining them with it held
+  // would wait for ever (seen: the worker destroying a finished Work).
+  GilReleased nogil;
   {
     std::lock_guard<std::mutex> g(qlock_);
     stop_ = true;

@@ -327,3 +327,36 @@ def test_torch_backend_tcp_init():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     _spawn(_tcp, 2, f"tcp://127.0.0.1:{port}")
+
+
+def _destroy_while_the_worker_holds_tensors(rank, n, init):
+    _init(rank, n, init)
+    if rank == 0:
+        # The collective's Work, and with it the tensor, end up held by the
+        # group's worker alone, which still waits for rank 1 inside the
+        # collective when the group goes (with the GIL held, as Python drops
+        # it).  The worker then drops the tensor, whose Python object torch
+        # kept alive: that takes the GIL, so the group must not hold it
+        # while it waits for the worker.
+        t = torch.ones(1000)
+        w = dist.all_reduce(t, async_op=True)
+        del t, w
+        dist.destroy_process_group()
+    else:
+        time.sleep(1.0)
+        t = torch.ones(1000)
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((1000,), 2.0))
+        dist.destroy_process_group()
+
+
+def test_torch_backend_destroyed_while_its_worker_holds_tensors(tmp_path):
+    ctx = mp.start_processes(_destroy_while_the_worker_holds_tensors,
+                             args=(2, "file://" + str(tmp_path / "init")), nprocs=2,
+                             start_method="spawn", join=False)
+    deadline = time.monotonic() + 60
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("a rank did not finish within 60 s (destroying the group hung)")
