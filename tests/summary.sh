@@ -85,17 +85,25 @@ count_tap() {
 	' "$1"
 }
 
+here=$(dirname "$0")
 total_passed=0 total_failed=0 total_skipped=0
 failures=()
 while [ $# -gt 0 ]; do
 	name=$1 log=$2 status=$3
 	shift 3
-	note= note_listed=
+	note='' note_listed=''
 	if [ -r "$log" ]; then
 		counted=$(count_tap "$log")
 		read -r passed failed skipped < <(tail -n 1 <<<"$counted")
 		while IFS= read -r fail_line; do
-			failures+=("$name: ${fail_line#FAIL	}")
+			fail_line=${fail_line#FAIL	}
+			# A hang's watchdog printed gdb's stacks: their digest on its line.
+			case $fail_line in
+			*"watchdog: no test point"*|*"still running after"*)
+				digest=$("$here/stack-digest.sh" "$log" 2>/dev/null || true)
+				fail_line+="${digest:+; stacks: $digest}" ;;
+			esac
+			failures+=("$name: $fail_line")
 		done < <(grep '^FAIL	' <<<"$counted" || true)
 	else
 		passed=0 failed=0 skipped=0

@@ -44,4 +44,11 @@ def test_a_hung_test_fails_by_name_with_the_stacks(tmp_path):
     assert 'in test_hangs_with_a_child' in err, err[-3000:]
     if shutil.which("gdb"):
         assert "native stacks of pid" in err and "#0 " in err, err[-3000:]
+        # The one-line digest that tests/summary.sh puts on the failure line:
+        # the hung thread's sleep, in this process and in the child.
+        log = tmp_path / "stderr.log"
+        log.write_text(err)
+        digest = subprocess.run([os.path.join(HERE, "..", "stack-digest.sh"), str(log)],
+                                capture_output=True, text=True, check=True).stdout
+        assert digest.count("clock_nanosleep") >= 2 and " || " in digest, digest
     assert "Fatal Python error: Aborted" in err, err[-3000:]
