@@ -77,6 +77,13 @@ static void watchdog_fired(int sig)
 	_exit(3);
 }
 
+void tap_restart(void)
+{
+	points = 0;
+	failures = 0;
+	last_point[0] = 0;
+}
+
 void tap_watchdog(unsigned int seconds)
 {
 	watchdog_s = seconds;

@@ -19,6 +19,8 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * not for lists whose own cases use them.
  */
 void tap_watchdog(unsigned int seconds);
+/* A forked child with a TAP stream of its own: count from 1 again, no failures. */
+void tap_restart(void);
 /* Print the plan; the exit status for main(): 0 when every point passed. */
 int tap_finish(void);
 /* The descriptors this process has open (-1 if /proc says nothing), for leak checks. */
