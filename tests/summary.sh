@@ -91,7 +91,7 @@ failures=()
 while [ $# -gt 0 ]; do
 	name=$1 log=$2 status=$3
 	shift 3
-	note='' note_listed=''
+	note=
 	if [ -r "$log" ]; then
 		counted=$(count_tap "$log")
 		read -r passed failed skipped < <(tail -n 1 <<<"$counted")
@@ -121,12 +121,11 @@ while [ $# -gt 0 ]; do
 		else
 			failures+=("$name:$note")
 		fi
-		note_listed=1
 	elif [ $((passed + failed + skipped)) -eq 0 ]; then
 		failed=1
 		note=" (no test results)"
+		failures+=("$name:$note")
 	fi
-	[ -n "$note" ] && [ -z "$note_listed" ] && failures+=("$name:$note")
 	line="$passed passed, $failed failed"
 	[ "$skipped" -gt 0 ] && line+=", $skipped skipped"
 	printf '  %-24s %s%s\n' "$name:" "$line" "$note"

@@ -69,13 +69,13 @@ def pytest_runtest_logreport(report):
 
 
 # A test that hangs fails by name instead of holding the whole run until
-# run.sh's timeout: after TPU_PY_TEST_TIMEOUT seconds (default 300, far
-# above the slowest test's 20 to 40) the watchdog prints every thread's
+# run.sh's timeout: after TPU_PY_TEST_TIMEOUT seconds (default 300; the
+# slowest test takes about 13 here) the watchdog prints every thread's
 # stack (with gdb's native stacks where gdb is installed), has each
 # descendant process print its own (Python ones through PYTHONFAULTHANDLER,
-# set below, on SIGABRT), writes the test's TAP line
-# and the plan, and ends the run: a hang leaves the library in a state no
-# later test should be judged in.
+# set below, on SIGABRT), writes the test's TAP line and the plan, and
+# ends the run: a hang leaves the library in a state no later test should
+# be judged in.
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 _TEST_TIMEOUT = float(os.environ.get("TPU_PY_TEST_TIMEOUT", "300"))
 

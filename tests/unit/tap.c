@@ -19,14 +19,18 @@ static char last_point[160];
 
 void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ...)
 {
-	va_list ap;
+	va_list ap, copy;
 
 	points++;
 	printf("%sok %u - ", ok ? "" : "not ", points);
 	va_start(ap, fmt);
-	vsnprintf(last_point, sizeof(last_point), fmt, ap);
+	va_copy(copy, ap);
+	vprintf(fmt, ap);
+	/* Kept, cut short if need be, for the watchdog's line. */
+	vsnprintf(last_point, sizeof(last_point), fmt, copy);
+	va_end(copy);
 	va_end(ap);
-	printf("%s\n", last_point);
+	printf("\n");
 	if (watchdog_s)
 		alarm(watchdog_s);
 	if (!ok) {
