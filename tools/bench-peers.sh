@@ -713,6 +713,10 @@ print_unavailable() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+# The host's cross-CPU cache-line round trip, which moves every figure here
+# by several times when this host changes mode (tpbench host).
+host_state() { [ -x "$repo/tools/tpbench" ] && "$repo/tools/tpbench" host 2>&1 || echo "not measured (tools/tpbench not built)"; }
+host_before=$(host_state)
 want tensorpipe && run_tensorpipe
 want ucx && run_ucx
 want pvm && run_pvm
@@ -726,3 +730,5 @@ if [ $in_vm -eq 1 ]; then
 	echo "bench-peers: figures from inside an emulated (TCG) VM compare only with each other, within one run"
 fi
 echo "bench-peers: load average before the run: $load_before (other load hurts the busy-polling peers most: UCX, TensorPipe shm)"
+echo "bench-peers: before the run, $host_before"
+echo "bench-peers: after the run, $(host_state)"

@@ -37,6 +37,7 @@
 #include <tpu_user.h>
 
 #include "bench_coll.h"
+#include "host_state.h"
 #include "units.h"
 
 #define MAX_RANKS	8
@@ -341,6 +342,7 @@ int bench_coll_main(int argc, char **argv)
 	struct coll_opts o = { .ranks = 2, .min = 4, .max = 64u << 20, .iters = 10 };
 	int fds[MAX_RANKS], rc = 0;
 	pid_t pids[MAX_RANKS];
+	struct host_state host[2];
 	char sz[32];
 
 	const char *list = NULL;
@@ -406,6 +408,7 @@ int bench_coll_main(int argc, char **argv)
 		return env_rank(&o);
 	if (o.world && !(o.port = free_port()))
 		return 1;
+	host_state_sample(&host[0]);
 	for (int r = 0; r < o.ranks; r++) {
 		int p[2];
 
@@ -467,5 +470,9 @@ int bench_coll_main(int argc, char **argv)
 		    WEXITSTATUS(status))
 			rc = 1;
 	}
+	host_state_sample(&host[1]);
+	if (o.lines)
+		printf("# ");
+	host_state_print(stdout, &host[0], &host[1]);
 	return rc;
 }

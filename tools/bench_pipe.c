@@ -33,6 +33,7 @@
 #include <tpu_user.h>
 
 #include "bench_pipe.h"
+#include "host_state.h"
 #include "json.h"
 #include "peer.h"
 #include "units.h"
@@ -515,6 +516,7 @@ static int two_hosts(const struct pipe_opts *o)
 int bench_pipe_main(int argc, char **argv)
 {
 	struct pipe_opts o = { .iters = 2000, .bw_iters = 20 };
+	struct host_state host[2];
 	bool any = false, one_ctx = false;
 
 	for (int i = 1; i < argc; i++) {
@@ -552,6 +554,7 @@ int bench_pipe_main(int argc, char **argv)
 		return bench_pipe_one_context(o.iters, o.json);
 	if (o.listen || o.connect)
 		return two_hosts(&o);
+	host_state_sample(&host[0]);
 	print_header(&o);
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
 		const struct pair *pr = &pairs[k];
@@ -589,6 +592,19 @@ int bench_pipe_main(int argc, char **argv)
 	if (!any) {
 		usage(stderr);
 		return 2;
+	}
+	host_state_sample(&host[1]);
+	if (o.json) {
+		struct json j;
+
+		json_init(&j, stdout);
+		json_object_begin(&j, NULL);
+		json_string(&j, "bench", "host");
+		host_state_json(&j, &host[0], &host[1]);
+		json_object_end(&j);
+		json_finish(&j);
+	} else {
+		host_state_print(stdout, &host[0], &host[1]);
 	}
 	return 0;
 }

@@ -39,6 +39,7 @@
 #include "bench_rdv.h"
 #include "bench_remote.h"
 #include "hog.h"
+#include "host_state.h"
 #include "json.h"
 #include "peer.h"
 #include "units.h"
@@ -69,6 +70,7 @@ struct rdv_opts {
 	const char *transport;		/* --transport, with --remote */
 	double futex_us;		/* the blocking reference's round trip */
 	double loadavg;			/* 1-minute load when the run began */
+	struct host_state host[2];	/* before the hogs start, after they stop */
 };
 
 struct rdv_result {
@@ -720,6 +722,7 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 	}
 	printf("\nload: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
 	       o->hogs, o->loadavg);
+	host_state_print(stdout, &o->host[0], &o->host[1]);
 	printf("idle (nothing pending, 0.5 s), CPU of the whole process:");
 	for (i = 0; i < n; i++) {
 		if (!res[i].skipped && !res[i].failed)
@@ -768,6 +771,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 	json_u64(&j, "bw_iters", o->bw_iters);
 	json_u64(&j, "hogs", o->hogs);
 	json_double(&j, "loadavg_1min", o->loadavg, 2);
+	host_state_json(&j, &o->host[0], &o->host[1]);
 	json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
 	json_array_begin(&j, "results");
 	for (i = 0; i < n; i++) {
@@ -879,13 +883,15 @@ static void measure_pipes(struct rdv_opts *o, const struct rdv_result *res, unsi
 }
 
 /* --remote: the remote rendezvous against its pipe (bench_remote.c). */
-static int run_remote(const struct rdv_opts *o)
+static int run_remote(struct rdv_opts *o, struct hogs *hogs)
 {
 	struct remote_opts ro = { .transport = o->transport ? o->transport : "shm",
 				  .iters = o->iters, .bw_iters = o->bw_iters };
 	struct remote_result r;
 	tpu_status st = bench_remote_run(&ro, &r);
 
+	hogs_stop(hogs);
+	host_state_sample(&o->host[1]);
 	if (st) {
 		fprintf(stderr, "tpbench rdv --remote: %s\n", tpu_strerror(st));
 		return 1;
@@ -898,6 +904,7 @@ static int run_remote(const struct rdv_opts *o)
 		json_string(&j, "bench", "rdv");
 		json_u64(&j, "hogs", o->hogs);
 		json_double(&j, "loadavg_1min", o->loadavg, 2);
+		host_state_json(&j, &o->host[0], &o->host[1]);
 		json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
 		bench_remote_json(&ro, &r, &j);
 		json_object_end(&j);
@@ -907,6 +914,7 @@ static int run_remote(const struct rdv_opts *o)
 	bench_remote_print(&ro, &r);
 	printf("load: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
 	       o->hogs, o->loadavg);
+	host_state_print(stdout, &o->host[0], &o->host[1]);
 	printf("round trip of a blocking futex ping-pong between two processes: %.1f us; "
 	       "remote/futex %.2fx\n", o->futex_us, r.rtt_p50_us / o->futex_us);
 	return 0;
@@ -951,17 +959,15 @@ int bench_rdv_main(int argc, char **argv)
 		}
 	}
 	o.bw_iters = o.iters / 10 < 3 ? 3 : o.iters / 10 > 20 ? 20 : o.iters / 10;
-	if (getloadavg(&o.loadavg, 1) != 1)
-		o.loadavg = -1;
+	host_state_sample(&o.host[0]);
+	o.loadavg = o.host[0].load1;
 	if (o.hogs && hogs_start(&hogs, o.hogs)) {
 		fprintf(stderr, "tpbench rdv: cannot start %u busy processes\n", o.hogs);
 		return 1;
 	}
 	o.futex_us = futex_pingpong_us(o.iters);
 	if (o.remote) {
-		rc = run_remote(&o);
-		hogs_stop(&hogs);
-		return rc;
+		return run_remote(&o, &hogs);
 	}
 	for (i = 0; i < 3; i++) {
 		if (!o.want[order[i]])
@@ -975,6 +981,7 @@ int bench_rdv_main(int argc, char **argv)
 	}
 	measure_pipes(&o, res, n);
 	hogs_stop(&hogs);
+	host_state_sample(&o.host[1]);
 	if (o.json)
 		print_json(res, n, &o);
 	else

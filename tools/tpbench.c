@@ -39,6 +39,7 @@
 #include "bench_rdv.h"
 #include "bench_uring.h"
 #include "bench_xfer.h"
+#include "host_state.h"
 #include "json.h"
 #include "peer.h"
 #include "tensor.h"
@@ -766,6 +767,8 @@ static void usage(FILE *f)
 "             implementation, with same-run references\n"
 "tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]:\n"
 "             the remote rendezvous between two workers against its pipe\n"
+"tpbench host [--json]: the 1-minute load and the round trip of one cache line\n"
+"             between two CPUs (the other benchmarks print it before and after)\n"
 "tpbench cuda [--pair cpu-cuda|cuda-cpu|cuda-cuda] [--channel cuda_ipc|cuda_staged|cuda_dmabuf]\n"
 "             [--transport shm|tcp] [--size BYTES] [--iters N] [--json]: CUDA\n"
 "             tensors to a reader process, per device pair and channel, every\n"
@@ -919,6 +922,8 @@ int main(int argc, char **argv)
 		return bench_coll_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "cuda"))
 		return bench_cuda_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "host"))
+		return bench_host_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "xfer"))
 		return bench_xfer_main(argc - 1, argv + 1);
 	for (p = 0; p < NPATHS; p++)
