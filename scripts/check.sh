@@ -201,6 +201,10 @@ $make --no-print-directory -s -C tools tpbench >"$logs/tools-build.log" 2>&1 || 
 tests/cuda_standin/tpbench-check.sh 2>&1 | tee "$logs/tpbench-cuda.log"
 tpbench_cuda_status=${PIPESTATUS[0]}
 
+echo "== tpbench's host probe: the cross-CPU cache-line round trip (host)"
+tests/tools/host-check.sh 2>&1 | tee "$logs/tpbench-host.log"
+tpbench_host_status=${PIPESTATUS[0]}
+
 echo "== examples: a two-process rendezvous and a pipe echo server (host)"
 $make --no-print-directory -s -C examples run 2>&1 | tee "$logs/examples.log"
 examples_status=${PIPESTATUS[0]}
@@ -239,6 +243,7 @@ exec tests/summary.sh \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
 	"tpbench cuda, stand-in (host)" "$logs/tpbench-cuda.log" "$tpbench_cuda_status" \
+	"tpbench host probe (host)" "$logs/tpbench-host.log" "$tpbench_host_status" \
 	"examples (host)" "$logs/examples.log" "$examples_status" \
 	"python (host)" "$logs/python.log" "$python_status" \
 	"checkpatch, kernel-doc" "$logs/lint.log" "$lint_status" \
