@@ -99,22 +99,31 @@ def _descendants(pid):
     return found
 
 
+def native_stacks(pids, out):
+    """Write every thread's native stack of each pid to out, where gdb is
+    installed (make deps); a test that bounds its own children calls it
+    before it kills them, so that the stacks say where they were."""
+    if not shutil.which("gdb"):
+        out.write("# tests/python: no gdb, no native stacks\n")
+        return
+    for pid in pids:
+        try:
+            bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
+                                 "thread apply all bt"], capture_output=True, text=True,
+                                timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            bt = f"gdb: {e}\n"
+        out.write(f"\n# tests/python: native stacks of pid {pid}:\n{bt}")
+        out.flush()
+
+
 def _hung(nodeid, started):
     secs = time.monotonic() - started
     real = sys.__stderr__
     kids = _descendants(os.getpid())
-    # The library's own frames (C), where gdb is installed (make deps), at
-    # most 8 processes: this one and its descendants.
-    if shutil.which("gdb"):
-        for pid in [os.getpid()] + kids[:7]:
-            try:
-                bt = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex",
-                                     "thread apply all bt"], capture_output=True, text=True,
-                                    timeout=60).stdout
-            except (OSError, subprocess.SubprocessError) as e:
-                bt = f"gdb: {e}\n"
-            real.write(f"\n# tests/python: native stacks of pid {pid}:\n{bt}")
-            real.flush()
+    # The library's own frames (C), at most 8 processes: this one and its
+    # descendants.
+    native_stacks([os.getpid()] + kids[:7], real)
     # Then the Python stacks: what the children print lands in pytest's capture.
     for pid in kids:
         try:

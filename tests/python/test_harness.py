@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 HANGS = '''
@@ -52,3 +54,49 @@ def test_a_hung_test_fails_by_name_with_the_stacks(tmp_path):
                                 capture_output=True, text=True, check=True).stdout
         assert digest.count("clock_nanosleep") >= 2 and " || " in digest, digest
     assert "Fatal Python error: Aborted" in err, err[-3000:]
+
+
+STUCK_RANKS = '''
+import time
+
+import pytest
+
+pytest.importorskip("torch.multiprocessing")
+from torch_dist_helper import spawn_ranks
+
+
+def _rank(rank, n):
+    if rank == 1:
+        time.sleep(600)
+
+
+def test_stuck_rank():
+    spawn_ranks(_rank, 2, bound=4)
+
+
+def test_after_it_runs():
+    pass
+'''
+
+
+def test_a_stuck_rank_fails_its_test_alone(tmp_path):
+    # spawn_ranks (torch_dist_helper.py): a rank still running after the
+    # bound fails that test, naming it, with its stacks, and the run goes on.
+    pytest.importorskip("torch.multiprocessing")
+    for f in ("conftest.py", "torch_dist_helper.py"):
+        shutil.copy(os.path.join(HERE, f), tmp_path / f)
+    (tmp_path / "test_inner.py").write_text(STUCK_RANKS)
+    tap = tmp_path / "inner.tap"
+    env = dict(os.environ, TPU_PY_TAP=str(tap), TPU_PY_TEST_TIMEOUT="100")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(tmp_path)], env=env, capture_output=True, text=True, timeout=200,
+                       cwd=tmp_path)
+    lines = tap.read_text().splitlines()
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    assert lines[0].startswith("not ok 1 - ") and "::test_stuck_rank" in lines[0], lines
+    assert "_rank on 2 ranks: pids [" in p.stdout and "still running after 4 s" in p.stdout, \
+        p.stdout[-3000:]
+    assert lines[1].startswith("ok 2 - ") and lines[1].endswith("::test_after_it_runs"), lines
+    if shutil.which("gdb"):
+        # In the failure's report, with the test's captured stderr.
+        assert "native stacks of pid" in p.stdout and "#0 " in p.stdout, p.stdout[-3000:]

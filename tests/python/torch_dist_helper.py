@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 """Shared by the test_torch_dist_*.py files: the skip when torch or the
-"tpu" backend is missing, and the launch of N rank processes."""
+"tpu" backend is missing, and the launch of N rank processes (scripts with
+launch() and finish(), functions with spawn_ranks()), each within a bound."""
 import os
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import child_env
+from conftest import child_env, native_stacks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,3 +65,32 @@ def finish(procs, timeout):
         with open(p.logs[0]) as o, open(p.logs[1]) as e:
             out.append((rc, o.read(), e.read()))
     return out
+
+
+# The ranks of one test finish in seconds; a rank still running after this
+# is stuck.  Failing that test alone, with the ranks' native stacks on
+# stderr, lets the rest of the suite run, where the per-test watchdog
+# (conftest.py) ends the whole run.
+SPAWN_BOUND_S = float(os.environ.get("TPU_PY_SPAWN_BOUND", "120"))
+
+
+def spawn_ranks(fn, n, *args, bound=None):
+    """torch.multiprocessing's spawn of fn(rank, n, *args) on n ranks, joined
+    within bound seconds (SPAWN_BOUND_S by default): a rank that fails
+    raises as spawn's join does; ranks still running then are killed, after
+    gdb printed their stacks (to the test's stderr, which its failure report
+    shows), and the test fails naming them."""
+    import torch.multiprocessing as mp
+    limit = SPAWN_BOUND_S if bound is None else bound
+    ctx = mp.start_processes(fn, args=(n,) + args, nprocs=n, start_method="spawn", join=False)
+    deadline = time.monotonic() + limit
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            stuck = [p.pid for p in ctx.processes if p.is_alive()]
+            native_stacks(stuck, sys.stderr)
+            for p in ctx.processes:
+                p.kill()
+            for p in ctx.processes:
+                p.join(10)
+            pytest.fail(f"{fn.__name__} on {n} ranks: pids {stuck} still running after "
+                        f"{limit:.0f} s (killed; their native stacks are on stderr)")
