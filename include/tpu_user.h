@@ -1027,7 +1027,14 @@ struct tpu_remote_options {
  * A peer may have TPU_REMOTE_MAX_REQS requests (1024 by default, read here)
  * for keys not sent yet waiting at this worker; past that, or past 16 MiB
  * of their keys, its receives fail -ENOBUFS.  An answer is read only for a
- * request this worker made and only up to the length that request allowed.
+ * request this worker made and only up to the length that request allowed,
+ * on the pipe the request went out on.
+ *
+ * Pipes: without a job secret a worker asks only on pipes it opened, so
+ * two workers that receive from each other keep two pipes.  With the
+ * context's secret (TPU_JOB_SECRET) every pipe proves it and one pipe per
+ * pair carries both directions (if both connect at once, the one the lower
+ * task name opened stays; see Documentation/library.rst, "Connections").
  *
  * Errors: -EINVAL (NULL, a task that is not "/job:J/replica:R/task:T", a
  * peer listed twice with different URLs, a peer URL whose scheme is not
@@ -1055,7 +1062,8 @@ TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const cha
 TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const char *transport,
 				      char *buf, size_t size);
 /**
- * tpu_rendezvous_peer_path - how this worker's pipe to @task moves things.
+ * tpu_rendezvous_peer_path - how this worker's pipe to @task moves things
+ * (the one it opened, else the one @task opened to it).
  * @transport:	out: "tcp" or "shm".
  * @channel:	out: the channel for CPU tensors ("kmod", "cma", "mtcp",
  *		"basic"), "" while the two ends still negotiate.

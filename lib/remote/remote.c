@@ -739,6 +739,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 
 		tpu__ctx_secret(ctx, &sec);
 		tpu__ctx_set_secret(st->pctx, &sec);
+		/* Every pipe of pctx proves it from now on: one per pair carries both ways. */
+		st->one_pipe = sec.set;
 		memset(&sec, 0, sizeof(sec));
 	}
 	if (!err)
@@ -850,4 +852,37 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 		*channel = q.channel;
 	}
 	return q.err;
+}
+
+struct count_query {
+	struct remote *st;
+	unsigned int pipes, accepted;
+};
+
+static void count_on_ctx(void *arg)
+{
+	struct count_query *q = arg;
+	struct remote_peer *p;
+
+	for (p = q->st->peers; p; p = p->next) {
+		if (p->dead || !p->pipe)
+			continue;
+		q->pipes++;
+		q->accepted += p->accepted;
+	}
+}
+
+tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
+				  unsigned int *accepted)
+{
+	struct count_query q = { 0 };
+	tpu_status err = remote_check(rdv);
+
+	if (err)
+		return err;
+	q.st = rdv->impl_state;
+	tpu__ctx_run_sync(q.st->pctx, count_on_ctx, &q);
+	*pipes = q.pipes;
+	*accepted = q.accepted;
+	return 0;
 }

@@ -53,12 +53,22 @@
 /* ---- wire (remote_wire.c) ---- */
 
 enum remote_msg {
-	REMOTE_HELLO = 1,	/* key: the sender's task */
+	REMOTE_HELLO = 1,	/* key: the sender's task; len: REMOTE_HELLO_* flags */
 	REMOTE_REQ,		/* id, key, len: the receiver's capacity */
 	REMOTE_RESP,		/* id, status, len: the tensor's; the tensor if status is 0 */
 	REMOTE_CANCEL,		/* id: withdraw that REQ */
 	REMOTE_ABORT,		/* status */
 };
+
+/*
+ * HELLO's flag: the sender (the pipe's opener) also answers REQs on this
+ * pipe, so the accepting end may ask on it too.  Sent only with a job
+ * secret, and taken only with one (the pipe proved it, so the HELLO's
+ * claim is a member's word): one pipe per pair of workers then carries
+ * both directions.  A worker that never sets it is asked only on pipes
+ * of its own, as before.
+ */
+#define REMOTE_HELLO_BOTH_WAYS	1u
 
 struct remote_hdr {
 	enum remote_msg type;
@@ -95,6 +105,14 @@ struct remote_task {
 	/* ctx thread */
 	struct remote_peer *peer;	/* the pipe we opened to its URL, once there is one */
 	struct remote_peer *inbound;	/* the accepted pipe whose HELLO named it, if any */
+	/*
+	 * With a job secret, an inbound pipe whose HELLO said BOTH_WAYS
+	 * carries our REQs to the task too, and @peer is opened only if there
+	 * is no such pipe.  Two pipes exist only when both workers opened one
+	 * before either's HELLO came; then the one opened by the lower task
+	 * name carries new REQs, and the other is closed by its opener once
+	 * nothing is outstanding on it (tpu__remote_peer_settle).
+	 */
 	struct remote_fetch *parked;	/* fetches waiting for the next connect */
 	struct tpu__timer retry;
 	bool retry_on;
@@ -217,6 +235,7 @@ struct remote {
 	size_t nbuckets, nentries;
 	uint64_t next_id;
 	unsigned int max_reqs;		/* TPU_REMOTE_MAX_REQS, per peer */
+	bool one_pipe;			/* pctx has a job secret: pipes carry both directions */
 	tpu_status aborted;
 	bool closing;
 	struct tpu__free_list entry_free;	/* recycled (REMOTE_FREE_MAX) */
@@ -276,11 +295,18 @@ struct remote_peer {
 	 * (NULL before); member: its map entry, if it is in the map.
 	 */
 	bool accepted;
+	/*
+	 * With a job secret (st->one_pipe): ours, the other end asks on it
+	 * too (claim is then the map's task); accepted, its HELLO said
+	 * BOTH_WAYS, so we may ask on it and take the answers here.
+	 */
+	bool both_ways;
 	char *claim;
 	size_t claim_len;
 	struct remote_task *member;
 	bool dead;
 	bool established;		/* something came through: it is not a failed connect */
+	unsigned int writes;		/* writes in flight */
 	unsigned int nreqs;		/* its REQs waiting in the outbox (under st->lock) */
 	size_t req_bytes;		/* and what they hold */
 	/* the message being read */
@@ -291,6 +317,14 @@ struct remote_peer {
 
 /* The pipe to @t, connected (and HELLO sent) if there is none. */
 struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
+/*
+ * With a job secret, where @t has two pipes: close ours once nothing is
+ * outstanding on it if the other one wins (the lower task name's).
+ */
+void tpu__remote_peer_settle(struct remote_task *t);
+/* For tests: live pipes, and how many of them were accepted (any thread). */
+tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
+				  unsigned int *accepted);
 /* Adopt an accepted pipe. */
 void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
 /*

@@ -13,6 +13,13 @@
  * consumer, and only members (tasks in the map) may abort us.  Each pipe
  * has one read loop (descriptor, read, dispatch, next descriptor) for as
  * long as it lives.  Context thread only.
+ *
+ * With a job secret every pipe proved it, so an accepted pipe's HELLO is
+ * a member's word, and one pipe per pair carries both directions: the
+ * opener says so in its HELLO (REMOTE_HELLO_BOTH_WAYS) and then also
+ * answers REQs on it; the accepting end asks that task on it instead of
+ * opening a pipe of its own, and takes an answer there only for a REQ it
+ * sent there (tpu__remote_fetch_resp_desc looks in this pipe's fetches).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +205,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	struct tpu__op *send = w->send;
 
 	(void)msg;
+	p->writes--;
 	if (!status)
 		peer_established(p);
 	if (send) {
@@ -211,6 +219,8 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	}
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
+	else if (st->one_pipe && p->task)
+		tpu__remote_peer_settle(p->task);
 	tpu__free_list_put(&st->write_free, w);
 	tpu__remote_peer_unref(p);
 }
@@ -236,12 +246,14 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 			w->msg.ntensors = 1;
 		}
 		tpu__remote_peer_ref(p);
+		p->writes++;
 		st = tpu_pipe_write(p->pipe, &w->msg, write_done, w);
 		if (!st) {
 			if (send)
 				p->st->serving++;
 			return;
 		}
+		p->writes--;
 		tpu__remote_peer_unref(p);
 	} else if (w) {
 		st = pipe_error(p->st);
@@ -311,6 +323,8 @@ static tpu_status on_hello(struct remote_peer *p)
 	if (!p->claim)
 		return -ENOMEM;
 	p->claim_len = h->key_len;
+	/* Its claim is proven only with a secret: else we never ask on it. */
+	p->both_ways = st->one_pipe && (h->len & REMOTE_HELLO_BOTH_WAYS);
 	if (t) {
 		p->member = t;
 		t->inbound = p;
@@ -366,15 +380,21 @@ tpu_status tpu__remote_peer_req_check(const struct remote_peer *p, const struct 
 /*
  * Whether @p may send a message of @type: HELLO first and only on an
  * accepted pipe, then REQ, CANCEL, ABORT; answers (RESP) and ABORT only
- * on a pipe we opened.  -EPROTO ends the pipe.
+ * on a pipe we opened.  With a job secret a pipe carries both ways: REQ
+ * and CANCEL also on a pipe we opened (we said BOTH_WAYS), RESP also on
+ * an accepted one whose HELLO said it (and only for a REQ of ours on it,
+ * which the RESP's own check sees to).  -EPROTO ends the pipe.
  */
 static tpu_status msg_allowed(const struct remote_peer *p, enum remote_msg type)
 {
+	bool ask = type == REMOTE_REQ || type == REMOTE_CANCEL;
+
 	if (!p->accepted)
-		return type == REMOTE_RESP || type == REMOTE_ABORT ? 0 : -EPROTO;
+		return type == REMOTE_RESP || type == REMOTE_ABORT || (ask && p->both_ways) ?
+		       0 : -EPROTO;
 	if (!p->claim)
 		return type == REMOTE_HELLO ? 0 : -EPROTO;
-	return type == REMOTE_REQ || type == REMOTE_CANCEL || type == REMOTE_ABORT ? 0 : -EPROTO;
+	return ask || type == REMOTE_ABORT || (type == REMOTE_RESP && p->both_ways) ? 0 : -EPROTO;
 }
 
 static tpu_status dispatch(struct remote_peer *p)
@@ -422,6 +442,9 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 		tpu__remote_peer_end(p, status);
 	if (!p->dead)
 		read_next(p);
+	/* An answer ended a fetch on our losing pipe, or the winner's HELLO came. */
+	if (p->st->one_pipe && (p->task || p->member))
+		tpu__remote_peer_settle(p->task ? p->task : p->member);
 	tpu__remote_peer_unref(p);	/* the read loop's */
 }
 
@@ -480,12 +503,50 @@ static struct remote_peer *peer_new(struct remote *st, struct tpu_pipe *pipe)
 	return p;
 }
 
+/* @t's accepted pipe, if we may ask on it (a secret, and its HELLO said BOTH_WAYS). */
+static struct remote_peer *inbound_both_ways(const struct remote_task *t)
+{
+	struct remote_peer *in = t->inbound;
+
+	return in && in->both_ways && !in->dead && in->pipe ? in : NULL;
+}
+
+/* Of two pipes to @t, the one the lower task name opened carries new REQs. */
+static bool inbound_wins(const struct remote *st, const struct remote_task *t)
+{
+	return strcmp(t->task, st->self) < 0;
+}
+
+void tpu__remote_peer_settle(struct remote_task *t)
+{
+	struct remote_peer *p = t->peer;
+	struct remote *st = t->st;
+	unsigned int nreqs;
+
+	if (!p || p->dead || p->fetches || p->writes || st->destroyed || !inbound_both_ways(t) ||
+	    !inbound_wins(st, t))
+		return;
+	pthread_mutex_lock(&st->lock);
+	nreqs = p->nreqs;
+	pthread_mutex_unlock(&st->lock);
+	if (nreqs)
+		return;	/* asked on it before the other end saw ours win: answer first */
+	tpu__log_debug("remote rendezvous %s: %s opened a pipe to us too; closing ours", st->self,
+		       t->task);
+	/* Not a death: the task stays reachable on the winner. */
+	t->peer = NULL;
+	tpu__remote_peer_end(p, TPU_E_CLOSED);
+}
+
 struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err)
 {
 	struct remote_hdr h = { .type = REMOTE_HELLO };
+	struct remote_peer *in = st->one_pipe ? inbound_both_ways(t) : NULL;
 	struct tpu_pipe *pipe;
 	struct remote_peer *p;
 
+	if (in && (!t->peer || t->peer->dead || inbound_wins(st, t)))
+		return in;
 	if (t->peer && !t->peer->dead)
 		return t->peer;
 	if (!t->first_try_ns)
@@ -501,6 +562,18 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
 	}
 	p->task = t;
 	t->peer = p;
+	if (st->one_pipe) {
+		/* The pipe proves the map's URL and the secret: its other end is @t. */
+		p->claim = strdup(t->task);
+		if (!p->claim) {
+			tpu__remote_peer_end(p, -ENOMEM);
+			*err = -ENOMEM;
+			return NULL;
+		}
+		p->claim_len = strlen(t->task);
+		p->both_ways = true;
+		h.len = REMOTE_HELLO_BOTH_WAYS;
+	}
 	tpu__log_debug("remote rendezvous %s: connecting to %s at %s", st->self, t->task, t->url);
 	h.key = (const uint8_t *)st->self;
 	h.key_len = st->self_len;

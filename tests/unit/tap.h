@@ -96,6 +96,7 @@ void test_boot_env(void);
 void test_store(void);
 void test_auth(void);
 void test_remote_authz(void);
+void test_remote_onepipe(void);
 void test_remote_wake(void);
 void test_remote_cost(void);
 void test_world(void);
