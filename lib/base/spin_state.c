@@ -48,6 +48,9 @@ static void back_off(struct tpu__spin_state *s, uint64_t now_ns)
 
 bool tpu__spin_state_wants_rq(const struct tpu__spin_state *s, uint64_t now_ns)
 {
+	/* Not while quiet: the answer is known, and the reading costs system calls. */
+	if (now_ns < s->quiet_until_ns)
+		return false;
 	return !s->rq_checked_ns || now_ns - s->rq_checked_ns >= TPU__SPIN_RQ_CHECK_NS;
 }
 

@@ -28,7 +28,10 @@ struct tpu__spin_state {
 };
 
 void tpu__spin_state_init(struct tpu__spin_state *s, uint64_t backoff_max_ns);
-/* Whether the caller should read its run delay now and pass it to _contended. */
+/*
+ * Whether the caller should read its run delay now and pass it to
+ * _contended: at most every 2 ms, and not during a quiet period.
+ */
 bool tpu__spin_state_wants_rq(const struct tpu__spin_state *s, uint64_t now_ns);
 /*
  * Whether the thread should not spin now.  @rq_delay_ns: its run delay

@@ -129,6 +129,9 @@ static void run_delay(void)
 	CHECK(tpu__spin_state_budget(&s, t + 8 * MS, 7 * SEC + 1100000) == 0,
 	      "spin_state: a run delay of 1/4 of the time stops it");
 	CHECK(quiet_ms(&s, t + 8 * MS) <= 1, "spin_state: for 1 ms the first time");
+	/* Reading the run delay costs system calls: never while quiet. */
+	CHECK(!tpu__spin_state_wants_rq(&s, t + 8 * MS + MS / 2),
+	      "spin_state: a quiet thread does not ask for its run delay");
 	/* Calm again: the run delay stays. */
 	CHECK(tpu__spin_state_budget(&s, t + 20 * MS, 7 * SEC + 1100000) != 0,
 	      "spin_state: with no more run delay it spins again");
