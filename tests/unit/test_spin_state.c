@@ -63,7 +63,8 @@ static void close_preemptions_climb(void)
 		q = quiet_ms(&s, t);
 		t += q * MS;
 	}
-	CHECK(q == 50, "spin_state: preemptions back to back climb to TPU_SPIN_BACKOFF_US (%llu ms)",
+	CHECK(q == 50,
+	      "spin_state: preemptions back to back climb to TPU_SPIN_BACKOFF_US (%llu ms)",
 	      (unsigned long long)q);
 	/* A spin that is answered resets it. */
 	tpu__spin_state_answered(&s);
@@ -120,7 +121,8 @@ static void run_delay(void)
 	tpu__spin_state_init(&s, MAX_NS);
 	/* The first reading is a baseline only. */
 	CHECK(tpu__spin_state_wants_rq(&s, t), "spin_state: a fresh thread asks for its run delay");
-	CHECK(tpu__spin_state_budget(&s, t, 7 * SEC) != 0, "spin_state: the first run delay is a baseline");
+	CHECK(tpu__spin_state_budget(&s, t, 7 * SEC) != 0,
+	      "spin_state: the first run delay is a baseline");
 	CHECK(!tpu__spin_state_wants_rq(&s, t + MS), "spin_state: and it asks again only after 2 ms");
 	/* 100 us waiting in 4 ms (1/40): not contended. */
 	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, 7 * SEC + 100000) != 0,
