@@ -396,7 +396,7 @@ tpu_status bench_pipe_ref(const char *xport, const char *chan, unsigned int iter
 }
 
 tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iters,
-			  double *p50_us, char *negotiated, size_t negotiated_len)
+			  double *p50_us, double *p99_us, char *negotiated, size_t negotiated_len)
 {
 	const struct pair pr = { xport, chan };
 	struct pipe_opts o = { .iters = iters, .bw_iters = 1, .rtt_only = true };
@@ -405,6 +405,8 @@ tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iter
 
 	if (!st) {
 		*p50_us = r.p50_us;
+		if (p99_us)
+			*p99_us = r.p99_us;
 		snprintf(negotiated, negotiated_len, "%s/%s", r.xport, r.chan);
 	}
 	return st;

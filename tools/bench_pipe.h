@@ -33,10 +33,11 @@ tpu_status bench_pipe_ref(const char *xport, const char *chan, unsigned int iter
 			  unsigned int bw_iters, struct pair_result *r);
 
 /*
- * The 64-byte round trip of one pipe between two processes (median, us),
- * for tpbench rdv's same-run reference; @negotiated gets "transport/channel".
+ * The 64-byte round trip of one pipe between two processes (median and
+ * 99th percentile, us; @p99_us may be NULL), for tpbench rdv's same-run
+ * reference; @negotiated gets "transport/channel".
  */
 tpu_status bench_pipe_rtt(const char *xport, const char *chan, unsigned int iters,
-			  double *p50_us, char *negotiated, size_t negotiated_len);
+			  double *p50_us, double *p99_us, char *negotiated, size_t negotiated_len);
 
 #endif

@@ -56,7 +56,7 @@ struct pipe_ref {
 	const char *chan;		/* asked for: cma, kmod */
 	bool ran;
 	char got[32];			/* negotiated transport/channel, or why not */
-	double p50_us;
+	double p50_us, p99_us;
 };
 
 struct rdv_opts {
@@ -68,7 +68,7 @@ struct rdv_opts {
 	unsigned int hogs;		/* --hog N */
 	bool remote;			/* --remote */
 	const char *transport;		/* --transport, with --remote */
-	double futex_us;		/* the blocking reference's round trip */
+	double futex_us, futex_p99_us;	/* the blocking reference's round trip */
 	double loadavg;			/* 1-minute load when the run began */
 	struct host_state host[2];	/* before the hogs start, after they stop */
 };
@@ -78,7 +78,7 @@ struct rdv_result {
 	tpu_status skipped;	/* why not run, 0 when it ran */
 	char why[360];
 	bool failed;
-	double rtt_p50_us, rtt_p90_us;
+	double rtt_p50_us, rtt_p90_us, rtt_p99_us;
 	double idle_cpu_pct;	/* this process's CPU while the rendezvous idles */
 	double gbps[NSIZES];
 	const char *ref_name;	/* the same-run reference: memcpy, process_vm_readv, kmod */
@@ -481,6 +481,7 @@ static tpu_status measure(struct side *s, struct rdv_result *r)
 	if (!st) {
 		r->rtt_p50_us = (double)quantile(t, s->o->iters, 50) / 1e3;
 		r->rtt_p90_us = (double)quantile(t, s->o->iters, 90) / 1e3;
+		r->rtt_p99_us = (double)quantile(t, s->o->iters, 99) / 1e3;
 	}
 	for (si = 0; !st && si < NSIZES; si++) {
 		size_t k, size = bw_sizes[si];
@@ -691,10 +692,10 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 	char sz[32];
 	unsigned int i, si;
 
-	printf("rendezvous: round trip of a %d-byte tensor (median, p90 over %u; us) and\n"
+	printf("rendezvous: round trip of a %d-byte tensor (median, p90, p99 over %u; us) and\n"
 	       "one tensor from send to the receiver's completion (median over %u; GB/s)\n\n",
 	       MSG_LEN, o->iters, o->bw_iters);
-	printf("%-10s %9s %9s", "impl", "rtt p50", "rtt p90");
+	printf("%-10s %9s %9s %9s", "impl", "rtt p50", "rtt p90", "rtt p99");
 	for (si = 0; si < NSIZES; si++)
 		printf(" %9s", format_size(bw_sizes[si], sz, sizeof(sz)));
 	printf("\n");
@@ -706,16 +707,16 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 			printf(" %s: %s\n", r->skipped ? "skipped" : "FAILED", r->why);
 			continue;
 		}
-		printf(" %9.1f %9.1f", r->rtt_p50_us, r->rtt_p90_us);
+		printf(" %9.1f %9.1f %9.1f", r->rtt_p50_us, r->rtt_p90_us, r->rtt_p99_us);
 		for (si = 0; si < NSIZES; si++)
 			printf(" %9.2f", r->gbps[si]);
 		printf("\n");
 		if (!r->ref_name)
 			continue;
-		printf("  %-18s %9s", r->ref_name, "");
+		printf("  %-18s %19s", r->ref_name, "");
 		for (si = 0; si < NSIZES; si++)
 			printf(" %9.2f", r->ref_gbps[si]);
-		printf("\n  %-18s %9s", "ratio", "");
+		printf("\n  %-18s %19s", "ratio", "");
 		for (si = 0; si < NSIZES; si++)
 			printf(" %8.2fx", r->ref_gbps[si] > 0 ? r->gbps[si] / r->ref_gbps[si] : 0.0);
 		printf("\n");
@@ -729,14 +730,21 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 			printf("  %s %.2f%%", tpu_rdv_impl_name(res[i].impl), res[i].idle_cpu_pct);
 	}
 	printf(" of a core\n");
-	printf("round trip of a blocking futex ping-pong between two processes: %.1f us;"
-	       " rendezvous/futex:", o->futex_us);
+	printf("round trip of a blocking futex ping-pong between two processes: p50 %.1f us,"
+	       " p99 %.1f us;\n  rendezvous/futex p50 (p99):", o->futex_us, o->futex_p99_us);
 	for (i = 0; i < n; i++) {
-		if (!res[i].skipped && !res[i].failed && o->futex_us > 0)
-			printf("  %s %.2fx", tpu_rdv_impl_name(res[i].impl),
-			       res[i].rtt_p50_us / o->futex_us);
+		if (!res[i].skipped && !res[i].failed && o->futex_us > 0 && o->futex_p99_us > 0)
+			printf("  %s %.2fx (%.2fx)", tpu_rdv_impl_name(res[i].impl),
+			       res[i].rtt_p50_us / o->futex_us, res[i].rtt_p99_us / o->futex_p99_us);
 	}
-	printf("\nround trip against a pipe between two processes, same run (p50):\n");
+	for (i = 0; i < 2; i++) {
+		const struct pipe_ref *p = &o->pipes[i];
+
+		if (p->chan && p->ran && o->futex_us > 0 && o->futex_p99_us > 0)
+			printf("  pipe %s %.2fx (%.2fx)", p->got, p->p50_us / o->futex_us,
+			       p->p99_us / o->futex_p99_us);
+	}
+	printf("\nround trip against a pipe between two processes, same run, p50 (p99):\n");
 	for (i = 0; i < 2; i++) {
 		const struct pipe_ref *p = &o->pipes[i];
 
@@ -746,12 +754,12 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 			printf("  pipe shm/%s: not run: %s\n", p->chan, p->got);
 			continue;
 		}
-		printf("  pipe %-12s %9.1f us:", p->got, p->p50_us);
+		printf("  pipe %-12s %9.1f us (%.1f us):", p->got, p->p50_us, p->p99_us);
 		for (unsigned int k = 0; k < n; k++) {
 			if (pipe_ref_of(o, res[k].impl) != p || res[k].skipped || res[k].failed)
 				continue;
-			printf("  %s %.2fx", tpu_rdv_impl_name(res[k].impl),
-			       res[k].rtt_p50_us / p->p50_us);
+			printf("  %s %.2fx (%.2fx)", tpu_rdv_impl_name(res[k].impl),
+			       res[k].rtt_p50_us / p->p50_us, res[k].rtt_p99_us / p->p99_us);
 		}
 		printf("\n");
 	}
@@ -773,6 +781,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 	json_double(&j, "loadavg_1min", o->loadavg, 2);
 	host_state_json(&j, &o->host[0], &o->host[1]);
 	json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
+	json_double(&j, "futex_pingpong_rtt_p99_us", o->futex_p99_us, 2);
 	json_array_begin(&j, "results");
 	for (i = 0; i < n; i++) {
 		const struct rdv_result *r = &res[i];
@@ -785,6 +794,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 			json_object_begin(&j, "rtt_us");
 			json_double(&j, "median", r->rtt_p50_us, 2);
 			json_double(&j, "p90", r->rtt_p90_us, 2);
+			json_double(&j, "p99", r->rtt_p99_us, 2);
 			json_object_end(&j);
 			json_double(&j, "idle_cpu_pct", r->idle_cpu_pct, 3);
 			json_object_begin(&j, "gbps");
@@ -797,6 +807,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 				json_object_begin(&j, "pipe_reference");
 				json_string(&j, "pipe", pipe_ref_of(o, r->impl)->got);
 				json_double(&j, "rtt_p50_us", pipe_ref_of(o, r->impl)->p50_us, 2);
+				json_double(&j, "rtt_p99_us", pipe_ref_of(o, r->impl)->p99_us, 2);
 				json_object_end(&j);
 			}
 			if (r->ref_name) {
@@ -875,7 +886,8 @@ static void measure_pipes(struct rdv_opts *o, const struct rdv_result *res, unsi
 
 		if (!p->chan)
 			continue;
-		st = bench_pipe_rtt("shm", p->chan, o->iters, &p->p50_us, p->got, sizeof(p->got));
+		st = bench_pipe_rtt("shm", p->chan, o->iters, &p->p50_us, &p->p99_us,
+				    p->got, sizeof(p->got));
 		p->ran = !st;
 		if (st)
 			snprintf(p->got, sizeof(p->got), "%s", tpu_status_name(st));
@@ -965,7 +977,7 @@ int bench_rdv_main(int argc, char **argv)
 		fprintf(stderr, "tpbench rdv: cannot start %u busy processes\n", o.hogs);
 		return 1;
 	}
-	o.futex_us = futex_pingpong_us(o.iters);
+	o.futex_us = futex_pingpong_us(o.iters, &o.futex_p99_us);
 	if (o.remote) {
 		return run_remote(&o, &hogs);
 	}

@@ -87,7 +87,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-double futex_pingpong_us(unsigned int iters)
+double futex_pingpong_us(unsigned int iters, double *p99_us)
 {
 	_Atomic uint32_t *w = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 				   -1, 0);
@@ -125,6 +125,8 @@ double futex_pingpong_us(unsigned int iters)
 	waitpid(pid, NULL, 0);
 	qsort(t, iters, sizeof(*t), cmp_u64);
 	med = t[iters / 2];
+	if (p99_us)
+		*p99_us = (double)t[(uint64_t)iters * 99 / 100] / 1e3;
 	free(t);
 	munmap((void *)w, 4096);
 	return (double)med / 1e3;

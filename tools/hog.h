@@ -27,6 +27,6 @@ void hogs_stop(struct hogs *h);
  * Median round trip in microseconds of @iters futex ping-pongs between
  * this process and a forked child; negative -errno on failure.
  */
-double futex_pingpong_us(unsigned int iters);
+double futex_pingpong_us(unsigned int iters, double *p99_us);
 
 #endif

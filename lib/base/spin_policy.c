@@ -12,7 +12,9 @@
  *    collapsed because its hand-offs kept ending in sleep, stops spinning
  *    for a quiet period: 1 ms at first, doubled at each further back-off up
  *    to TPU_SPIN_BACKOFF_US (50 ms; 0: never back off), back to 1 ms once a
- *    spin of that thread is answered.  Only that thread backs off.
+ *    spin of that thread is answered, and halved for each calm spell as
+ *    long as itself (spin_state.c), so that isolated preemptions never add
+ *    up to the longest period.  Only that thread backs off.
  *  - A thread that waited for a core (runnable, not running: the run delay
  *    of /proc/thread-self/schedstat) for more than 1/16 of the time since
  *    it last looked, at most every 2 ms, backs off too: on oversubscribed
@@ -31,24 +33,14 @@
 #include <unistd.h>
 
 #include "base.h"
+#include "spin_state.h"
 #include "waitword.h"
 
-#define BACKOFF_MIN_NS		1000000ull
 #define BACKOFF_MAX_US_DEFAULT	50000u
-#define RQ_CHECK_NS		2000000ull	/* a thread reads its run delay at most this often */
-#define RQ_SHARE		16		/* waiting more than 1/16 of the time: contended */
 
-struct spin_thread {
-	bool init;
-	uint32_t budget_ns;		/* this thread's spin; 0: sleep at once */
-	uint64_t quiet_until_ns;	/* no spinning before this */
-	uint64_t backoff_ns;		/* the next quiet period */
-	bool rq_unknown;		/* no schedstat: the run delay is not looked at */
-	uint64_t rq_checked_ns;		/* when the run delay was last read; 0: never */
-	uint64_t rq_delay_ns;		/* what it read then */
-};
-
-static _Thread_local struct spin_thread me;
+/* This thread's history; the decisions are spin_state.c's. */
+static _Thread_local struct tpu__spin_state me;
+static _Thread_local bool me_init, rq_unknown;
 /* This process's threads spinning now (tpu__spin_enter minus leave). */
 static _Atomic unsigned int spinning;
 
@@ -66,23 +58,13 @@ static uint64_t backoff_max_ns(void)
 	return v;
 }
 
-static struct spin_thread *self(void)
+static struct tpu__spin_state *self(void)
 {
-	if (!me.init) {
-		me.init = true;
-		me.budget_ns = TPU__SPIN_START_NS;
-		me.backoff_ns = BACKOFF_MIN_NS;
+	if (!me_init) {
+		me_init = true;
+		tpu__spin_state_init(&me, backoff_max_ns());
 	}
 	return &me;
-}
-
-/* Quiet for this thread's next back-off period, and double the one after. */
-static void back_off(struct spin_thread *t, uint64_t now_ns)
-{
-	uint64_t max = backoff_max_ns(), len = t->backoff_ns < max ? t->backoff_ns : max;
-
-	t->quiet_until_ns = now_ns + len;
-	t->backoff_ns = len * 2 < max ? len * 2 : max;
 }
 
 /* This thread's run delay so far (ns); false when the kernel does not say. */
@@ -107,79 +89,47 @@ static bool read_run_delay(uint64_t *out)
 	return true;
 }
 
-/* Whether this thread waited for a core for much of the time since its last look. */
-static bool waited_for_core(struct spin_thread *t, uint64_t now_ns)
+/* The run delay when the state asks for it (at most every 2 ms), else UINT64_MAX. */
+static uint64_t run_delay(const struct tpu__spin_state *t, uint64_t now_ns)
 {
-	uint64_t delay, since = now_ns - t->rq_checked_ns, before = t->rq_delay_ns;
-	bool first = !t->rq_checked_ns;
+	uint64_t d;
 
-	if (t->rq_unknown || (!first && since < RQ_CHECK_NS))
-		return false;
-	if (!read_run_delay(&delay)) {
-		t->rq_unknown = true;
-		return false;
+	if (rq_unknown || !tpu__spin_state_wants_rq(t, now_ns))
+		return UINT64_MAX;
+	if (!read_run_delay(&d)) {
+		rq_unknown = true;
+		return UINT64_MAX;
 	}
-	t->rq_checked_ns = now_ns;
-	t->rq_delay_ns = delay;
-	return !first && delay > before && (delay - before) * RQ_SHARE > since;
+	return d == UINT64_MAX ? d - 1 : d;
 }
 
 bool tpu__spin_contended(uint64_t now_ns)
 {
-	struct spin_thread *t = self();
+	struct tpu__spin_state *t = self();
 
-	if (now_ns < t->quiet_until_ns)
-		return true;
-	if (waited_for_core(t, now_ns)) {
-		back_off(t, now_ns);
-		return true;
-	}
-	return false;
+	return tpu__spin_state_contended(t, now_ns, run_delay(t, now_ns));
 }
 
 void tpu__spin_preempted(uint64_t now_ns)
 {
-	back_off(self(), now_ns);
+	tpu__spin_state_preempted(self(), now_ns);
 }
 
 uint64_t tpu__spin_budget_ns(uint64_t now_ns)
 {
-	struct spin_thread *t = self();
+	struct tpu__spin_state *t = self();
 
-	if (tpu__spin_contended(now_ns))
-		return 0;
-	/* A quiet period after a collapse is over: try a short spin again. */
-	if (!t->budget_ns)
-		t->budget_ns = TPU__SPIN_MIN_NS;
-	return t->budget_ns;
+	return tpu__spin_state_budget(t, now_ns, run_delay(t, now_ns));
 }
 
 void tpu__spin_learn(uint64_t took_ns, bool slept, uint64_t now_ns)
 {
-	struct spin_thread *t = self();
-	uint64_t want;
-
-	if (slept) {
-		if (t->budget_ns / 2 < TPU__SPIN_MIN_NS) {
-			/* Sleeping every time: stop trying for a while. */
-			if (t->budget_ns)
-				back_off(t, now_ns);
-			t->budget_ns = 0;
-		} else {
-			t->budget_ns /= 2;
-		}
-		return;
-	}
-	want = took_ns * 2 < TPU__SPIN_MIN_NS ? TPU__SPIN_MIN_NS : took_ns * 2;
-	if (want > TPU__SPIN_MAX_NS)
-		want = TPU__SPIN_MAX_NS;
-	if (want > t->budget_ns)
-		t->budget_ns = (uint32_t)want;
+	tpu__spin_state_learn(self(), took_ns, slept, now_ns);
 }
 
 void tpu__spin_answered(void)
 {
-	self()->backoff_ns = BACKOFF_MIN_NS;
+	tpu__spin_state_answered(self());
 }
 
 static unsigned int usable_cpus(void)
