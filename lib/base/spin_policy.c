@@ -17,7 +17,9 @@
  *    up to the longest period.  Only that thread backs off.
  *  - A thread that waited for a core (runnable, not running: the run delay
  *    of /proc/thread-self/schedstat) for more than 1/16 of the time since
- *    it last looked, at most every 2 ms, backs off too: on oversubscribed
+ *    it last looked, at most every 2 ms, and was preempted meanwhile or
+ *    waited more than 200 us a time on average (not only the short wait
+ *    after each wake-up that every sleeper pays), backs off too: on oversubscribed
  *    cores its spin would hold a core that the thread it waits for needs.
  *    That is this thread's own experience of the load, not the machine's:
  *    busy processes on cores it does not use do not count.
@@ -27,6 +29,7 @@
  */
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -67,11 +70,12 @@ static struct tpu__spin_state *self(void)
 	return &me;
 }
 
-/* This thread's run delay so far (ns); false when the kernel does not say. */
-static bool read_run_delay(uint64_t *out)
+/* This thread's run delay so far; false when the kernel does not say. */
+static bool read_run_delay(struct tpu__spin_rq *out)
 {
 	char buf[96];
-	unsigned long long run, wait;
+	unsigned long long run, wait, slices;
+	struct rusage ru;
 	ssize_t len;
 	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 
@@ -83,31 +87,34 @@ static bool read_run_delay(uint64_t *out)
 		return false;
 	buf[len] = '\0';
 	/* "run_ns wait_ns timeslices" */
-	if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
+	if (sscanf(buf, "%llu %llu %llu", &run, &wait, &slices) != 3)
 		return false;
-	*out = wait;
+	out->delay_ns = wait;
+	out->slices = slices;
+	/* Without the count, every run counts as a preemption (as before). */
+	out->preempted = getrusage(RUSAGE_THREAD, &ru) ? slices : (uint64_t)ru.ru_nivcsw;
 	return true;
 }
 
-/* The run delay when the state asks for it (at most every 2 ms), else UINT64_MAX. */
-static uint64_t run_delay(const struct tpu__spin_state *t, uint64_t now_ns)
+/* The run delay when the state asks for it (at most every 2 ms), else NULL. */
+static const struct tpu__spin_rq *run_delay(const struct tpu__spin_state *t, uint64_t now_ns,
+					    struct tpu__spin_rq *rq)
 {
-	uint64_t d;
-
 	if (rq_unknown || !tpu__spin_state_wants_rq(t, now_ns))
-		return UINT64_MAX;
-	if (!read_run_delay(&d)) {
+		return NULL;
+	if (!read_run_delay(rq)) {
 		rq_unknown = true;
-		return UINT64_MAX;
+		return NULL;
 	}
-	return d == UINT64_MAX ? d - 1 : d;
+	return rq;
 }
 
 bool tpu__spin_contended(uint64_t now_ns)
 {
 	struct tpu__spin_state *t = self();
+	struct tpu__spin_rq rq;
 
-	return tpu__spin_state_contended(t, now_ns, run_delay(t, now_ns));
+	return tpu__spin_state_contended(t, now_ns, run_delay(t, now_ns, &rq));
 }
 
 void tpu__spin_preempted(uint64_t now_ns)
@@ -118,8 +125,9 @@ void tpu__spin_preempted(uint64_t now_ns)
 uint64_t tpu__spin_budget_ns(uint64_t now_ns)
 {
 	struct tpu__spin_state *t = self();
+	struct tpu__spin_rq rq;
 
-	return tpu__spin_state_budget(t, now_ns, run_delay(t, now_ns));
+	return tpu__spin_state_budget(t, now_ns, run_delay(t, now_ns, &rq));
 }
 
 void tpu__spin_learn(uint64_t took_ns, bool slept, uint64_t now_ns)

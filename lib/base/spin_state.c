@@ -54,25 +54,40 @@ bool tpu__spin_state_wants_rq(const struct tpu__spin_state *s, uint64_t now_ns)
 	return !s->rq_checked_ns || now_ns - s->rq_checked_ns >= TPU__SPIN_RQ_CHECK_NS;
 }
 
-/* Whether the thread waited for a core for much of the time since it last told. */
-static bool waited_for_core(struct tpu__spin_state *s, uint64_t now_ns, uint64_t delay)
+/*
+ * Whether the thread waited for a core for much of the time since it last
+ * told, and was preempted meanwhile or waited long each time.  A window
+ * that spans a quiet period is a new baseline only: while quiet the thread
+ * slept, and what it waited after each wake-up says nothing about whether
+ * spinning would be answered now; judged on it, a pair of idle threads
+ * that once backed off stayed asleep.
+ */
+static bool waited_for_core(struct tpu__spin_state *s, uint64_t now_ns,
+			    const struct tpu__spin_rq *rq)
 {
-	uint64_t since = now_ns - s->rq_checked_ns, before = s->rq_delay_ns;
-	bool first = !s->rq_checked_ns;
+	uint64_t since = now_ns - s->rq_checked_ns, before = s->rq_delay_ns, waited, runs;
+	bool baseline = !s->rq_checked_ns || s->rq_checked_ns <= s->quiet_until_ns;
+	bool preempted;
 
-	if (delay == UINT64_MAX || !tpu__spin_state_wants_rq(s, now_ns))
+	if (!rq || !tpu__spin_state_wants_rq(s, now_ns))
 		return false;
+	waited = rq->delay_ns > before ? rq->delay_ns - before : 0;
+	runs = rq->slices > s->rq_slices ? rq->slices - s->rq_slices : 0;
+	preempted = rq->preempted != s->rq_preempted;
 	s->rq_checked_ns = now_ns ? now_ns : 1;
-	s->rq_delay_ns = delay;
-	return !first && delay > before && (delay - before) * TPU__SPIN_RQ_SHARE > since;
+	s->rq_delay_ns = rq->delay_ns;
+	s->rq_slices = rq->slices;
+	s->rq_preempted = rq->preempted;
+	return !baseline && waited * TPU__SPIN_RQ_SHARE > since &&
+	       (preempted || waited > runs * TPU__SPIN_RQ_WAIT_NS);
 }
 
 bool tpu__spin_state_contended(struct tpu__spin_state *s, uint64_t now_ns,
-			       uint64_t rq_delay_ns)
+			       const struct tpu__spin_rq *rq)
 {
 	if (now_ns < s->quiet_until_ns)
 		return true;
-	if (waited_for_core(s, now_ns, rq_delay_ns)) {
+	if (waited_for_core(s, now_ns, rq)) {
 		back_off(s, now_ns);
 		return s->backoff_max_ns != 0;
 	}
@@ -85,9 +100,9 @@ void tpu__spin_state_preempted(struct tpu__spin_state *s, uint64_t now_ns)
 }
 
 uint64_t tpu__spin_state_budget(struct tpu__spin_state *s, uint64_t now_ns,
-				uint64_t rq_delay_ns)
+				const struct tpu__spin_rq *rq)
 {
-	if (tpu__spin_state_contended(s, now_ns, rq_delay_ns))
+	if (tpu__spin_state_contended(s, now_ns, rq))
 		return 0;
 	/* A quiet period after a collapse is over: try a short spin again. */
 	if (!s->budget_ns)

@@ -15,7 +15,11 @@
 #define MS		1000000ull
 #define SEC		(1000 * MS)
 #define MAX_NS		(50 * MS)	/* TPU_SPIN_BACKOFF_US's default */
-#define NO_RQ		UINT64_MAX
+#define NO_RQ		NULL
+/* A run delay reading: @d ns in all, got a core @n times, preempted @p times. */
+#define RQ3(d, n, p)	(&(const struct tpu__spin_rq){ (d), (n), (p) })
+/* The same, never preempted. */
+#define RQ(d, n)	RQ3(d, n, 0)
 
 /* Whether the state would spin at @now (no run delay given). */
 static bool spins_at(struct tpu__spin_state *s, uint64_t now)
@@ -121,22 +125,87 @@ static void run_delay(void)
 	tpu__spin_state_init(&s, MAX_NS);
 	/* The first reading is a baseline only. */
 	CHECK(tpu__spin_state_wants_rq(&s, t), "spin_state: a fresh thread asks for its run delay");
-	CHECK(tpu__spin_state_budget(&s, t, 7 * SEC) != 0,
+	CHECK(tpu__spin_state_budget(&s, t, RQ(7 * SEC, 1000)) != 0,
 	      "spin_state: the first run delay is a baseline");
 	CHECK(!tpu__spin_state_wants_rq(&s, t + MS), "spin_state: and it asks again only after 2 ms");
 	/* 100 us waiting in 4 ms (1/40): not contended. */
-	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, 7 * SEC + 100000) != 0,
+	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, RQ(7 * SEC + 100000, 1001)) != 0,
 	      "spin_state: a run delay of 1/40 of the time lets it spin");
 	/* 1 ms waiting in the next 4 ms (1/4): oversubscribed. */
-	CHECK(tpu__spin_state_budget(&s, t + 8 * MS, 7 * SEC + 1100000) == 0,
+	CHECK(tpu__spin_state_budget(&s, t + 8 * MS, RQ(7 * SEC + 1100000, 1002)) == 0,
 	      "spin_state: a run delay of 1/4 of the time stops it");
 	CHECK(quiet_ms(&s, t + 8 * MS) <= 1, "spin_state: for 1 ms the first time");
 	/* Reading the run delay costs system calls: never while quiet. */
 	CHECK(!tpu__spin_state_wants_rq(&s, t + 8 * MS + MS / 2),
 	      "spin_state: a quiet thread does not ask for its run delay");
 	/* Calm again: the run delay stays. */
-	CHECK(tpu__spin_state_budget(&s, t + 20 * MS, 7 * SEC + 1100000) != 0,
+	CHECK(tpu__spin_state_budget(&s, t + 20 * MS, RQ(7 * SEC + 1100000, 1003)) != 0,
 	      "spin_state: with no more run delay it spins again");
+}
+
+/*
+ * A thread that sleeps waits a little for a core after every wake-up:
+ * 400 wake-ups of 10 us each in 4 ms is a run delay of a whole 4 ms, yet
+ * no other thread held the core.  Counted as load, that kept two idle
+ * threads asleep (8 us round trips instead of 0.8).  The same delay in one
+ * wait is another thread's time slice.
+ */
+static void wake_up_waits(void)
+{
+	struct tpu__spin_state s;
+	uint64_t t = SEC;
+	int i;
+
+	tpu__spin_state_init(&s, MAX_NS);
+	(void)tpu__spin_state_budget(&s, t, RQ(0, 0));
+	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, RQ(4 * MS, 400)) != 0,
+	      "spin_state: many short waits after wake-ups (10 us each) let it spin");
+	for (i = 2; i <= 10; i++)
+		if (!tpu__spin_state_budget(&s, t + 4 * MS * i, RQ(4 * MS * i, 400u * i)))
+			break;
+	CHECK(i == 11, "spin_state: and keep letting it spin, 40 ms long (stopped at %d)", i);
+	/* 1 ms in 2 waits of 500 us: time slices of others. */
+	CHECK(tpu__spin_state_budget(&s, t + 44 * MS, RQ(40 * MS + MS, 4002)) == 0,
+	      "spin_state: the same share in two long waits (500 us) stops it");
+	/* Short waits, but a busy process took the core meanwhile. */
+	tpu__spin_state_init(&s, MAX_NS);
+	(void)tpu__spin_state_budget(&s, t, RQ3(0, 0, 3));
+	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, RQ3(4 * MS, 400, 3)) != 0,
+	      "spin_state: short waits, no preemption: it spins");
+	CHECK(tpu__spin_state_budget(&s, t + 8 * MS, RQ3(6 * MS, 500, 4)) == 0,
+	      "spin_state: short waits with a preemption among them stop it");
+	CHECK(tpu__spin_state_budget(&s, t + 12 * MS, RQ3(6 * MS + 100000, 600, 9)) != 0,
+	      "spin_state: preemptions with little waiting (1/40 of the time) do not");
+	/* On the border: 200 us a wait does not count, 201 does. */
+	tpu__spin_state_init(&s, MAX_NS);
+	(void)tpu__spin_state_budget(&s, t, RQ(0, 0));
+	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, RQ(TPU__SPIN_RQ_WAIT_NS * 5, 5)) != 0,
+	      "spin_state: waits of exactly %llu us do not count",
+	      (unsigned long long)TPU__SPIN_RQ_WAIT_NS / 1000);
+	CHECK(tpu__spin_state_budget(&s, t + 8 * MS,
+				     RQ(TPU__SPIN_RQ_WAIT_NS * 5 + (TPU__SPIN_RQ_WAIT_NS + 1) * 5,
+					10)) == 0,
+	      "spin_state: waits just longer do");
+}
+
+/*
+ * The run delay of a window that spans a quiet period is the sleeper's
+ * (wake-ups, and the wakee preempting its waker): a new baseline only.
+ * Judged on it, an idle pair of threads that once backed off stayed
+ * asleep.  The window after it, spent spinning, counts.
+ */
+static void quiet_window_is_a_baseline(void)
+{
+	struct tpu__spin_state s;
+	uint64_t t = SEC;
+
+	tpu__spin_state_init(&s, MAX_NS);
+	(void)tpu__spin_state_budget(&s, t, RQ3(0, 0, 0));
+	tpu__spin_state_preempted(&s, t + MS);
+	CHECK(tpu__spin_state_budget(&s, t + 4 * MS, RQ3(3 * MS, 300, 5)) != 0,
+	      "spin_state: the run delay of a window with a quiet period in it stops nothing");
+	CHECK(tpu__spin_state_budget(&s, t + 8 * MS, RQ3(5 * MS, 310, 6)) == 0,
+	      "spin_state: the next window's, spent spinning, does");
 }
 
 static void budget_learning(void)
@@ -167,8 +236,8 @@ static void knob_zero(void)
 	tpu__spin_state_init(&s, 0);
 	tpu__spin_state_preempted(&s, SEC);
 	CHECK(spins_at(&s, SEC), "spin_state: TPU_SPIN_BACKOFF_US=0: a preemption stops nothing");
-	(void)tpu__spin_state_budget(&s, 2 * SEC, 0);
-	CHECK(tpu__spin_state_budget(&s, 2 * SEC + 4 * MS, 4 * MS) != 0,
+	(void)tpu__spin_state_budget(&s, 2 * SEC, RQ(0, 0));
+	CHECK(tpu__spin_state_budget(&s, 2 * SEC + 4 * MS, RQ(4 * MS, 1)) != 0,
 	      "spin_state: TPU_SPIN_BACKOFF_US=0: nor does a run delay");
 }
 
@@ -204,6 +273,8 @@ void test_spin_state(void)
 	isolated_preemptions_decay();
 	decay_is_gradual();
 	run_delay();
+	wake_up_waits();
+	quiet_window_is_a_baseline();
 	budget_learning();
 	knob_zero();
 	if (pthread_create(&th, NULL, isolated_thread, &ok)) {
