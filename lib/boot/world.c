@@ -315,6 +315,13 @@ static void teardown(struct tpu_world *w)
 		tpu__log_debug("world: stopping the store with clients still connected");
 	tpu__store_server_stop(w->server);
 	w->server = NULL;
+	/*
+	 * The segment, its mapping and the module's regions go now, not with
+	 * the last reference: the context thread drops the accept's and the
+	 * hellos' later, and a caller that destroyed the world may unmap the
+	 * buffers it lent, or expect /dev/shm and its mappings clean.
+	 */
+	tpu__world_coll_drop_shm(w->coll);
 	w->magic = TPU__MAGIC_DEAD;
 	tpu__world_unref(w);
 }

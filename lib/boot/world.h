@@ -112,6 +112,8 @@ void tpu__world_pipes_close(struct tpu_world *w);
 
 /* world_coll.c */
 void tpu__world_coll_free(struct world_coll *wc);
+/* The collectives' segment and its module regions, now (tpu_world_destroy). */
+void tpu__world_coll_drop_shm(struct world_coll *wc);
 
 /* world_shm.c: the shared-memory path of the collectives (made on first use in *@ws). */
 struct world_shm;

@@ -58,6 +58,19 @@ void tpu__world_coll_free(struct world_coll *wc)
 	free(wc);
 }
 
+void tpu__world_coll_drop_shm(struct world_coll *wc)
+{
+	struct world_shm *ws;
+
+	if (!wc)
+		return;
+	pthread_mutex_lock(&wc->lock);
+	ws = wc->shm;
+	wc->shm = NULL;
+	pthread_mutex_unlock(&wc->lock);
+	tpu__world_shm_free(ws);
+}
+
 static void device_of(const struct tpu_world *w, int rank, char *buf, size_t size)
 {
 	snprintf(buf, size, "/job:%s/replica:0/task:%d/device:CPU:0", w->job, rank);
