@@ -86,6 +86,11 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 	floor = agent && agent->spin_ns ? agent->spin_ns(agent->arg) : 0;
 	if (floor > budget && !tpu__spin_contended(start))
 		budget = floor;
+	if (agent && agent->spin_max_ns) {
+		uint64_t max = agent->spin_max_ns(agent->arg);
+
+		budget = budget > max ? max : budget;
+	}
 	if (!budget || !tpu__spin_enter())
 		return false;
 	last = start;

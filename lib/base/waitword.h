@@ -74,6 +74,12 @@ struct tpu__ww_agent {
 	 * not judged by the ones that had to sleep.  Not on a busy machine.
 	 */
 	uint64_t (*spin_ns)(void *arg);
+	/*
+	 * Optional: spin at most this long (ns), floor included; 0 sleeps at
+	 * once.  For an agent that stands in for a thread whose spin the user
+	 * set (TPU_SPIN_US=0 must stop the remote rendezvous's waiters too).
+	 */
+	uint64_t (*spin_max_ns)(void *arg);
 	void *arg;
 };
 

@@ -500,6 +500,13 @@ static uint64_t agent_spin_ns(void *arg)
 	return rdv->ops->spin_ns(rdv);
 }
 
+static uint64_t agent_spin_max_ns(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	return rdv->ops->spin_max_ns(rdv);
+}
+
 static void agent_kick(void *arg)
 {
 	struct tpu_rendezvous *rdv = arg;
@@ -525,6 +532,7 @@ static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t k
 		.token = rdv->ops->wait_sleep ? agent_token : NULL,
 		.sleep = rdv->ops->wait_sleep ? agent_sleep : NULL,
 		.spin_ns = rdv->ops->spin_ns ? agent_spin_ns : NULL,
+		.spin_max_ns = rdv->ops->spin_max_ns ? agent_spin_max_ns : NULL,
 		.arg = rdv,
 	};
 

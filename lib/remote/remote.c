@@ -296,6 +296,17 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 }
 
 /*
+ * Whether lent or not, a waiter waits for what pctx's thread would poll
+ * for: it spins no longer than that thread may (TPU_SPIN_US; 0: never).
+ */
+static uint64_t r_spin_max_ns(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	return st ? tpu__ctx_spin_ns(st->pctx) : UINT64_MAX;
+}
+
+/*
  * A waiter lent to pctx (since SPIN_BEGIN) spins about as long as pctx's
  * thread would have: it does that thread's work.  One that is not lent
  * only waits, and spins no longer than any waiter.
@@ -643,6 +654,7 @@ const struct tpu__rdv_ops tpu__remote_ops = {
 	.abort = r_abort,
 	.progress = r_progress,
 	.spin_ns = r_spin_ns,
+	.spin_max_ns = r_spin_max_ns,
 	.wait_token = r_wait_token,
 	.wait_sleep = r_wait_sleep,
 	.wait_kick = r_wait_kick,

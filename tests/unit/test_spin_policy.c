@@ -385,6 +385,64 @@ static void spinners_leave_a_core(void)
 	      n, n + 1);
 }
 
+static uint64_t agent_floor_ns, agent_max_ns;
+
+static uint64_t floor_ns(void *arg)
+{
+	(void)arg;
+	return agent_floor_ns;
+}
+
+static uint64_t max_ns(void *arg)
+{
+	(void)arg;
+	return agent_max_ns;
+}
+
+/* wait_spins() with an agent that gives a floor and a cap, in a new thread. */
+static void *capped_probe(void *arg)
+{
+	bool spun = false;
+
+	for (int i = 0; i < PROBE_TRIES && !spun; i++) {
+		struct tpu__waitword w = TPU__WAITWORD_INIT;
+		struct tpu__ww_agent agent = {
+			.poll = post_in_poll, .spin_ns = floor_ns, .spin_max_ns = max_ns, .arg = &w,
+		};
+
+		spun = tpu__waitword_wait_with(&w, tpu__deadline_ns(PROBE_DEADLINE_NS), &agent);
+	}
+	*(bool *)arg = spun;
+	return NULL;
+}
+
+static bool capped_thread_spins(uint64_t floor, uint64_t max)
+{
+	pthread_t t;
+	bool spun = false;
+
+	agent_floor_ns = floor;
+	agent_max_ns = max;
+	if (pthread_create(&t, NULL, capped_probe, &spun))
+		return false;
+	pthread_join(t, NULL);
+	return spun;
+}
+
+/*
+ * An agent's cap bounds the spin, its floor included: a cap of 0 (the
+ * remote rendezvous's waiter under TPU_SPIN_US=0) sleeps at once.
+ */
+static void agent_cap_bounds_the_spin(void)
+{
+	CHECK(!capped_thread_spins(0, 0), "spin_policy: an agent's cap of 0 stops the spin");
+	CHECK(!capped_thread_spins(100000, 0),
+	      "spin_policy: an agent's cap of 0 stops the spin its floor asks for");
+	CHECK(capped_thread_spins(100000, 3000),
+	      "spin_policy: a cap above 0 leaves a spin, floor and all");
+	CHECK(capped_thread_spins(0, UINT64_MAX), "spin_policy: no cap, the thread's own budget");
+}
+
 void test_spin_policy(void)
 {
 	if (cores() < 2) {
@@ -397,4 +455,5 @@ void test_spin_policy(void)
 	waiting_for_a_core_backs_off();
 	knob_bounds_back_off();
 	spinners_leave_a_core();
+	agent_cap_bounds_the_spin();
 }
