@@ -3,10 +3,18 @@
 #
 # The shared library must export exactly the functions its header declares
 # with TPU_API: nothing internal leaks out, nothing promised is missing.
-# Prints TAP.  usage: check_exports.sh LIBRARY.so HEADER.h
+# Prints TAP.  usage: check_exports.sh [LIBRARY.so [HEADER.h]]
+# (by default this tree's lib/libtpu_user.so and include/tpu_user.h)
 set -u
-lib=$1
-header=$2
+top=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
+lib=${1:-$top/lib/libtpu_user.so}
+header=${2:-$top/include/tpu_user.h}
+for f in "$lib" "$header"; do
+	if [ ! -r "$f" ]; then
+		echo "check_exports.sh: cannot read $f (build it with make lib)" >&2
+		exit 2
+	fi
+done
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
