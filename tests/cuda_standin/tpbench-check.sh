@@ -23,18 +23,8 @@ fi
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tpbench=${1:-$top/tools/tpbench}
 standin=${2:-$top/tests/unit/build/libcuda_standin.so}
-n=0
-failed=0
-
-point() {	# point OK DESCRIPTION
-	n=$((n + 1))
-	if [ "$1" = 1 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		failed=$((failed + 1))
-	fi
-}
+# shellcheck source=tests/tap.sh
+. "$top/tests/tap.sh"
 
 if [ ! -x "$tpbench" ] || [ ! -f "$standin" ]; then
 	point 0 "tpbench cuda: $tpbench and $standin are built"
@@ -79,5 +69,4 @@ for xport in $xports; do
 	point $([ "$lines" = $want ] && [ $rc = 0 ] && echo 1 || echo 0) \
 		"tpbench cuda over $xport: $want runs, exit status 0 (got $lines, $rc)"
 done
-echo "1..$n"
-[ $failed = 0 ]
+tap_end

@@ -11,18 +11,8 @@ set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 tpbench=${1:-$top/tools/tpbench}
-n=0
-failed=0
-
-point() {	# point OK DESCRIPTION
-	n=$((n + 1))
-	if [ "$1" = 1 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		failed=$((failed + 1))
-	fi
-}
+# shellcheck source=tests/tap.sh
+. "$top/tests/tap.sh"
 
 # The value of "key": in a one-line JSON object ("null" stays "null").
 field() {	# field JSON KEY
@@ -71,5 +61,4 @@ out=$("$tpbench" rdv --impl inprocess --iters 5 2>/dev/null)
 point $(grep -q '^host: cache-line round trip between CPUs .* before the run; .* after$' <<<"$out" &&
 	echo 1 || echo 0) "tpbench rdv prints the host line before and after"
 
-echo "1..$n"
-[ $failed -eq 0 ]
+tap_end
