@@ -130,8 +130,11 @@ struct tpu_context {
 	_Atomic uint64_t lend_last_ns;
 	atomic_bool timed_sleep;
 	atomic_uint npollers;		/* for tpu__ctx_lendable(), any thread */
-	/* Statistics for tests: the thread's wake-ups, a lender's sleeps in its place. */
-	_Atomic uint64_t wakes, deaf_wakes, lend_sleeps;
+	/*
+	 * Statistics for tests: the thread's wake-ups, a lender's sleeps in
+	 * its place, the thread's spins that found work.
+	 */
+	_Atomic uint64_t wakes, deaf_wakes, lend_sleeps, spins_answered;
 
 	pthread_mutex_t progress_lock;
 	pthread_cond_t progress;
@@ -666,9 +669,20 @@ static bool ctx_spin(struct tpu_context *ctx)
 		 * A few passes take well under TPU__PREEMPT_GAP_NS.
 		 */
 		last = now;
-		for (i = 0; i < CTX_SPIN_PASSES; i++)
-			if (ctx_work(ctx))
+		for (i = 0; i < CTX_SPIN_PASSES; i++) {
+			if (ctx_work(ctx)) {
+				/*
+				 * The round looked once before the spin: this
+				 * work came while we spun, so our next back-off
+				 * after a preemption is short again, as a
+				 * waiter's is (spin_policy.c).
+				 */
+				tpu__spin_answered();
+				atomic_fetch_add_explicit(&ctx->spins_answered, 1,
+							  memory_order_relaxed);
 				return true;
+			}
+		}
 		now = ctx_now_ns();
 		if (now - last > TPU__PREEMPT_GAP_NS) {
 			tpu__spin_preempted(now);
@@ -888,6 +902,11 @@ bool tpu__ctx_lend_sleep(struct tpu_context *ctx, uint64_t deadline_ns)
 uint64_t tpu__ctx_lend_sleeps(const struct tpu_context *ctx)
 {
 	return atomic_load_explicit(&ctx->lend_sleeps, memory_order_relaxed);
+}
+
+uint64_t tpu__ctx_spins_answered(const struct tpu_context *ctx)
+{
+	return atomic_load_explicit(&ctx->spins_answered, memory_order_relaxed);
 }
 
 uint64_t tpu__ctx_wakes(const struct tpu_context *ctx)

@@ -148,6 +148,8 @@ void tpu__ctx_lend_wake(struct tpu_context *ctx);
 /* For tests: the thread's wake-ups from sleep, and lenders' sleeps in its place. */
 uint64_t tpu__ctx_wakes(const struct tpu_context *ctx);
 uint64_t tpu__ctx_lend_sleeps(const struct tpu_context *ctx);
+/* For tests: the thread's spins that found work (reported to spin_policy.c). */
+uint64_t tpu__ctx_spins_answered(const struct tpu_context *ctx);
 /*
  * The lender that gave the context back expecting to come back does not
  * (it waits without lending): the thread arms its pollers now rather than

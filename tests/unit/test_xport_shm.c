@@ -30,6 +30,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#ifndef RUNNING_ON_VALGRIND
+#define RUNNING_ON_VALGRIND 0
+#endif
+#include <sched.h>
+
+#include "ctx/ctx.h"
 #include "shm_ring.h"
 #include "tap.h"
 #include "tpu_user.h"
@@ -407,11 +416,19 @@ static bool switched_since(pid_t tid, long before, int ms)
 	return false;
 }
 
+static unsigned int cpus(void)
+{
+	cpu_set_t set;
+
+	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
+}
+
 static void test_pingpong(struct pair *p)
 {
 	struct pp *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
 	struct thread_info ta;
 	long s0, s1;
+	uint64_t answered0, answered;
 	int64_t t0, took;
 	bool ok;
 
@@ -426,6 +443,7 @@ static void test_pingpong(struct pair *p)
 	b->left = PP_ROUNDS;
 	tpu__ctx_run_sync(ctx_a, get_thread_info, &ta);
 	s0 = switches(ta.tid);
+	answered0 = tpu__ctx_spins_answered(ctx_a) + tpu__ctx_spins_answered(ctx_b);
 	t0 = now_ms();
 	tpu__ctx_run_sync(ctx_b, pp_start, b);
 	tpu__ctx_run_sync(ctx_a, pp_start, a);
@@ -436,6 +454,18 @@ static void test_pingpong(struct pair *p)
 	      "shm: %d round trips of 64 bytes (%lld ms)", PP_ROUNDS, (long long)took);
 	tap_diag("ping-pong: the connecting context slept %ld times in %d round trips", s1 - s0,
 		 PP_ROUNDS);
+	answered = tpu__ctx_spins_answered(ctx_a) + tpu__ctx_spins_answered(ctx_b) - answered0;
+	/*
+	 * The spin policy hears of them (a preemption's next back-off is
+	 * short again).  Under valgrind threads take turns, and on one CPU
+	 * nothing spins.
+	 */
+	if (RUNNING_ON_VALGRIND || cpus() < 2)
+		CHECK(true, "shm: the context threads report answered spins # SKIP %s",
+		      RUNNING_ON_VALGRIND ? "valgrind" : "one CPU");
+	else
+		CHECK(answered > 0, "shm: the context threads report answered spins (%llu in %d round trips)",
+		      (unsigned long long)answered, PP_ROUNDS);
 out:
 	free(a);
 	free(b);
