@@ -19,6 +19,10 @@ logs=build/check-debug
 mkdir -p "$logs"
 make=${MAKE:-make}
 
+# The suites' results for make check's totals (.ci/run: TP_DEBUG_RESULTS),
+# written at the end: none left from an earlier run.
+rm -f "$logs/results"
+
 echo "== the debug kernel (built once per machine)"
 started=$(date +%s)
 if ! kdir=$(scripts/debug-kernel.sh); then
@@ -96,4 +100,9 @@ if [ $build_status -eq 0 ]; then
 fi
 
 echo "== results"
+# NAME<tab>LOG<tab>STATUS per suite: .ci/run has make check total them
+# with its own, so that a failure here shows in the tail of CI's log.
+for ((i = 0; i < ${#results[@]}; i += 3)); do
+	printf '%s\t%s\t%s\n' "${results[i]}" "${results[i + 1]}" "${results[i + 2]}"
+done >"$logs/results"
 exec tests/summary.sh "${results[@]}"

@@ -237,8 +237,22 @@ fuzz_status=${PIPESTATUS[0]}
 
 echo "check: the host suites ended $(elapsed)"
 
+# .ci/run ran make check-debug first: its suites count in these totals too
+# (TP_DEBUG_RESULTS names its results file; missing, that run failed early).
+debug_results=()
+if [ -n "${TP_DEBUG_RESULTS:-}" ]; then
+	if [ -r "$TP_DEBUG_RESULTS" ]; then
+		while IFS=$'\t' read -r name log status; do
+			debug_results+=("$name" "$log" "$status")
+		done <"$TP_DEBUG_RESULTS"
+	else
+		debug_results+=("make check-debug (no results: it stopped early)" /dev/null 1)
+	fi
+fi
+
 echo "== results"
 exec tests/summary.sh \
+	"${debug_results[@]}" \
 	"unit tests (host)" "$logs/unit.log" "$unit_status" \
 	"${results[@]}" \
 	"pipes (host)" "$logs/pipe-host.log" "$pipe_host_status" \
