@@ -728,6 +728,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 			    REMOTE_FREE_MAX, NULL);
 	tpu__remote_peer_free_lists_init(st);
 	st->ctx = ctx;
+	st->backoff_min_ns = REMOTE_BACKOFF_MIN_NS;
+	st->backoff_max_ns = REMOTE_BACKOFF_MAX_NS;
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
 						  1u << 20);
 	/* The pipes' own context, restricted as the user's is. */
@@ -896,5 +898,69 @@ tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipe
 	tpu__ctx_run_sync(q.st->pctx, count_on_ctx, &q);
 	*pipes = q.pipes;
 	*accepted = q.accepted;
+	return 0;
+}
+
+struct retry_query {
+	struct remote *st;
+	const char *task;
+	struct remote_retry_stats *out;
+	uint64_t min_ns, max_ns;
+	tpu_status err;
+};
+
+static void retry_stats_on_ctx(void *arg)
+{
+	struct retry_query *q = arg;
+	struct remote_task *t;
+
+	pthread_mutex_lock(&q->st->lock);
+	t = tpu__remote_task_find(q->st, q->task, strlen(q->task));
+	pthread_mutex_unlock(&q->st->lock);
+	if (!t) {
+		q->err = -EHOSTUNREACH;
+		return;
+	}
+	q->out->retries = t->retries;
+	q->out->early = t->early_retries;
+	q->out->pending = t->retry_on;
+	q->out->backoff_ns = t->backoff_ns;
+}
+
+tpu_status tpu__remote_retry_stats(struct tpu_rendezvous *rdv, const char *task,
+				   struct remote_retry_stats *out)
+{
+	struct retry_query q = { .task = task, .out = out };
+	tpu_status err = remote_check(rdv);
+
+	if (err)
+		return err;
+	if (!task || !out)
+		return -EINVAL;
+	q.st = rdv->impl_state;
+	/* The tasks' retry state is the context thread's. */
+	tpu__ctx_run_sync(q.st->pctx, retry_stats_on_ctx, &q);
+	return q.err;
+}
+
+static void backoff_on_ctx(void *arg)
+{
+	struct retry_query *q = arg;
+
+	q->st->backoff_min_ns = q->min_ns;
+	q->st->backoff_max_ns = q->max_ns;
+}
+
+tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, uint64_t max_ns)
+{
+	struct retry_query q = { .min_ns = min_ns, .max_ns = max_ns };
+	tpu_status err = remote_check(rdv);
+
+	if (err)
+		return err;
+	if (!min_ns || min_ns > max_ns || max_ns > 3600ull * 1000000000ull)
+		return -EINVAL;
+	q.st = rdv->impl_state;
+	tpu__ctx_run_sync(q.st->pctx, backoff_on_ctx, &q);
 	return 0;
 }

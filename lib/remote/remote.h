@@ -94,7 +94,8 @@ struct remote_write;
 /*
  * A task of the cluster map.  Workers of a job start in any order, so a
  * pipe to a task that has never answered is retried (REMOTE_CONNECT_NS in
- * all, backing off): its fetches wait, parked, and are asked again on the
+ * all, backing off, or at once when that task's HELLO comes on a pipe it
+ * opened to us): its fetches wait, parked, and are asked again on the
  * next pipe.  Once a pipe carried anything, its end is the peer's death.
  */
 struct remote_task {
@@ -116,12 +117,25 @@ struct remote_task {
 	struct remote_fetch *parked;	/* fetches waiting for the next connect */
 	struct tpu__timer retry;
 	bool retry_on;
+	/*
+	 * The worker opened a pipe to us (its HELLO named it) while @retry
+	 * waited: the timer is being cancelled so that the retry fires now
+	 * (retry_hint in remote_peer.c).  early_used: the last retry was such
+	 * an early one, so the next waits for its timer.
+	 */
+	bool retry_early;
+	bool early_used;
+	unsigned int retries;		/* for tests: connects that failed and were retried */
+	unsigned int early_retries;	/* for tests: retries a HELLO brought forward */
 	uint64_t first_try_ns;		/* 0: no connect tried since the last success */
 	uint64_t backoff_ns;
 	bool answered;			/* a pipe to it carried something once: not late but gone */
 };
 
 #define REMOTE_CONNECT_NS	(30ull * 1000000000ull)
+/* The back-off between two tries, doubling from the first to the last. */
+#define REMOTE_BACKOFF_MIN_NS	10000000ull
+#define REMOTE_BACKOFF_MAX_NS	500000000ull
 
 /*
  * REQs a peer may have waiting in the outbox at once (for keys not sent
@@ -245,6 +259,8 @@ struct remote {
 	struct remote_peer *peers;	/* every peer alive, mapped or not */
 	unsigned int serving;		/* answers with a tensor a peer may still be reading */
 	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
+	uint64_t backoff_min_ns;	/* a connect retry's back-off (tests change it) */
+	uint64_t backoff_max_ns;
 	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
 	struct tpu__free_list write_free;
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
@@ -325,6 +341,17 @@ void tpu__remote_peer_settle(struct remote_task *t);
 /* For tests: live pipes, and how many of them were accepted (any thread). */
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted);
+/* For tests: the connect retries of @task (see struct remote_task). */
+struct remote_retry_stats {
+	unsigned int retries;		/* failed connects retried */
+	unsigned int early;		/* retries a HELLO brought forward */
+	bool pending;			/* a retry waits */
+	uint64_t backoff_ns;		/* its back-off */
+};
+tpu_status tpu__remote_retry_stats(struct tpu_rendezvous *rdv, const char *task,
+				   struct remote_retry_stats *out);
+/* For tests: each back-off step from now on is within [@min_ns, @max_ns] (doubling). */
+tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, uint64_t max_ns);
 /* Adopt an accepted pipe. */
 void tpu__remote_peer_accepted(struct remote *st, struct tpu_pipe *pipe);
 /*

@@ -98,15 +98,22 @@ static void peer_established(struct remote_peer *p)
 	}
 }
 
+/*
+ * The retry's timer ran out, or was cancelled: by a destroy, or by
+ * retry_hint so that it fires now (then it is tried as if the time was up).
+ */
 static void retry_fire(void *arg, tpu_status status)
 {
 	struct remote_task *t = arg;
 	struct remote *st = t->st;
 	struct remote_peer *p = NULL;
 	tpu_status err = TPU_E_CLOSED;
+	bool early = t->retry_early;
 
 	t->retry_on = false;
-	if (!status && !st->destroyed)
+	t->retry_early = false;
+	t->early_used = early;
+	if ((!status || early) && !st->destroyed)
 		p = tpu__remote_peer_for(st, t, &err);
 	tpu__remote_fetch_unpark(t, p, err == -ENOMEM || err < -TPU_ERRNO_MAX ? err : TPU_E_PEER_GONE);
 	tpu__remote_put(st);
@@ -134,9 +141,11 @@ static bool retry_later(struct remote *st, struct remote_task *t)
 		return false;
 	if (t->retry_on)
 		return true;
-	t->backoff_ns = t->backoff_ns ? t->backoff_ns * 2 : 10000000;
-	if (t->backoff_ns > 500000000)
-		t->backoff_ns = 500000000;
+	t->backoff_ns *= 2;
+	if (t->backoff_ns < st->backoff_min_ns)
+		t->backoff_ns = st->backoff_min_ns;
+	if (t->backoff_ns > st->backoff_max_ns)
+		t->backoff_ns = st->backoff_max_ns;
 	t->retry.fn = retry_fire;
 	t->retry.arg = t;
 	tpu__remote_get(st);
@@ -145,7 +154,34 @@ static bool retry_later(struct remote *st, struct remote_task *t)
 		return false;
 	}
 	t->retry_on = true;
+	t->retries++;
 	return true;
+}
+
+/*
+ * An accepted pipe's HELLO named @t, whose connect waits out its back-off:
+ * the worker is up now, so the retry fires at once rather than up to
+ * REMOTE_BACKOFF_MAX_NS later (its fetches are parked meanwhile).  The
+ * HELLO is only a hint (without a secret anyone may claim any task): the
+ * retry is the one that was due anyway, to the map's URL (or, with a
+ * secret, on the pipe the HELLO came on if it said BOTH_WAYS, as any
+ * retry would use it), and the REMOTE_CONNECT_NS bound stays.  Only a
+ * pending retry is brought forward, and not one that follows an early
+ * one that failed: HELLOs, however many, at most double the tries the
+ * timers would have made, with nothing more held.  The cancel (on this
+ * thread, as every timer call here) ends in retry_fire, which drops the
+ * reference retry_later took for the timer, as when the time is up.
+ */
+static void retry_hint(struct remote *st, struct remote_task *t)
+{
+	if (!t->retry_on || t->retry_early || t->early_used || st->destroyed ||
+	    (t->peer && !t->peer->dead))
+		return;
+	tpu__log_debug("remote rendezvous %s: %s opened a pipe to us; retrying our connect now",
+		       st->self, t->task);
+	t->retry_early = true;
+	t->early_retries++;
+	tpu__ctx_timer_cancel(st->pctx, &t->retry);
 }
 
 void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
@@ -328,6 +364,7 @@ static tpu_status on_hello(struct remote_peer *p)
 	if (t) {
 		p->member = t;
 		t->inbound = p;
+		retry_hint(st, t);
 	} else {
 		tpu__log_debug("remote rendezvous %s: hello from %s, not in the map (served the keys "
 			       "it consumes, not a member)", st->self, task);

@@ -8,11 +8,22 @@
  * A member that says BOTH_WAYS is asked on its own pipe, and an answer
  * there is taken only for a request made there: one for a request made on
  * another pipe ends the pipe.  Without a secret that HELLO draws nothing.
+ *
+ * A worker that starts late (retry_hint in remote_peer.c): A's receive
+ * from B waits, parked, while A's connect to B is retried; once B is up
+ * and opens its own pipe to A, B's HELLO makes A retry at once instead of
+ * at the end of its back-off (set to a minute here, so that only the
+ * HELLO can have done it).  The HELLO is only a hint: one naming a task
+ * nobody waits for, or a task whose early retry just failed, brings
+ * nothing forward.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,9 +48,9 @@ static struct tpu_context *ctx_new(bool secret)
 	return c;
 }
 
-static struct tpu_rendezvous *worker(struct tpu_context **ctx, const char *task, bool secret)
+static struct tpu_rendezvous *worker_at(struct tpu_context **ctx, const char *task, bool secret,
+				       const char *lu)
 {
-	const char *lu = "tcp://127.0.0.1:0";
 	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
 	struct tpu_rendezvous *r = NULL;
 
@@ -47,6 +58,11 @@ static struct tpu_rendezvous *worker(struct tpu_context **ctx, const char *task,
 	if (!*ctx || tpu_rendezvous_create_remote(*ctx, &ro, &r))
 		return NULL;
 	return r;
+}
+
+static struct tpu_rendezvous *worker(struct tpu_context **ctx, const char *task, bool secret)
+{
+	return worker_at(ctx, task, secret, "tcp://127.0.0.1:0");
 }
 
 static size_t key_of(char *buf, int src, int dst, const char *edge, int n)
@@ -471,6 +487,244 @@ out:
 	tpu_context_destroy(ca);
 }
 
+/* ---- a worker that starts late ---- */
+
+#define MS	1000000ull
+
+/*
+ * A loopback port bound but not listening (connects to it are refused),
+ * held until closed, so that a late worker can listen on it then: its
+ * descriptor, and its URL in @url.
+ */
+static int port_hold(char *url, size_t size)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len)) {
+		close(fd);
+		return -1;
+	}
+	snprintf(url, size, "tcp://127.0.0.1:%u", (unsigned int)ntohs(sa.sin_port));
+	return fd;
+}
+
+/* Wait (at most @ms) until @r's retries of @task satisfy @ok; its stats in *@s. */
+static bool retry_wait(struct tpu_rendezvous *r, const char *task, struct remote_retry_stats *s,
+		       bool (*ok)(const struct remote_retry_stats *, const void *), const void *arg,
+		       int ms)
+{
+	for (;;) {
+		memset(s, 0, sizeof(*s));
+		if (tpu__remote_retry_stats(r, task, s))
+			return false;
+		if (ok(s, arg) || ms <= 0)
+			return ok(s, arg);
+		usleep(5000);
+		ms -= 5;
+	}
+}
+
+/* At least *@arg retries, one pending. */
+static bool retried(const struct remote_retry_stats *s, const void *arg)
+{
+	return s->retries >= *(const unsigned int *)arg && s->pending;
+}
+
+/* A pending retry a minute away, after at least *@arg. */
+static bool minute_away(const struct remote_retry_stats *s, const void *arg)
+{
+	return retried(s, arg) && s->backoff_ns == 60000 * MS;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * A posts a receive from B before B exists: A's connect is refused and
+ * retried, 10 ms apart, three times; then the next retry is set a minute
+ * away.  B starts on the URL A has for it, posts a receive from A (so B
+ * opens a pipe to A and says HELLO) and sends A's tensor.  A's receive
+ * (20 s timeout) completes: only the HELLO can have brought the retry
+ * forward.  With a secret A asks on B's pipe and opens none of its own.
+ */
+static void late_worker_hello(bool secret)
+{
+	struct done da = DONE_INIT, db = DONE_INIT;
+	struct tpu_context *ca = NULL, *cb = NULL;
+	struct tpu_rendezvous *a = NULL, *b = NULL;
+	struct remote_retry_stats s;
+	char ua[300], ub[300], ka[256], kb[256], ga[16] = "", gb[16] = "";
+	static char sa[16] = "to-B-from-A-----", sb[16] = "to-A-from-B-late";
+	size_t la = key_of(ka, 1, 0, "late", 0), lb = key_of(kb, 0, 1, "hello", 0);
+	unsigned int three = 3, four = 4, got = 0;
+	int fd = port_hold(ub, sizeof(ub));
+	uint64_t t0;
+	bool ok;
+
+	a = worker(&ca, TASK(0), secret);
+	if (fd < 0 || !a || tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
+	    tpu_rendezvous_add_peer(a, TASK(1), ub) ||
+	    tpu__remote_set_backoff(a, 10 * MS, 10 * MS) ||
+	    tpu_rendezvous_recv(a, ka, la, &(struct tpu_tensor){ .data = ga, .len = 16 },
+				20000 * MS, on_recv, &da)) {
+		CHECK(false, "late_setup (secret %d)", secret);
+		goto out;
+	}
+	ok = retry_wait(a, TASK(1), &s, retried, &three, 10000);
+	CHECK(ok, "late_worker_connect_retried (secret %d, %u retries)", secret, s.retries);
+	if (!ok || tpu__remote_set_backoff(a, 60000 * MS, 60000 * MS))
+		goto out;
+	ok = retry_wait(a, TASK(1), &s, minute_away, &four, 10000);
+	CHECK(ok, "late_worker_next_retry_a_minute_away (secret %d, %u retries, %llu ms)", secret,
+	      s.retries, (unsigned long long)(s.backoff_ns / MS));
+	if (!ok)
+		goto out;
+	/* B takes the port A has for it. */
+	close(fd);
+	fd = -1;
+	t0 = mono_ms();
+	b = worker_at(&cb, TASK(1), secret, ub);
+	if (!b || tpu_rendezvous_add_peer(b, TASK(0), ua) ||
+	    tpu_rendezvous_recv(b, kb, lb, &(struct tpu_tensor){ .data = gb, .len = 16 },
+				20000 * MS, on_recv, &db) ||
+	    tpu_rendezvous_send(b, ka, la, &(struct tpu_tensor){ .data = sb, .len = 16 }, 0, NULL,
+				NULL) ||
+	    tpu_rendezvous_send(a, kb, lb, &(struct tpu_tensor){ .data = sa, .len = 16 }, 0, NULL,
+				NULL)) {
+		CHECK(false, "late_b_setup (secret %d)", secret);
+		goto out;
+	}
+	ok = done_wait(&da, 1, 30) && da.st == 0 && !memcmp(ga, sb, 16);
+	CHECK(ok, "late_worker_hello_brings_the_retry_forward (secret %d, %d after %llu ms)",
+	      secret, da.st, (unsigned long long)(mono_ms() - t0));
+	ok = !tpu__remote_retry_stats(a, TASK(1), &s) && s.early == 1 && !s.pending;
+	CHECK(ok, "late_worker_one_early_retry (secret %d, early %u, pending %d)", secret, s.early,
+	      s.pending);
+	ok = done_wait(&db, 1, 30) && db.st == 0 && !memcmp(gb, sa, 16);
+	CHECK(ok, "late_worker_served_back (secret %d, %d)", secret, db.st);
+	if (secret)
+		ok = pipes_are(a, 1, 1, 0, &got);
+	else
+		ok = pipes_are(a, 2, 1, 5000, &got);
+	CHECK(ok, "late_worker_pipes (secret %d, pipes*100+accepted %u)", secret, got);
+out:
+	if (fd >= 0)
+		close(fd);
+	tpu_rendezvous_destroy(a);
+	tpu_rendezvous_destroy(b);
+	/* A receive still waiting ended with the destroy. */
+	if (a)
+		done_wait(&da, 1, 10);
+	if (b && db.n == 0)
+		done_wait(&db, 1, 10);
+	tpu_context_destroy(ca);
+	tpu_context_destroy(cb);
+}
+
+/* Hostile client @x says HELLO naming @task; true once A read it (answered a REQ after it). */
+static bool hello_from(struct att *x, const char *url, const char *task)
+{
+	struct remote_hdr h;
+
+	if (!att_open(x, url, false))
+		return false;
+	att_send(x, REMOTE_HELLO, 0, 0, task, NULL);
+	att_send(x, REMOTE_REQ, 77, 0, NULL, NULL);
+	return !att_next(x, &h, 5000) && h.type == REMOTE_RESP && h.id == 77;
+}
+
+/*
+ * Without a secret a HELLO is a claim: it brings forward only a retry A
+ * waits for anyway, at most once per back-off step, and none right after
+ * an early one failed.  A waits for task 1 (a port that refuses, retries
+ * a minute apart); hostile clients say HELLO.
+ */
+static void hello_hint_bounds(void)
+{
+	static struct att v, x, y, z;
+	struct done d = DONE_INIT;
+	struct tpu_context *ca = NULL;
+	struct tpu_rendezvous *a = NULL;
+	struct remote_retry_stats s;
+	char ua[300], ub[300], key[256], g[16];
+	size_t klen = key_of(key, 1, 0, "bounds", 0);
+	unsigned int one = 1, two = 2;
+	int fd = port_hold(ub, sizeof(ub));
+	struct remote_hdr h;
+	tpu_status st;
+	bool ok;
+
+	memset(&v, 0, sizeof(v));
+	memset(&x, 0, sizeof(x));
+	memset(&y, 0, sizeof(y));
+	memset(&z, 0, sizeof(z));
+	a = worker(&ca, TASK(0), false);
+	if (fd < 0 || !a || tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
+	    tpu_rendezvous_add_peer(a, TASK(1), ub) ||
+	    tpu__remote_set_backoff(a, 60000 * MS, 60000 * MS)) {
+		CHECK(false, "hint_setup");
+		goto out;
+	}
+	/* Nothing waits for task 1 yet: its HELLO tries nothing. */
+	ok = hello_from(&v, ua, TASK(1)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	     !s.early && !s.retries && !s.pending;
+	CHECK(ok, "hello_with_no_retry_pending_tries_nothing (early %u, retries %u)", s.early,
+	      s.retries);
+	att_close(&v);
+	memset(&v, 0, sizeof(v));
+	if (tpu_rendezvous_recv(a, key, klen, &(struct tpu_tensor){ .data = g, .len = 16 },
+				20000 * MS, on_recv, &d)) {
+		CHECK(false, "hint_recv_posted");
+		goto out;
+	}
+	ok = retry_wait(a, TASK(1), &s, retried, &one, 10000);
+	CHECK(ok, "hint_connect_refused_and_retry_pending (%u retries)", s.retries);
+	if (!ok)
+		goto out;
+	/* A task not in the map. */
+	ok = hello_from(&x, ua, TASK(5)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	     !s.early && s.retries == 1 && s.pending;
+	CHECK(ok, "hello_of_unknown_task_brings_no_retry (early %u, retries %u)", s.early,
+	      s.retries);
+	/* The waited-for task: one retry now, to the map's URL (refused again). */
+	ok = hello_from(&y, ua, TASK(1));
+	ok = ok && retry_wait(a, TASK(1), &s, retried, &two, 10000) && s.early == 1 &&
+	     s.retries == 2;
+	CHECK(ok, "hello_of_waited_for_task_retries_at_once (early %u, retries %u)", s.early,
+	      s.retries);
+	/* Its second HELLO ends its pipe; another pipe's claim of it then: no second retry. */
+	att_send(&y, REMOTE_HELLO, 0, 0, TASK(1), NULL);
+	st = att_next(&y, &h, 5000);
+	CHECK(st && st != -ETIMEDOUT, "second_hello_ends_the_pipe (%d)", st);
+	ok = hello_from(&z, ua, TASK(1)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	     s.early == 1 && s.retries == 2 && s.pending;
+	CHECK(ok, "repeated_hellos_bring_no_second_retry (early %u, retries %u)", s.early,
+	      s.retries);
+	CHECK(d.n == 0, "hint_receive_still_waits");
+out:
+	att_close(&v);
+	att_close(&x);
+	att_close(&y);
+	att_close(&z);
+	if (fd >= 0)
+		close(fd);
+	tpu_rendezvous_destroy(a);
+	if (a)
+		done_wait(&d, 1, 10);
+	tpu_context_destroy(ca);
+}
+
 void test_remote_onepipe(void)
 {
 	sequential(true);
@@ -478,4 +732,7 @@ void test_remote_onepipe(void)
 	simultaneous();
 	shared_pipe_answers(true);
 	shared_pipe_answers(false);
+	late_worker_hello(false);
+	late_worker_hello(true);
+	hello_hint_bounds();
 }
