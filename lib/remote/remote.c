@@ -817,6 +817,17 @@ TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const ch
 	return tpu_listener_url(st->listener, transport, buf, size);
 }
 
+/* For the test queries, on the context thread: the map's task called @task. */
+static struct remote_task *task_named(struct remote *st, const char *task)
+{
+	struct remote_task *t;
+
+	pthread_mutex_lock(&st->lock);
+	t = tpu__remote_task_find(st, task, strlen(task));
+	pthread_mutex_unlock(&st->lock);
+	return t;
+}
+
 struct path_query {
 	struct remote *st;
 	const char *task;
@@ -829,9 +840,7 @@ static void path_on_ctx(void *arg)
 	struct path_query *q = arg;
 	struct remote_task *t;
 
-	pthread_mutex_lock(&q->st->lock);
-	t = tpu__remote_task_find(q->st, q->task, strlen(q->task));
-	pthread_mutex_unlock(&q->st->lock);
+	t = task_named(q->st, q->task);
 	if (!t) {
 		q->err = -EHOSTUNREACH;
 	} else {
@@ -914,9 +923,7 @@ static void retry_stats_on_ctx(void *arg)
 	struct retry_query *q = arg;
 	struct remote_task *t;
 
-	pthread_mutex_lock(&q->st->lock);
-	t = tpu__remote_task_find(q->st, q->task, strlen(q->task));
-	pthread_mutex_unlock(&q->st->lock);
+	t = task_named(q->st, q->task);
 	if (!t) {
 		q->err = -EHOSTUNREACH;
 		return;
