@@ -27,6 +27,7 @@
 
 #include "pipe_harness.h"
 #include "remote/remote.h"
+#include "remote_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -36,23 +37,7 @@
 #define MAX_REQS	16
 #define FLOOD		40
 #define BIG		(64u << 20)
-
-/* The TF key of @edge from @src's CPU to @dst's. */
-static size_t key_of(char *buf, const char *src, const char *dst, const char *edge)
-{
-	char s[96], d[96];
-	struct tpu_key k = { .src_incarnation = 7 };
-	size_t len = 0;
-
-	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
-	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
-	k.src_device = (struct tpu_str){ s, strlen(s) };
-	k.dst_device = (struct tpu_str){ d, strlen(d) };
-	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
-	if (tpu_key_build(&k, buf, 512, &len))
-		return 0;
-	return len;
-}
+#define INC		7	/* the source incarnation of the keys */
 
 /* Write one rendezvous message on @p (a tensor if @len); the write's status, 1 if none came. */
 static tpu_status h_write(struct tpu_pipe *p, const struct remote_hdr *h, const void *data,
@@ -118,32 +103,15 @@ static tpu_status h_read(struct tpu_pipe *p, struct remote_hdr *h, void *buf, si
 	return r.st[1];
 }
 
-struct worker {
-	struct tpu_context *ctx;
-	struct tpu_rendezvous *rdv;
-	char url[300];
-};
-
-static bool worker_open(struct worker *w, const char *task, const char *peer_url)
+static bool worker_open(struct rh_worker *w, const char *task, const char *peer_url)
 {
 	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
-	const char *listen = "tcp://127.0.0.1:0";
 	struct tpu_remote_task peer = { TASK_A, peer_url };
 	struct tpu_remote_options ro = {
-		.task = task, .listen_urls = &listen, .nlisten = 1,
-		.peers = peer_url ? &peer : NULL, .npeers = peer_url ? 1 : 0,
+		.task = task, .peers = peer_url ? &peer : NULL, .npeers = peer_url ? 1 : 0,
 	};
 
-	memset(w, 0, sizeof(*w));
-	return !tpu_context_create(&o, &w->ctx) &&
-	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
-	       !tpu_rendezvous_url(w->rdv, "tcp", w->url, sizeof(w->url));
-}
-
-static void worker_close(struct worker *w)
-{
-	tpu_rendezvous_destroy(w->rdv);
-	tpu_context_destroy(w->ctx);
+	return rh_worker_open(w, &o, NULL, &ro);
 }
 
 /* The hostile peer: a context and a pipe to @url, HELLO sent as task @task. */
@@ -171,9 +139,9 @@ static void hostile_close(struct hostile *h)
 
 static void req_flood(void)
 {
-	struct worker a = { 0 }, b = { 0 };
+	struct rh_worker a = { 0 }, b = { 0 };
 	struct hostile h = { 0 };
-	char key[512], v[8];
+	char key[RH_KEY_MAX], v[8];
 	size_t klen, len = 0;
 	int refused = 0, first_refused = 0, other = 0;
 	bool up, sent = true;
@@ -190,7 +158,7 @@ static void req_flood(void)
 		struct remote_hdr req = { .type = REMOTE_REQ, .id = (uint64_t)i, .len = 8 };
 
 		snprintf(edge, sizeof(edge), "never-%d", i);
-		klen = key_of(key, TASK_A, TASK_H, edge);
+		klen = rh_key(key, TASK_A, TASK_H, edge, INC, 0);
 		req.key = (const uint8_t *)key;
 		req.key_len = klen;
 		sent &= klen && h_write(h.pipe, &req, NULL, 0, 5000) == 0;
@@ -211,7 +179,7 @@ static void req_flood(void)
 	      "(%d of %d, first id %d, %d other)", refused, FLOOD - MAX_REQS, first_refused, other);
 
 	/* A REQ within the bound is still served once its key is sent. */
-	klen = key_of(key, TASK_A, TASK_H, "never-1");
+	klen = rh_key(key, TASK_A, TASK_H, "never-1", INC, 0);
 	CHECK(up && !tpu_rendezvous_send(a.rdv, key, klen, &t, 0, NULL, NULL) &&
 	      !h_read(h.pipe, &got, &back, sizeof(back), 5000) && got.type == REMOTE_RESP &&
 	      got.id == 1 && !got.status && back == payload,
@@ -219,14 +187,14 @@ static void req_flood(void)
 
 	/* Another worker is served while the flooding peer holds its bound. */
 	up = up && worker_open(&b, TASK_B, a.url);
-	klen = key_of(key, TASK_A, TASK_B, "legit");
+	klen = rh_key(key, TASK_A, TASK_B, "legit", INC, 0);
 	CHECK(up && !tpu_rendezvous_send(a.rdv, key, klen, &t, 0, NULL, NULL) &&
 	      !tpu_rendezvous_recv_wait(b.rdv, key, klen, &dst, 10ull * 1000000000ull, &len) &&
 	      len == sizeof(payload) && !memcmp(v, &payload, sizeof(v)),
 	      "bounds_remote_another_worker_is_served_during_the_flood");
-	worker_close(&b);
+	rh_worker_close(&b);
 	hostile_close(&h);
-	worker_close(&a);
+	rh_worker_close(&a);
 	unsetenv("TPU_REMOTE_MAX_REQS");
 }
 
@@ -240,7 +208,7 @@ static void *big_zeros(void)
 
 static void unsolicited_answer(void)
 {
-	struct worker a = { 0 };
+	struct rh_worker a = { 0 };
 	struct hostile h = { 0 };
 	struct remote_hdr resp = { .type = REMOTE_RESP, .id = 4242, .len = BIG };
 	struct remote_hdr got;
@@ -260,8 +228,8 @@ static void unsolicited_answer(void)
 	/* The worker still serves a well-behaved peer. */
 	memset(&h, 0, sizeof(h));
 	if (up && hostile_open(&h, a.url)) {
-		char key[512];
-		size_t klen = key_of(key, TASK_A, TASK_H, "after");
+		char key[RH_KEY_MAX];
+		size_t klen = rh_key(key, TASK_A, TASK_H, "after", INC, 0);
 		uint64_t payload = 7, back = 0;
 		struct tpu_tensor t = { .data = &payload, .len = sizeof(payload) };
 		struct remote_hdr req = { .type = REMOTE_REQ, .id = 1, .len = 8,
@@ -277,7 +245,7 @@ static void unsolicited_answer(void)
 		CHECK(false,
 		      "bounds_remote_the_worker_serves_a_new_peer_after_an_unsolicited_answer");
 	}
-	worker_close(&a);
+	rh_worker_close(&a);
 	if (zeros)
 		munmap(zeros, BIG);
 }
@@ -306,11 +274,11 @@ static void oversized_answer(void)
 	struct rec acc;
 	struct tag at = { &acc, 0 };
 	struct recv_rec rr;
-	struct worker a = { 0 };
+	struct rh_worker a = { 0 };
 	struct remote_hdr got, resp = { .type = REMOTE_RESP, .len = BIG };
 	void *zeros = big_zeros();
-	char key[512], dst_buf[16], url[300];
-	size_t klen = key_of(key, TASK_H, TASK_A, "oversized");
+	char key[RH_KEY_MAX], dst_buf[16], url[300];
+	size_t klen = rh_key(key, TASK_H, TASK_A, "oversized", INC, 0);
 	struct tpu_tensor dst = { .data = dst_buf, .len = sizeof(dst_buf) };
 	struct tpu_pipe *p = NULL;
 	tpu_status wst = 1;
@@ -343,7 +311,7 @@ static void oversized_answer(void)
 	      tpu_status_name(wst));
 	tpu_pipe_close(p);
 	tpu_listener_close(l);
-	worker_close(&a);
+	rh_worker_close(&a);
 	rec_wait_ms(&rr.r, 1, 5000);
 	tpu_context_destroy(lctx);
 	if (zeros)

@@ -14,11 +14,10 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "remote/remote.h"
+#include "remote_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -26,60 +25,22 @@
 #define TASK_B		"/job:worker/replica:0/task:1"
 #define ROUNDS		100
 #define WAIT_NS		(10ull * 1000000000ull)
-
-static size_t key_of(char *buf, const char *src, const char *dst, const char *edge,
-		     unsigned int iter)
-{
-	char s[96], d[96];
-	struct tpu_key k = { .src_incarnation = 5, .iter_id = iter };
-	size_t len = 0;
-
-	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
-	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
-	k.src_device = (struct tpu_str){ s, strlen(s) };
-	k.dst_device = (struct tpu_str){ d, strlen(d) };
-	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
-	if (tpu_key_build(&k, buf, 512, &len))
-		return 0;
-	return len;
-}
+#define INC		5	/* the source incarnation of the keys */
 
 struct worker {
-	struct tpu_context *ctx;
-	struct tpu_rendezvous *rdv;
-	char url[300];
+	struct rh_worker rw;
 	tpu_status err;
 	uint64_t vals[4 * ROUNDS];
 };
-
-static bool worker_open(struct worker *w, const char *task, const char *tag)
-{
-	struct tpu_context_options o = { .transports = "shm", .flags = TPU_CTX_NO_KMOD };
-	char listen[96];
-	const char *lu = listen;
-	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
-
-	snprintf(listen, sizeof(listen), "shm://remotecost-%d-%s", (int)getpid(), tag);
-	memset(w, 0, sizeof(*w));
-	return !tpu_context_create(&o, &w->ctx) &&
-	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
-	       !tpu_rendezvous_url(w->rdv, NULL, w->url, sizeof(w->url));
-}
-
-static void worker_close(struct worker *w)
-{
-	tpu_rendezvous_destroy(w->rdv);
-	tpu_context_destroy(w->ctx);
-}
 
 static tpu_status take(struct worker *w, const char *src, const char *dst, const char *edge,
 		       unsigned int i)
 {
 	uint64_t got = ~0ull;
 	struct tpu_tensor t = { .data = &got, .len = sizeof(got) };
-	char k[512];
-	size_t kl = key_of(k, src, dst, edge, i), len = 0;
-	tpu_status st = tpu_rendezvous_recv_wait(w->rdv, k, kl, &t, WAIT_NS, &len);
+	char k[RH_KEY_MAX];
+	size_t kl = rh_key(k, src, dst, edge, INC, i), len = 0;
+	tpu_status st = tpu_rendezvous_recv_wait(w->rw.rdv, k, kl, &t, WAIT_NS, &len);
 
 	return st ? st : len == sizeof(got) && got == i ? 0 : -EBADMSG;
 }
@@ -88,11 +49,11 @@ static tpu_status give(struct worker *w, const char *src, const char *dst, const
 		       unsigned int i)
 {
 	struct tpu_tensor t = { .data = &w->vals[i], .len = sizeof(w->vals[i]) };
-	char k[512];
-	size_t kl = key_of(k, src, dst, edge, i);
+	char k[RH_KEY_MAX];
+	size_t kl = rh_key(k, src, dst, edge, INC, i);
 
 	w->vals[i] = i;
-	return tpu_rendezvous_send(w->rdv, k, kl, &t, 0, NULL, NULL);
+	return tpu_rendezvous_send(w->rw.rdv, k, kl, &t, 0, NULL, NULL);
 }
 
 static void *answer(void *arg)
@@ -160,7 +121,7 @@ static void costs_per_round_trip(struct worker *a, struct worker *b)
 			err = take(a, TASK_B, TASK_A, "pong", i);
 	}
 	if (err)
-		tpu_rendezvous_abort(b->rdv, err);
+		tpu_rendezvous_abort(b->rw.rdv, err);
 	pthread_join(th, NULL);
 	h = tpu__remote_outbox_hashes() - h0;
 	k = tpu__remote_key_parses() - k0;
@@ -210,7 +171,7 @@ static void key_task_case(const char *src_dev, const char *dst_dev, const char *
 static void key_hash_spread(void)
 {
 	unsigned int count[64] = { 0 }, worst = 0, i;
-	char k[512];
+	char k[RH_KEY_MAX];
 	size_t len;
 
 	for (i = 0; i < 256; i++) {
@@ -225,7 +186,7 @@ static void key_hash_spread(void)
 	memset(count, 0, sizeof(count));
 	worst = 0;
 	for (i = 0; i < 256; i++) {
-		len = key_of(k, TASK_A, TASK_B, "edge", i);
+		len = rh_key(k, TASK_A, TASK_B, "edge", INC, i);
 		count[tpu__rdv_key_hash((const uint8_t *)k, len) & 63]++;
 	}
 	for (i = 0; i < 64; i++)
@@ -236,7 +197,7 @@ static void key_hash_spread(void)
 
 void test_remote_cost(void)
 {
-	struct worker a, b;
+	struct worker a = { 0 }, b = { 0 };
 	bool ok;
 
 	key_hash_spread();
@@ -244,13 +205,14 @@ void test_remote_cost(void)
 	key_task_case("/job:device/replica:0/task:1/device:CPU:0",
 		      "/job:devices/replica:2/task:10/device:GPU:0", "/device:CPU:0",
 		      "/job:device/replica:0/task:1", "/job:devices/replica:2/task:10");
-	ok = worker_open(&a, TASK_A, "a") && worker_open(&b, TASK_B, "b");
+	ok = rh_shm_worker_open(&a.rw, TASK_A, "remotecost", "a") &&
+	     rh_shm_worker_open(&b.rw, TASK_B, "remotecost", "b");
 	CHECK(ok, "remote cost: two workers over shm");
 	if (ok)
-		ok = !tpu_rendezvous_add_peer(a.rdv, TASK_B, b.url) &&
-		     !tpu_rendezvous_add_peer(b.rdv, TASK_A, a.url);
+		ok = !tpu_rendezvous_add_peer(a.rw.rdv, TASK_B, b.rw.url) &&
+		     !tpu_rendezvous_add_peer(b.rw.rdv, TASK_A, a.rw.url);
 	if (ok)
 		costs_per_round_trip(&a, &b);
-	worker_close(&b);
-	worker_close(&a);
+	rh_worker_close(&b.rw);
+	rh_worker_close(&a.rw);
 }

@@ -20,141 +20,37 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "remote/remote.h"
+#include "remote_harness.h"
 #include "tap.h"
 
-#define TASK(i)	"/job:w/replica:0/task:" #i
-#define SEC	1000000000ull
 #define SECRET	"one-pipe-test-secret"
 
-static struct tpu_context *ctx_new(bool secret)
+/* Worker @task of job w, with the job secret or explicitly none. */
+static bool worker(struct rh_worker *w, const char *task, bool secret)
 {
-	struct tpu_context_options o = { .transports = "tcp" };
-	struct tpu_context *c = NULL;
-
-	if (tpu_context_create(&o, &c))
-		return NULL;
-	if (secret)
-		tpu_context_set_secret(c, SECRET, strlen(SECRET));
-	else
-		tpu_context_set_secret(c, NULL, 0);	/* whatever the environment says */
-	return c;
+	return rh_worker_open(w, NULL, secret ? SECRET : "",
+			      &(struct tpu_remote_options){ .task = task });
 }
 
-static struct tpu_rendezvous *worker_at(struct tpu_context **ctx, const char *task, bool secret,
-				       const char *lu)
-{
-	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
-	struct tpu_rendezvous *r = NULL;
-
-	*ctx = ctx_new(secret);
-	if (!*ctx || tpu_rendezvous_create_remote(*ctx, &ro, &r))
-		return NULL;
-	return r;
-}
-
-static struct tpu_rendezvous *worker(struct tpu_context **ctx, const char *task, bool secret)
-{
-	return worker_at(ctx, task, secret, "tcp://127.0.0.1:0");
-}
-
-static size_t key_of(char *buf, int src, int dst, const char *edge, int n)
-{
-	char s[64], d[64], e[64];
-	struct tpu_key k = { .src_incarnation = 1 };
-	size_t len = 0;
-
-	snprintf(s, sizeof(s), "/job:w/replica:0/task:%d/device:CPU:0", src);
-	snprintf(d, sizeof(d), "/job:w/replica:0/task:%d/device:CPU:0", dst);
-	snprintf(e, sizeof(e), "%s-%d", edge, n);
-	k.src_device = (struct tpu_str){ s, strlen(s) };
-	k.dst_device = (struct tpu_str){ d, strlen(d) };
-	k.edge_name = (struct tpu_str){ e, strlen(e) };
-	tpu_key_build(&k, buf, 256, &len);
-	return len;
-}
-
-struct done {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int n, bad;
-	tpu_status st;
-};
-
-#define DONE_INIT	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 }
-
-static void on_recv(void *arg, tpu_status st, size_t len)
-{
-	struct done *d = arg;
-
-	(void)len;
-	pthread_mutex_lock(&d->lock);
-	d->st = st;
-	d->bad += st != 0;
-	d->n++;
-	pthread_cond_broadcast(&d->cond);
-	pthread_mutex_unlock(&d->lock);
-}
-
-static bool done_wait(struct done *d, int n, int s)
-{
-	struct timespec until;
-	bool ok;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += s;
-	pthread_mutex_lock(&d->lock);
-	while (d->n < n && pthread_cond_timedwait(&d->cond, &d->lock, &until) == 0)
-		;
-	ok = d->n >= n;
-	pthread_mutex_unlock(&d->lock);
-	return ok;
-}
-
-/* @from sends edge-n to @to (tasks @src, @dst); @to receives it: bytes checked. */
+/* @from sends iteration @n of @edge to @to (tasks @src, @dst); @to receives it: bytes checked. */
 static bool pass(struct tpu_rendezvous *from, struct tpu_rendezvous *to, int src, int dst,
 		 const char *edge, int n)
 {
-	char key[256], want[32] = "", got[16] = "";
-	size_t klen = key_of(key, src, dst, edge, n), len = 0;
+	static const char *const task[] = { RH_TASK(0), RH_TASK(1) };
+	char key[RH_KEY_MAX], want[32] = "", got[16] = "";
+	size_t klen = rh_key(key, task[src], task[dst], edge, 1, n), len = 0;
 	struct tpu_tensor s = { .data = want, .len = 16 }, d = { .data = got, .len = 16 };
 
 	snprintf(want, sizeof(want), "%d>%d #%d", src, dst, n);
 	return !tpu_rendezvous_send(from, key, klen, &s, 0, NULL, NULL) &&
-	       !tpu_rendezvous_recv_wait(to, key, klen, &d, 10 * SEC, &len) && len == 16 &&
+	       !tpu_rendezvous_recv_wait(to, key, klen, &d, 10 * RH_SEC, &len) && len == 16 &&
 	       !memcmp(got, want, 16);
-}
-
-struct pair {
-	struct tpu_context *ca, *cb;
-	struct tpu_rendezvous *a, *b;
-	char ua[300], ub[300];
-};
-
-static bool pair_up(struct pair *w, bool secret)
-{
-	memset(w, 0, sizeof(*w));
-	w->a = worker(&w->ca, TASK(0), secret);
-	w->b = worker(&w->cb, TASK(1), secret);
-	return w->a && w->b && !tpu_rendezvous_url(w->a, "tcp", w->ua, sizeof(w->ua)) &&
-	       !tpu_rendezvous_url(w->b, "tcp", w->ub, sizeof(w->ub)) &&
-	       !tpu_rendezvous_add_peer(w->a, TASK(1), w->ub) &&
-	       !tpu_rendezvous_add_peer(w->b, TASK(0), w->ua);
-}
-
-static void pair_down(struct pair *w)
-{
-	tpu_rendezvous_destroy(w->a);
-	tpu_rendezvous_destroy(w->b);
-	tpu_context_destroy(w->ca);
-	tpu_context_destroy(w->cb);
 }
 
 /* Whether @r has @pipes live pipes, @acc of them accepted, within @ms. */
@@ -175,10 +71,11 @@ static bool pipes_are(struct tpu_rendezvous *r, unsigned int pipes, unsigned int
 }
 
 /* Round trips both ways, @n of each; false at the first that fails. */
-static bool both_ways(struct pair *w, const char *edge, int n)
+static bool both_ways(struct rh_pair *w, const char *edge, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (!pass(w->b, w->a, 1, 0, edge, i) || !pass(w->a, w->b, 0, 1, edge, i))
+		if (!pass(w->b.rdv, w->a.rdv, 1, 0, edge, i) ||
+		    !pass(w->a.rdv, w->b.rdv, 0, 1, edge, i))
 			return false;
 	return true;
 }
@@ -187,30 +84,30 @@ static bool both_ways(struct pair *w, const char *edge, int n)
 static void sequential(bool secret)
 {
 	unsigned int got = 0;
-	struct pair w;
+	struct rh_pair w;
 
-	if (!pair_up(&w, secret)) {
+	if (!rh_pair_up(&w, secret ? SECRET : "")) {
 		CHECK(false, "onepipe_setup");
 		goto out;
 	}
-	CHECK(pass(w.b, w.a, 1, 0, "first", 0), "b_to_a_first (secret %d)", secret);
-	CHECK(pass(w.a, w.b, 0, 1, "second", 0), "a_to_b_then (secret %d)", secret);
+	CHECK(pass(w.b.rdv, w.a.rdv, 1, 0, "first", 0), "b_to_a_first (secret %d)", secret);
+	CHECK(pass(w.a.rdv, w.b.rdv, 0, 1, "second", 0), "a_to_b_then (secret %d)", secret);
 	CHECK(both_ways(&w, "seq", 20), "round_trips_both_ways (secret %d)", secret);
 	if (secret) {
-		bool ok = pipes_are(w.a, 1, 0, 0, &got);
+		bool ok = pipes_are(w.a.rdv, 1, 0, 0, &got);
 
 		CHECK(ok, "with_secret_a_keeps_its_one_pipe (pipes*100+accepted %u)", got);
-		ok = pipes_are(w.b, 1, 1, 0, &got);
+		ok = pipes_are(w.b.rdv, 1, 1, 0, &got);
 		CHECK(ok, "with_secret_b_asks_on_the_pipe_a_opened (%u)", got);
 	} else {
-		bool ok = pipes_are(w.a, 2, 1, 0, &got);
+		bool ok = pipes_are(w.a.rdv, 2, 1, 0, &got);
 
 		CHECK(ok, "without_secret_a_has_two_pipes (%u)", got);
-		ok = pipes_are(w.b, 2, 1, 0, &got);
+		ok = pipes_are(w.b.rdv, 2, 1, 0, &got);
 		CHECK(ok, "without_secret_b_has_two_pipes (%u)", got);
 	}
 out:
-	pair_down(&w);
+	rh_pair_down(&w);
 }
 
 #define RACE_KEYS	16
@@ -223,46 +120,47 @@ out:
 static void simultaneous(void)
 {
 	static char ga[RACE_KEYS][16], gb[RACE_KEYS][16], sa[RACE_KEYS][16], sb[RACE_KEYS][16];
-	struct done da = DONE_INIT, db = DONE_INIT;
-	char key[256], want[32] = "";
+	struct rh_done da = RH_DONE_INIT, db = RH_DONE_INIT;
+	char key[RH_KEY_MAX], want[32] = "";
 	unsigned int got = 0;
 	bool ok = true;
-	struct pair w;
+	struct rh_pair w;
 	size_t klen;
 	int i;
 
-	if (!pair_up(&w, true)) {
+	if (!rh_pair_up(&w, SECRET)) {
 		CHECK(false, "onepipe_race_setup");
 		goto out;
 	}
 	for (i = 0; i < RACE_KEYS; i++) {
-		klen = key_of(key, 1, 0, "race", i);
-		ok &= !tpu_rendezvous_recv(w.a, key, klen,
+		klen = rh_key(key, RH_TASK(1), RH_TASK(0), "race", 1, i);
+		ok &= !tpu_rendezvous_recv(w.a.rdv, key, klen,
 					   &(struct tpu_tensor){ .data = ga[i], .len = 16 },
-					   10 * SEC, on_recv, &da);
-		klen = key_of(key, 0, 1, "race", i);
-		ok &= !tpu_rendezvous_recv(w.b, key, klen,
+					   10 * RH_SEC, rh_on_recv, &da);
+		klen = rh_key(key, RH_TASK(0), RH_TASK(1), "race", 1, i);
+		ok &= !tpu_rendezvous_recv(w.b.rdv, key, klen,
 					   &(struct tpu_tensor){ .data = gb[i], .len = 16 },
-					   10 * SEC, on_recv, &db);
+					   10 * RH_SEC, rh_on_recv, &db);
 	}
 	CHECK(ok, "race_receives_posted");
 	/* A send keeps its memory until it completes: one buffer per key. */
 	for (i = 0; i < RACE_KEYS; i++) {
 		snprintf(want, sizeof(want), "1>0 #%d", i);
 		memcpy(sb[i], want, 16);
-		klen = key_of(key, 1, 0, "race", i);
-		ok &= !tpu_rendezvous_send(w.b, key, klen,
+		klen = rh_key(key, RH_TASK(1), RH_TASK(0), "race", 1, i);
+		ok &= !tpu_rendezvous_send(w.b.rdv, key, klen,
 					   &(struct tpu_tensor){ .data = sb[i], .len = 16 }, 0,
 					   NULL, NULL);
 		snprintf(want, sizeof(want), "0>1 #%d", i);
 		memcpy(sa[i], want, 16);
-		klen = key_of(key, 0, 1, "race", i);
-		ok &= !tpu_rendezvous_send(w.a, key, klen,
+		klen = rh_key(key, RH_TASK(0), RH_TASK(1), "race", 1, i);
+		ok &= !tpu_rendezvous_send(w.a.rdv, key, klen,
 					   &(struct tpu_tensor){ .data = sa[i], .len = 16 }, 0,
 					   NULL, NULL);
 	}
 	CHECK(ok, "race_sends_posted");
-	ok = done_wait(&da, RACE_KEYS, 10) && done_wait(&db, RACE_KEYS, 10) && !da.bad && !db.bad;
+	ok = rh_done_wait(&da, RACE_KEYS, 10) && rh_done_wait(&db, RACE_KEYS, 10) && !da.bad &&
+	     !db.bad;
 	CHECK(ok, "no_request_lost_in_the_race (a %d/%d bad %d, b %d/%d bad %d)", da.n,
 	      RACE_KEYS, da.bad, db.n, RACE_KEYS, db.bad);
 	for (i = 0, ok = true; i < RACE_KEYS; i++) {
@@ -272,147 +170,18 @@ static void simultaneous(void)
 		ok &= !memcmp(gb[i], want, 16);
 	}
 	CHECK(ok, "race_bytes_right");
-	ok = pipes_are(w.a, 1, 0, 5000, &got);
+	ok = pipes_are(w.a.rdv, 1, 0, 5000, &got);
 	CHECK(ok, "race_leaves_a_one_pipe_its_own (pipes*100+accepted %u)", got);
-	ok = pipes_are(w.b, 1, 1, 5000, &got);
+	ok = pipes_are(w.b.rdv, 1, 1, 5000, &got);
 	CHECK(ok, "race_leaves_b_one_pipe_a_opened (%u)", got);
 	CHECK(both_ways(&w, "after-race", 20), "round_trips_after_the_race");
-	ok = pipes_are(w.a, 1, 0, 0, &got) && pipes_are(w.b, 1, 1, 0, &got);
+	ok = pipes_are(w.a.rdv, 1, 0, 0, &got) && pipes_are(w.b.rdv, 1, 1, 0, &got);
 	CHECK(ok, "still_one_pipe_after_round_trips (%u)", got);
 out:
-	pair_down(&w);
+	rh_pair_down(&w);
 }
 
 /* ---- a member that speaks the wire format itself ---- */
-
-struct got {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-	tpu_status st;
-	struct tpu_message *desc;
-};
-
-struct att {
-	struct got g;		/* the pipe's callbacks' (it may outlive a wait) */
-	struct tpu_context *ctx;
-	struct tpu_pipe *p;
-	uint8_t meta[8][512];
-	struct tpu_message msg[8];
-	struct tpu_message_tensor t[8];
-	int slot;
-};
-
-static void written(void *arg, tpu_status st, struct tpu_message *m)
-{
-	(void)arg;
-	(void)st;
-	(void)m;
-}
-
-static bool att_open(struct att *a, const char *url, bool secret)
-{
-	memset(a, 0, sizeof(*a));
-	pthread_mutex_init(&a->g.lock, NULL);
-	pthread_cond_init(&a->g.cond, NULL);
-	a->ctx = ctx_new(secret);
-	return a->ctx && !tpu_pipe_connect(a->ctx, url, &a->p);
-}
-
-static void att_close(struct att *a)
-{
-	if (a->p)
-		tpu_pipe_close(a->p);
-	if (a->ctx)
-		tpu_context_destroy(a->ctx);
-	pthread_mutex_destroy(&a->g.lock);
-	pthread_cond_destroy(&a->g.cond);
-}
-
-static void att_send(struct att *a, enum remote_msg type, uint64_t id, uint64_t len,
-		     const char *key, const void *data)
-{
-	struct remote_hdr h = { .type = type, .id = id, .len = len,
-				.key = (const uint8_t *)key, .key_len = key ? strlen(key) : 0 };
-	int i = a->slot++ % 8;
-
-	tpu__remote_wire_put(&h, a->meta[i]);
-	a->msg[i] = (struct tpu_message){ .metadata = a->meta[i],
-					  .metadata_len = tpu__remote_wire_size(h.key_len) };
-	if (data) {
-		a->t[i] = (struct tpu_message_tensor){ .data = (void *)data, .len = len };
-		a->msg[i].tensors = &a->t[i];
-		a->msg[i].ntensors = 1;
-	}
-	tpu_pipe_write(a->p, &a->msg[i], written, NULL);
-}
-
-static void got_desc(void *arg, tpu_status st, struct tpu_message *d)
-{
-	struct got *g = arg;
-
-	pthread_mutex_lock(&g->lock);
-	g->st = st;
-	g->desc = d;
-	g->done = true;
-	pthread_cond_broadcast(&g->cond);
-	pthread_mutex_unlock(&g->lock);
-}
-
-/*
- * The next message A sends on @a within @ms (no tensor expected): 0 and
- * its header, -ETIMEDOUT, or the pipe's error (A closed it).
- */
-static tpu_status att_next(struct att *a, struct remote_hdr *h, int ms)
-{
-	struct got *g = &a->g;
-	static uint8_t meta[512];
-	struct timespec until;
-	tpu_status st;
-	bool done;
-
-	if (!a->p)
-		return -EPIPE;
-	g->done = false;
-	if (tpu_pipe_read_descriptor(a->p, got_desc, g))
-		return -EIO;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
-	pthread_mutex_lock(&g->lock);
-	while (!g->done && pthread_cond_timedwait(&g->cond, &g->lock, &until) == 0)
-		;
-	done = g->done;
-	pthread_mutex_unlock(&g->lock);
-	if (!done) {
-		/* Nothing more is read from it. */
-		tpu_pipe_close(a->p);
-		a->p = NULL;
-		return -ETIMEDOUT;
-	}
-	if (g->st)
-		return g->st;
-	if (g->desc->metadata_len > sizeof(meta) || g->desc->ntensors)
-		return -EPROTO;
-	memcpy(meta, g->desc->metadata, g->desc->metadata_len);
-	st = tpu__remote_wire_get(meta, g->desc->metadata_len, h);
-	if (st)
-		return st;
-	pthread_mutex_lock(&g->lock);
-	g->done = false;
-	pthread_mutex_unlock(&g->lock);
-	if (tpu_pipe_read(a->p, g->desc, got_desc, g))
-		return -EIO;
-	pthread_mutex_lock(&g->lock);
-	while (!g->done)
-		pthread_cond_wait(&g->cond, &g->lock);
-	pthread_mutex_unlock(&g->lock);
-	return g->st;
-}
 
 /*
  * A's map has tasks 1 and 2 at URLs nobody listens on; members X and Y
@@ -423,44 +192,42 @@ static tpu_status att_next(struct att *a, struct remote_hdr *h, int ms)
  */
 static void shared_pipe_answers(bool secret)
 {
-	struct done d1 = DONE_INIT, d2 = DONE_INIT;
-	static struct att x, y;
-	char key1[256], key2[256], g1[16] = "", g2[16] = "";
-	const char *lu = "tcp://127.0.0.1:0";
-	struct tpu_remote_options ro = { .task = TASK(0), .listen_urls = &lu, .nlisten = 1 };
-	struct tpu_rendezvous *a = NULL;
-	struct tpu_context *ca = ctx_new(secret);
+	struct rh_done d1 = RH_DONE_INIT, d2 = RH_DONE_INIT;
+	static struct rh_att x, y;
+	char key1[RH_KEY_MAX], key2[RH_KEY_MAX], g1[16] = "", g2[16] = "";
+	const char *sec = secret ? SECRET : "";
+	struct rh_worker a;
 	struct remote_hdr h1 = { 0 }, h2 = { 0 }, h;
-	size_t k1 = key_of(key1, 1, 0, "shared", 0), k2 = key_of(key2, 2, 0, "shared", 0);
-	char ua[300];
+	size_t k1 = rh_key(key1, RH_TASK(1), RH_TASK(0), "shared", 1, 0);
+	size_t k2 = rh_key(key2, RH_TASK(2), RH_TASK(0), "shared", 1, 0);
 	tpu_status s1, s2;
 	bool asked1, asked2;
 
 	memset(&x, 0, sizeof(x));
 	memset(&y, 0, sizeof(y));
-	if (!ca || tpu_rendezvous_create_remote(ca, &ro, &a) ||
-	    tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
-	    tpu_rendezvous_add_peer(a, TASK(1), "tcp://127.0.0.1:1") ||
-	    tpu_rendezvous_add_peer(a, TASK(2), "tcp://127.0.0.1:1") || !att_open(&x, ua, secret) ||
-	    !att_open(&y, ua, secret)) {
+	if (!worker(&a, RH_TASK(0), secret) ||
+	    tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), "tcp://127.0.0.1:1") ||
+	    tpu_rendezvous_add_peer(a.rdv, RH_TASK(2), "tcp://127.0.0.1:1") ||
+	    !rh_att_open(&x, a.url, sec) || !rh_att_open(&y, a.url, sec)) {
 		CHECK(false, "shared_setup");
 		goto out;
 	}
-	att_send(&x, REMOTE_HELLO, 0, REMOTE_HELLO_BOTH_WAYS, TASK(1), NULL);
-	att_send(&y, REMOTE_HELLO, 0, REMOTE_HELLO_BOTH_WAYS, TASK(2), NULL);
+	rh_att_send(&x, REMOTE_HELLO, 0, 0, REMOTE_HELLO_BOTH_WAYS, RH_TASK(1), NULL);
+	rh_att_send(&y, REMOTE_HELLO, 0, 0, REMOTE_HELLO_BOTH_WAYS, RH_TASK(2), NULL);
 	/* A REQ A cannot serve is answered at once: A has read the HELLO by then. */
-	att_send(&x, REMOTE_REQ, 77, 0, NULL, NULL);
-	att_send(&y, REMOTE_REQ, 78, 0, NULL, NULL);
-	CHECK(!att_next(&x, &h, 5000) && h.type == REMOTE_RESP && !att_next(&y, &h, 5000) &&
-	      h.type == REMOTE_RESP, "hellos_read (secret %d)", secret);
-	CHECK(!tpu_rendezvous_recv(a, key1, k1, &(struct tpu_tensor){ .data = g1, .len = 16 },
-				   10 * SEC, on_recv, &d1) &&
-	      !tpu_rendezvous_recv(a, key2, k2, &(struct tpu_tensor){ .data = g2, .len = 16 },
-				   10 * SEC, on_recv, &d2), "receives_posted");
-	/* The header's key points into att_next's buffer: compared before the next call. */
-	s1 = att_next(&x, &h1, 1500);
+	rh_att_send(&x, REMOTE_REQ, 77, 0, 0, NULL, NULL);
+	rh_att_send(&y, REMOTE_REQ, 78, 0, 0, NULL, NULL);
+	CHECK(!rh_att_next(&x, &h, NULL, 0, 5000) && h.type == REMOTE_RESP &&
+	      !rh_att_next(&y, &h, NULL, 0, 5000) && h.type == REMOTE_RESP,
+	      "hellos_read (secret %d)", secret);
+	CHECK(!tpu_rendezvous_recv(a.rdv, key1, k1, &(struct tpu_tensor){ .data = g1, .len = 16 },
+				   10 * RH_SEC, rh_on_recv, &d1) &&
+	      !tpu_rendezvous_recv(a.rdv, key2, k2, &(struct tpu_tensor){ .data = g2, .len = 16 },
+				   10 * RH_SEC, rh_on_recv, &d2), "receives_posted");
+	/* A header's key points into its member's struct: compared before its next read. */
+	s1 = rh_att_next(&x, &h1, NULL, 0, 1500);
 	asked1 = !s1 && h1.type == REMOTE_REQ && h1.key_len == k1 && !memcmp(h1.key, key1, k1);
-	s2 = att_next(&y, &h2, 1500);
+	s2 = rh_att_next(&y, &h2, NULL, 0, 1500);
 	asked2 = !s2 && h2.type == REMOTE_REQ && h2.key_len == k2 && !memcmp(h2.key, key2, k2);
 	if (!secret) {
 		CHECK(s1 == -ETIMEDOUT && s2 == -ETIMEDOUT,
@@ -472,19 +239,19 @@ static void shared_pipe_answers(bool secret)
 	if (!asked1 || !asked2)
 		goto out;
 	/* X answers the request A made on Y's pipe. */
-	att_send(&x, REMOTE_RESP, h2.id, 16, NULL, "FORGED-BY-X-----");
-	CHECK(att_next(&x, &h, 5000) != -ETIMEDOUT, "answer_to_another_pipes_request_ends_the_pipe");
-	CHECK(done_wait(&d1, 1, 10) && d1.st != 0 && memcmp(g1, "FORGED", 6),
+	rh_att_send(&x, REMOTE_RESP, h2.id, 0, 16, NULL, "FORGED-BY-X-----");
+	CHECK(rh_att_next(&x, &h, NULL, 0, 5000) != -ETIMEDOUT,
+	      "answer_to_another_pipes_request_ends_the_pipe");
+	CHECK(rh_done_wait(&d1, 1, 10) && d1.st != 0 && memcmp(g1, "FORGED", 6),
 	      "receive_on_that_pipe_fails (%d)", d1.st);
 	CHECK(d2.n == 0, "other_receive_untouched");
-	att_send(&y, REMOTE_RESP, h2.id, 16, NULL, "FROM-Y----------");
-	CHECK(done_wait(&d2, 1, 10) && d2.st == 0 && !memcmp(g2, "FROM-Y", 6),
+	rh_att_send(&y, REMOTE_RESP, h2.id, 0, 16, NULL, "FROM-Y----------");
+	CHECK(rh_done_wait(&d2, 1, 10) && d2.st == 0 && !memcmp(g2, "FROM-Y", 6),
 	      "answer_on_the_pipe_asked_is_taken (%d, %.6s)", d2.st, g2);
 out:
-	att_close(&x);
-	att_close(&y);
-	tpu_rendezvous_destroy(a);
-	tpu_context_destroy(ca);
+	rh_att_close(&x);
+	rh_att_close(&y);
+	rh_worker_close(&a);
 }
 
 /* ---- a worker that starts late ---- */
@@ -560,32 +327,34 @@ static uint64_t mono_ms(void)
  */
 static void late_worker_hello(bool secret)
 {
-	struct done da = DONE_INIT, db = DONE_INIT;
-	struct tpu_context *ca = NULL, *cb = NULL;
+	struct rh_done da = RH_DONE_INIT, db = RH_DONE_INIT;
+	struct rh_worker wa = { 0 }, wb = { 0 };
 	struct tpu_rendezvous *a = NULL, *b = NULL;
 	struct remote_retry_stats s;
-	char ua[300], ub[300], ka[256], kb[256], ga[16] = "", gb[16] = "";
+	char ub[300], ka[RH_KEY_MAX], kb[RH_KEY_MAX], ga[16] = "", gb[16] = "";
+	const char *lub = ub;
 	static char sa[16] = "to-B-from-A-----", sb[16] = "to-A-from-B-late";
-	size_t la = key_of(ka, 1, 0, "late", 0), lb = key_of(kb, 0, 1, "hello", 0);
+	size_t la = rh_key(ka, RH_TASK(1), RH_TASK(0), "late", 1, 0);
+	size_t lb = rh_key(kb, RH_TASK(0), RH_TASK(1), "hello", 1, 0);
 	unsigned int three = 3, four = 4, got = 0;
 	int fd = port_hold(ub, sizeof(ub));
 	uint64_t t0;
 	bool ok;
 
-	a = worker(&ca, TASK(0), secret);
-	if (fd < 0 || !a || tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
-	    tpu_rendezvous_add_peer(a, TASK(1), ub) ||
+	ok = worker(&wa, RH_TASK(0), secret);
+	a = wa.rdv;
+	if (fd < 0 || !ok || tpu_rendezvous_add_peer(a, RH_TASK(1), ub) ||
 	    tpu__remote_set_backoff(a, 10 * MS, 10 * MS) ||
 	    tpu_rendezvous_recv(a, ka, la, &(struct tpu_tensor){ .data = ga, .len = 16 },
-				20000 * MS, on_recv, &da)) {
+				20000 * MS, rh_on_recv, &da)) {
 		CHECK(false, "late_setup (secret %d)", secret);
 		goto out;
 	}
-	ok = retry_wait(a, TASK(1), &s, retried, &three, 10000);
+	ok = retry_wait(a, RH_TASK(1), &s, retried, &three, 10000);
 	CHECK(ok, "late_worker_connect_retried (secret %d, %u retries)", secret, s.retries);
 	if (!ok || tpu__remote_set_backoff(a, 60000 * MS, 60000 * MS))
 		goto out;
-	ok = retry_wait(a, TASK(1), &s, minute_away, &four, 10000);
+	ok = retry_wait(a, RH_TASK(1), &s, minute_away, &four, 10000);
 	CHECK(ok, "late_worker_next_retry_a_minute_away (secret %d, %u retries, %llu ms)", secret,
 	      s.retries, (unsigned long long)(s.backoff_ns / MS));
 	if (!ok)
@@ -594,10 +363,13 @@ static void late_worker_hello(bool secret)
 	close(fd);
 	fd = -1;
 	t0 = mono_ms();
-	b = worker_at(&cb, TASK(1), secret, ub);
-	if (!b || tpu_rendezvous_add_peer(b, TASK(0), ua) ||
+	ok = rh_worker_open(&wb, NULL, secret ? SECRET : "",
+			    &(struct tpu_remote_options){ .task = RH_TASK(1), .listen_urls = &lub,
+							  .nlisten = 1 });
+	b = wb.rdv;
+	if (!ok || tpu_rendezvous_add_peer(b, RH_TASK(0), wa.url) ||
 	    tpu_rendezvous_recv(b, kb, lb, &(struct tpu_tensor){ .data = gb, .len = 16 },
-				20000 * MS, on_recv, &db) ||
+				20000 * MS, rh_on_recv, &db) ||
 	    tpu_rendezvous_send(b, ka, la, &(struct tpu_tensor){ .data = sb, .len = 16 }, 0, NULL,
 				NULL) ||
 	    tpu_rendezvous_send(a, kb, lb, &(struct tpu_tensor){ .data = sa, .len = 16 }, 0, NULL,
@@ -605,13 +377,13 @@ static void late_worker_hello(bool secret)
 		CHECK(false, "late_b_setup (secret %d)", secret);
 		goto out;
 	}
-	ok = done_wait(&da, 1, 30) && da.st == 0 && !memcmp(ga, sb, 16);
+	ok = rh_done_wait(&da, 1, 30) && da.st == 0 && !memcmp(ga, sb, 16);
 	CHECK(ok, "late_worker_hello_brings_the_retry_forward (secret %d, %d after %llu ms)",
 	      secret, da.st, (unsigned long long)(mono_ms() - t0));
-	ok = !tpu__remote_retry_stats(a, TASK(1), &s) && s.early == 1 && !s.pending;
+	ok = !tpu__remote_retry_stats(a, RH_TASK(1), &s) && s.early == 1 && !s.pending;
 	CHECK(ok, "late_worker_one_early_retry (secret %d, early %u, pending %d)", secret, s.early,
 	      s.pending);
-	ok = done_wait(&db, 1, 30) && db.st == 0 && !memcmp(gb, sa, 16);
+	ok = rh_done_wait(&db, 1, 30) && db.st == 0 && !memcmp(gb, sa, 16);
 	CHECK(ok, "late_worker_served_back (secret %d, %d)", secret, db.st);
 	if (secret)
 		ok = pipes_are(a, 1, 1, 0, &got);
@@ -625,23 +397,23 @@ out:
 	tpu_rendezvous_destroy(b);
 	/* A receive still waiting ended with the destroy. */
 	if (a)
-		done_wait(&da, 1, 10);
+		rh_done_wait(&da, 1, 10);
 	if (b && db.n == 0)
-		done_wait(&db, 1, 10);
-	tpu_context_destroy(ca);
-	tpu_context_destroy(cb);
+		rh_done_wait(&db, 1, 10);
+	tpu_context_destroy(wa.ctx);
+	tpu_context_destroy(wb.ctx);
 }
 
 /* Hostile client @x says HELLO naming @task; true once A read it (answered a REQ after it). */
-static bool hello_from(struct att *x, const char *url, const char *task)
+static bool hello_from(struct rh_att *x, const char *url, const char *task)
 {
 	struct remote_hdr h;
 
-	if (!att_open(x, url, false))
+	if (!rh_att_open(x, url, ""))
 		return false;
-	att_send(x, REMOTE_HELLO, 0, 0, task, NULL);
-	att_send(x, REMOTE_REQ, 77, 0, NULL, NULL);
-	return !att_next(x, &h, 5000) && h.type == REMOTE_RESP && h.id == 77;
+	rh_att_send(x, REMOTE_HELLO, 0, 0, 0, task, NULL);
+	rh_att_send(x, REMOTE_REQ, 77, 0, 0, NULL, NULL);
+	return !rh_att_next(x, &h, NULL, 0, 5000) && h.type == REMOTE_RESP && h.id == 77;
 }
 
 /*
@@ -652,13 +424,13 @@ static bool hello_from(struct att *x, const char *url, const char *task)
  */
 static void hello_hint_bounds(void)
 {
-	static struct att v, x, y, z;
-	struct done d = DONE_INIT;
-	struct tpu_context *ca = NULL;
+	static struct rh_att v, x, y, z;
+	struct rh_done d = RH_DONE_INIT;
+	struct rh_worker wa = { 0 };
 	struct tpu_rendezvous *a = NULL;
 	struct remote_retry_stats s;
-	char ua[300], ub[300], key[256], g[16];
-	size_t klen = key_of(key, 1, 0, "bounds", 0);
+	char ub[300], key[RH_KEY_MAX], g[16];
+	size_t klen = rh_key(key, RH_TASK(1), RH_TASK(0), "bounds", 1, 0);
 	unsigned int one = 1, two = 2;
 	int fd = port_hold(ub, sizeof(ub));
 	struct remote_hdr h;
@@ -669,60 +441,60 @@ static void hello_hint_bounds(void)
 	memset(&x, 0, sizeof(x));
 	memset(&y, 0, sizeof(y));
 	memset(&z, 0, sizeof(z));
-	a = worker(&ca, TASK(0), false);
-	if (fd < 0 || !a || tpu_rendezvous_url(a, "tcp", ua, sizeof(ua)) ||
-	    tpu_rendezvous_add_peer(a, TASK(1), ub) ||
+	ok = worker(&wa, RH_TASK(0), false);
+	a = wa.rdv;
+	if (fd < 0 || !ok || tpu_rendezvous_add_peer(a, RH_TASK(1), ub) ||
 	    tpu__remote_set_backoff(a, 60000 * MS, 60000 * MS)) {
 		CHECK(false, "hint_setup");
 		goto out;
 	}
 	/* Nothing waits for task 1 yet: its HELLO tries nothing. */
-	ok = hello_from(&v, ua, TASK(1)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	ok = hello_from(&v, wa.url, RH_TASK(1)) && !tpu__remote_retry_stats(a, RH_TASK(1), &s) &&
 	     !s.early && !s.retries && !s.pending;
 	CHECK(ok, "hello_with_no_retry_pending_tries_nothing (early %u, retries %u)", s.early,
 	      s.retries);
-	att_close(&v);
+	rh_att_close(&v);
 	memset(&v, 0, sizeof(v));
 	if (tpu_rendezvous_recv(a, key, klen, &(struct tpu_tensor){ .data = g, .len = 16 },
-				20000 * MS, on_recv, &d)) {
+				20000 * MS, rh_on_recv, &d)) {
 		CHECK(false, "hint_recv_posted");
 		goto out;
 	}
-	ok = retry_wait(a, TASK(1), &s, retried, &one, 10000);
+	ok = retry_wait(a, RH_TASK(1), &s, retried, &one, 10000);
 	CHECK(ok, "hint_connect_refused_and_retry_pending (%u retries)", s.retries);
 	if (!ok)
 		goto out;
 	/* A task not in the map. */
-	ok = hello_from(&x, ua, TASK(5)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	ok = hello_from(&x, wa.url, RH_TASK(5)) && !tpu__remote_retry_stats(a, RH_TASK(1), &s) &&
 	     !s.early && s.retries == 1 && s.pending;
 	CHECK(ok, "hello_of_unknown_task_brings_no_retry (early %u, retries %u)", s.early,
 	      s.retries);
 	/* The waited-for task: one retry now, to the map's URL (refused again). */
-	ok = hello_from(&y, ua, TASK(1));
-	ok = ok && retry_wait(a, TASK(1), &s, retried, &two, 10000) && s.early == 1 &&
+	ok = hello_from(&y, wa.url, RH_TASK(1));
+	ok = ok && retry_wait(a, RH_TASK(1), &s, retried, &two, 10000) && s.early == 1 &&
 	     s.retries == 2;
 	CHECK(ok, "hello_of_waited_for_task_retries_at_once (early %u, retries %u)", s.early,
 	      s.retries);
 	/* Its second HELLO ends its pipe; another pipe's claim of it then: no second retry. */
-	att_send(&y, REMOTE_HELLO, 0, 0, TASK(1), NULL);
-	st = att_next(&y, &h, 5000);
+	rh_att_send(&y, REMOTE_HELLO, 0, 0, 0, RH_TASK(1), NULL);
+	st = rh_att_next(&y, &h, NULL, 0, 5000);
 	CHECK(st && st != -ETIMEDOUT, "second_hello_ends_the_pipe (%d)", st);
-	ok = hello_from(&z, ua, TASK(1)) && !tpu__remote_retry_stats(a, TASK(1), &s) &&
+	ok = hello_from(&z, wa.url, RH_TASK(1)) && !tpu__remote_retry_stats(a, RH_TASK(1), &s) &&
 	     s.early == 1 && s.retries == 2 && s.pending;
 	CHECK(ok, "repeated_hellos_bring_no_second_retry (early %u, retries %u)", s.early,
 	      s.retries);
 	CHECK(d.n == 0, "hint_receive_still_waits");
 out:
-	att_close(&v);
-	att_close(&x);
-	att_close(&y);
-	att_close(&z);
+	rh_att_close(&v);
+	rh_att_close(&x);
+	rh_att_close(&y);
+	rh_att_close(&z);
 	if (fd >= 0)
 		close(fd);
 	tpu_rendezvous_destroy(a);
 	if (a)
-		done_wait(&d, 1, 10);
-	tpu_context_destroy(ca);
+		rh_done_wait(&d, 1, 10);
+	tpu_context_destroy(wa.ctx);
 }
 
 void test_remote_onepipe(void)

@@ -16,13 +16,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "ctx/ctx.h"
 #include "remote/remote.h"
+#include "remote_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -31,64 +30,26 @@
 #define ROUNDS		200
 #define ANSWER_US	300
 #define WAIT_NS		(10ull * 1000000000ull)
-
-static size_t key_of(char *buf, const char *src, const char *dst, const char *edge,
-		     unsigned int iter)
-{
-	char s[96], d[96];
-	struct tpu_key k = { .src_incarnation = 3, .iter_id = iter };
-	size_t len = 0;
-
-	snprintf(s, sizeof(s), "%s/device:CPU:0", src);
-	snprintf(d, sizeof(d), "%s/device:CPU:0", dst);
-	k.src_device = (struct tpu_str){ s, strlen(s) };
-	k.dst_device = (struct tpu_str){ d, strlen(d) };
-	k.edge_name = (struct tpu_str){ edge, strlen(edge) };
-	if (tpu_key_build(&k, buf, 512, &len))
-		return 0;
-	return len;
-}
+#define INC		3	/* the source incarnation of the keys */
 
 struct worker {
-	struct tpu_context *ctx;
-	struct tpu_rendezvous *rdv;
-	char url[300];
+	struct rh_worker rw;
 	tpu_status err;		/* the ping-pong's first failure */
 	uint64_t vals[ROUNDS];	/* what its posted sends send, until taken */
 };
 
-static bool worker_open(struct worker *w, const char *task, const char *tag)
-{
-	struct tpu_context_options o = { .transports = "shm", .flags = TPU_CTX_NO_KMOD };
-	char listen[96];
-	const char *lu = listen;
-	struct tpu_remote_options ro = { .task = task, .listen_urls = &lu, .nlisten = 1 };
-
-	snprintf(listen, sizeof(listen), "shm://remotewake-%d-%s", (int)getpid(), tag);
-	memset(w, 0, sizeof(*w));
-	return !tpu_context_create(&o, &w->ctx) &&
-	       !tpu_rendezvous_create_remote(w->ctx, &ro, &w->rdv) &&
-	       !tpu_rendezvous_url(w->rdv, NULL, w->url, sizeof(w->url));
-}
-
-static void worker_close(struct worker *w)
-{
-	tpu_rendezvous_destroy(w->rdv);
-	tpu_context_destroy(w->ctx);
-}
-
 static struct tpu_context *pctx_of(struct worker *w)
 {
-	return ((struct remote *)w->rdv->impl_state)->pctx;
+	return ((struct remote *)w->rw.rdv->impl_state)->pctx;
 }
 
 static tpu_status take(struct worker *w, const char *src, const char *dst, const char *edge,
 		       unsigned int i, uint64_t *got)
 {
 	struct tpu_tensor t = { .data = got, .len = sizeof(*got) };
-	char k[512];
-	size_t kl = key_of(k, src, dst, edge, i), len = 0;
-	tpu_status st = tpu_rendezvous_recv_wait(w->rdv, k, kl, &t, WAIT_NS, &len);
+	char k[RH_KEY_MAX];
+	size_t kl = rh_key(k, src, dst, edge, INC, i), len = 0;
+	tpu_status st = tpu_rendezvous_recv_wait(w->rw.rdv, k, kl, &t, WAIT_NS, &len);
 
 	return st ? st : len == sizeof(*got) && *got == i ? 0 : -EBADMSG;
 }
@@ -98,11 +59,11 @@ static tpu_status give(struct worker *w, const char *src, const char *dst, const
 		       unsigned int i)
 {
 	struct tpu_tensor t = { .data = &w->vals[i], .len = sizeof(w->vals[i]) };
-	char k[512];
-	size_t kl = key_of(k, src, dst, edge, i);
+	char k[RH_KEY_MAX];
+	size_t kl = rh_key(k, src, dst, edge, INC, i);
 
 	w->vals[i] = i;
-	return tpu_rendezvous_send(w->rdv, k, kl, &t, 0, NULL, NULL);
+	return tpu_rendezvous_send(w->rw.rdv, k, kl, &t, 0, NULL, NULL);
 }
 
 static void pause_us(long us)
@@ -154,7 +115,7 @@ static void ping_pong_wakes(struct worker *a, struct worker *b)
 			err = take(a, TASK_B, TASK_A, "pong", i, &got);
 	}
 	if (err)
-		tpu_rendezvous_abort(b->rdv, err);
+		tpu_rendezvous_abort(b->rw.rdv, err);
 	pthread_join(th, NULL);
 	wakes = tpu__ctx_wakes(pctx_of(a)) + tpu__ctx_wakes(pctx_of(b)) - wakes0;
 	sleeps = tpu__ctx_lend_sleeps(pctx_of(a)) + tpu__ctx_lend_sleeps(pctx_of(b)) - sleeps0;
@@ -181,7 +142,7 @@ static void *post_later(void *arg)
 
 	pause_us(50000);
 	if (p->abort)
-		tpu_rendezvous_abort(p->w->rdv, -ECONNABORTED);
+		tpu_rendezvous_abort(p->w->rw.rdv, -ECONNABORTED);
 	else
 		give(p->w, TASK_A, TASK_A, "local", p->iter);
 	return NULL;
@@ -257,17 +218,18 @@ static void woken_in_place(struct worker *a)
 
 void test_remote_wake(void)
 {
-	struct worker a, b;
-	bool ok = worker_open(&a, TASK_A, "a") && worker_open(&b, TASK_B, "b");
+	struct worker a = { 0 }, b = { 0 };
+	bool ok = rh_shm_worker_open(&a.rw, TASK_A, "remotewake", "a") &&
+		  rh_shm_worker_open(&b.rw, TASK_B, "remotewake", "b");
 
 	CHECK(ok, "remote wake: two workers over shm");
 	if (ok)
-		ok = !tpu_rendezvous_add_peer(a.rdv, TASK_B, b.url) &&
-		     !tpu_rendezvous_add_peer(b.rdv, TASK_A, a.url);
+		ok = !tpu_rendezvous_add_peer(a.rw.rdv, TASK_B, b.rw.url) &&
+		     !tpu_rendezvous_add_peer(b.rw.rdv, TASK_A, a.rw.url);
 	if (ok) {
 		ping_pong_wakes(&a, &b);
 		woken_in_place(&a);
 	}
-	worker_close(&b);
-	worker_close(&a);
+	rh_worker_close(&b.rw);
+	rh_worker_close(&a.rw);
 }
