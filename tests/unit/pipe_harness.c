@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "pipe_harness.h"
+#include "tap.h"
 
 void rec_init(struct rec *r)
 {
@@ -42,13 +43,7 @@ bool rec_wait_ms(struct rec *r, int n, int ms)
 	struct timespec until;
 	bool ok;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	deadline_in(&until, ms);
 	pthread_mutex_lock(&r->lock);
 	while (r->n < n && pthread_cond_timedwait(&r->cond, &r->lock, &until) == 0)
 		;

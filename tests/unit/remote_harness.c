@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "remote_harness.h"
+#include "tap.h"
 
 size_t rh_key(char *buf, const char *src, const char *dst, const char *edge, uint64_t inc,
 	      uint64_t iter)
@@ -25,18 +26,6 @@ size_t rh_key(char *buf, const char *src, const char *dst, const char *edge, uin
 	return len;
 }
 
-/* The CLOCK_REALTIME time @ms from now, for pthread_cond_timedwait. */
-static void deadline(struct timespec *until, int ms)
-{
-	clock_gettime(CLOCK_REALTIME, until);
-	until->tv_sec += ms / 1000;
-	until->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (until->tv_nsec >= 1000000000) {
-		until->tv_sec++;
-		until->tv_nsec -= 1000000000;
-	}
-}
-
 /* Wait on @cond until *@count reaches @n, at most @ms; false on timeout. */
 static bool count_wait(pthread_mutex_t *lock, pthread_cond_t *cond, const int *count, int n,
 		       int ms)
@@ -44,7 +33,7 @@ static bool count_wait(pthread_mutex_t *lock, pthread_cond_t *cond, const int *c
 	struct timespec until;
 	bool ok;
 
-	deadline(&until, ms);
+	deadline_in(&until, ms);
 	pthread_mutex_lock(lock);
 	while (*count < n && pthread_cond_timedwait(cond, lock, &until) == 0)
 		;

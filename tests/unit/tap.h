@@ -32,6 +32,11 @@ int count_fds(void);
 unsigned long allocs_counted(void);
 /* The far end hung up on socket @fd (EOF or a reset), without waiting. */
 bool hung_up(int fd);
+struct timespec;
+/* The CLOCK_REALTIME time @ms from now, for pthread_cond_timedwait. */
+void deadline_in(struct timespec *until, int ms);
+/* The CPUs this process may run on (1 when it cannot tell). */
+unsigned int usable_cpus(void);
 
 #define TAP_STR2(x) #x
 #define TAP_STR(x) TAP_STR2(x)

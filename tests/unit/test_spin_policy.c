@@ -67,20 +67,13 @@ static bool fresh_thread_spins(void)
 	return spun;
 }
 
-static unsigned int cores(void)
-{
-	cpu_set_t set;
-
-	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
-}
-
 /*
  * More runnable threads on the machine than cores, none of this process,
  * all on one core (the last we may use): the probe runs on another.
  */
 static void busy_process_does_not_stop_spinning(void)
 {
-	unsigned int n = cores() + 1, i;
+	unsigned int n = usable_cpus() + 1, i;
 	cpu_set_t set, last;
 	pid_t kids[64];
 	bool spun;
@@ -369,7 +362,7 @@ static void knob_bounds_back_off(void)
 /* While every core but one has a spinner of this process, no waiter spins. */
 static void spinners_leave_a_core(void)
 {
-	unsigned int n = cores() - 1, held = 0;
+	unsigned int n = usable_cpus() - 1, held = 0;
 	bool spun_full, spun_after;
 
 	while (held < n && tpu__spin_enter())
@@ -445,7 +438,7 @@ static void agent_cap_bounds_the_spin(void)
 
 void test_spin_policy(void)
 {
-	if (cores() < 2) {
+	if (usable_cpus() < 2) {
 		CHECK(true, "spin_policy # SKIP one core: nothing spins");
 		return;
 	}

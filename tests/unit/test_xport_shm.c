@@ -36,7 +36,6 @@
 #ifndef RUNNING_ON_VALGRIND
 #define RUNNING_ON_VALGRIND 0
 #endif
-#include <sched.h>
 
 #include "ctx/ctx.h"
 #include "shm_ring.h"
@@ -416,13 +415,6 @@ static bool switched_since(pid_t tid, long before, int ms)
 	return false;
 }
 
-static unsigned int cpus(void)
-{
-	cpu_set_t set;
-
-	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
-}
-
 static void test_pingpong(struct pair *p)
 {
 	struct pp *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
@@ -460,7 +452,7 @@ static void test_pingpong(struct pair *p)
 	 * short again).  Under valgrind threads take turns, and on one CPU
 	 * nothing spins.
 	 */
-	if (RUNNING_ON_VALGRIND || cpus() < 2)
+	if (RUNNING_ON_VALGRIND || usable_cpus() < 2)
 		CHECK(true, "shm: the context threads report answered spins # SKIP %s",
 		      RUNNING_ON_VALGRIND ? "valgrind" : "one CPU");
 	else
