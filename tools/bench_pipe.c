@@ -36,6 +36,7 @@
 #include "host_state.h"
 #include "json.h"
 #include "peer.h"
+#include "pin.h"
 #include "units.h"
 
 #define PING_LEN	64
@@ -416,6 +417,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: tpbench pipe [--transport tcp|shm] [--channel kmod|cma|mtcp|basic]\n"
 		   "                    [--iters N] [--bw-iters N] [--json] [--rtt-only]\n"
+		   "                    [--pin same|split]\n"
 		   "       tpbench pipe --one-context [--iters N] [--json]\n"
 		   "       tpbench pipe --listen URL [--transport T] [--channel C]\n"
 		   "       tpbench pipe --connect URL [--transport T] [--channel C]\n"
@@ -520,6 +522,7 @@ int bench_pipe_main(int argc, char **argv)
 	struct pipe_opts o = { .iters = 2000, .bw_iters = 20 };
 	struct host_state host[2];
 	bool any = false, one_ctx = false;
+	const char *pin = NULL;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--transport") && i + 1 < argc) {
@@ -540,6 +543,8 @@ int bench_pipe_main(int argc, char **argv)
 			o.rtt_only = true;
 		} else if (!strcmp(argv[i], "--one-context")) {
 			one_ctx = true;
+		} else if (!strcmp(argv[i], "--pin") && i + 1 < argc) {
+			pin = argv[++i];
 		} else if (!strcmp(argv[i], "--help")) {
 			usage(stdout);
 			return 0;
@@ -557,6 +562,16 @@ int bench_pipe_main(int argc, char **argv)
 	if (o.listen || o.connect)
 		return two_hosts(&o);
 	host_state_sample(&host[0]);
+	if (pin) {
+		int err = pin_setup(pin);
+
+		if (err) {
+			fprintf(stderr, "tpbench pipe: --pin %s: %s\n", pin,
+				err == -EINVAL ? "say same or split" :
+				err == -ENODEV ? "split needs two usable CPUs" : strerror(-err));
+			return 2;
+		}
+	}
 	print_header(&o);
 	for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
 		const struct pair *pr = &pairs[k];
@@ -602,10 +617,12 @@ int bench_pipe_main(int argc, char **argv)
 		json_init(&j, stdout);
 		json_object_begin(&j, NULL);
 		json_string(&j, "bench", "host");
+		json_string(&j, "placement", pin_describe());
 		host_state_json(&j, &host[0], &host[1]);
 		json_object_end(&j);
 		json_finish(&j);
 	} else {
+		printf("%s\n", pin_describe());
 		host_state_print(stdout, &host[0], &host[1]);
 	}
 	return 0;

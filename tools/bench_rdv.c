@@ -39,6 +39,7 @@
 #include "bench_rdv.h"
 #include "bench_remote.h"
 #include "hog.h"
+#include "pin.h"
 #include "host_state.h"
 #include "json.h"
 #include "peer.h"
@@ -66,6 +67,7 @@ struct rdv_opts {
 	bool json;
 	struct pipe_ref pipes[2];	/* shm with cma, shm with kmod */
 	unsigned int hogs;		/* --hog N */
+	const char *pin;		/* --pin same|split, or NULL */
 	bool remote;			/* --remote */
 	const char *transport;		/* --transport, with --remote */
 	double futex_us, futex_p99_us;	/* the blocking reference's round trip */
@@ -526,6 +528,8 @@ static tpu_status measure(struct side *s, struct rdv_result *r)
 
 static void *responder_thread(void *arg)
 {
+	/* B's thread goes where a forked B would (--pin split). */
+	pin_child();
 	return (void *)(intptr_t)responder(arg);
 }
 
@@ -723,6 +727,7 @@ static void print_table(const struct rdv_result *res, unsigned int n, const stru
 	}
 	printf("\nload: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
 	       o->hogs, o->loadavg);
+	printf("%s\n", pin_describe());
 	host_state_print(stdout, &o->host[0], &o->host[1]);
 	printf("idle (nothing pending, 0.5 s), CPU of the whole process:");
 	for (i = 0; i < n; i++) {
@@ -779,6 +784,7 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 	json_u64(&j, "bw_iters", o->bw_iters);
 	json_u64(&j, "hogs", o->hogs);
 	json_double(&j, "loadavg_1min", o->loadavg, 2);
+	json_string(&j, "placement", pin_describe());
 	host_state_json(&j, &o->host[0], &o->host[1]);
 	json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
 	json_double(&j, "futex_pingpong_rtt_p99_us", o->futex_p99_us, 2);
@@ -832,8 +838,10 @@ static void print_json(const struct rdv_result *res, unsigned int n, const struc
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--hog N] [--json]\n"
-"       tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--json]\n"
+"usage: tpbench rdv [--impl inprocess|kmod|cma|all] [--iters N] [--hog N] [--pin same|split]\n"
+"                   [--json]\n"
+"       tpbench rdv --remote [--transport shm|tcp] [--iters N] [--hog N] [--pin same|split]\n"
+"                   [--json]\n"
 "--impl LIST  comma-separated implementations (default all); one that cannot\n"
 "             run here is skipped with the library's reason\n"
 "--iters N    round trips of the 64-byte latency test (default 100); each\n"
@@ -844,7 +852,11 @@ static void usage(FILE *f)
 "--json       print the results as JSON instead of a table\n"
 "--remote     the remote rendezvous between two worker processes (task 0 and\n"
 "             task 1) against a pipe between two processes, same run\n"
-"--transport T  with --remote: the workers' transport, shm (default) or tcp\n");
+"--transport T  with --remote: the workers' transport, shm (default) or tcp\n"
+"--pin same|split  place A and B (and the references' two sides) on this\n"
+"             process's first usable CPU (same) or on its first and second\n"
+"             (split), so that every ratio of the run compares one placement;\n"
+"             by default the scheduler places each side\n");
 }
 
 static int parse_impls(char *list, bool *want)
@@ -916,6 +928,7 @@ static int run_remote(struct rdv_opts *o, struct hogs *hogs)
 		json_string(&j, "bench", "rdv");
 		json_u64(&j, "hogs", o->hogs);
 		json_double(&j, "loadavg_1min", o->loadavg, 2);
+		json_string(&j, "placement", pin_describe());
 		host_state_json(&j, &o->host[0], &o->host[1]);
 		json_double(&j, "futex_pingpong_rtt_us", o->futex_us, 2);
 		bench_remote_json(&ro, &r, &j);
@@ -926,6 +939,7 @@ static int run_remote(struct rdv_opts *o, struct hogs *hogs)
 	bench_remote_print(&ro, &r);
 	printf("load: %u busy processes started for the run (--hog); 1-minute load %.2f before\n",
 	       o->hogs, o->loadavg);
+	printf("%s\n", pin_describe());
 	host_state_print(stdout, &o->host[0], &o->host[1]);
 	printf("round trip of a blocking futex ping-pong between two processes: %.1f us; "
 	       "remote/futex %.2fx\n", o->futex_us, r.rtt_p50_us / o->futex_us);
@@ -960,6 +974,9 @@ int bench_rdv_main(int argc, char **argv)
 			i++;
 		} else if (v && !strcmp(a, "--impl") && !parse_impls(argv[i + 1], o.want)) {
 			i++;
+		} else if (v && !strcmp(a, "--pin")) {
+			o.pin = v;
+			i++;
 		} else if (v && !strcmp(a, "--iters") && !parse_size(v, &num) && num >= 1 &&
 			   num <= 1000000) {
 			o.iters = (unsigned int)num;
@@ -973,6 +990,16 @@ int bench_rdv_main(int argc, char **argv)
 	o.bw_iters = o.iters / 10 < 3 ? 3 : o.iters / 10 > 20 ? 20 : o.iters / 10;
 	host_state_sample(&o.host[0]);
 	o.loadavg = o.host[0].load1;
+	if (o.pin) {
+		int err = pin_setup(o.pin);
+
+		if (err) {
+			fprintf(stderr, "tpbench rdv: --pin %s: %s\n", o.pin,
+				err == -EINVAL ? "say same or split" :
+				err == -ENODEV ? "split needs two usable CPUs" : strerror(-err));
+			return 1;
+		}
+	}
 	if (o.hogs && hogs_start(&hogs, o.hogs)) {
 		fprintf(stderr, "tpbench rdv: cannot start %u busy processes\n", o.hogs);
 		return 1;

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include "hog.h"
+#include "pin.h"
 
 static void burn(void)
 {
 	volatile uint64_t x = 0;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	pin_release();
 	for (;;)
 		x++;
 }
@@ -104,6 +106,7 @@ double futex_pingpong_us(unsigned int iters, double *p99_us)
 	if (pid == 0) {
 		/* Answer ping i (odd value 2i+1) with pong (even 2i+2). */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		pin_child();
 		for (i = 0; i < iters; i++) {
 			wait_for(&w[0], 2 * i + 1);
 			set_and_wake(&w[0], 2 * i + 2);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "peer.h"
+#include "pin.h"
 
 int peer_fork(struct peer *p, int (*child)(struct peer *p, void *arg), void *arg)
 {
@@ -30,6 +31,7 @@ int peer_fork(struct peer *p, int (*child)(struct peer *p, void *arg), void *arg
 		struct peer me = { parent, sv[1] };
 
 		close(sv[0]);
+		pin_child();
 		exit(child(&me, arg));
 	}
 	close(sv[1]);

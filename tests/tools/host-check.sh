@@ -5,6 +5,7 @@
 # load it prints beside every benchmark, checked as TAP.  It must measure a
 # plausible round trip where two CPUs are allowed, say why not (and fail)
 # where one is, and appear before and after a benchmark's run in its JSON.
+# With --pin, the report says where the two sides ran.
 #
 #   tests/tools/host-check.sh [TPBENCH]
 set -uo pipefail
@@ -60,5 +61,33 @@ point $(grep -q '"host_before": {' <<<"$out" && grep -q '"host_after": {' <<<"$o
 out=$("$tpbench" rdv --impl inprocess --iters 5 2>/dev/null)
 point $(grep -q '^host: cache-line round trip between CPUs .* before the run; .* after$' <<<"$out" &&
 	echo 1 || echo 0) "tpbench rdv prints the host line before and after"
+
+# --pin: where the two sides ran, said in the report (tools/pin.c).
+point $(grep -q '^placement: not pinned' <<<"$out" && echo 1 || echo 0) \
+	"tpbench rdv says when nothing was pinned"
+out=$("$tpbench" rdv --impl inprocess --iters 5 --pin same 2>/dev/null)
+rc=$?
+point $([ $rc -eq 0 ] &&
+	grep -Eq '^placement: --pin same: this process on CPU ([0-9]+), its peers on CPU \1$' <<<"$out" &&
+	echo 1 || echo 0) "tpbench rdv --pin same puts both sides on one CPU (got $rc)"
+out=$("$tpbench" rdv --impl inprocess --iters 5 --pin split --json 2>&1)
+rc=$?
+if [ "$(nproc)" -ge 2 ]; then
+	a=$(sed -n 's/.*"placement": "[^"]*on CPU \([0-9]*\), its peers on CPU \([0-9]*\)".*/\1 \2/p' <<<"$out")
+	point $([ $rc -eq 0 ] && [ -n "$a" ] && [ "${a% *}" != "${a#* }" ] && echo 1 || echo 0) \
+		"tpbench rdv --pin split --json names two different CPUs (got $rc: $a)"
+else
+	echo "ok $((n + 1)) # SKIP one CPU online: nothing to split"
+	n=$((n + 1))
+fi
+out=$("$tpbench" rdv --impl inprocess --iters 5 --pin across 2>&1)
+rc=$?
+point $([ $rc -eq 1 ] && grep -q 'say same or split' <<<"$out" && echo 1 || echo 0) \
+	"tpbench rdv --pin with another word exits 1 and says what it takes (got $rc)"
+out=$(taskset -c "$cpu" "$tpbench" pipe --transport shm --channel basic --rtt-only --iters 5 \
+	--pin split 2>&1)
+rc=$?
+point $([ $rc -eq 2 ] && grep -q 'pin split' <<<"$out" && echo 1 || echo 0) \
+	"tpbench pipe --pin split on one allowed CPU refuses (got $rc)"
 
 tap_end
