@@ -25,7 +25,11 @@
  *    busy processes on cores it does not use do not count.
  *  - At most one spinner fewer than the cores this process may run on spin
  *    at once, so that the thread they wait for (often one of ours) finds a
- *    core; on a single core nothing spins.
+ *    core; on a single core nothing spins.  A spinner that does its
+ *    poster's work itself, the poster being another process, needs no
+ *    thread of ours: it may take the last core, so that a process bound
+ *    to one core (mpirun --bind-to core) still spins for a peer bound to
+ *    another (38-45 us a sleeping round trip here, against 1-3 us).
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -140,23 +144,35 @@ void tpu__spin_answered(void)
 	tpu__spin_state_answered(self());
 }
 
+/* The one core this process may use when usable_cpus() is 1, else -1. */
+static _Atomic int lone_cpu = -1;
+/* usable_cpus(), read once (0: not yet). */
+static _Atomic unsigned int cached;
+/* Spins that took the core a plain spinner must leave (tests). */
+static _Atomic uint64_t last_core_taken;
+
 static unsigned int usable_cpus(void)
 {
-	static _Atomic unsigned int cached;
 	unsigned int n = atomic_load_explicit(&cached, memory_order_relaxed);
 	cpu_set_t set;
 
 	if (!n) {
+		atomic_store_explicit(&lone_cpu, -1, memory_order_relaxed);
 		n = sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
 		n = n ? n : 1;
+		for (int c = 0; n == 1 && c < CPU_SETSIZE; c++) {
+			if (CPU_ISSET(c, &set)) {
+				atomic_store_explicit(&lone_cpu, c, memory_order_relaxed);
+				break;
+			}
+		}
 		atomic_store_explicit(&cached, n, memory_order_relaxed);
 	}
 	return n;
 }
 
-bool tpu__spin_enter(void)
+static bool enter(unsigned int cap)
 {
-	unsigned int cap = usable_cpus() - 1;
 	unsigned int n = atomic_load_explicit(&spinning, memory_order_relaxed);
 
 	do {
@@ -165,6 +181,57 @@ bool tpu__spin_enter(void)
 	} while (!atomic_compare_exchange_weak_explicit(&spinning, &n, n + 1,
 							memory_order_relaxed,
 							memory_order_relaxed));
+	return true;
+}
+
+bool tpu__spin_enter(void)
+{
+	return enter(usable_cpus() - 1);
+}
+
+bool tpu__spin_enter_self_served(void)
+{
+	unsigned int cap = usable_cpus();
+
+	if (!enter(cap))
+		return false;
+	if (atomic_load_explicit(&spinning, memory_order_relaxed) >= cap)
+		atomic_fetch_add_explicit(&last_core_taken, 1, memory_order_relaxed);
+	return true;
+}
+
+uint64_t tpu__spin_last_core_taken(void)
+{
+	return atomic_load_explicit(&last_core_taken, memory_order_relaxed);
+}
+
+void tpu__spin_cpus_changed(void)
+{
+	atomic_store_explicit(&cached, 0, memory_order_relaxed);
+}
+
+bool tpu__spin_lone_core(void)
+{
+	return usable_cpus() == 1;
+}
+
+bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n)
+{
+	int c;
+
+	if (!tpu__spin_lone_core())
+		return true;
+	c = atomic_load_explicit(&lone_cpu, memory_order_relaxed);
+	if (c < 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		cpu_set_t set;
+
+		/* One we cannot ask about may share our core. */
+		if (pids[i] <= 0 || sched_getaffinity(pids[i], sizeof(set), &set) ||
+		    CPU_ISSET(c, &set))
+			return false;
+	}
 	return true;
 }
 

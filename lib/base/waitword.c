@@ -91,7 +91,10 @@ static bool spin(struct tpu__waitword *w, uint64_t deadline_ns, const struct tpu
 
 		budget = budget > max ? max : budget;
 	}
-	if (!budget || !tpu__spin_enter())
+	if (!budget)
+		return false;
+	if (agent && agent->self_served && agent->self_served(agent->arg) ?
+	    !tpu__spin_enter_self_served() : !tpu__spin_enter())
 		return false;
 	last = start;
 	for (;;) {

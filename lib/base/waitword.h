@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct tpu__waitword {
 	uint32_t state;		/* atomic access only: TPU__WW_* */
@@ -80,6 +81,18 @@ struct tpu__ww_agent {
 	 * set (TPU_SPIN_US=0 must stop the remote rendezvous's waiters too).
 	 */
 	uint64_t (*spin_max_ns)(void *arg);
+	/*
+	 * Optional: true when @poll itself does all the work that posts the
+	 * word, the poster being another process (the remote rendezvous's
+	 * waiter lent to its context, a cma waiter reading the shared
+	 * table), and none of those processes shares this process's lone
+	 * core (tpu__spin_peers_elsewhere).  Its spin then needs no other
+	 * thread of this process to run, and may take this process's last
+	 * usable core (tpu__spin_enter_self_served): a process bound to one
+	 * core (mpirun --bind-to core, taskset) still spins for a peer bound
+	 * to another.
+	 */
+	bool (*self_served)(void *arg);
 	void *arg;
 };
 
@@ -122,6 +135,29 @@ void tpu__spin_answered(void);
  * already to leave no core for the thread they wait for); leave it after.
  */
 bool tpu__spin_enter(void);
+/*
+ * The same for a spinner that needs no other thread of this process
+ * (struct tpu__ww_agent.self_served): as many as the usable cores, one on
+ * a single core.
+ */
+bool tpu__spin_enter_self_served(void);
+/* This process may run on one core only. */
+bool tpu__spin_lone_core(void);
+/*
+ * Whether a self-served spinner waiting for the processes @pids may take
+ * this process's lone core: none of them may run on it (their CPU
+ * affinity, as the kernel says; a pid it cannot tell about counts as
+ * sharing).  True when this process has more than one core.  A system
+ * call per pid: callers keep the answer for a while.
+ */
+bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n);
+/*
+ * Tests: self-served spins that took the core a plain spinner leaves free
+ * (tpu__spin_enter_self_served beyond tpu__spin_enter's cap); and read
+ * this process's CPU affinity again (it is read once, at the first spin).
+ */
+uint64_t tpu__spin_last_core_taken(void);
+void tpu__spin_cpus_changed(void);
 void tpu__spin_leave(void);
 
 /* What a spinning thread does between two looks: let a sibling thread run. */

@@ -145,6 +145,8 @@ struct tpu__rdv_ops {
 	uint64_t (*spin_ns)(struct tpu_rendezvous *rdv);
 	/* Optional, with progress: and at most this long (struct tpu__ww_agent). */
 	uint64_t (*spin_max_ns)(struct tpu_rendezvous *rdv);
+	/* Optional, with progress: its progress alone posts a waiter (struct tpu__ww_agent). */
+	bool (*self_served)(struct tpu_rendezvous *rdv);
 	/*
 	 * Optional: called by the front end on the thread that issued an op,
 	 * once ->send or ->recv returned and rdv->lock is released, so that

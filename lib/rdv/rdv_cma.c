@@ -128,6 +128,10 @@ struct cma_member {
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
 	uint32_t parked;		/* 1 while the helper is parked (a private futex word) */
 	uint32_t owed;			/* a DONE of ours woke nobody yet (done_wake); atomic */
+	/* cma_self_served's answer, when it was asked (ns) and at which joins; atomic access. */
+	bool elsewhere;
+	uint64_t elsewhere_ns;
+	uint32_t elsewhere_joins;
 	/* The watcher: evfd tells it to look at the members again, or to stop. */
 	pthread_t watcher;
 	int evfd;			/* -1: no watcher */
@@ -1114,6 +1118,44 @@ static void cma_wait_kick(struct tpu_rendezvous *rdv)
 	tpu__cma_wake(&m->table);
 }
 
+/* How long cma_self_served trusts what it learnt of the members' cores. */
+#define ELSEWHERE_NS	100000000ull
+
+/*
+ * A spinning waiter parks the helper and does its every duty: what ends
+ * the wait is another member's write to the table, or its pull.  On a lone
+ * core that holds only while no other member may run there: asked again
+ * when a member joined, or after ELSEWHERE_NS.
+ */
+static bool cma_self_served(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+	pid_t pids[TPU__CMA_MEMBERS];
+	uint64_t addrs[TPU__CMA_MEMBERS], now, then;
+	uint32_t joins;
+	size_t n;
+	bool yes;
+
+	if (!tpu__spin_lone_core())
+		return true;
+	now = now_ns();
+	joins = tpu__cma_joins(&m->table);
+	then = __atomic_load_n(&m->elsewhere_ns, __ATOMIC_RELAXED);
+	if (then && now - then < ELSEWHERE_NS &&
+	    __atomic_load_n(&m->elsewhere_joins, __ATOMIC_RELAXED) == joins)
+		return __atomic_load_n(&m->elsewhere, __ATOMIC_RELAXED);
+	if (tpu__cma_lock(&m->table))
+		return false;
+	n = tpu__cma_members(&m->table, &m->me, pids, addrs, TPU__CMA_MEMBERS);
+	tpu__cma_unlock(&m->table);
+	/* The pids are the members' word: they steer a spin, nothing else. */
+	yes = n && tpu__spin_peers_elsewhere(pids, n);
+	__atomic_store_n(&m->elsewhere, yes, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->elsewhere_joins, joins, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->elsewhere_ns, now, __ATOMIC_RELAXED);
+	return yes;
+}
+
 const struct tpu__rdv_ops tpu__rdv_cma = {
 	.impl = TPU_RDV_CMA,
 	.create = cma_create,
@@ -1128,4 +1170,6 @@ const struct tpu__rdv_ops tpu__rdv_cma = {
 	.wait_token = cma_wait_token,
 	.wait_sleep = cma_wait_sleep,
 	.wait_kick = cma_wait_kick,
+	.self_served = cma_self_served,
 };
+

@@ -507,6 +507,13 @@ static uint64_t agent_spin_max_ns(void *arg)
 	return rdv->ops->spin_max_ns(rdv);
 }
 
+static bool agent_self_served(void *arg)
+{
+	struct tpu_rendezvous *rdv = arg;
+
+	return rdv->ops->self_served(rdv);
+}
+
 static void agent_kick(void *arg)
 {
 	struct tpu_rendezvous *rdv = arg;
@@ -533,6 +540,7 @@ static bool wait_or_cancel(struct tpu_rendezvous *rdv, const void *key, size_t k
 		.sleep = rdv->ops->wait_sleep ? agent_sleep : NULL,
 		.spin_ns = rdv->ops->spin_ns ? agent_spin_ns : NULL,
 		.spin_max_ns = rdv->ops->spin_max_ns ? agent_spin_max_ns : NULL,
+		.self_served = rdv->ops->self_served ? agent_self_served : NULL,
 		.arg = rdv,
 	};
 

@@ -318,6 +318,64 @@ static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
 	return st && lent_to == st ? atomic_load(&st->lend_spin_ns) : 0;
 }
 
+/* How long r_self_served trusts what it learnt of the peers' cores. */
+#define ELSEWHERE_NS	100000000ull
+/* Peers asked about at most; beyond them a lone core is assumed shared. */
+#define ELSEWHERE_MAX	64
+
+/*
+ * Whether no peer process may run on this process's lone core.  Lent to
+ * pctx, so its pipes are ours to look at.  A pipe that proves no pid
+ * (tcp) counts as sharing.  Asked again once a pipe to a peer is added
+ * (remote_peer.c clears st->elsewhere_ns) or after ELSEWHERE_NS.
+ */
+static bool peers_elsewhere(struct remote *st)
+{
+	pid_t pids[ELSEWHERE_MAX];
+	size_t n = 0;
+
+	for (struct remote_task *t = tpu__remote_tasks(st); t; t = t->next) {
+		struct remote_peer *ends[2] = { t->peer, t->inbound };
+
+		for (int i = 0; i < 2; i++) {
+			int pid = 0;
+
+			if (!ends[i] || !ends[i]->pipe)
+				continue;
+			if (n == ELSEWHERE_MAX || tpu_pipe_peer_pid(ends[i]->pipe, &pid))
+				return false;
+			pids[n++] = pid;
+		}
+	}
+	/* No pipe yet: whatever ends the wait comes later, and from whom is not known. */
+	return n && tpu__spin_peers_elsewhere(pids, n);
+}
+
+/*
+ * A waiter lent to pctx reads the peers' frames itself: what ends its wait
+ * comes from another process, and its spin needs no thread of ours, nor,
+ * on a lone core, a core another peer may need.
+ */
+static bool r_self_served(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+	uint64_t now, then;
+	bool yes;
+
+	if (!st || lent_to != st)
+		return false;
+	if (!tpu__spin_lone_core())
+		return true;
+	now = tpu__mono_ns();
+	then = atomic_load_explicit(&st->elsewhere_ns, memory_order_relaxed);
+	if (then && now - then < ELSEWHERE_NS)
+		return atomic_load_explicit(&st->elsewhere, memory_order_relaxed);
+	yes = peers_elsewhere(st);
+	atomic_store_explicit(&st->elsewhere, yes, memory_order_relaxed);
+	atomic_store_explicit(&st->elsewhere_ns, now, memory_order_relaxed);
+	return yes;
+}
+
 /*
  * A waiter done spinning sleeps where pctx's thread would: lent to pctx,
  * on its wake descriptor, with the pollers armed, so that the frame which
@@ -655,6 +713,7 @@ const struct tpu__rdv_ops tpu__remote_ops = {
 	.progress = r_progress,
 	.spin_ns = r_spin_ns,
 	.spin_max_ns = r_spin_max_ns,
+	.self_served = r_self_served,
 	.wait_token = r_wait_token,
 	.wait_sleep = r_wait_sleep,
 	.wait_kick = r_wait_kick,

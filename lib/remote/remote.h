@@ -227,6 +227,12 @@ struct remote {
 	 */
 	_Atomic uint64_t lend_spin_ns;
 	/*
+	 * r_self_served: whether no peer shares this process's lone core,
+	 * and when that was last asked (ns, 0: never, or a pipe came since).
+	 */
+	_Atomic bool elsewhere;
+	_Atomic uint64_t elsewhere_ns;
+	/*
 	 * Blocked waiters that stopped spinning (remote.c, r_wait_sleep):
 	 * the sequence a post by another thread bumps, how many sleep on it,
 	 * and whether the lent one sleeps on pctx's wake descriptor.

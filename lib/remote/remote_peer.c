@@ -364,6 +364,8 @@ static tpu_status on_hello(struct remote_peer *p)
 	if (t) {
 		p->member = t;
 		t->inbound = p;
+		/* A new peer process: ask again whether it shares our core. */
+		atomic_store(&st->elsewhere_ns, 0);
 		retry_hint(st, t);
 	} else {
 		tpu__log_debug("remote rendezvous %s: hello from %s, not in the map (served the keys "
@@ -392,6 +394,7 @@ static bool peer_member(struct remote_peer *p)
 	if (t) {
 		p->member = t;
 		t->inbound = p;
+		atomic_store(&st->elsewhere_ns, 0);
 	}
 	return p->member;
 }
@@ -599,6 +602,7 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
 	}
 	p->task = t;
 	t->peer = p;
+	atomic_store(&st->elsewhere_ns, 0);
 	if (st->one_pipe) {
 		/* The pipe proves the map's URL and the secret: its other end is @t. */
 		p->claim = strdup(t->task);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 #include "cma_table.h"
 #include "tap.h"
 #include "tpu_user.h"
+#include "waitword.h"
 
 #define KEY(s) (s), sizeof(s) - 1
 #define BIG (1024 * 1024 + 3)
@@ -893,6 +895,101 @@ out:
 	xproc_buf = NULL;
 }
 
+#define BOUND_ROUNDS	300
+static uint64_t bound_vals[BOUND_ROUNDS];
+
+static int bind_to(int cpu)
+{
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return -1;
+	tpu__spin_cpus_changed();
+	return 0;
+}
+
+/*
+ * Two processes bound to a core each, @a and @b (mpirun --bind-to core):
+ * BOUND_ROUNDS ping-pongs through a cma rendezvous.  Run in a process of
+ * its own, bound to @a, whose child joins bound to @b.  Exit status: 1 if
+ * anything failed, plus 2 if a waiter of this process spun on its lone
+ * core (tpu__spin_last_core_taken).
+ */
+static int bound_pair(int a, int b)
+{
+	struct tpu_context *ctx = bind_to(a) ? NULL : new_context();
+	struct tpu_rendezvous *rdv = NULL;
+	uint64_t taken = tpu__spin_last_core_taken();
+	int fd = -1, rc = 0;
+	pid_t pid;
+
+	if (!ctx || tpu_rendezvous_create(ctx, TPU_RDV_CMA, &rdv) || tpu_rendezvous_share(rdv, &fd))
+		_exit(1);
+	pid = fork();
+	if (pid == 0) {
+		struct tpu_context *c = bind_to(b) ? NULL : new_context();
+		struct tpu_rendezvous *r = NULL;
+
+		if (!c || tpu_rendezvous_join(c, fd, &r))
+			_exit(1);
+		for (unsigned int i = 0; i < BOUND_ROUNDS && !rc; i++)
+			rc = pp_take(r, "ping", i) || pp_post(r, "pong", i, &bound_vals[i]);
+		/* Our last pong must be taken before we go. */
+		rc = rc || pp_take(r, "bye", 0);
+		tpu_rendezvous_destroy(r);
+		tpu_context_destroy(c);
+		_exit(rc ? 1 : 0);
+	}
+	for (unsigned int i = 0; i < BOUND_ROUNDS && !rc && pid > 0; i++)
+		rc = pp_post(rdv, "ping", i, &bound_vals[i]) || pp_take(rdv, "pong", i);
+	taken = tpu__spin_last_core_taken() - taken;
+	rc = rc || pid < 0 || pp_post(rdv, "bye", 0, &bound_vals[0]) || child_status(pid) != 0;
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+	close(fd);
+	_exit((rc ? 1 : 0) | (taken ? 2 : 0));
+}
+
+static int bound_run(int a, int b)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		bound_pair(a, b);
+	return child_status(pid);
+}
+
+/*
+ * Processes bound to a core each still spin for each other (the waiter
+ * does the helper's work, and no member shares its core); bound to one
+ * core together, neither takes it to spin.
+ */
+static void bound_to_cores(void)
+{
+	cpu_set_t set;
+	int cpus[2], found = 0, rc;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+			if (CPU_ISSET(c, &set))
+				cpus[found++] = c;
+	if (found < 2) {
+		CHECK(true, "rdv_cma_bound_to_cores # SKIP fewer than two usable cores");
+		return;
+	}
+	rc = bound_run(cpus[0], cpus[1]);
+	CHECK(rc >= 0 && !(rc & 1), "rdv_cma_ping_pong_between_processes_bound_to_a_core_each");
+	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
+		CHECK(true, "rdv_cma_bound_waiters_spin # SKIP under valgrind");
+	else
+		CHECK(rc == 0 + 2, "rdv_cma_waiters_bound_to_a_core_each_spin_for_each_other (exit %d)",
+		      rc);
+	rc = bound_run(cpus[0], cpus[0]);
+	CHECK(rc == 0, "rdv_cma_waiters_sharing_one_core_do_not_spin_on_it (exit %d)", rc);
+}
+
 static int64_t cpu_ns(void)
 {
 	struct rusage ru;
@@ -1092,5 +1189,6 @@ void test_rdv_cma(void)
 	slots_reused(ctx);
 	peer_death(ctx);
 	idle(ctx);
+	bound_to_cores();
 	tpu_context_destroy(ctx);
 }

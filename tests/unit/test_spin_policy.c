@@ -436,6 +436,157 @@ static void agent_cap_bounds_the_spin(void)
 	CHECK(capped_thread_spins(0, UINT64_MAX), "spin_policy: no cap, the thread's own budget");
 }
 
+static bool self_served_yes(void *arg)
+{
+	(void)arg;
+	return true;
+}
+
+/* wait_spins() with an agent that says it serves itself, or not, in a new thread. */
+static void *served_probe(void *arg)
+{
+	bool *io = arg, spun = false;
+
+	for (int i = 0; i < PROBE_TRIES && !spun; i++) {
+		struct tpu__waitword w = TPU__WAITWORD_INIT;
+		struct tpu__ww_agent agent = {
+			.poll = post_in_poll, .self_served = *io ? self_served_yes : NULL, .arg = &w,
+		};
+
+		spun = tpu__waitword_wait_with(&w, tpu__deadline_ns(PROBE_DEADLINE_NS), &agent);
+	}
+	*io = spun;
+	return NULL;
+}
+
+static bool served_thread_spins(bool self_served)
+{
+	pthread_t t;
+	bool io = self_served;
+
+	if (pthread_create(&t, NULL, served_probe, &io))
+		return false;
+	pthread_join(t, NULL);
+	return io;
+}
+
+/*
+ * A spinner that does its poster's work itself may take the core a plain
+ * spinner leaves for the thread it waits for, and only that one.
+ */
+static void self_served_takes_the_last_core(void)
+{
+	unsigned int n = usable_cpus() - 1, held = 0;
+	uint64_t taken = tpu__spin_last_core_taken();
+	bool plain, served, served_full;
+
+	while (held < n && tpu__spin_enter())
+		held++;
+	plain = served_thread_spins(false);
+	served = served_thread_spins(true);
+	if (tpu__spin_enter_self_served())
+		held++;
+	served_full = served_thread_spins(true);
+	while (held) {
+		tpu__spin_leave();
+		held--;
+	}
+	CHECK(!plain && served,
+	      "spin_policy: with %u spinners on %u cores a self-served waiter still spins, a plain one not",
+	      n, n + 1);
+	CHECK(tpu__spin_last_core_taken() > taken, "spin_policy: and that spin is counted");
+	CHECK(!served_full, "spin_policy: with every core spun on, not even a self-served one");
+}
+
+static int pin_to(int cpu)
+{
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return -1;
+	tpu__spin_cpus_changed();
+	return 0;
+}
+
+/* A process that waits to be killed, on @cpu. */
+static pid_t parked_on(int cpu)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		pin_to(cpu);
+		for (;;)
+			pause();
+	}
+	return pid;
+}
+
+/*
+ * In a process bound to core @a (mpirun --bind-to core): the peers' cores
+ * as the kernel says.  Bit k of the exit status is check k failed.
+ */
+static int lone_core_checks(int a, int b)
+{
+	pid_t there = parked_on(b), here = parked_on(a), gone = fork();
+	int fails = 0;
+
+	if (gone == 0)
+		_exit(0);
+	waitpid(gone, NULL, 0);
+	if (there < 0 || here < 0 || pin_to(a) || !tpu__spin_lone_core())
+		fails |= 1;
+	if (!tpu__spin_peers_elsewhere(&there, 1))
+		fails |= 2;
+	if (tpu__spin_peers_elsewhere(&here, 1))
+		fails |= 4;
+	if (tpu__spin_peers_elsewhere((pid_t[]){ there, here }, 2))
+		fails |= 8;
+	if (tpu__spin_peers_elsewhere(&gone, 1) || tpu__spin_peers_elsewhere((pid_t[]){ 0 }, 1))
+		fails |= 16;
+	/* Alone on its core, a plain waiter leaves it; a self-served one spins. */
+	if (served_thread_spins(false) || !served_thread_spins(true))
+		fails |= 32;
+	kill(there, SIGKILL);
+	kill(here, SIGKILL);
+	waitpid(there, NULL, 0);
+	waitpid(here, NULL, 0);
+	return fails;
+}
+
+static void lone_core_peers(void)
+{
+	cpu_set_t set;
+	int cpus[2], found = 0, ws = 0, fails;
+	pid_t pid;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+			if (CPU_ISSET(c, &set))
+				cpus[found++] = c;
+	if (found < 2) {
+		CHECK(true, "spin_policy: lone core # SKIP fewer than two usable cores");
+		return;
+	}
+	CHECK(tpu__spin_peers_elsewhere((pid_t[]){ 0 }, 1),
+	      "spin_policy: with more than one core, nobody shares ours");
+	pid = fork();
+	if (pid == 0)
+		_exit(lone_core_checks(cpus[0], cpus[1]));
+	fails = pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : 255;
+	CHECK(!(fails & 1), "spin_policy: bound to one core, the process knows it");
+	CHECK(!(fails & 2), "spin_policy: a peer bound to another core does not share ours");
+	CHECK(!(fails & 4), "spin_policy: a peer bound to our core shares it");
+	CHECK(!(fails & 8), "spin_policy: one peer sharing it among others is enough");
+	CHECK(!(fails & 16), "spin_policy: a peer that is gone, or no pid, counts as sharing");
+	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
+		CHECK(true, "spin_policy: lone core spin # SKIP under valgrind");
+	else
+		CHECK(!(fails & 32),
+		      "spin_policy: on a lone core a self-served waiter spins, a plain one not");
+}
+
 void test_spin_policy(void)
 {
 	if (usable_cpus() < 2) {
@@ -449,4 +600,6 @@ void test_spin_policy(void)
 	knob_bounds_back_off();
 	spinners_leave_a_core();
 	agent_cap_bounds_the_spin();
+	self_served_takes_the_last_core();
+	lone_core_peers();
 }
