@@ -324,12 +324,12 @@ static uint64_t r_spin_ns(struct tpu_rendezvous *rdv)
 #define ELSEWHERE_MAX	64
 
 /*
- * Whether no peer process may run on this process's lone core.  Lent to
- * pctx, so its pipes are ours to look at.  A pipe that proves no pid
- * (tcp) counts as sharing.  Asked again once a pipe to a peer is added
- * (remote_peer.c clears st->elsewhere_ns) or after ELSEWHERE_NS.
+ * Whether no peer process may run on this process's lone core: 1 yes, 0
+ * no, -1 not known yet (a pipe still negotiating, or none).  Lent to pctx,
+ * so its pipes are ours to look at.  A pipe that proves no pid (tcp)
+ * counts as sharing.
  */
-static bool peers_elsewhere(struct remote *st)
+static int peers_elsewhere(struct remote *st)
 {
 	pid_t pids[ELSEWHERE_MAX];
 	size_t n = 0;
@@ -339,28 +339,36 @@ static bool peers_elsewhere(struct remote *st)
 
 		for (int i = 0; i < 2; i++) {
 			int pid = 0;
+			tpu_status err;
 
 			if (!ends[i] || !ends[i]->pipe)
 				continue;
-			if (n == ELSEWHERE_MAX || tpu_pipe_peer_pid(ends[i]->pipe, &pid))
-				return false;
+			if (n == ELSEWHERE_MAX)
+				return 0;
+			err = tpu_pipe_peer_pid(ends[i]->pipe, &pid);
+			if (err == -EAGAIN)
+				return -1;
+			if (err)
+				return 0;
 			pids[n++] = pid;
 		}
 	}
-	/* No pipe yet: whatever ends the wait comes later, and from whom is not known. */
-	return n && tpu__spin_peers_elsewhere(pids, n);
+	return n ? tpu__spin_peers_elsewhere(pids, n) : -1;
 }
 
 /*
  * A waiter lent to pctx reads the peers' frames itself: what ends its wait
  * comes from another process, and its spin needs no thread of ours, nor,
- * on a lone core, a core another peer may need.
+ * on a lone core, a core another peer may need.  What peers_elsewhere()
+ * found is kept for ELSEWHERE_NS, or until a pipe to a peer is added
+ * (remote_peer.c clears st->elsewhere_ns); what it could not tell yet is
+ * asked again at the next wait.
  */
 static bool r_self_served(struct tpu_rendezvous *rdv)
 {
 	struct remote *st = rdv->impl_state;
 	uint64_t now, then;
-	bool yes;
+	int yes;
 
 	if (!st || lent_to != st)
 		return false;
@@ -371,6 +379,8 @@ static bool r_self_served(struct tpu_rendezvous *rdv)
 	if (then && now - then < ELSEWHERE_NS)
 		return atomic_load_explicit(&st->elsewhere, memory_order_relaxed);
 	yes = peers_elsewhere(st);
+	if (yes < 0)
+		return false;
 	atomic_store_explicit(&st->elsewhere, yes, memory_order_relaxed);
 	atomic_store_explicit(&st->elsewhere_ns, now, memory_order_relaxed);
 	return yes;

@@ -16,14 +16,20 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctx/ctx.h"
 #include "remote/remote.h"
 #include "remote_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
+#include "waitword.h"
 
 #define TASK_A		"/job:worker/replica:0/task:0"
 #define TASK_B		"/job:worker/replica:0/task:1"
@@ -216,6 +222,154 @@ static void woken_in_place(struct worker *a)
 		tap_diag("remote wake: the aborted waiter slept on its own word, not in pctx's place");
 }
 
+static int bind_to(int cpu)
+{
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return -1;
+	tpu__spin_cpus_changed();
+	return 0;
+}
+
+/*
+ * Worker @task of a process bound to @cpu, listening where the other
+ * process looks for it (the pid of its process in the URL), with the other
+ * (@peer, in process @peer_pid) in its map.
+ */
+static bool bound_worker(struct worker *w, int cpu, const char *task, const char *peer,
+			 pid_t peer_pid)
+{
+	char url[96];
+
+	snprintf(url, sizeof(url), "shm://remotewake-%d-bound", (int)peer_pid);
+	return !bind_to(cpu) && rh_shm_worker_open(&w->rw, task, "remotewake", "bound") &&
+	       !tpu_rendezvous_add_peer(w->rw.rdv, peer, url);
+}
+
+struct bound_side {
+	struct worker *w;
+	bool first;		/* task A: pings first */
+	tpu_status err;
+	uint64_t taken;		/* spins that took the lone core, during the rounds */
+};
+
+/*
+ * The rounds, on a thread of their own: the forking thread's spin state
+ * (a quiet period from an earlier test, say) is not theirs.
+ */
+static void *bound_rounds(void *arg)
+{
+	struct bound_side *b = arg;
+	uint64_t got, taken = tpu__spin_last_core_taken();
+
+	for (unsigned int i = 0; i < ROUNDS && !b->err; i++) {
+		if (b->first) {
+			b->err = give(b->w, TASK_A, TASK_B, "ping", i);
+			if (!b->err)
+				b->err = take(b->w, TASK_B, TASK_A, "pong", i, &got);
+		} else {
+			b->err = take(b->w, TASK_A, TASK_B, "ping", i, &got);
+			if (!b->err)
+				b->err = give(b->w, TASK_B, TASK_A, "pong", i);
+		}
+	}
+	b->taken = tpu__spin_last_core_taken() - taken;
+	/* B's last pong is taken before it goes. */
+	if (!b->err)
+		b->err = b->first ? give(b->w, TASK_A, TASK_B, "bye", 0) :
+			 take(b->w, TASK_A, TASK_B, "bye", 0, &got);
+	return NULL;
+}
+
+static tpu_status bound_side_run(struct worker *w, bool first, uint64_t *taken)
+{
+	struct bound_side b = { .w = w, .first = first };
+	pthread_t th;
+
+	if (pthread_create(&th, NULL, bound_rounds, &b))
+		return -EAGAIN;
+	pthread_join(th, NULL);
+	*taken = b.taken;
+	return b.err;
+}
+
+/*
+ * Two processes bound to cores @a and @b, a worker each: ROUNDS
+ * ping-pongs.  Run in a process of its own; its exit status is 1 if
+ * anything failed, plus 2 if a waiter of task A spun on its lone core.
+ */
+static void bound_pair(int a, int b)
+{
+	static struct worker wa, wb;
+	pid_t parent = getpid(), pid = fork();
+	uint64_t taken = 0;
+	tpu_status err;
+
+	if (pid == 0) {
+		err = bound_worker(&wb, b, TASK_B, TASK_A, parent) ? 0 : -EIO;
+		if (!err)
+			err = bound_side_run(&wb, false, &taken);
+		rh_worker_close(&wb.rw);
+		_exit(err ? 1 : 0);
+	}
+	err = pid > 0 && bound_worker(&wa, a, TASK_A, TASK_B, pid) ? 0 : -EIO;
+	if (!err)
+		err = bound_side_run(&wa, true, &taken);
+	if (pid > 0) {
+		int ws = 0;
+
+		if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws))
+			err = err ? err : -ECHILD;
+	}
+	rh_worker_close(&wa.rw);
+	_exit((err ? 1 : 0) | (taken ? 2 : 0));
+}
+
+static int bound_run(int a, int b)
+{
+	pid_t pid = fork();
+	int ws = 0;
+
+	if (pid == 0)
+		bound_pair(a, b);
+	if (pid < 0 || waitpid(pid, &ws, 0) != pid)
+		return -1;
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+/*
+ * Workers bound to a core each (mpirun --bind-to core): a waiter lent to
+ * its context reads the peer's frames itself, and no peer shares its core,
+ * so it spins on that lone core; bound to one core together, it does not.
+ */
+static void bound_workers(void)
+{
+	cpu_set_t set;
+	int cpus[2], found = 0, rc;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+			if (CPU_ISSET(c, &set))
+				cpus[found++] = c;
+	if (found < 2) {
+		CHECK(true, "remote wake: bound workers # SKIP fewer than two usable cores");
+		return;
+	}
+	rc = bound_run(cpus[0], cpus[1]);
+	CHECK(rc >= 0 && !(rc & 1), "remote wake: %d round trips between workers bound to a core each",
+	      ROUNDS);
+	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
+		CHECK(true, "remote wake: bound waiters spin # SKIP under valgrind");
+	else
+		CHECK(rc == 2, "remote wake: their waiters spin on their lone cores (exit %d)", rc);
+	rc = bound_run(cpus[0], cpus[0]);
+	CHECK(rc == 0, "remote wake: workers bound to one core together do not spin on it (exit %d)",
+	      rc);
+}
+
 void test_remote_wake(void)
 {
 	struct worker a = { 0 }, b = { 0 };
@@ -232,4 +386,5 @@ void test_remote_wake(void)
 	}
 	rh_worker_close(&b.rw);
 	rh_worker_close(&a.rw);
+	bound_workers();
 }
