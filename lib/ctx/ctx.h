@@ -150,6 +150,8 @@ uint64_t tpu__ctx_wakes(const struct tpu_context *ctx);
 uint64_t tpu__ctx_lend_sleeps(const struct tpu_context *ctx);
 /* For tests: the thread's spins that found work (reported to spin_policy.c). */
 uint64_t tpu__ctx_spins_answered(const struct tpu_context *ctx);
+/* For tests: the thread's spins begun. */
+uint64_t tpu__ctx_spins_begun(const struct tpu_context *ctx);
 /*
  * The lender that gave the context back expecting to come back does not
  * (it waits without lending): the thread arms its pollers now rather than
@@ -178,6 +180,12 @@ struct tpu__poller {
 	bool (*poll)(struct tpu__poller *p);
 	bool (*arm)(struct tpu__poller *p);
 	void (*disarm)(struct tpu__poller *p);
+	/*
+	 * The process at the other end as the kernel proved it (shm:
+	 * SO_PEERCRED), 0 if not known: on a lone core the thread does not
+	 * spin while such a peer may need that core (ctx_core_shared).
+	 */
+	int peer_pid;
 };
 void tpu__ctx_poller_add(struct tpu_context *ctx, struct tpu__poller *p);
 void tpu__ctx_poller_del(struct tpu_context *ctx, struct tpu__poller *p);

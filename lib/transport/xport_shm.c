@@ -622,6 +622,7 @@ void tpu__shm_conn_open(struct shm_conn *c)
 	struct io_uring_sqe *sqe;
 
 	c->state = SHM_OPEN;
+	c->poller.peer_pid = c->peer_pid;
 	tpu__ctx_poller_add(c->ctx, &c->poller);
 	c->polling = true;
 	sqe = tpu__shm_conn_sqe(c, on_peer_hup);

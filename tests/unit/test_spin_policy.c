@@ -23,6 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ctx/ctx.h"
+#include "pipe_harness.h"
 #include "tap.h"
 #include "waitword.h"
 
@@ -587,6 +589,91 @@ static void lone_core_peers(void)
 		      "spin_policy: on a lone core a self-served waiter spins, a plain one not");
 }
 
+#define PIPE_ROUNDS	50
+
+/*
+ * PIPE_ROUNDS messages of 64 bytes over a shm pipe between two contexts of
+ * this process, each read before the next is written: the spins the two
+ * context threads began meanwhile in *@spins.  False if a step failed.
+ */
+static bool pipe_rounds(uint64_t *spins)
+{
+	static char out[64], in[64];
+	struct tpu_payload pl = { .data = out, .len = sizeof(out) };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	char url[64];
+	struct pair pp;
+	uint64_t before;
+	bool ok;
+
+	snprintf(url, sizeof(url), "shm://spinpolicy-%d", (int)getpid());
+	ok = pair_open(&pp, url, "basic");
+	before = ok ? tpu__ctx_spins_begun(pp.a) + tpu__ctx_spins_begun(pp.b) : 0;
+	for (int i = 0; ok && i < PIPE_ROUNDS; i++) {
+		struct rec r;
+		struct tag tw = { &r, 0 }, td = { &r, 1 }, tr = { &r, 2 };
+		struct tpu_message *d;
+
+		rec_init(&r);
+		ok = !tpu_pipe_write(pp.client, &m, on_write, &tw) &&
+		     !tpu_pipe_read_descriptor(pp.server, on_desc, &td) && rec_wait(&r, 2);
+		d = NULL;
+		for (int k = 0; ok && k < r.n; k++)
+			if (r.order[k] == 1 && !r.st[k])
+				d = r.msg[k];
+		ok = ok && d && d->npayloads == 1 && d->payloads[0].len == sizeof(in);
+		if (ok) {
+			d->payloads[0].data = in;
+			ok = !tpu_pipe_read(pp.server, d, on_write, &tr) && rec_wait(&r, 3);
+		}
+	}
+	if (ok)
+		*spins = tpu__ctx_spins_begun(pp.a) + tpu__ctx_spins_begun(pp.b) - before;
+	pair_close(&pp);
+	return ok;
+}
+
+/*
+ * A context thread on a lone core does not spin for a peer that may need
+ * that core: here both ends of the pipe are this very process.  With more
+ * cores it does.
+ */
+static void context_thread_on_a_lone_core(void)
+{
+	uint64_t spins = 0;
+	int ws = 0, rc;
+	bool ok;
+	pid_t pid;
+
+	if (usable_cpus() < 2 || (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))) {
+		CHECK(true, "spin_policy: context threads spin # SKIP %s",
+		      usable_cpus() < 2 ? "one core" : "under valgrind");
+	} else {
+		ok = pipe_rounds(&spins);
+		CHECK(ok && spins > 0,
+		      "spin_policy: on two cores the context threads spin between messages (%llu)",
+		      (unsigned long long)spins);
+	}
+	pid = fork();
+	if (pid == 0) {
+		cpu_set_t set, one;
+		int c = 0;
+
+		CPU_ZERO(&one);
+		if (!sched_getaffinity(0, sizeof(set), &set))
+			while (c < CPU_SETSIZE - 1 && !CPU_ISSET(c, &set))
+				c++;
+		CPU_SET(c, &one);
+		if (sched_setaffinity(0, sizeof(one), &one))
+			_exit(2);
+		tpu__spin_cpus_changed();
+		_exit(!pipe_rounds(&spins) ? 3 : spins ? 1 : 0);
+	}
+	rc = pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : 255;
+	CHECK(rc == 0, "spin_policy: bound to one core with its peer, a context thread does not spin "
+		       "(exit %d)", rc);
+}
+
 void test_spin_policy(void)
 {
 	if (usable_cpus() < 2) {
@@ -602,4 +689,5 @@ void test_spin_policy(void)
 	agent_cap_bounds_the_spin();
 	self_served_takes_the_last_core();
 	lone_core_peers();
+	context_thread_on_a_lone_core();
 }
