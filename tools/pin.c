@@ -60,7 +60,8 @@ const char *pin_describe(void)
 
 	if (mode == PIN_NONE)
 		return "placement: not pinned (--pin same|split): the scheduler placed each side";
-	snprintf(line, sizeof(line), "placement: --pin %s: this process on CPU %d, its peers on CPU %d",
+	snprintf(line, sizeof(line),
+		 "placement: --pin %s: this process on CPU %d, its peers on CPU %d",
 		 mode == PIN_SAME ? "same" : "split", cpu[0], cpu[1]);
 	return line;
 }

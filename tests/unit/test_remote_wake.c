@@ -359,15 +359,15 @@ static void bound_workers(void)
 		return;
 	}
 	rc = bound_run(cpus[0], cpus[1]);
-	CHECK(rc >= 0 && !(rc & 1), "remote wake: %d round trips between workers bound to a core each",
-	      ROUNDS);
+	CHECK(rc >= 0 && !(rc & 1),
+	      "remote wake: %d round trips between workers bound to a core each", ROUNDS);
 	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
 		CHECK(true, "remote wake: bound waiters spin # SKIP under valgrind");
 	else
 		CHECK(rc == 2, "remote wake: their waiters spin on their lone cores (exit %d)", rc);
 	rc = bound_run(cpus[0], cpus[0]);
-	CHECK(rc == 0, "remote wake: workers bound to one core together do not spin on it (exit %d)",
-	      rc);
+	CHECK(rc == 0,
+	      "remote wake: workers bound to one core together do not spin on it (exit %d)", rc);
 }
 
 void test_remote_wake(void)

@@ -452,7 +452,9 @@ static void *served_probe(void *arg)
 	for (int i = 0; i < PROBE_TRIES && !spun; i++) {
 		struct tpu__waitword w = TPU__WAITWORD_INIT;
 		struct tpu__ww_agent agent = {
-			.poll = post_in_poll, .self_served = *io ? self_served_yes : NULL, .arg = &w,
+			.poll = post_in_poll,
+			.self_served = *io ? self_served_yes : NULL,
+			.arg = &w,
 		};
 
 		spun = tpu__waitword_wait_with(&w, tpu__deadline_ns(PROBE_DEADLINE_NS), &agent);
@@ -494,8 +496,8 @@ static void self_served_takes_the_last_core(void)
 		held--;
 	}
 	CHECK(!plain && served,
-	      "spin_policy: with %u spinners on %u cores a self-served waiter still spins, a plain one not",
-	      n, n + 1);
+	      "spin_policy: with %u spinners on %u cores a self-served waiter still spins, "
+	      "a plain one not", n, n + 1);
 	CHECK(tpu__spin_last_core_taken() > taken, "spin_policy: and that spin is counted");
 	CHECK(!served_full, "spin_policy: with every core spun on, not even a self-served one");
 }
@@ -640,14 +642,14 @@ static bool pipe_rounds(uint64_t *spins)
  */
 static void context_thread_on_a_lone_core(void)
 {
+	bool vg = getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"), ok;
 	uint64_t spins = 0;
 	int ws = 0, rc;
-	bool ok;
 	pid_t pid;
 
-	if (usable_cpus() < 2 || (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))) {
+	if (usable_cpus() < 2 || vg) {
 		CHECK(true, "spin_policy: context threads spin # SKIP %s",
-		      usable_cpus() < 2 ? "one core" : "under valgrind");
+		      vg ? "under valgrind" : "one core");
 	} else {
 		ok = pipe_rounds(&spins);
 		CHECK(ok && spins > 0,
@@ -670,8 +672,9 @@ static void context_thread_on_a_lone_core(void)
 		_exit(!pipe_rounds(&spins) ? 3 : spins ? 1 : 0);
 	}
 	rc = pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : 255;
-	CHECK(rc == 0, "spin_policy: bound to one core with its peer, a context thread does not spin "
-		       "(exit %d)", rc);
+	CHECK(rc == 0,
+	      "spin_policy: bound to one core with its peer, a context thread does not spin (exit %d)",
+	      rc);
 }
 
 void test_spin_policy(void)
