@@ -175,3 +175,25 @@ unsigned int usable_cpus(void)
 
 	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
 }
+
+bool first_two_cpus(int cpus[2])
+{
+	cpu_set_t set;
+	int found = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return false;
+	for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+		if (CPU_ISSET(c, &set))
+			cpus[found++] = c;
+	return found == 2;
+}
+
+int bind_to_cpu(int cpu)
+{
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	return sched_setaffinity(0, sizeof(one), &one) ? -1 : 0;
+}

@@ -37,6 +37,10 @@ struct timespec;
 void deadline_in(struct timespec *until, int ms);
 /* The CPUs this process may run on (1 when it cannot tell). */
 unsigned int usable_cpus(void);
+/* The first two of them into @cpus: false when there are fewer. */
+bool first_two_cpus(int cpus[2]);
+/* Bind this thread (and the threads and processes it starts) to @cpu: 0 or -1. */
+int bind_to_cpu(int cpu);
 
 #define TAP_STR2(x) #x
 #define TAP_STR(x) TAP_STR2(x)

@@ -222,13 +222,10 @@ static void woken_in_place(struct worker *a)
 		tap_diag("remote wake: the aborted waiter slept on its own word, not in pctx's place");
 }
 
+/* Bound to @cpu, and the spin policy told. */
 static int bind_to(int cpu)
 {
-	cpu_set_t one;
-
-	CPU_ZERO(&one);
-	CPU_SET(cpu, &one);
-	if (sched_setaffinity(0, sizeof(one), &one))
+	if (bind_to_cpu(cpu))
 		return -1;
 	tpu__spin_cpus_changed();
 	return 0;
@@ -347,14 +344,9 @@ static int bound_run(int a, int b)
  */
 static void bound_workers(void)
 {
-	cpu_set_t set;
-	int cpus[2], found = 0, rc;
+	int cpus[2], rc;
 
-	if (!sched_getaffinity(0, sizeof(set), &set))
-		for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
-			if (CPU_ISSET(c, &set))
-				cpus[found++] = c;
-	if (found < 2) {
+	if (!first_two_cpus(cpus)) {
 		CHECK(true, "remote wake: bound workers # SKIP fewer than two usable cores");
 		return;
 	}

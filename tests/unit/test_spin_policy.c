@@ -502,13 +502,10 @@ static void self_served_takes_the_last_core(void)
 	CHECK(!served_full, "spin_policy: with every core spun on, not even a self-served one");
 }
 
+/* Bound to @cpu, and the spin policy told. */
 static int pin_to(int cpu)
 {
-	cpu_set_t one;
-
-	CPU_ZERO(&one);
-	CPU_SET(cpu, &one);
-	if (sched_setaffinity(0, sizeof(one), &one))
+	if (bind_to_cpu(cpu))
 		return -1;
 	tpu__spin_cpus_changed();
 	return 0;
@@ -561,15 +558,10 @@ static int lone_core_checks(int a, int b)
 
 static void lone_core_peers(void)
 {
-	cpu_set_t set;
-	int cpus[2], found = 0, ws = 0, fails;
+	int cpus[2], ws = 0, fails;
 	pid_t pid;
 
-	if (!sched_getaffinity(0, sizeof(set), &set))
-		for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
-			if (CPU_ISSET(c, &set))
-				cpus[found++] = c;
-	if (found < 2) {
+	if (!first_two_cpus(cpus)) {
 		CHECK(true, "spin_policy: lone core # SKIP fewer than two usable cores");
 		return;
 	}
@@ -658,17 +650,10 @@ static void context_thread_on_a_lone_core(void)
 	}
 	pid = fork();
 	if (pid == 0) {
-		cpu_set_t set, one;
-		int c = 0;
+		int cpus[2];
 
-		CPU_ZERO(&one);
-		if (!sched_getaffinity(0, sizeof(set), &set))
-			while (c < CPU_SETSIZE - 1 && !CPU_ISSET(c, &set))
-				c++;
-		CPU_SET(c, &one);
-		if (sched_setaffinity(0, sizeof(one), &one))
+		if (!first_two_cpus(cpus) || pin_to(cpus[0]))
 			_exit(2);
-		tpu__spin_cpus_changed();
 		_exit(!pipe_rounds(&spins) ? 3 : spins ? 1 : 0);
 	}
 	rc = pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : 255;
