@@ -176,6 +176,13 @@ unsigned int usable_cpus(void)
 	return sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
 }
 
+bool under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "vgpreload");
+}
+
 bool first_two_cpus(int cpus[2])
 {
 	cpu_set_t set;

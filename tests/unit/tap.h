@@ -37,6 +37,8 @@ struct timespec;
 void deadline_in(struct timespec *until, int ms);
 /* The CPUs this process may run on (1 when it cannot tell). */
 unsigned int usable_cpus(void);
+/* Whether this process runs under valgrind (its preload is in LD_PRELOAD). */
+bool under_valgrind(void);
 /* The first two of them into @cpus: false when there are fewer. */
 bool first_two_cpus(int cpus[2]);
 /* Bind this thread (and the threads and processes it starts) to @cpu: 0 or -1. */

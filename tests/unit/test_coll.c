@@ -48,13 +48,6 @@ struct worker {
 	} \
 } while (0)
 
-static bool under_valgrind(void)
-{
-	const char *p = getenv("LD_PRELOAD");
-
-	return p && strstr(p, "vgpreload");
-}
-
 /*
  * A worker's watchdog only catches a hang: the eight-member matrix takes
  * seconds on the host, over a minute in a VM under TCG, and far longer under

@@ -1006,7 +1006,7 @@ static void bound_to_cores(void)
 	}
 	rc = bound_run(cpus[0], cpus[1]);
 	CHECK(rc >= 0 && !(rc & 1), "rdv_cma_ping_pong_between_processes_bound_to_a_core_each");
-	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
+	if (under_valgrind())
 		CHECK(true, "rdv_cma_bound_waiters_spin # SKIP under valgrind");
 	else
 		CHECK(rc == 2,

@@ -82,7 +82,7 @@ static void busy_process_does_not_stop_spinning(void)
 	int cpu;
 
 	/* valgrind runs one thread at a time, and slowly: the probe sees itself preempted. */
-	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload")) {
+	if (under_valgrind()) {
 		CHECK(true, "spin_policy: busy processes elsewhere # SKIP under valgrind");
 		return;
 	}
@@ -576,7 +576,7 @@ static void lone_core_peers(void)
 	CHECK(!(fails & 4), "spin_policy: a peer bound to our core shares it");
 	CHECK(!(fails & 8), "spin_policy: one peer sharing it among others is enough");
 	CHECK(!(fails & 16), "spin_policy: a peer that is gone, or no pid, counts as sharing");
-	if (getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"))
+	if (under_valgrind())
 		CHECK(true, "spin_policy: lone core spin # SKIP under valgrind");
 	else
 		CHECK(!(fails & 32),
@@ -634,7 +634,7 @@ static bool pipe_rounds(uint64_t *spins)
  */
 static void context_thread_on_a_lone_core(void)
 {
-	bool vg = getenv("LD_PRELOAD") && strstr(getenv("LD_PRELOAD"), "vgpreload"), ok;
+	bool vg = under_valgrind(), ok;
 	uint64_t spins = 0;
 	int ws = 0, rc;
 	pid_t pid;

@@ -56,13 +56,6 @@ struct job {
 	bool tcp;		/* tcp only: no shm between the ranks */
 };
 
-static bool under_valgrind(void)
-{
-	const char *p = getenv("LD_PRELOAD");
-
-	return p && strstr(p, "vgpreload");
-}
-
 static int world_up(int me, int n, const struct job *j, uint32_t timeout_ms,
 		    struct tpu_context **ctx, struct tpu_world **w)
 {
