@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tap.h"
@@ -116,6 +117,47 @@ static void build_checks(void)
 	      "device_name_build_rejects_a_task_above_int_max");
 }
 
+/*
+ * Names this thread parsed lately are answered from a memo: only the same
+ * bytes may be, with slices into the name given now, never a stale answer.
+ */
+static void memo_answers_only_the_same_bytes(void)
+{
+	static const char name[] = "/job:worker/replica:0/task:1/device:CPU:0";
+	char a[sizeof(name)], b[sizeof(name)], many[8][64], longname[160];
+	struct tpu_device_name d;
+	bool all = true;
+	size_t n;
+
+	memcpy(a, name, sizeof(name));
+	memcpy(b, name, sizeof(name));
+	CHECK(!tpu_device_name_parse(tpu_str(a), &d, NULL) &&
+	      !tpu_device_name_parse(tpu_str(b), &d, NULL) &&
+	      d.job.ptr == b + 5 && d.job.len == 6 && d.type.ptr == b + 36 && d.type.len == 3 &&
+	      d.task == 1, "device_name_memo: the same name elsewhere has its slices there");
+	b[27] = '2';
+	CHECK(!tpu_device_name_parse(tpu_str(b), &d, NULL) && d.task == 2,
+	      "device_name_memo: a name changed in place parses as it reads now");
+	b[40] = 'x';
+	CHECK(tpu_device_name_parse(tpu_str(b), &d, NULL) == TPU_E_BAD_DEVICE_NAME,
+	      "device_name_memo: one byte off a parsed name is still refused");
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 8; i++) {
+			snprintf(many[i], sizeof(many[i]), "/job:w/replica:0/task:%d/device:GPU:%d", i,
+				 7 - i);
+			all = all && !tpu_device_name_parse(tpu_str(many[i]), &d, NULL) &&
+			      d.task == (uint32_t)i && d.id == (uint32_t)(7 - i) &&
+			      d.job.ptr == many[i] + 5;
+		}
+	}
+	CHECK(all, "device_name_memo: eight names in turn, three times, each parses as itself");
+	n = (size_t)snprintf(longname, sizeof(longname), "/job:%s/replica:3/task:4/device:CPU:5",
+			     "a_job_name_long_enough_that_the_whole_name_passes_ninety_six_bytes_x");
+	CHECK(n > 96 && !tpu_device_name_parse(tpu_str(longname), &d, NULL) &&
+	      !tpu_device_name_parse(tpu_str(longname), &d, NULL) && d.task == 4 && d.id == 5,
+	      "device_name_memo: a name too long for the memo parses, twice");
+}
+
 void test_device_name(void)
 {
 	struct tpu_device_name d;
@@ -136,4 +178,5 @@ void test_device_name(void)
 	      -EINVAL, "device_name_parse_null_output_is_einval");
 	CHECK(tpu_str(NULL).len == 0 && tpu_str(NULL).ptr != NULL, "tpu_str_of_null_is_empty");
 	build_checks();
+	memo_answers_only_the_same_bytes();
 }
