@@ -237,6 +237,27 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 				struct tpu__shm_coll **out);
 void tpu__shm_coll_detach(struct tpu__shm_coll *s);
 
+/*
+ * Lanes (coll_shm_lanes.c): one sealed memfd of @k complete segments and a
+ * table of which instance holds which, for groups whose instances run in
+ * any order.  Made, checked and mapped like a segment; a run enters with
+ * its instance's key (group key, instance key, step id), joining the lane
+ * another member claimed for it or claiming a free one (waiting for one,
+ * within @deadline_ns, CLOCK_MONOTONIC, 0: none), runs its one call
+ * there, and leaves; the last member to leave frees the lane.
+ */
+struct tpu__shm_lanes;
+#define TPU__SHM_MAX_LANES	64
+tpu_status tpu__shm_lanes_create(int n, int k, size_t slot, int *fd);
+tpu_status tpu__shm_lanes_attach(int fd, int n, int rank, int k, size_t slot, const pid_t *pids,
+				 struct tpu__shm_lanes **out);
+void tpu__shm_lanes_detach(struct tpu__shm_lanes *l);
+tpu_status tpu__shm_lanes_enter(struct tpu__shm_lanes *l, const uint64_t key[3],
+				uint64_t deadline_ns, struct tpu__shm_coll **lane);
+tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *lane);
+/* Lanes claimed now (tests: all free once every run left). */
+int tpu__shm_lanes_busy(const struct tpu__shm_lanes *l);
+
 struct tpu__shm_call {
 	enum tpu_coll_type type;	/* REDUCTION, BROADCAST, GATHER, REDUCE_SCATTER */
 	enum tpu_dtype dtype;

@@ -144,6 +144,7 @@ struct tpu__shm_coll {
 	size_t slot;
 	size_t size;
 	unsigned char *base;
+	bool own_base;			/* detach unmaps base (not a lane of a larger mapping) */
 	pid_t *pids;			/* proven by the kernel */
 	int *pidfds;			/* liveness (-1 for this member) */
 	uint32_t seq;			/* this member's phases published */
@@ -198,6 +199,19 @@ static inline unsigned char *shm_data(const struct tpu__shm_coll *s, int r, uint
 _Static_assert(SHM_RING * sizeof(struct shm_desc) % 64 == 0, "a ring of descriptions ends aligned");
 
 /* coll_shm_seg.c */
+/* A segment's size for @n members of @slot bytes, and whether those are valid. */
+size_t tpu__shm_seg_size(int n, size_t slot);
+bool tpu__shm_seg_args_ok(int n, size_t slot);
+/* Write a new segment's header at @region (its creator only, before sealing). */
+void tpu__shm_seg_init(void *region, int n, size_t slot);
+/* 0 when @fd is a memfd sealed against growing and shrinking, of exactly @size bytes. */
+tpu_status tpu__shm_check_fd(int fd, size_t size);
+/*
+ * Attach the segment mapped at @base (tpu__shm_seg_size() bytes, checked
+ * by the caller); detach unmaps it only when @own.
+ */
+tpu_status tpu__shm_coll_attach_at(void *base, bool own, int n, int rank, size_t slot,
+				   const pid_t *pids, struct tpu__shm_coll **out);
 /* Publish one more phase (and wake sleepers). */
 void tpu__shm_publish(struct tpu__shm_coll *s);
 /* Wait until member @r published @target phases; a failure is sticky and aborts the others. */

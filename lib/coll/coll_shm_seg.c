@@ -51,7 +51,7 @@
 #define CROWD_SLEEP_NS	50000u
 #define SEALS		(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-static size_t seg_size(int n, size_t slot)
+size_t tpu__shm_seg_size(int n, size_t slot)
 {
 	return SHM_LINE * (1 + (size_t)n) + 2 * slot * (size_t)n +
 	       (size_t)n * SHM_RING * (sizeof(struct shm_desc) + SHM_SMALL);
@@ -77,9 +77,24 @@ static bool slot_parts_ok(size_t slot)
 	return slot / SHM_PART < SHM_REDUCED - 1;
 }
 
+bool tpu__shm_seg_args_ok(int n, size_t slot)
+{
+	return n >= 1 && n <= TPU__SHM_MAX_MEMBERS && slot && !(slot % 64) && slot_parts_ok(slot);
+}
+
+void tpu__shm_seg_init(void *region, int n, size_t slot)
+{
+	struct shm_hdr *h = region;
+
+	h->magic = SHM_MAGIC;
+	h->n = (uint32_t)n;
+	h->slot = slot;
+	atomic_init(&h->abort, 0);
+}
+
 tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd)
 {
-	size_t size = seg_size(n, slot);
+	size_t size = tpu__shm_seg_size(n, slot);
 	struct shm_hdr *h;
 	int f;
 
@@ -93,10 +108,7 @@ tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd)
 	h = mmap(NULL, SHM_LINE, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
 	if (h == MAP_FAILED)
 		goto fail;
-	h->magic = SHM_MAGIC;
-	h->n = (uint32_t)n;
-	h->slot = slot;
-	atomic_init(&h->abort, 0);
+	tpu__shm_seg_init(h, n, slot);
 	munmap(h, SHM_LINE);
 	if (fcntl(f, F_ADD_SEALS, SEALS))
 		goto fail;
@@ -111,7 +123,7 @@ fail:
 	}
 }
 
-static tpu_status check_fd(int fd, size_t size)
+tpu_status tpu__shm_check_fd(int fd, size_t size)
 {
 	struct stat sb;
 	int seals = fcntl(fd, F_GET_SEALS);
@@ -127,41 +139,55 @@ static tpu_status check_fd(int fd, size_t size)
 tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_t *pids,
 				struct tpu__shm_coll **out)
 {
+	size_t size;
+	void *base;
+	tpu_status st;
+
+	if (!tpu__shm_seg_args_ok(n, slot) || rank < 0 || rank >= n || !pids || !out)
+		return -EINVAL;
+	size = tpu__shm_seg_size(n, slot);
+	st = tpu__shm_check_fd(fd, size);
+	if (st)
+		return st;
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED)
+		return -errno;
+	/* A child forked later has no part in the group: the segment goes when the members do. */
+	madvise(base, size, MADV_DONTFORK);
+	st = tpu__shm_coll_attach_at(base, true, n, rank, slot, pids, out);
+	if (st)
+		munmap(base, size);
+	return st;
+}
+
+tpu_status tpu__shm_coll_attach_at(void *base, bool own, int n, int rank, size_t slot,
+				   const pid_t *pids, struct tpu__shm_coll **out)
+{
 	struct tpu__shm_coll *s;
 	const struct shm_hdr *h;
 	tpu_status st;
 
-	if (n < 1 || n > TPU__SHM_MAX_MEMBERS || rank < 0 || rank >= n || !slot || slot % 64 ||
-	    !slot_parts_ok(slot) ||
-	    !pids || !out)
+	if (!base || !tpu__shm_seg_args_ok(n, slot) || rank < 0 || rank >= n || !pids || !out)
 		return -EINVAL;
-	st = check_fd(fd, seg_size(n, slot));
-	if (st)
-		return st;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->n = n;
 	s->rank = rank;
 	s->slot = slot;
-	s->size = seg_size(n, slot);
+	s->size = tpu__shm_seg_size(n, slot);
 	s->way = "";
 	s->kfd = -1;
 	s->pids = calloc((size_t)n, sizeof(*s->pids));
 	s->pidfds = calloc((size_t)n, sizeof(*s->pidfds));
 	s->tmp = aligned_alloc(64, TPU__COLL_PIECE);
-	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (!s->pids || !s->pidfds || !s->tmp || s->base == MAP_FAILED) {
-		st = s->base == MAP_FAILED ? -errno : -ENOMEM;
-		if (s->base == MAP_FAILED)
-			s->base = NULL;
+	if (!s->pids || !s->pidfds || !s->tmp) {
+		st = -ENOMEM;
 		goto fail;
 	}
 	for (int r = 0; r < n; r++)
 		s->pidfds[r] = -1;
-	/* A child forked later has no part in the group: the segment goes when the members do. */
-	madvise(s->base, s->size, MADV_DONTFORK);
-	h = shm_hdr(s);
+	h = base;
 	if (h->magic != SHM_MAGIC || h->n != (uint32_t)n || h->slot != slot) {
 		st = -EPROTO;
 		goto fail;
@@ -187,6 +213,9 @@ tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_
 		s->spin_ns = !sched_getaffinity(0, sizeof(cpus), &cpus) &&
 			     n <= CPU_COUNT(&cpus) ? YIELD_NS : SPIN_NS;
 	}
+	/* Only now: a failure above leaves the caller's mapping to the caller. */
+	s->base = base;
+	s->own_base = own;
 	s->pids[rank] = getpid();
 	shm_line(s, rank)->pid = (int32_t)getpid();
 	s->seq = atomic_load(&shm_line(s, rank)->seq);
@@ -201,7 +230,7 @@ void tpu__shm_coll_detach(struct tpu__shm_coll *s)
 {
 	if (!s)
 		return;
-	if (s->base)
+	if (s->base && s->own_base)
 		munmap(s->base, s->size);
 	for (int r = 0; s->pidfds && r < s->n; r++)
 		if (s->pidfds[r] >= 0)

@@ -45,6 +45,7 @@ static const struct {
 	{ "pipe_wire", test_pipe_wire },
 	{ "copy_stream", test_copy_stream },
 	{ "shm_ring", test_shm_ring },
+	{ "shm_lanes", test_shm_lanes },
 	{ "xport_tcp", test_xport_tcp },
 	{ "xport_shm", test_xport_shm },
 	{ "xport_rdma", test_xport_rdma },

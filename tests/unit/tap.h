@@ -80,6 +80,7 @@ void test_endpoint_args(void);
 void test_fdpass(void);
 void test_pipe_wire(void);
 void test_shm_ring(void);
+void test_shm_lanes(void);
 void test_xport_tcp(void);
 void test_xport_shm(void);
 void test_xport_rdma(void);
