@@ -18,8 +18,9 @@
  * Why each lane's call counters (struct tpu__shm_coll's calls, seq, and
  * the parts words) stay in step on every member: a lane is freed only when
  * all n members left it, and each member joins a given claim once (its
- * bit in the claim's joined mask) and runs exactly one call in it; so the m-th claim of a lane is the m-th call on
- * that lane for every member, whatever order the instances ran in, and no
+ * bit in the claim's joined mask) and runs exactly one call in it; so the
+ * m-th claim of a lane is the m-th call on that lane for every member,
+ * whatever order the instances ran in, and no
  * member can join the (m+1)-th claim before every member left the m-th.
  * A member's thread that failed inside a lane leaves it failed (its abort
  * word is sticky), and from then on the whole table fails: the members are
