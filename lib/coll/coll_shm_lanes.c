@@ -51,13 +51,13 @@ struct lanes_hdr {
 	uint32_t lanes;
 	uint32_t pad;
 	uint64_t slot;
-	_Atomic uint32_t lock;		/* 0, or 1 + the rank of a holder (for its liveness) */
+	_Atomic uint32_t lock;		/* 0, or 1 + its holder's rank (for liveness) */
 	_Atomic int32_t abort;		/* 0, or the status every later entry fails with */
 	uint64_t claims;		/* claims made so far (under the lock) */
 };
 
 struct lanes_ent {
-	_Atomic uint32_t busy;		/* written under the lock (tpu__shm_lanes_busy() reads it) */
+	_Atomic uint32_t busy;		/* written under the lock; tpu__shm_lanes_busy() */
 	uint32_t left;			/* members that left this claim */
 	uint64_t joined;		/* bit r: member r joined this claim */
 	uint64_t order;			/* when it was claimed (the header's claims then) */
