@@ -654,10 +654,6 @@ static bool ctx_work(struct tpu_context *ctx)
 	return any;
 }
 
-/*
- * With pollers or spinners, keep looking for a while before sleeping: a
- * peer that answers within the spin costs neither side a wake-up.
- */
 /* Peers asked about at most; more pollers than that are not looked at. */
 #define CORE_PEERS_MAX		64
 /* How long ctx_core_shared trusts what it learnt. */
@@ -689,6 +685,10 @@ static bool ctx_core_shared(struct tpu_context *ctx, uint64_t now)
 	return ctx->core_shared;
 }
 
+/*
+ * With pollers or spinners, keep looking for a while before sleeping: a
+ * peer that answers within the spin costs neither side a wake-up.
+ */
 static bool ctx_spin(struct tpu_context *ctx)
 {
 	uint64_t now, last, until;
