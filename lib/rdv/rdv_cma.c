@@ -1172,4 +1172,3 @@ const struct tpu__rdv_ops tpu__rdv_cma = {
 	.wait_kick = cma_wait_kick,
 	.self_served = cma_self_served,
 };
-
