@@ -7,7 +7,8 @@
 #
 # LOG is a suite's output (TAP mixed with anything else), STATUS its exit
 # status.  Prints one line per suite, the failing test points (the first
-# 20, each with its suite), then exactly one line
+# 20, each with its suite; under each of the first five, up to six lines
+# its log has after it: the reason a test printed), then exactly one line
 # "N passed, N failed" (", N skipped" appended when there are any), and exits
 # 1 when anything failed.
 #
@@ -45,8 +46,16 @@ count_tap() {
 			failed++
 			next
 		}
-		if (rest !~ /^(not )?ok([ \t]|$)/)
+		if (rest !~ /^(not )?ok([ \t]|$)/) {
+			# What a failing point printed after itself (its log, a
+			# reason a rank gave): a few lines of it for the failures list.
+			if (diag_left > 0 && rest ~ /[^ \t]/) {
+				diag_left--
+				print "DIAG\t" substr(rest, 1, 160)
+			}
 			next
+		}
+		diag_left = 0
 		d = depth_of(prefix)
 		is_parent = deeper[d]
 		child_failed = deeper_failed[d]
@@ -64,6 +73,7 @@ count_tap() {
 				failed++
 				fail_mark(d)
 				print "FAIL\t" rest
+				diag_left = 6
 			}
 		} else if (directive ~ /^#[ \t]*([Ss][Kk][Ii][Pp]|[Tt][Oo][Dd][Oo])/) {
 			skipped++
@@ -71,6 +81,7 @@ count_tap() {
 			failed++
 			fail_mark(d)
 			print "FAIL\t" rest
+			diag_left = 6
 		} else {
 			passed++
 		}
@@ -96,6 +107,11 @@ while [ $# -gt 0 ]; do
 		counted=$(count_tap "$log")
 		read -r passed failed skipped < <(tail -n 1 <<<"$counted")
 		while IFS= read -r fail_line; do
+			if [[ $fail_line == DIAG* ]]; then
+				[ ${#failures[@]} -gt 0 ] &&
+					failures[-1]+=$'\n'"    | ${fail_line#DIAG	}"
+				continue
+			fi
 			fail_line=${fail_line#FAIL	}
 			# A hang's watchdog printed gdb's stacks: their digest on its line.
 			case $fail_line in
@@ -104,7 +120,7 @@ while [ $# -gt 0 ]; do
 				fail_line+="${digest:+; stacks: $digest}" ;;
 			esac
 			failures+=("$name: $fail_line")
-		done < <(grep '^FAIL	' <<<"$counted" || true)
+		done < <(grep -E '^(FAIL|DIAG)	' <<<"$counted" || true)
 	else
 		passed=0 failed=0 skipped=0
 	fi
@@ -137,8 +153,12 @@ done
 # The failures again, just above the totals, where a log's tail shows them.
 if [ ${#failures[@]} -gt 0 ]; then
 	echo "failures (${#failures[@]}, the first 20):"
+	shown=0
 	for f in "${failures[@]:0:20}"; do
+		# The lines each printed after itself, for the first five only.
+		[ $shown -ge 5 ] && f=${f%%$'\n'*}
 		printf '  %s\n' "$f"
+		shown=$((shown + 1))
 	done
 fi
 

@@ -273,9 +273,10 @@ struct tpu__shm_call {
 /*
  * Run one collective; every member calls the same ones in the same order.
  * TPU_E_COLL_MISMATCH when the members called different ones (@reason
- * says how; the segment stays usable).  Any other failure (-ETIMEDOUT,
- * TPU_E_PEER_GONE when a member died, -ECONNABORTED when another member
- * failed) fails every member's call and every later one.
+ * says how); like any other failure (-ETIMEDOUT, TPU_E_PEER_GONE when a
+ * member died, -ECONNABORTED when another member failed) it fails every
+ * member's call and every later one (tpu__shm_mismatch fails the segment,
+ * as tpu_world_all_reduce's documentation says).
  */
 tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call *c,
 			     char *reason, size_t size);

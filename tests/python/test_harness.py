@@ -100,3 +100,35 @@ def test_a_stuck_rank_fails_its_test_alone(tmp_path):
     if shutil.which("gdb"):
         # In the failure's report, with the test's captured stderr.
         assert "native stacks of pid" in p.stdout and "#0 " in p.stdout, p.stdout[-3000:]
+
+
+SUMMARY_LOG = '''TAP version 13
+1..3
+ok 1 - first
+not ok 2 - two ranks on each host
+# # rank 2 of 4: check over "hier": failed (line 12)
+# # rank: tests/unit/x.c:5: st == 0 failed
+
+ok 3 - after it
+    not ok 1 - nested, with nothing after it
+not ok 4 - its parent
+''' + "".join(f"# line {i}\n" for i in range(10))
+
+
+def test_summary_lists_what_a_failure_printed_after_it(tmp_path):
+    # A CI log's tail is all some readers get: under each failure, the
+    # lines its log has after it (at most six), then the totals alone.
+    log = tmp_path / "suite.log"
+    log.write_text(SUMMARY_LOG)
+    p = subprocess.run([os.path.join(HERE, "..", "summary.sh"), "vm pair", str(log), "1"],
+                       capture_output=True, text=True, timeout=60)
+    out = p.stdout.splitlines()
+    assert p.returncode == 1, p.stdout
+    at = out.index("  vm pair: not ok 2 - two ranks on each host")
+    assert out[at + 1:at + 3] == ['    | rank 2 of 4: check over "hier": failed (line 12)',
+                                  '    | rank: tests/unit/x.c:5: st == 0 failed'], out
+    assert out[at + 3] == "  vm pair: not ok 1 - nested, with nothing after it", out
+    # A parent whose child failed is not counted again, and its lines
+    # are not the child's.
+    assert not any("its parent" in line or "line 0" in line for line in out), out
+    assert out[-1] == "2 passed, 2 failed", out
