@@ -109,7 +109,6 @@ struct tpu_context {
 	struct tpu__poller *pollers;
 	struct tpu__poller *poll_cursor;	/* the next one a pass visits */
 	unsigned int spinners;		/* tpu__ctx_spinner_get() minus put() */
-	unsigned int near_spinners;	/* of them, peers on this host with no proven pid */
 	uint64_t spin_ns;		/* TPU_SPIN_US: the base */
 	uint64_t spin_cur;		/* adapted to how fast peers answer */
 	/*
@@ -413,14 +412,6 @@ void tpu__ctx_spinner_put(struct tpu_context *ctx)
 	ctx->spinners--;
 }
 
-void tpu__ctx_spinner_near(struct tpu_context *ctx, bool near)
-{
-	if (near)
-		ctx->near_spinners++;
-	else
-		ctx->near_spinners--;
-}
-
 /* The ring defers completion work until this thread enters the kernel. */
 static bool ctx_coop(const struct tpu_context *ctx)
 {
@@ -672,9 +663,8 @@ static bool ctx_work(struct tpu_context *ctx)
  * On a lone core (the process bound to one) a spin for a peer that may
  * run only there holds the core the peer needs: with both ends of a shm
  * pipe bound to one core the thread spun out its time slice (round trips
- * of 35 us on average against 7 asleep, p99 about 1 ms).  A peer on this
- * host whose pid no transport proved (tcp over loopback) may share it
- * too; one on another host (tcp, rdma) does not stop the spin.
+ * of 35 us on average against 7 asleep, p99 about 1 ms).  Peers the
+ * transport proved no pid for (tcp, rdma) do not stop the spin.
  */
 static bool ctx_core_shared(struct tpu_context *ctx, uint64_t now)
 {
@@ -683,8 +673,6 @@ static bool ctx_core_shared(struct tpu_context *ctx, uint64_t now)
 
 	if (!tpu__spin_lone_core())
 		return false;
-	if (ctx->near_spinners)
-		return true;
 	if (ctx->core_asked_ns && ctx->core_gen == ctx->pollers_gen &&
 	    now - ctx->core_asked_ns < CORE_ASK_NS)
 		return ctx->core_shared;

@@ -205,12 +205,6 @@ uint64_t tpu__ctx_spin_ns(const struct tpu_context *ctx);
  */
 void tpu__ctx_spinner_get(struct tpu_context *ctx);
 void tpu__ctx_spinner_put(struct tpu_context *ctx);
-/*
- * A spinner's peer is (@near true) or is no longer (false) on this host
- * with no pid the kernel proved (tcp over loopback): on a lone core the
- * thread does not spin while any is (it may need that core).
- */
-void tpu__ctx_spinner_near(struct tpu_context *ctx, bool near);
 
 /*
  * The context's own endpoint on /dev/tensorpipe, opened on first use, or

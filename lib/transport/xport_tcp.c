@@ -36,7 +36,6 @@
  * with notifications due, close is abortive (SO_LINGER 0: the send queue is
  * dropped and the peer gets a reset), so that their writes' callbacks come.
  */
-#include <arpa/inet.h>
 #include <liburing.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -152,8 +151,6 @@ struct tcp_conn {
 	bool closed;
 	bool zc;			/* zero-copy sends wanted on this connection */
 	bool spinning;			/* holds the context as a spinner (conn_spin) */
-	bool near;			/* the peer is on this host (conn_where) */
-	bool near_held;			/* said so to the context (conn_spin) */
 	bool recv_bulk, send_bulk;	/* a RECV or send of TCP_BULK_MIN or more in flight */
 	tpu_status error;		/* first error; every operation after it fails */
 	unsigned int inflight;		/* requests whose last CQE is due */
@@ -216,58 +213,13 @@ static void conn_spin(struct tcp_conn *c)
 {
 	bool want = !c->closed && !c->recv_bulk && !c->send_bulk;
 
-	if (want != c->spinning) {
-		c->spinning = want;
-		if (want)
-			tpu__ctx_spinner_get(c->ctx);
-		else
-			tpu__ctx_spinner_put(c->ctx);
-	}
-	if ((want && c->near) != c->near_held) {
-		c->near_held = want && c->near;
-		tpu__ctx_spinner_near(c->ctx, c->near_held);
-	}
-}
-
-static bool loopback(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
-	if (ss->ss_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-
-		return IN6_IS_ADDR_LOOPBACK(a) ||
-		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-	}
-	return false;
-}
-
-static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-	if (a->ss_family != b->ss_family)
-		return false;
-	if (a->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	return a->ss_family == AF_INET6 &&
-	       !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-		       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
-}
-
-/*
- * Whether the peer of a connected socket is on this host: a loopback
- * address, or this end's own address.  Only the context thread's spin
- * asks (tpu__ctx_spinner_near); what the peer is, nothing here says.
- */
-static void conn_where(struct tcp_conn *c)
-{
-	struct sockaddr_storage me, peer;
-	socklen_t ml = sizeof(me), pl = sizeof(peer);
-
-	c->near = !getsockname(c->fd, (struct sockaddr *)&me, &ml) &&
-		  !getpeername(c->fd, (struct sockaddr *)&peer, &pl) &&
-		  (loopback(&peer) || same_addr(&me, &peer));
-	conn_spin(c);
+	if (want == c->spinning)
+		return;
+	c->spinning = want;
+	if (want)
+		tpu__ctx_spinner_get(c->ctx);
+	else
+		tpu__ctx_spinner_put(c->ctx);
 }
 
 static void conn_maybe_free(struct tcp_conn *c)
@@ -814,7 +766,6 @@ static void connect_done(void *arg, const struct io_uring_cqe *cqe)
 	c->inflight--;
 	if (!st) {
 		c->connected = true;
-		conn_where(c);
 	} else if (!c->closed && c->ai_cur->ai_next) {
 		/* The host has more addresses (localhost: ::1, then 127.0.0.1). */
 		close(c->fd);
@@ -916,7 +867,6 @@ static void accept_done(void *arg, const struct io_uring_cqe *cqe)
 			close(res);
 		} else {
 			c->connected = true;
-			conn_where(c);
 			listener_call(l, 0, &c->base);
 		}
 		if (!l->closed)

@@ -598,12 +598,12 @@ static void lone_core_peers(void)
 #define PIPE_ROUNDS	50
 
 /*
- * PIPE_ROUNDS messages of 64 bytes over a pipe (@tcp: over loopback tcp,
- * else shm) between two contexts of this process, each read before the
- * next is written: the spins the two context threads began meanwhile in
- * *@spins, or (@all) since they were made.  False if a step failed.
+ * PIPE_ROUNDS messages of 64 bytes over a shm pipe between two contexts of
+ * this process, each read before the next is written: the spins the two
+ * context threads began meanwhile in *@spins, or (@all) since they were
+ * made.  False if a step failed.
  */
-static bool pipe_rounds(bool tcp, uint64_t *spins, bool all)
+static bool pipe_rounds(uint64_t *spins, bool all)
 {
 	static char out[64], in[64];
 	struct tpu_payload pl = { .data = out, .len = sizeof(out) };
@@ -613,10 +613,7 @@ static bool pipe_rounds(bool tcp, uint64_t *spins, bool all)
 	uint64_t before;
 	bool ok;
 
-	if (tcp)
-		snprintf(url, sizeof(url), "tcp://127.0.0.1:0");
-	else
-		snprintf(url, sizeof(url), "shm://spinpolicy-%d", (int)getpid());
+	snprintf(url, sizeof(url), "shm://spinpolicy-%d", (int)getpid());
 	ok = pair_open(&pp, url, "basic");
 	before = ok && !all ? tpu__ctx_spins_begun(pp.a) + tpu__ctx_spins_begun(pp.b) : 0;
 	for (int i = 0; ok && i < PIPE_ROUNDS; i++) {
@@ -645,26 +642,24 @@ static bool pipe_rounds(bool tcp, uint64_t *spins, bool all)
 
 /*
  * A context thread on a lone core does not spin for a peer that may need
- * that core: here both ends of the pipe are this very process, over shm
- * (its pid proven) or over loopback tcp (on this host, no pid).  With
- * more cores it does.
+ * that core: here both ends of the pipe are this very process.  With more
+ * cores it does.
  */
-static void context_thread_on_a_lone_core(bool tcp)
+static void context_thread_on_a_lone_core(void)
 {
-	const char *how = tcp ? "a loopback tcp pipe" : "a shm pipe";
 	bool vg = under_valgrind(), ok;
 	uint64_t spins = 0;
 	int ws = 0, rc;
 	pid_t pid;
 
 	if (usable_cpus() < 2 || vg) {
-		CHECK(true, "spin_policy: context threads spin for %s # SKIP %s", how,
+		CHECK(true, "spin_policy: context threads spin # SKIP %s",
 		      vg ? "under valgrind" : "one core");
 	} else {
 		/* Counted from the start: a loaded host may quiet them after a preemption. */
-		ok = pipe_rounds(tcp, &spins, true);
+		ok = pipe_rounds(&spins, true);
 		CHECK(ok && spins > 0,
-		      "spin_policy: on two cores the context threads spin for %s (%llu)", how,
+		      "spin_policy: on two cores the context threads spin for their peer (%llu)",
 		      (unsigned long long)spins);
 	}
 	pid = fork();
@@ -673,12 +668,12 @@ static void context_thread_on_a_lone_core(bool tcp)
 
 		if (!first_two_cpus(cpus) || pin_to(cpus[0]))
 			_exit(2);
-		_exit(!pipe_rounds(tcp, &spins, false) ? 3 : spins ? 1 : 0);
+		_exit(!pipe_rounds(&spins, false) ? 3 : spins ? 1 : 0);
 	}
 	rc = pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : 255;
 	CHECK(rc == 0,
-	      "spin_policy: bound to one core with its peer over %s, a context thread "
-	      "does not spin (exit %d)", how, rc);
+	      "spin_policy: bound to one core with its peer, a context thread does not spin (exit %d)",
+	      rc);
 }
 
 void test_spin_policy(void)
@@ -696,6 +691,5 @@ void test_spin_policy(void)
 	agent_cap_bounds_the_spin();
 	self_served_takes_the_last_core();
 	lone_core_peers();
-	context_thread_on_a_lone_core(false);
-	context_thread_on_a_lone_core(true);
+	context_thread_on_a_lone_core();
 }
