@@ -43,6 +43,17 @@
  */
 static uint64_t slow = 1;
 
+/* A failed call's status and the world's reason, for the rank's log. */
+static void say_why(struct tpu_world *w, int me, const char *what, tpu_status st)
+{
+	char why[256];
+
+	if (!st)
+		return;
+	tpu_world_last_reason(w, why, sizeof(why));
+	fprintf(stderr, "# rank %d: %s: %s (%s)\n", me, what, tpu_status_name(st), why);
+}
+
 struct job {
 	uint16_t port;
 	int scenario;
@@ -143,12 +154,7 @@ static int reductions(struct tpu_world *w, int me, int n, enum tpu_dtype dt,
 		put(dt, in, i, val(dt, me, i));
 	memset(out, 0x5a, count * es);
 	st = tpu_world_all_reduce(w, in, out, count, dt, op, TPU_FINAL_NONE, 30 * SECOND * slow);
-	if (st) {
-		char why[256];
-
-		tpu_world_last_reason(w, why, sizeof(why));
-		fprintf(stderr, "# rank %d: all-reduce: %s (%s)\n", me, tpu_status_name(st), why);
-	}
+	say_why(w, me, "all-reduce", st);
 	R_CHECK(st == 0);
 	for (size_t i = 0; i < count; i++)
 		R_CHECK(get(dt, out, i) == reduce(dt, op, n, i));
@@ -249,13 +255,7 @@ static int member_dies(struct tpu_world *w, int me, int n)
 	tpu_status st;
 
 	st = tpu_world_barrier_timeout(w, 20 * SECOND * slow);
-	if (st) {
-		char why[256];
-
-		tpu_world_last_reason(w, why, sizeof(why));
-		fprintf(stderr, "# rank %d: the first barrier: %s (%s)\n", me, tpu_status_name(st),
-			why);
-	}
+	say_why(w, me, "the first barrier", st);
 	R_CHECK(st == 0);
 	R_CHECK(tpu_world_all_reduce(w, a, a, 4, TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE,
 				     20 * SECOND * slow) == 0);
@@ -454,11 +454,11 @@ int world_hier_rank(const char *mode)
 	struct tpu_context *ctx = NULL;
 	struct tpu_world *w = NULL;
 	const char *scale = getenv("TPU_TEST_TIME_SCALE");
-	int me, n, line;
+	int me, n, line, k = scale ? atoi(scale) : 1;
 	tpu_status st;
 
-	if (scale && atoi(scale) > 1 && atoi(scale) <= 100)
-		slow = (uint64_t)atoi(scale);
+	if (k > 1 && k <= 100)
+		slow = (uint64_t)k;
 	/*
 	 * Forming the world and setting up its two levels (pipes, segments,
 	 * the leaders' link) are bounded by this; so is the farewell.
