@@ -81,6 +81,8 @@ if [ "$TP_VM_ROLE" = a ]; then
 	xfer=$!
 	env $world RANK=0 MASTER_ADDR="$TP_VM_ADDR" examples/world_hello
 	st=$?
+	# Each step that fails says so: only b's log is in the summary.
+	[ $st = 0 ] || echo "pair-xfer (a): world_hello exited $st"
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
 	# b's reader may not listen yet: a refused writer tries again.
@@ -96,10 +98,11 @@ if [ "$TP_VM_ROLE" = a ]; then
 		sleep 1
 	done
 	if ! wait "$bench"; then
+		echo "pair-xfer (a): tpbench cuda --listen failed"
 		cat /tmp/bench.log
 		st=1
 	fi
-	wait "$xfer" || st=1
+	wait "$xfer" || { echo "pair-xfer (a): the xfer target exited $?"; st=1; }
 	cat /tmp/xfer-target.log
 	hier_ranks 0 "$TP_VM_ADDR" 7760 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
 	hier_ranks 0 "$TP_VM_ADDR" 7761 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
