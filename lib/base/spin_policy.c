@@ -23,8 +23,8 @@
  *    cores its spin would hold a core that the thread it waits for needs.
  *    That is this thread's own experience of the load, not the machine's:
  *    busy processes on cores it does not use do not count.
- *  - At most one spinner fewer than the cores this process may run on spin
- *    at once, so that the thread they wait for (often one of ours) finds a
+ *  - At most one spinner fewer than the cores this process's threads may
+ *    run on (the union of their CPU affinities) spin at once, so that the thread they wait for (often one of ours) finds a
  *    core; on a single core nothing spins.  A spinner that does its
  *    poster's work itself, the poster being another process, needs no
  *    thread of ours: it may take the last core, so that a process bound
@@ -144,31 +144,69 @@ void tpu__spin_answered(void)
 	tpu__spin_state_answered(self());
 }
 
-/* The one core this process may use when usable_cpus() is 1, else -1. */
-static _Atomic int lone_cpu = -1;
-/* usable_cpus(), read once (0: not yet). */
-static _Atomic unsigned int cached;
+/*
+ * CPU affinity differs between threads (a benchmark or a runtime binds
+ * each thread to a core of its own), so each thread reads its own, and
+ * the process's count is the union of what every thread that asked may
+ * run on: two threads bound to two cores may have one spinner between
+ * them, where the first thread's single core alone said none.  The union
+ * only grows until tpu__spin_cpus_changed() empties it (a thread that
+ * rebinds itself says so there); a thread rereads its own then, or after
+ * AFFINITY_NS.
+ */
+#define AFFINITY_WORDS	(CPU_SETSIZE / 64)
+#define AFFINITY_NS	100000000ull
+
+static _Atomic uint64_t seen_cpus[AFFINITY_WORDS];
+/* Bumped by tpu__spin_cpus_changed(); a thread with another rereads. */
+static _Atomic unsigned int affinity_gen = 1;
 /* Spins that took the core a plain spinner must leave (tests). */
 static _Atomic uint64_t last_core_taken;
 
-static unsigned int usable_cpus(void)
+/* This thread's affinity: its count, its one CPU when that is 1 (else -1). */
+static _Thread_local struct {
+	unsigned int gen, n;
+	int cpu;
+	uint64_t read_ns;
+} mine;
+
+static void read_my_cpus(void)
 {
-	unsigned int n = atomic_load_explicit(&cached, memory_order_relaxed);
+	unsigned int gen = atomic_load_explicit(&affinity_gen, memory_order_acquire);
+	uint64_t now = tpu__mono_ns();
 	cpu_set_t set;
 
-	if (!n) {
-		atomic_store_explicit(&lone_cpu, -1, memory_order_relaxed);
-		n = sched_getaffinity(0, sizeof(set), &set) ? 1 : (unsigned int)CPU_COUNT(&set);
-		n = n ? n : 1;
-		for (int c = 0; n == 1 && c < CPU_SETSIZE; c++) {
-			if (CPU_ISSET(c, &set)) {
-				atomic_store_explicit(&lone_cpu, c, memory_order_relaxed);
-				break;
-			}
-		}
-		atomic_store_explicit(&cached, n, memory_order_relaxed);
+	if (mine.gen == gen && now - mine.read_ns < AFFINITY_NS)
+		return;
+	mine.gen = gen;
+	mine.read_ns = now;
+	mine.cpu = -1;
+	if (sched_getaffinity(0, sizeof(set), &set)) {
+		mine.n = 1;
+		return;
 	}
-	return n;
+	mine.n = (unsigned int)CPU_COUNT(&set);
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &set))
+			continue;
+		if (mine.n == 1)
+			mine.cpu = c;
+		atomic_fetch_or_explicit(&seen_cpus[c / 64], 1ull << (c % 64),
+					 memory_order_relaxed);
+	}
+	mine.n = mine.n ? mine.n : 1;
+}
+
+/* The cores this process's asking threads may run on, this one's included. */
+static unsigned int usable_cpus(void)
+{
+	unsigned int n = 0;
+
+	read_my_cpus();
+	for (int i = 0; i < AFFINITY_WORDS; i++)
+		n += (unsigned int)__builtin_popcountll(atomic_load_explicit(&seen_cpus[i],
+									  memory_order_relaxed));
+	return n > mine.n ? n : mine.n;
 }
 
 static bool enter(unsigned int cap)
@@ -207,12 +245,15 @@ uint64_t tpu__spin_last_core_taken(void)
 
 void tpu__spin_cpus_changed(void)
 {
-	atomic_store_explicit(&cached, 0, memory_order_relaxed);
+	for (int i = 0; i < AFFINITY_WORDS; i++)
+		atomic_store_explicit(&seen_cpus[i], 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&affinity_gen, 1, memory_order_release);
 }
 
 bool tpu__spin_lone_core(void)
 {
-	return usable_cpus() == 1;
+	read_my_cpus();
+	return mine.n == 1;
 }
 
 bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n)
@@ -221,7 +262,7 @@ bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n)
 
 	if (!tpu__spin_lone_core())
 		return true;
-	c = atomic_load_explicit(&lone_cpu, memory_order_relaxed);
+	c = mine.cpu;
 	if (c < 0)
 		return false;
 	for (size_t i = 0; i < n; i++) {

@@ -141,20 +141,21 @@ bool tpu__spin_enter(void);
  * a single core.
  */
 bool tpu__spin_enter_self_served(void);
-/* This process may run on one core only. */
+/* This thread may run on one core only (its own CPU affinity). */
 bool tpu__spin_lone_core(void);
 /*
  * Whether a self-served spinner waiting for the processes @pids may take
  * this process's lone core: none of them may run on it (their CPU
  * affinity, as the kernel says; a pid it cannot tell about counts as
- * sharing).  True when this process has more than one core.  A system
+ * sharing).  True when this thread has more than one core.  A system
  * call per pid: callers keep the answer for a while.
  */
 bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n);
 /*
  * Tests: self-served spins that took the core a plain spinner leaves free
  * (tpu__spin_enter_self_served beyond tpu__spin_enter's cap); and read
- * this process's CPU affinity again (it is read once, at the first spin).
+ * the threads' CPU affinity again (each thread reads its own at its first
+ * spin and every 100 ms; the process's cores are the union of theirs).
  */
 uint64_t tpu__spin_last_core_taken(void);
 void tpu__spin_cpus_changed(void);
