@@ -152,10 +152,11 @@ void tpu__spin_answered(void)
  * them, where the first thread's single core alone said none.  The union
  * only grows until tpu__spin_cpus_changed() empties it (a thread that
  * rebinds itself says so there); a thread rereads its own then, or after
- * AFFINITY_NS.
+ * AFFINITY_NS (looked at every AFFINITY_CALLS calls).
  */
 #define AFFINITY_WORDS	(CPU_SETSIZE / 64)
 #define AFFINITY_NS	100000000ull
+#define AFFINITY_CALLS	64u
 
 static _Atomic uint64_t seen_cpus[AFFINITY_WORDS];
 /* Bumped by tpu__spin_cpus_changed(); a thread with another rereads. */
@@ -165,7 +166,7 @@ static _Atomic uint64_t last_core_taken;
 
 /* This thread's affinity: its count, its one CPU when that is 1 (else -1). */
 static _Thread_local struct {
-	unsigned int gen, n;
+	unsigned int gen, n, calls;
 	int cpu;
 	uint64_t read_ns;
 } mine;
@@ -173,9 +174,13 @@ static _Thread_local struct {
 static void read_my_cpus(void)
 {
 	unsigned int gen = atomic_load_explicit(&affinity_gen, memory_order_acquire);
-	uint64_t now = tpu__mono_ns();
+	uint64_t now;
 	cpu_set_t set;
 
+	/* The clock only every AFFINITY_CALLS calls: a context thread asks at every spin. */
+	if (mine.gen == gen && ++mine.calls % AFFINITY_CALLS)
+		return;
+	now = tpu__mono_ns();
 	if (mine.gen == gen && now - mine.read_ns < AFFINITY_NS)
 		return;
 	mine.gen = gen;
