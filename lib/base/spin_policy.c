@@ -24,12 +24,13 @@
  *    That is this thread's own experience of the load, not the machine's:
  *    busy processes on cores it does not use do not count.
  *  - At most one spinner fewer than the cores this process's threads may
- *    run on (the union of their CPU affinities) spin at once, so that the thread they wait for (often one of ours) finds a
- *    core; on a single core nothing spins.  A spinner that does its
- *    poster's work itself, the poster being another process, needs no
- *    thread of ours: it may take the last core, so that a process bound
- *    to one core (mpirun --bind-to core) still spins for a peer bound to
- *    another (38-45 us a sleeping round trip here, against 1-3 us).
+ *    run on (the union of their CPU affinities) spin at once, so that the
+ *    thread they wait for (often one of ours) finds a core; on a single
+ *    core nothing spins.  A spinner that does its poster's work itself,
+ *    the poster being another process, needs no thread of ours: it may
+ *    take the last core, so that a process bound to one core (mpirun
+ *    --bind-to core) still spins for a peer bound to another (38-45 us a
+ *    sleeping round trip here, against 1-3 us).
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -259,6 +260,11 @@ bool tpu__spin_lone_core(void)
 {
 	read_my_cpus();
 	return mine.n == 1;
+}
+
+bool tpu__spin_one_core_for_all(void)
+{
+	return usable_cpus() == 1;
 }
 
 bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n)

@@ -55,20 +55,60 @@ static _Atomic uint32_t *word(struct tpu__waitword *w)
 	return (_Atomic uint32_t *)&w->state;
 }
 
+/*
+ * Wake-ups this thread owes (tpu__waitword_post()): the words' addresses
+ * only.  A waiter that woke by itself meanwhile may have returned, and
+ * its word gone; a FUTEX_WAKE of that address then wakes nobody or makes
+ * a spurious wake-up, which every futex waiter tolerates (the post below
+ * has always woken after the exchange that lets the waiter return).
+ */
+#define OWED_MAX	4
+static _Thread_local uint32_t *owed[OWED_MAX];
+static _Thread_local unsigned int nowed;
+static _Atomic uint64_t deferred, late_woken;
+
+static void futex_wake(uint32_t *addr)
+{
+	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+void tpu__waitword_flush(void)
+{
+	while (nowed)
+		futex_wake(owed[--nowed]);
+}
+
+uint64_t tpu__waitword_deferred(void)
+{
+	return atomic_load_explicit(&deferred, memory_order_relaxed);
+}
+
+uint64_t tpu__waitword_late_woken(void)
+{
+	return atomic_load_explicit(&late_woken, memory_order_relaxed);
+}
+
 void tpu__waitword_post(struct tpu__waitword *w)
 {
 	void (*kick)(void *arg) = w->kick;
 	void *kick_arg = w->kick_arg;
+	bool late_ok = w->late_ok;
 	uint32_t was = atomic_load_explicit(word(w), memory_order_relaxed);
 
 	if (was == TPU__WW_SLEEPING || was == TPU__WW_AWAY)
 		w->posted_ns = tpu__mono_ns();
 	/* After the exchange the waiter may return and @w be gone. */
 	was = atomic_exchange(word(w), TPU__WW_POSTED);
-	if (was == TPU__WW_SLEEPING)
-		syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-	else if (was == TPU__WW_AWAY)
+	if (was == TPU__WW_SLEEPING) {
+		if (late_ok && nowed < OWED_MAX && tpu__spin_one_core_for_all()) {
+			owed[nowed++] = &w->state;
+			atomic_fetch_add_explicit(&deferred, 1, memory_order_relaxed);
+			return;
+		}
+		futex_wake(&w->state);
+	} else if (was == TPU__WW_AWAY) {
 		kick(kick_arg);
+	}
 }
 
 /* Spin on @w within this thread's budget (or the agent's floor): true when posted. */
@@ -152,24 +192,38 @@ static bool sleep_on_word(struct tpu__waitword *w, uint64_t deadline_ns, uint64_
 	uint32_t expected = TPU__WW_IDLE;
 	uint64_t start, now;
 	struct timespec ts;
+	bool late;
 
+	/*
+	 * A poster on our one core may owe us the wake-up: look now and then.
+	 * Asked before the sleep is announced, so that the poster's view of
+	 * the process's cores has ours.
+	 */
+	late = w->late_ok && tpu__spin_lone_core();
+	tpu__waitword_flush();
 	/* Announce the sleep; a post that came first wins the exchange. */
 	if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_SLEEPING) &&
 	    expected == TPU__WW_POSTED)
 		return true;
 	start = tpu__mono_ns();
 	for (;;) {
+		uint64_t until = deadline_ns;
+
 		if (atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED)
 			break;
 		now = tpu__mono_ns();
-		if (deadline_ns) {
-			if (now >= deadline_ns)
-				return false;
-			ts.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
-			ts.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+		if (deadline_ns && now >= deadline_ns)
+			return false;
+		if (late && (!until || until - now > TPU__WW_LATE_BOUND_NS))
+			until = now + TPU__WW_LATE_BOUND_NS;
+		if (until) {
+			ts.tv_sec = (time_t)((until - now) / 1000000000ull);
+			ts.tv_nsec = (long)((until - now) % 1000000000ull);
 		}
-		syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TPU__WW_SLEEPING,
-			deadline_ns ? &ts : NULL, NULL, 0);
+		if (syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TPU__WW_SLEEPING,
+			    until ? &ts : NULL, NULL, 0) && errno == ETIMEDOUT && late &&
+		    atomic_load_explicit(word(w), memory_order_acquire) == TPU__WW_POSTED)
+			atomic_fetch_add_explicit(&late_woken, 1, memory_order_relaxed);
 	}
 	learn_from_sleep(w, began, start);
 	return true;
@@ -197,6 +251,7 @@ static bool sleep_away(struct tpu__waitword *w, uint64_t deadline_ns, uint64_t b
 			return false;
 		if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_AWAY))
 			break;		/* posted */
+		tpu__waitword_flush();
 		agent->sleep(agent->arg, token, deadline_ns);
 		expected = TPU__WW_AWAY;
 		if (!atomic_compare_exchange_strong(word(w), &expected, TPU__WW_IDLE))

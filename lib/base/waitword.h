@@ -32,12 +32,43 @@ struct tpu__waitword {
 	 * spin budget.  Written before state; 0 when not known.
 	 */
 	uint64_t posted_ns;
+	/*
+	 * Set by the waiter before the word can be posted: its wake-up may
+	 * come late (TPU__WW_LATE_BOUND_NS at most), as for a producer told
+	 * that its tensor was taken.  See tpu__waitword_post().
+	 */
+	bool late_ok;
 };
 
-#define TPU__WAITWORD_INIT	{ 0, NULL, NULL, 0 }
+#define TPU__WAITWORD_INIT	{ 0, NULL, NULL, 0, false }
 
-/* Mark @w posted and wake its waiter if it sleeps.  Once per word. */
+/*
+ * Mark @w posted and wake its waiter if it sleeps.  Once per word.
+ *
+ * A sleeping waiter of a @late_ok word that can only run on the poster's
+ * own core (every thread of this process that waited is bound to that one
+ * core) is not woken at once: waking it there preempts the poster, and
+ * the waiter, a producer whose next wait is for the answer the poster has
+ * yet to send, finds nothing and sleeps again; a round trip of two threads
+ * on one core cost five context switches instead of two.  The poster owes
+ * the wake-up and pays it when it next sleeps or sends
+ * (tpu__waitword_flush()), by when it has posted what it had to say; the
+ * waiter wakes by itself after TPU__WW_LATE_BOUND_NS, should the poster do
+ * neither soon.
+ */
 void tpu__waitword_post(struct tpu__waitword *w);
+/* Pay the wake-ups this thread owes (tpu__waitword_post()); before it sleeps. */
+void tpu__waitword_flush(void);
+/*
+ * How late a @late_ok waiter may learn of its post at most.  Beyond the
+ * scheduler's next tick (4 ms at 250 Hz): a sleep timed to end before it
+ * reprograms the timer twice, and a round trip between two threads on one
+ * core took 10 us with 2 ms here, 11.7 with 1 ms, 7.3 with 5 ms.
+ */
+#define TPU__WW_LATE_BOUND_NS	5000000u
+/* Tests: wake-ups owed so far, by any thread; waiters that woke by the bound to find their post. */
+uint64_t tpu__waitword_deferred(void);
+uint64_t tpu__waitword_late_woken(void);
 
 /*
  * Wait until @w is posted, or until @deadline_ns (CLOCK_MONOTONIC, 0 for
@@ -143,6 +174,8 @@ bool tpu__spin_enter(void);
 bool tpu__spin_enter_self_served(void);
 /* This thread may run on one core only (its own CPU affinity). */
 bool tpu__spin_lone_core(void);
+/* Every thread of this process that waited may run on this thread's one core only. */
+bool tpu__spin_one_core_for_all(void);
 /*
  * Whether a self-served spinner waiting for the processes @pids may take
  * this process's lone core: none of them may run on it (their CPU

@@ -579,6 +579,8 @@ static void ctx_sleep(struct tpu_context *ctx, bool timed)
 
 	if (io_uring_cq_ready(&ctx->ring))
 		return;
+	/* A callback of ours may have posted a waiter on our core late (waitword.h). */
+	tpu__waitword_flush();
 	atomic_store(&ctx->timed_sleep, timed);
 	/* Asleep, the work may be done by a thread lent to the context. */
 	pthread_mutex_unlock(&ctx->drive);

@@ -332,7 +332,14 @@ static tpu_status send_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 		/* Without a callback there is nothing to call: any thread may finish it. */
 		.direct = direct || !done,
 	};
-	return op_issue(rdv, &op, key, key_len);
+	st = op_issue(rdv, &op, key, key_len);
+	/*
+	 * A producer we owe a wake-up (waitword.h) finds our answer posted
+	 * now.  Not after a receive: the producer woken then would find
+	 * nothing yet to take, and sleep again.
+	 */
+	tpu__waitword_flush();
+	return st;
 }
 
 TPU_API tpu_status tpu_rendezvous_send(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
@@ -367,7 +374,15 @@ static tpu_status recv_issue(struct tpu_rendezvous *rdv, const void *key, size_t
 		.cb_arg = arg,
 		.direct = direct,
 	};
-	return op_issue(rdv, &op, key, key_len);
+	st = op_issue(rdv, &op, key, key_len);
+	/*
+	 * An asynchronous receive returns to a caller that may not come back
+	 * soon: a producer whose tensor it took must not wait for us.  A
+	 * blocking one that took its tensor at once is about to answer.
+	 */
+	if (!direct)
+		tpu__waitword_flush();
+	return st;
 }
 
 TPU_API tpu_status tpu_rendezvous_recv(struct tpu_rendezvous *rdv, const void *key, size_t key_len,
@@ -401,7 +416,9 @@ TPU_API tpu_status tpu_rendezvous_recv_buffer(struct tpu_rendezvous *rdv, const 
 		.cb.recv_buffer = done,
 		.cb_arg = arg,
 	};
-	return op_issue(rdv, &op, key, key_len);
+	st = op_issue(rdv, &op, key, key_len);
+	tpu__waitword_flush();	/* as an asynchronous recv_issue() */
+	return st;
 }
 
 TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void *key,
@@ -604,6 +621,13 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 		return tpu__rdv_device_send(rdv, key, key_len, tensor, flags, NULL, NULL, timeout_ns,
 					    true);
 	waiter_init(rdv, &w);
+	/*
+	 * Between threads of one process bound to one core, the consumer that
+	 * took the tensor wakes us when it next sleeps, having posted its
+	 * answer by then (waitword.h); the other implementations' consumers
+	 * are other processes, or their posts come from the context's thread.
+	 */
+	w.word.late_ok = rdv->ops->impl == TPU_RDV_INPROCESS;
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
 	atomic_fetch_add(&rdv->users, 1);

@@ -27,6 +27,7 @@ static const struct {
 	{ "device_name", test_device_name },
 	{ "key", test_key },
 	{ "spin_policy", test_spin_policy },
+	{ "wake_late", test_wake_late },
 	{ "spin_state", test_spin_state },
 	{ "free_list", test_free_list },
 	{ "tap", test_tap },

@@ -70,6 +70,7 @@ void test_abi(void);
 void test_device_name(void);
 void test_key(void);
 void test_spin_policy(void);
+void test_wake_late(void);
 void test_spin_state(void);
 void test_free_list(void);
 void test_tap(void);
