@@ -155,8 +155,15 @@ tpu_status tpu__cma_wait(struct tpu__cma_table *t, uint32_t seen, int64_t timeou
  * the change, sleepers are not woken (see "Wakeups" above).
  */
 void tpu__cma_wake_lazy(struct tpu__cma_table *t);
-/* The longest a producer with a send pending sleeps: the bound on a lazy DONE. */
-#define TPU__CMA_DONE_BOUND_NS	500000
+/*
+ * The longest a producer with a send pending sleeps: the bound on a lazy
+ * DONE.  Beyond the scheduler's tick (4 ms at 250 Hz), as waitword.h's
+ * TPU__WW_LATE_BOUND_NS: a sleep timed to end before the tick reprograms
+ * the timer when it starts and when it ends early, and with 500 us a
+ * round trip of two processes bound to one core took 21.6 to 26.7 us (4.2
+ * to 4.6x a futex ping-pong) against 10.4 to 10.5 us with 5 ms.
+ */
+#define TPU__CMA_DONE_BOUND_NS	5000000
 /* For tests: FUTEX_WAKE calls made on this table so far, by every member. */
 uint32_t tpu__cma_futex_wakes(const struct tpu__cma_table *t);
 
