@@ -236,6 +236,13 @@ tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd);
 tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_t *pids,
 				struct tpu__shm_coll **out);
 void tpu__shm_coll_detach(struct tpu__shm_coll *s);
+/*
+ * Descriptor @num of process @pid (a pid the kernel proved), copied into
+ * this one (pidfd_getfd(); /proc/PID/fd where that is missing): the kernel
+ * checks the right to, as for process_vm_readv.  Nothing about the file is
+ * checked here: its attach does (tpu__shm_coll_attach(), tpu__shm_lanes_attach()).
+ */
+tpu_status tpu__shm_take_fd(pid_t pid, int num, int *fd);
 
 /*
  * Lanes (coll_shm_lanes.c): one sealed memfd of @k complete segments and a

@@ -323,9 +323,71 @@ static void checks(void)
 	close(fd);
 }
 
+/*
+ * How a member that did not create the lanes gets them: a child creates
+ * them (and an unsealed memfd), says the descriptor numbers, and this
+ * process takes both out of it by its pid; the lanes attach, the other
+ * file is refused, and a pid that is gone says so.
+ */
+static void taken(void)
+{
+	int ctl[2], back[2], nums[2] = { -1, -1 }, fd = -1, raw = -1;
+	pid_t pids[2] = { getpid(), 0 };
+	struct tpu__shm_lanes *l = NULL;
+	char c = 0;
+	tpu_status st;
+	int wst;
+
+	if (pipe(ctl) || pipe(back))
+		return;
+	pids[1] = fork();
+	if (pids[1] < 0)
+		return;
+	if (!pids[1]) {
+		close(ctl[0]);
+		close(back[1]);
+		if (tpu__shm_lanes_create(2, 2, SLOT, &nums[0]))
+			_exit(2);
+		nums[1] = memfd_create("not-sealed", MFD_CLOEXEC);
+		if (write(ctl[1], nums, sizeof(nums)) != (ssize_t)sizeof(nums))
+			_exit(2);
+		/* Alive until the parent took what it wanted. */
+		if (read(back[0], &c, 1) < 0)
+			_exit(2);
+		_exit(0);
+	}
+	close(ctl[1]);
+	close(back[0]);
+	if (read(ctl[0], nums, sizeof(nums)) != (ssize_t)sizeof(nums))
+		nums[0] = nums[1] = -1;
+	CHECK(nums[0] >= 0 && !tpu__shm_take_fd(pids[1], nums[0], &fd) &&
+	      !tpu__shm_lanes_attach(fd, 2, 0, 2, SLOT, pids, &l), "lanes_taken_from_creator_attach");
+	CHECK(nums[1] >= 0 && !tpu__shm_take_fd(pids[1], nums[1], &raw) &&
+	      tpu__shm_lanes_attach(raw, 2, 0, 2, SLOT, pids, &l) == -EPERM,
+	      "lanes_taken_unsealed_file_refused");
+	if (raw >= 0)
+		close(raw);
+	/* -ENOENT: through /proc, where pidfd_getfd is missing (valgrind). */
+	st = tpu__shm_take_fd(pids[1], 1 << 20, &raw);
+	CHECK((st == -EBADF || st == -ENOENT) && raw == -1,
+	      "lanes_take_of_no_descriptor_fails");
+	if (write(back[1], &c, 1) != 1)
+		kill(pids[1], SIGKILL);
+	close(back[1]);
+	close(ctl[0]);
+	waitpid(pids[1], &wst, 0);
+	st = tpu__shm_take_fd(pids[1], nums[0] >= 0 ? nums[0] : 3, &raw);
+	CHECK((st == TPU_E_PEER_GONE || st == -ENOENT) && raw == -1,
+	      "lanes_take_from_gone_pid_fails");
+	tpu__shm_lanes_detach(l);
+	if (fd >= 0)
+		close(fd);
+}
+
 void test_shm_lanes(void)
 {
 	checks();
+	taken();
 	CHECK(group(2, CASE_ORDER), "lanes_2_members_out_of_order");
 	CHECK(group(3, CASE_ORDER), "lanes_3_members_out_of_order");
 	CHECK(group(2, CASE_KILLED), "lanes_2_member_killed_fails_others");
