@@ -344,19 +344,27 @@ static int bound_run(int a, int b)
  */
 static void bound_workers(void)
 {
-	int cpus[2], rc;
+	int cpus[2], rc, tries = 0;
 
 	if (!first_two_cpus(cpus)) {
 		CHECK(true, "remote wake: bound workers # SKIP fewer than two usable cores");
 		return;
 	}
-	rc = bound_run(cpus[0], cpus[1]);
+	/*
+	 * Other processes busy on both cores (a parallel build, say) can
+	 * keep every spin of 200 rounds in its back-off, as they should:
+	 * a few tries, each a new pair.
+	 */
+	do
+		rc = bound_run(cpus[0], cpus[1]);
+	while (rc == 0 && ++tries < 3 && !under_valgrind());
 	CHECK(rc >= 0 && !(rc & 1),
 	      "remote wake: %d round trips between workers bound to a core each", ROUNDS);
 	if (under_valgrind())
 		CHECK(true, "remote wake: bound waiters spin # SKIP under valgrind");
 	else
-		CHECK(rc == 2, "remote wake: their waiters spin on their lone cores (exit %d)", rc);
+		CHECK(rc == 2, "remote wake: their waiters spin on their lone cores (exit %d, "
+		      "%d tries)", rc, tries + (rc == 2));
 	rc = bound_run(cpus[0], cpus[0]);
 	CHECK(rc == 0,
 	      "remote wake: workers bound to one core together do not spin on it (exit %d)", rc);
