@@ -40,14 +40,6 @@ struct pair {
 	struct tpu_rendezvous *rdv;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int pair_open(struct pair *p)
 {
 	memset(p, 0, sizeof(*p));
@@ -76,7 +68,7 @@ static uint64_t switches(void)
 	return (uint64_t)ru.ru_nvcsw + (uint64_t)ru.ru_nivcsw;
 }
 
-static tpu_status send_str(struct pair *p, const char *key, uint32_t v)
+static tpu_status send_u32(struct pair *p, const char *key, uint32_t v)
 {
 	struct tpu_tensor t = { .data = &v, .len = sizeof(v) };
 
@@ -110,7 +102,7 @@ static void *answer(void *arg)
 		a->bad = recv_u32(a->p, key, &v) || v != i;
 		snprintf(key, sizeof(key), "pong/%u", i);
 		if (!a->bad)
-			a->bad = send_str(a->p, key, i + 1) != 0;
+			a->bad = send_u32(a->p, key, i + 1) != 0;
 	}
 	a->switches = switches() - before;
 	return NULL;
@@ -144,7 +136,7 @@ static int ping_pong_checks(void)
 		uint32_t v = 0;
 
 		snprintf(key, sizeof(key), "ping/%u", i);
-		bad = send_str(&p, key, i) != 0;
+		bad = send_u32(&p, key, i) != 0;
 		snprintf(key, sizeof(key), "pong/%u", i);
 		if (!bad)
 			bad = recv_u32(&p, key, &v) || v != i + 1;
@@ -175,8 +167,8 @@ static void *produce(void *arg)
 {
 	struct producer *pr = arg;
 
-	pr->st = send_str(pr->p, "late", 7);
-	atomic_store(&pr->done_ns, mono_ns());
+	pr->st = send_u32(pr->p, "late", 7);
+	atomic_store(&pr->done_ns, tpu__mono_ns());
 	return NULL;
 }
 
@@ -219,7 +211,7 @@ static int bound_checks(bool async)
 	} else if (recv_u32(&p, "late", &v) || v != 7) {
 		fails |= 1;
 	}
-	took = mono_ns();
+	took = tpu__mono_ns();
 	nanosleep(&away, NULL);
 	pthread_join(t, NULL);
 	done = atomic_load(&pr.done_ns);
