@@ -41,11 +41,9 @@
  * A set-up cut short by the call's timeout resumes at the next call.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -277,31 +275,10 @@ static tpu_status fetch_fd(pid_t pid, const char *num, int *fd)
 {
 	char *end;
 	long v = strtol(num, &end, 10);
-	int pidfd;
-	tpu_status st = 0;
 
 	if (end == num || *end || v < 0 || v > 1 << 24)
 		return -EPROTO;
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0 && errno != ENOSYS)
-		return errno == ESRCH ? TPU_E_PEER_GONE : -errno;
-	*fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)v, 0);
-	if (*fd < 0 && (pidfd < 0 || errno == ENOSYS)) {
-		char path[64];
-
-		/*
-		 * Before Linux 5.6 (or under valgrind): the same file through
-		 * /proc, which the kernel lets this process open under the
-		 * same ptrace check.
-		 */
-		snprintf(path, sizeof(path), "/proc/%d/fd/%ld", (int)pid, v);
-		*fd = open(path, O_RDWR | O_CLOEXEC);
-	}
-	if (*fd < 0)
-		st = -errno;
-	if (pidfd >= 0)
-		close(pidfd);
-	return st;
+	return tpu__shm_take_fd(pid, (int)v, fd);
 }
 
 /* "FD LEADER NLOC [DOM]" of a vote (no DOM: no domain); false if it is not one. */

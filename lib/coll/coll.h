@@ -161,6 +161,22 @@ void tpu__coll_run_fini(struct tpu__coll_run *run);
 void tpu__coll_record_of(const struct tpu__coll_run *run, struct tpu__coll_record *rec);
 uint64_t tpu__coll_now_ns(void);
 
+/* coll_lanes.c */
+/* The task part of a device name: everything before "/device:". */
+size_t tpu__coll_task_len(const char *dev);
+/* TPU_COLL_PATH as a tpu_coll group reads it: TPU__LANES_*, or -1 for anything else. */
+enum { TPU__LANES_AUTO, TPU__LANES_RDV };
+int tpu__coll_lanes_mode(const char *mode);
+/*
+ * This member's half of a group's choice of lanes: true when every other
+ * of the @n ranked @devices is a task whose worker is another process of
+ * this host, one per member, its pid proven on this member's pipe to it
+ * over @rdv (waiting out a negotiation until @deadline_ns); @pids gets
+ * them (this member's own at @rank).  Else false, and @why says why.
+ */
+bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int n, int rank,
+			   uint64_t deadline_ns, pid_t *pids, char *why, size_t size);
+
 /* coll_resolve.c */
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run);
 void tpu__coll_forget_all(struct tpu_coll *coll);
@@ -236,6 +252,13 @@ tpu_status tpu__shm_coll_create(int n, size_t slot, int *fd);
 tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_t *pids,
 				struct tpu__shm_coll **out);
 void tpu__shm_coll_detach(struct tpu__shm_coll *s);
+/*
+ * Descriptor @num of process @pid (a pid the kernel proved), copied into
+ * this one (pidfd_getfd(); /proc/PID/fd where that is missing): the kernel
+ * checks the right to, as for process_vm_readv.  Nothing about the file is
+ * checked here: its attach does (tpu__shm_coll_attach(), tpu__shm_lanes_attach()).
+ */
+tpu_status tpu__shm_take_fd(pid_t pid, int num, int *fd);
 
 /*
  * Lanes (coll_shm_lanes.c): one sealed memfd of @k complete segments and a

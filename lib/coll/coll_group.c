@@ -25,14 +25,6 @@ static int by_name(const void *a, const void *b)
 	return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The task part of a device name: everything before "/device:". */
-static size_t task_len(const char *dev)
-{
-	const char *d = strstr(dev, "/device:");
-
-	return d ? (size_t)(d - dev) : strlen(dev);
-}
-
 static int count_tasks(char **devs, int n)
 {
 	int tasks = 0;
@@ -41,8 +33,8 @@ static int count_tasks(char **devs, int n)
 		bool seen = false;
 
 		for (int j = 0; j < i && !seen; j++)
-			seen = task_len(devs[j]) == task_len(devs[i]) &&
-			       !memcmp(devs[j], devs[i], task_len(devs[i]));
+			seen = tpu__coll_task_len(devs[j]) == tpu__coll_task_len(devs[i]) &&
+			       !memcmp(devs[j], devs[i], tpu__coll_task_len(devs[i]));
 		tasks += !seen;
 	}
 	return tasks;

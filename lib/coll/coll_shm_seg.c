@@ -136,6 +136,36 @@ tpu_status tpu__shm_check_fd(int fd, size_t size)
 	return 0;
 }
 
+tpu_status tpu__shm_take_fd(pid_t pid, int num, int *fd)
+{
+	int pidfd;
+	tpu_status st = 0;
+
+	*fd = -1;
+	if (pid <= 0 || num < 0)
+		return -EINVAL;
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd < 0 && errno != ENOSYS)
+		return errno == ESRCH ? TPU_E_PEER_GONE : -errno;
+	*fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, num, 0);
+	if (*fd < 0 && (pidfd < 0 || errno == ENOSYS)) {
+		char path[64];
+
+		/*
+		 * Before Linux 5.6 (or under valgrind): the same file through
+		 * /proc, which the kernel lets this process open under the
+		 * same ptrace check.
+		 */
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, num);
+		*fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (*fd < 0)
+		st = -errno;
+	if (pidfd >= 0)
+		close(pidfd);
+	return st;
+}
+
 tpu_status tpu__shm_coll_attach(int fd, int n, int rank, size_t slot, const pid_t *pids,
 				struct tpu__shm_coll **out)
 {

@@ -946,6 +946,59 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 	return q.err;
 }
 
+struct pid_query {
+	struct remote *st;
+	const char *task;
+	tpu_status err;
+	pid_t pid;
+};
+
+/* Every live pipe to the task must prove the same pid: one that proves none makes it 0. */
+static void pid_on_ctx(void *arg)
+{
+	struct pid_query *q = arg;
+	struct remote_task *t = task_named(q->st, q->task);
+	bool any = false;
+
+	if (!t) {
+		q->err = -EHOSTUNREACH;
+		return;
+	}
+	q->pid = -1;
+	for (int i = 0; i < 2 && !q->err; i++) {
+		struct remote_peer *p = i ? t->inbound : t->peer;
+		int v = 0;
+
+		if (!p || p->dead || !p->pipe)
+			continue;
+		q->err = tpu_pipe_peer_pid(p->pipe, &v);
+		if (!q->err)
+			q->pid = any && q->pid != v ? 0 : v;
+		any = true;
+	}
+	if (!any)
+		q->err = -ENOTCONN;
+}
+
+tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pid_t *pid)
+{
+	struct pid_query q = { .task = task };
+	tpu_status err = remote_check(rdv);
+
+	if (!pid)
+		return -EINVAL;
+	*pid = 0;
+	if (err)
+		return err;
+	if (!task)
+		return -EINVAL;
+	q.st = rdv->impl_state;
+	tpu__ctx_run_sync(q.st->pctx, pid_on_ctx, &q);
+	if (!q.err)
+		*pid = q.pid > 0 ? q.pid : 0;
+	return q.err;
+}
+
 struct count_query {
 	struct remote *st;
 	unsigned int pipes, accepted;

@@ -344,6 +344,14 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
  * outstanding on it if the other one wins (the lower task name's).
  */
 void tpu__remote_peer_settle(struct remote_task *t);
+/*
+ * The pid the kernel proved for the process of worker @task (any thread):
+ * that of every live pipe to it (ours, and the one it opened to us), 0
+ * where one proves none (tcp) or two disagree.  -EHOSTUNREACH: no such
+ * task in the map; -ENOTCONN: no pipe to it yet; -EAGAIN: a pipe still
+ * negotiates.  What a tpu_coll group's shared segment is taken from.
+ */
+tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pid_t *pid);
 /* For tests: live pipes, and how many of them were accepted (any thread). */
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted);

@@ -497,6 +497,58 @@ out:
 	tpu_context_destroy(wa.ctx);
 }
 
+/* tpu__remote_peer_pid() of @r's pipes to @task, once none negotiates (within 10 s). */
+static tpu_status peer_pid(struct tpu_rendezvous *r, const char *task, pid_t *pid)
+{
+	tpu_status st;
+
+	for (int ms = 0; (st = tpu__remote_peer_pid(r, task, pid)) == -EAGAIN && ms < 10000;
+	     ms += 10)
+		usleep(10000);
+	return st;
+}
+
+/*
+ * The pid a worker's pipes prove for another (what a tpu_coll group's
+ * segment is taken from): none over tcp, this process's own over shm
+ * between two workers of it, and no answer for a task not in the map.
+ */
+static void peer_pids(void)
+{
+	struct rh_pair w;
+	struct rh_worker a = { 0 }, b = { 0 };
+	pid_t pid = -1;
+	tpu_status st;
+	bool ok;
+
+	if (rh_pair_up(&w, "") && pass(w.b.rdv, w.a.rdv, 1, 0, "pid", 0)) {
+		st = peer_pid(w.a.rdv, RH_TASK(1), &pid);
+		CHECK(!st && pid == 0, "peer_pid_over_tcp_proves_none (%s, %d)",
+		      tpu_status_name(st), (int)pid);
+		CHECK(tpu__remote_peer_pid(w.a.rdv, "/job:w/replica:0/task:9", &pid) ==
+		      -EHOSTUNREACH && pid == 0, "peer_pid_of_unknown_task");
+	} else {
+		CHECK(false, "peer_pid_tcp_setup");
+	}
+	rh_pair_down(&w);
+	ok = rh_shm_worker_open(&a, RH_TASK(0), "peerpid", "a") &&
+	     rh_shm_worker_open(&b, RH_TASK(1), "peerpid", "b") &&
+	     !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), b.url) &&
+	     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), a.url) &&
+	     pass(b.rdv, a.rdv, 1, 0, "pid", 0) && pass(a.rdv, b.rdv, 0, 1, "pid", 0);
+	CHECK(ok, "peer_pid_shm_setup");
+	if (ok) {
+		st = peer_pid(a.rdv, RH_TASK(1), &pid);
+		CHECK(!st && pid == getpid(), "peer_pid_over_shm_is_proven (%s, %d)",
+		      tpu_status_name(st), (int)pid);
+		st = peer_pid(b.rdv, RH_TASK(0), &pid);
+		CHECK(!st && pid == getpid(), "peer_pid_over_shm_both_ways (%s, %d)",
+		      tpu_status_name(st), (int)pid);
+	}
+	rh_worker_close(&b);
+	rh_worker_close(&a);
+}
+
 void test_remote_onepipe(void)
 {
 	sequential(true);
@@ -507,4 +559,5 @@ void test_remote_onepipe(void)
 	late_worker_hello(false);
 	late_worker_hello(true);
 	hello_hint_bounds();
+	peer_pids();
 }

@@ -5,7 +5,12 @@
  * own thread, started in a different order on each member, and check
  * every result against a reference; a member killed while the others
  * wait in their lanes makes them fail with TPU_E_PEER_GONE, not a timeout;
- * the memfd's checks refuse what is not a lanes segment of the group.
+ * the memfd's checks refuse what is not a lanes segment of the group;
+ * lanes taken out of their creator's process by its pid attach.  A
+ * member's half of a group's choice of lanes (lib/coll/coll_lanes.c):
+ * yes for a task served by a child process over shm, no for two workers
+ * of one process, two devices of one task, tcp, an unknown task, and
+ * TPU_COLL_PATH=rdv.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "remote_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
 #include "coll.h"
@@ -323,9 +329,185 @@ static void checks(void)
 	close(fd);
 }
 
+/*
+ * How a member that did not create the lanes gets them: a child creates
+ * them (and an unsealed memfd), says the descriptor numbers, and this
+ * process takes both out of it by its pid; the lanes attach, the other
+ * file is refused, and a pid that is gone says so.
+ */
+static void taken(void)
+{
+	int ctl[2], back[2], nums[2] = { -1, -1 }, fd = -1, raw = -1;
+	pid_t pids[2] = { getpid(), 0 };
+	struct tpu__shm_lanes *l = NULL;
+	char c = 0;
+	tpu_status st;
+	int wst;
+
+	if (pipe(ctl) || pipe(back))
+		return;
+	pids[1] = fork();
+	if (pids[1] < 0)
+		return;
+	if (!pids[1]) {
+		close(ctl[0]);
+		close(back[1]);
+		if (tpu__shm_lanes_create(2, 2, SLOT, &nums[0]))
+			_exit(2);
+		nums[1] = memfd_create("not-sealed", MFD_CLOEXEC);
+		if (write(ctl[1], nums, sizeof(nums)) != (ssize_t)sizeof(nums))
+			_exit(2);
+		/* Alive until the parent took what it wanted. */
+		if (read(back[0], &c, 1) < 0)
+			_exit(2);
+		_exit(0);
+	}
+	close(ctl[1]);
+	close(back[0]);
+	if (read(ctl[0], nums, sizeof(nums)) != (ssize_t)sizeof(nums))
+		nums[0] = nums[1] = -1;
+	CHECK(nums[0] >= 0 && !tpu__shm_take_fd(pids[1], nums[0], &fd) &&
+	      !tpu__shm_lanes_attach(fd, 2, 0, 2, SLOT, pids, &l), "lanes_taken_from_creator_attach");
+	CHECK(nums[1] >= 0 && !tpu__shm_take_fd(pids[1], nums[1], &raw) &&
+	      tpu__shm_lanes_attach(raw, 2, 0, 2, SLOT, pids, &l) == -EPERM,
+	      "lanes_taken_unsealed_file_refused");
+	if (raw >= 0)
+		close(raw);
+	/* -ENOENT: through /proc, where pidfd_getfd is missing (valgrind). */
+	st = tpu__shm_take_fd(pids[1], 1 << 20, &raw);
+	CHECK((st == -EBADF || st == -ENOENT) && raw == -1,
+	      "lanes_take_of_no_descriptor_fails");
+	if (write(back[1], &c, 1) != 1)
+		kill(pids[1], SIGKILL);
+	close(back[1]);
+	close(ctl[0]);
+	waitpid(pids[1], &wst, 0);
+	st = tpu__shm_take_fd(pids[1], nums[0] >= 0 ? nums[0] : 3, &raw);
+	CHECK((st == TPU_E_PEER_GONE || st == -ENOENT) && raw == -1,
+	      "lanes_take_from_gone_pid_fails");
+	tpu__shm_lanes_detach(l);
+	if (fd >= 0)
+		close(fd);
+}
+
+static char *const two_tasks[] = { RH_TASK(0) "/device:CPU:0", RH_TASK(1) "/device:CPU:0" };
+
+/* One message from @from (task @src) to @to (task @dst): a pipe between them, negotiated. */
+static bool one_msg(struct tpu_rendezvous *from, struct tpu_rendezvous *to, int src, int dst)
+{
+	static const char *const task[] = { RH_TASK(0), RH_TASK(1) };
+	char key[RH_KEY_MAX], buf[8] = "lanes";
+	size_t klen = rh_key(key, task[src], task[dst], "decide", 1, 0), len = 0;
+	struct tpu_tensor t = { .data = buf, .len = sizeof(buf) };
+
+	if (from && tpu_rendezvous_send(from, key, klen, &t, 0, NULL, NULL))
+		return false;
+	return !to || !tpu_rendezvous_recv_wait(to, key, klen, &t, 20 * RH_SEC, &len);
+}
+
+/* Worker of task 1 in a child: this process's worker (task 0) reaches it over shm. */
+static bool decide_across(void)
+{
+	int up[2], down[2], wst;
+	char url[300] = "";
+	struct rh_worker a = { 0 };
+	pid_t pids[2] = { 0 }, child;
+	char why[160] = "";
+	bool yes = false;
+
+	if (pipe(up) || pipe(down))
+		return false;
+	child = fork();
+	if (child < 0)
+		return false;
+	if (!child) {
+		struct rh_worker b = { 0 };
+		char aurl[300] = "";
+		bool ok;
+
+		tap_restart();
+		ok = rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b") &&
+		     write(up[1], b.url, sizeof(b.url)) == (ssize_t)sizeof(b.url) &&
+		     read(down[0], aurl, sizeof(aurl)) == (ssize_t)sizeof(aurl) &&
+		     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), aurl) &&
+		     one_msg(NULL, b.rdv, 0, 1) && one_msg(b.rdv, NULL, 1, 0);
+		/* Until the parent decided: its pipe to this worker must stay. */
+		if (read(down[0], aurl, 1) < 0)
+			ok = false;
+		rh_worker_close(&b);
+		_exit(ok ? 0 : 1);
+	}
+	if (rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a") &&
+	    read(up[0], url, sizeof(url)) == (ssize_t)sizeof(url) &&
+	    write(down[1], a.url, sizeof(a.url)) == (ssize_t)sizeof(a.url) &&
+	    !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), url) && one_msg(a.rdv, NULL, 0, 1) &&
+	    one_msg(NULL, a.rdv, 1, 0)) {
+		yes = tpu__coll_lanes_local(a.rdv, two_tasks, 2, 0, mono_ns() + 20 * RH_SEC, pids,
+					    why, sizeof(why));
+		if (!yes || pids[0] != getpid() || pids[1] != child)
+			tap_diag("across: %d (%s), pids %d %d, child %d", yes, why, (int)pids[0],
+				 (int)pids[1], (int)child);
+		yes = yes && pids[0] == getpid() && pids[1] == child;
+	}
+	if (write(down[1], "x", 1) != 1)
+		kill(child, SIGKILL);
+	close(down[1]);
+	if (waitpid(child, &wst, 0) != child || !WIFEXITED(wst) || WEXITSTATUS(wst))
+		yes = false;
+	rh_worker_close(&a);
+	return yes;
+}
+
+/*
+ * A member's half of a group's choice of lanes (coll_lanes.c): yes only
+ * where every other member is a task served by another process whose pid
+ * the pipe proves; no, with the reason, for two workers of one process,
+ * two devices of one task, a tcp pipe, a task not in the map, and
+ * TPU_COLL_PATH=rdv.
+ */
+static void decide(void)
+{
+	char *const one_task[] = { RH_TASK(0) "/device:CPU:0", RH_TASK(0) "/device:CPU:1" };
+	char *const unknown[] = { RH_TASK(0) "/device:CPU:0", RH_TASK(7) "/device:CPU:0" };
+	struct rh_worker a = { 0 }, b = { 0 };
+	pid_t pids[2];
+	char why[160] = "";
+	uint64_t soon = mono_ns() + 20 * RH_SEC;
+	struct rh_pair w;
+	bool ok;
+
+	ok = rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a1") &&
+	     rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b1") &&
+	     !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), b.url) &&
+	     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), a.url) && one_msg(a.rdv, b.rdv, 0, 1) &&
+	     one_msg(b.rdv, a.rdv, 1, 0);
+	CHECK(ok, "lanes_decide_setup");
+	if (ok) {
+		CHECK(!tpu__coll_lanes_local(a.rdv, two_tasks, 2, 0, soon, pids, why, sizeof(why)) &&
+		      strstr(why, "one process"), "lanes_decide_no_for_one_process (%s)", why);
+		CHECK(!tpu__coll_lanes_local(a.rdv, one_task, 2, 0, soon, pids, why, sizeof(why)) &&
+		      strstr(why, "one task"), "lanes_decide_no_for_one_task (%s)", why);
+		CHECK(!tpu__coll_lanes_local(a.rdv, unknown, 2, 0, soon, pids, why, sizeof(why)) &&
+		      strstr(why, "no pid"), "lanes_decide_no_for_unknown_task (%s)", why);
+		setenv("TPU_COLL_PATH", "rdv", 1);
+		CHECK(!tpu__coll_lanes_local(a.rdv, two_tasks, 2, 0, soon, pids, why, sizeof(why)) &&
+		      strstr(why, "TPU_COLL_PATH=rdv"), "lanes_decide_no_when_forced (%s)", why);
+		unsetenv("TPU_COLL_PATH");
+	}
+	rh_worker_close(&b);
+	rh_worker_close(&a);
+	ok = rh_pair_up(&w, "") && one_msg(w.a.rdv, w.b.rdv, 0, 1);
+	CHECK(ok && !tpu__coll_lanes_local(w.a.rdv, two_tasks, 2, 0, soon, pids, why, sizeof(why)) &&
+	      strstr(why, "proves no pid"), "lanes_decide_no_over_tcp (%s)", why);
+	rh_pair_down(&w);
+	CHECK(decide_across(), "lanes_decide_yes_for_another_process");
+}
+
 void test_shm_lanes(void)
 {
 	checks();
+	taken();
+	decide();
 	CHECK(group(2, CASE_ORDER), "lanes_2_members_out_of_order");
 	CHECK(group(3, CASE_ORDER), "lanes_3_members_out_of_order");
 	CHECK(group(2, CASE_KILLED), "lanes_2_member_killed_fails_others");
