@@ -396,13 +396,16 @@ static char *const two_tasks[] = { RH_TASK(0) "/device:CPU:0", RH_TASK(1) "/devi
 static bool one_msg(struct tpu_rendezvous *from, struct tpu_rendezvous *to, int src, int dst)
 {
 	static const char *const task[] = { RH_TASK(0), RH_TASK(1) };
-	char key[RH_KEY_MAX], buf[8] = "lanes";
+	/* A send without a callback keeps the caller's bytes until a receiver takes them. */
+	static char sent[8] = "lanes";
+	char key[RH_KEY_MAX], got[8];
 	size_t klen = rh_key(key, task[src], task[dst], "decide", 1, 0), len = 0;
-	struct tpu_tensor t = { .data = buf, .len = sizeof(buf) };
+	struct tpu_tensor out = { .data = sent, .len = sizeof(sent) };
+	struct tpu_tensor in = { .data = got, .len = sizeof(got) };
 
-	if (from && tpu_rendezvous_send(from, key, klen, &t, 0, NULL, NULL))
+	if (from && tpu_rendezvous_send(from, key, klen, &out, 0, NULL, NULL))
 		return false;
-	return !to || !tpu_rendezvous_recv_wait(to, key, klen, &t, 20 * RH_SEC, &len);
+	return !to || !tpu_rendezvous_recv_wait(to, key, klen, &in, 20 * RH_SEC, &len);
 }
 
 /* Worker of task 1 in a child: this process's worker (task 0) reaches it over shm. */
