@@ -85,12 +85,15 @@ if [ "$TP_VM_ROLE" = a ]; then
 	[ $st = 0 ] || echo "pair-xfer (a): world_hello exited $st"
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
-	# b's reader may not listen yet: a refused writer tries again.
+	# b's reader may not listen yet: a writer that b's reader did not take
+	# tries again; one it took (exit status 10 and above) is final.
 	tries=0
 	until TPU_CUDA_DRIVER=$standin TPU_TEST_CUDA_WRITER="rdma://$TP_VM_PEER:$cuda_port" \
 		tests/unit/build/plain/unit_tests >/tmp/cuda-writer.log 2>&1; do
+		wst=$?
 		tries=$((tries + 1))
-		if [ $tries -ge 60 ]; then
+		if [ $wst -ge 10 ] || [ $tries -ge 60 ]; then
+			echo "pair-xfer (a): the cuda writer exited $wst (try $tries)"
 			cat /tmp/cuda-writer.log
 			st=1
 			break
@@ -104,10 +107,13 @@ if [ "$TP_VM_ROLE" = a ]; then
 	fi
 	wait "$xfer" || { echo "pair-xfer (a): the xfer target exited $?"; st=1; }
 	cat /tmp/xfer-target.log
-	hier_ranks 0 "$TP_VM_ADDR" 7760 check /tmp/hier.log || { cat /tmp/hier.log; st=1; }
-	hier_ranks 0 "$TP_VM_ADDR" 7761 dies /tmp/hier-dies.log || { cat /tmp/hier-dies.log; st=1; }
+	hier_ranks 0 "$TP_VM_ADDR" 7760 check /tmp/hier.log ||
+		{ echo "pair-xfer (a): the two-level ranks (check) failed"; cat /tmp/hier.log; st=1; }
+	hier_ranks 0 "$TP_VM_ADDR" 7761 dies /tmp/hier-dies.log ||
+		{ echo "pair-xfer (a): the two-level ranks (dies) failed"; cat /tmp/hier-dies.log; st=1; }
 	if [ -z "${TP_PAIR_NO_PYTHON:-}" ]; then
-		py_ranks 0 "$TP_VM_ADDR" 7770 /tmp/hier-py.log || { cat /tmp/hier-py.log; st=1; }
+		py_ranks 0 "$TP_VM_ADDR" 7770 /tmp/hier-py.log ||
+			{ echo "pair-xfer (a): the Python ranks failed"; cat /tmp/hier-py.log; st=1; }
 	fi
 	exit $st
 fi
