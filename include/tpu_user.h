@@ -1615,6 +1615,11 @@ TPU_API tpu_status tpu_world_exchange_blobs(struct tpu_world *world, const void 
  * two members and whose edge names the group, instance and part, with the
  * step id as frame; so any rendezvous serves: inprocess between threads,
  * remote between workers, over whichever channel their pipes chose.
+ * Where a group's members are worker processes of one host whose pids
+ * their pipes prove, all-reduce, broadcast, all-gather and reduce-scatter
+ * without a named implementation run on shared memory the members map
+ * instead ("lanes"), chosen together at the group's first such call;
+ * TPU_COLL_PATH=rdv keeps every call on the rendezvous.
  *
  * Every run of an instance resolves its parameters among the members:
  * each sends what it knows to rank 0, which checks them (and, from the

@@ -78,6 +78,19 @@ struct tpu__coll_cached {
 	bool resolving;
 };
 
+/*
+ * A group's choice of lanes (coll_lanes.c), made once, at its first run
+ * that lanes could serve; kept until the tpu_coll goes.
+ */
+enum { TPU__LANES_DECIDING = 1, TPU__LANES_ON, TPU__LANES_OFF };
+struct tpu__coll_lanes {
+	struct tpu__coll_lanes *next;
+	int32_t group_key;
+	int state;			/* TPU__LANES_* */
+	struct tpu__shm_lanes *lanes;	/* TPU__LANES_ON */
+	char why[160];			/* TPU__LANES_OFF: the reason, for the log */
+};
+
 struct tpu_coll {
 	uint32_t magic;			/* TPU__MAGIC_COLL; poisoned by destroy */
 	unsigned int fork_gen;		/* tpu__fork_gen() at creation */
@@ -86,6 +99,8 @@ struct tpu_coll {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* a resolution finished */
 	struct tpu__coll_cached *cache;
+	/* Under lock; cond wakes the runs waiting for a group's choice. */
+	struct tpu__coll_lanes *lanes;
 	char last_reason[320];
 };
 
@@ -148,6 +163,8 @@ struct tpu__coll_run {
 	void *arg;
 	uint64_t deadline_ns;
 	char reason[256];
+	/* Keys without instance or step: the group's choice of lanes (coll_lanes.c). */
+	bool group_keys;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* an operation completed */
 	struct tpu__coll_op *ops;
@@ -176,6 +193,18 @@ int tpu__coll_lanes_mode(const char *mode);
  */
 bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int n, int rank,
 			   uint64_t deadline_ns, pid_t *pids, char *why, size_t size);
+/*
+ * Run @run's collective on its group's lanes where the group has them:
+ * *@ran false when the rendezvous must run it (the group took no lanes,
+ * or lanes do not serve this call: all-to-all, permute, a named
+ * implementation).  At a group's first call that lanes could serve, its
+ * members decide together (every member alike, or the run fails).
+ */
+tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran);
+/* Detach every group's lanes (tpu_coll_destroy). */
+void tpu__coll_lanes_forget_all(struct tpu_coll *coll);
+/* Calls this process ran on lanes (tests). */
+unsigned long tpu__coll_lanes_runs(void);
 
 /* coll_resolve.c */
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run);

@@ -6,7 +6,8 @@
  * block the context's thread, where the rendezvous calls back.  A run
  * that fails for any reason but a verdict aborts the rendezvous, so the
  * members waiting on it fail now rather than at their timeouts (TF's
- * StartAbort on error).
+ * StartAbort on error).  Where a group's members are processes of one
+ * host, the calls lanes serve run there instead (coll_lanes.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,7 @@ TPU_API void tpu_coll_destroy(struct tpu_coll *coll)
 	if (coll->owns_rdv)
 		tpu_rendezvous_destroy(coll->rdv);
 	tpu__coll_forget_all(coll);
+	tpu__coll_lanes_forget_all(coll);
 	pthread_mutex_destroy(&coll->lock);
 	pthread_cond_destroy(&coll->cond);
 	tpu__quarantine(coll, &coll->magic);
@@ -200,8 +202,13 @@ static tpu_status run_impl(struct tpu__coll_run *run)
 	const struct tpu__coll_impl *impl;
 	tpu_status err;
 
+	bool ran;
+
 	err = tpu__coll_resolve(run);
 	if (err)
+		return err;
+	err = tpu__coll_lanes_run(run, &ran);
+	if (ran || err)
 		return err;
 	impl = tpu__coll_impl_find(run->inst.type, run->res.impl);
 	return impl ? impl->run(run) : -ENOENT;

@@ -7,10 +7,12 @@
  * (tpu__remote_peer_pid(): SO_PEERCRED), never a peer's claim.  Members
  * that are devices of one process, a pipe that proves no pid (tcp), a
  * rendezvous that is not a remote one, or TPU_COLL_PATH=rdv (or flat)
- * leave the group on the rendezvous.  This is one member's half: the
- * group takes lanes only where every member's half said yes, which needs
- * an exchange among them (not done here: see collectives.rst).
+ * leave the group on the rendezvous.  That is one member's half: the
+ * group takes lanes only where every member's half said yes, which the
+ * members settle together at the group's first call that lanes could
+ * serve (choose(), below); tpu__coll_lanes_run() then runs its calls there.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,4 +109,337 @@ bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int
 			}
 	}
 	return true;
+}
+
+/* ---- the group's choice, made together ---------------------------------- */
+
+/*
+ * How many instances of a group run on lanes at once (more wait for a free
+ * one), and each lane's slot: n * 4 * 256 KiB of shared memory per group.
+ */
+#define LANES_K		4
+#define LANES_SLOT	TPU__SHM_SLOT
+
+static atomic_ulong lanes_runs;
+
+unsigned long tpu__coll_lanes_runs(void)
+{
+	return atomic_load_explicit(&lanes_runs, memory_order_relaxed);
+}
+
+/* Rank 0's answer to the votes, and again to the attaches. */
+struct lanes_word {
+	int32_t on;
+	int32_t fd;			/* the lanes' descriptor in rank 0's process */
+	char why[120];
+};
+
+static struct tpu__coll_lanes *group_of(struct tpu_coll *coll, int32_t gk)
+{
+	for (struct tpu__coll_lanes *g = coll->lanes; g; g = g->next)
+		if (g->group_key == gk)
+			return g;
+	return NULL;
+}
+
+void tpu__coll_lanes_forget_all(struct tpu_coll *coll)
+{
+	struct tpu__coll_lanes *g;
+
+	while ((g = coll->lanes)) {
+		coll->lanes = g->next;
+		tpu__shm_lanes_detach(g->lanes);
+		free(g);
+	}
+}
+
+/* What every member knows alike, so that none of them sends a word: NULL, or why not. */
+static const char *ruled_out(const struct tpu__coll_run *run, char *buf, size_t size)
+{
+	const char *mode = getenv("TPU_COLL_PATH");
+
+	if (tpu__coll_lanes_mode(mode) != TPU__LANES_AUTO) {
+		snprintf(buf, size, "TPU_COLL_PATH=%.40s", mode);
+		return buf;
+	}
+	if (tpu_rendezvous_impl(run->coll->rdv) != TPU_RDV_REMOTE)
+		return "not a remote rendezvous: its members share a process or a table";
+	if (run->n < 2 || run->n > TPU__SHM_MAX_MEMBERS)
+		return "fewer than two members, or too many";
+	if (strcmp(run->device_type, "CPU"))
+		return "not a group of CPU devices";
+	/* Such members share this tpu_coll too: one would wait for the other's choice. */
+	for (int r = 1; r < run->n; r++)
+		for (int q = 0; q < r; q++)
+			if (same_task(run->devices[q], run->devices[r])) {
+				snprintf(buf, size, "members %d and %d are devices of one task", q, r);
+				return buf;
+			}
+	return NULL;
+}
+
+/* Every member to every other: after it, a pipe joins each pair (its pid proven or not). */
+static tpu_status hello(struct tpu__coll_run *run)
+{
+	static const char byte = 1;
+	char got[TPU__SHM_MAX_MEMBERS];
+	struct tpu__coll_op *ops[TPU__SHM_MAX_MEMBERS] = { 0 };
+	tpu_status err = 0, e;
+
+	for (int r = 0; r < run->n && !err; r++)
+		if (r != run->rank)
+			err = tpu__coll_post_recv(run, r, "hello", 0, 0, &got[r], 1, &ops[r]);
+	for (int r = 0; r < run->n && !err; r++)
+		if (r != run->rank)
+			err = tpu__coll_post_send(run, r, "hello", 0, 0, &byte, 1, -1);
+	for (int r = 0; r < run->n; r++) {
+		if (!ops[r])
+			continue;
+		e = tpu__coll_wait_recv(run, ops[r], 1);
+		err = err ? err : e;
+	}
+	e = tpu__coll_wait_sends(run, 0, -1);
+	return err ? err : e;
+}
+
+/* Rank 0: gather one int32 from every member (@mine its own); *@all whether all are 1. */
+static tpu_status gather_yes(struct tpu__coll_run *run, const char *tag, int32_t mine, bool *all,
+			     int *no)
+{
+	int32_t got[TPU__SHM_MAX_MEMBERS];
+	struct tpu__coll_op *ops[TPU__SHM_MAX_MEMBERS] = { 0 };
+	tpu_status err = 0, e;
+
+	got[0] = mine;
+	for (int r = 1; r < run->n && !err; r++)
+		err = tpu__coll_post_recv(run, r, tag, 0, (uint64_t)r, &got[r], sizeof(got[r]),
+					  &ops[r]);
+	for (int r = 1; r < run->n && ops[r]; r++) {
+		e = tpu__coll_wait_recv(run, ops[r], sizeof(got[r]));
+		err = err ? err : e;
+	}
+	*all = !err;
+	for (int r = 0; r < run->n && *all; r++)
+		if (got[r] != 1) {
+			*all = false;
+			*no = r;
+		}
+	return err;
+}
+
+/* Rank 0: the same word to every other member. */
+static tpu_status tell_all(struct tpu__coll_run *run, const char *tag, const struct lanes_word *w)
+{
+	tpu_status err = 0, e;
+
+	for (int r = 1; r < run->n && !err; r++)
+		err = tpu__coll_post_send(run, r, tag, 0, (uint64_t)r, w, sizeof(*w), -1);
+	e = tpu__coll_wait_sends(run, 0, -1);
+	return err ? err : e;
+}
+
+/* A member: its int32 to rank 0, then rank 0's word back. */
+static tpu_status ask_zero(struct tpu__coll_run *run, const char *tag, const char *answer,
+			   int32_t mine, struct lanes_word *w)
+{
+	struct tpu__coll_op *op;
+	tpu_status err, e;
+
+	err = tpu__coll_post_recv(run, 0, answer, 0, (uint64_t)run->rank, w, sizeof(*w), &op);
+	if (err)
+		return err;
+	err = tpu__coll_post_send(run, 0, tag, 0, (uint64_t)run->rank, &mine, sizeof(mine), -1);
+	e = tpu__coll_wait_recv(run, op, sizeof(*w));
+	err = err ? err : e;
+	e = tpu__coll_wait_sends(run, 0, -1);
+	w->why[sizeof(w->why) - 1] = 0;
+	return err ? err : e;
+}
+
+/*
+ * The choice, on every member: each says whether it can (coll_lanes_local,
+ * from the pids its own pipes prove); where all can, rank 0 makes the
+ * lanes and the others take its descriptor by its proven pid and map it;
+ * where all did, every member runs on them.  Rank 0 decides both times,
+ * so every member ends with the same answer; *@out NULL for the
+ * rendezvous, with @why.  An error is a member gone or out of step.
+ */
+static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out, char *why,
+			 size_t size)
+{
+	pid_t pids[TPU__SHM_MAX_MEMBERS] = { 0 };
+	struct tpu__shm_lanes *l = NULL;
+	struct lanes_word w = { 0 };
+	int fd = -1, no = 0;
+	bool yes, all;
+	tpu_status err;
+
+	*out = NULL;
+	err = hello(run);
+	if (err)
+		return err;
+	yes = tpu__coll_lanes_local(run->coll->rdv, run->devices, run->n, run->rank,
+				    run->deadline_ns, pids, why, size);
+	if (run->rank) {
+		err = ask_zero(run, "vote", "made", yes, &w);
+		if (err || !w.on) {
+			if (!err)
+				snprintf(why, size, "%s", w.why);
+			return err;
+		}
+		yes = !tpu__shm_take_fd(pids[0], w.fd, &fd) &&
+		      !tpu__shm_lanes_attach(fd, run->n, run->rank, LANES_K, LANES_SLOT, pids, &l);
+		if (fd >= 0)
+			close(fd);
+		err = ask_zero(run, "mapped", "final", yes, &w);
+		if (err || !w.on) {
+			tpu__shm_lanes_detach(l);
+			if (!err)
+				snprintf(why, size, "%s", w.why);
+			return err;
+		}
+		*out = l;
+		return 0;
+	}
+	err = gather_yes(run, "vote", yes, &all, &no);
+	if (err)
+		return err;
+	if (!all) {
+		if (no)
+			snprintf(w.why, sizeof(w.why), "member %d cannot map what the others map", no);
+		else
+			snprintf(w.why, sizeof(w.why), "%.119s", why);
+	} else if ((err = tpu__shm_lanes_create(run->n, LANES_K, LANES_SLOT, &fd)) ||
+		   (err = tpu__shm_lanes_attach(fd, run->n, 0, LANES_K, LANES_SLOT, pids, &l))) {
+		snprintf(w.why, sizeof(w.why), "rank 0 could not make the lanes: %s",
+			 tpu_strerror(err));
+		err = 0;
+	} else {
+		w.on = 1;
+		w.fd = fd;
+	}
+	err = tell_all(run, "made", &w);
+	if (!err && w.on) {
+		/* The others took the descriptor (or failed to) before they answer. */
+		err = gather_yes(run, "mapped", 1, &all, &no);
+		w.on = !err && all;
+		if (!err && !all)
+			snprintf(w.why, sizeof(w.why), "member %d could not map the lanes", no);
+		if (!err)
+			err = tell_all(run, "final", &w);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (err || !w.on) {
+		tpu__shm_lanes_detach(l);
+		snprintf(why, size, "%s", w.why);
+		return err;
+	}
+	*out = l;
+	return 0;
+}
+
+/* The group's lanes, choosing them with the others at its first call; NULL: none. */
+static tpu_status lanes_of(struct tpu__coll_run *run, struct tpu__shm_lanes **out)
+{
+	struct tpu_coll *coll = run->coll;
+	struct tpu__coll_lanes *g;
+	struct tpu__shm_lanes *l = NULL;
+	char why[160] = "", rule[80];
+	const char *no;
+	tpu_status err = 0;
+
+	pthread_mutex_lock(&coll->lock);
+	while ((g = group_of(coll, run->group_key)) && g->state == TPU__LANES_DECIDING)
+		pthread_cond_wait(&coll->cond, &coll->lock);
+	if (g) {
+		*out = g->state == TPU__LANES_ON ? g->lanes : NULL;
+		pthread_mutex_unlock(&coll->lock);
+		return 0;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		pthread_mutex_unlock(&coll->lock);
+		return -ENOMEM;
+	}
+	g->group_key = run->group_key;
+	g->state = TPU__LANES_DECIDING;
+	g->next = coll->lanes;
+	coll->lanes = g;
+	pthread_mutex_unlock(&coll->lock);
+
+	no = ruled_out(run, rule, sizeof(rule));
+	if (no) {
+		snprintf(why, sizeof(why), "%s", no);
+	} else {
+		run->group_keys = true;
+		err = choose(run, &l, why, sizeof(why));
+		run->group_keys = false;
+	}
+	if (!err)
+		tpu__log_debug("collective group %d: %s%s%s", (int)run->group_key,
+			       l ? "lanes of shared memory" : "the rendezvous", l ? "" : ": ",
+			       l ? "" : why);
+
+	pthread_mutex_lock(&coll->lock);
+	if (err) {
+		/* Out of step with the others: the next call tries again, or fails alike. */
+		for (struct tpu__coll_lanes **p = &coll->lanes; *p; p = &(*p)->next)
+			if (*p == g) {
+				*p = g->next;
+				break;
+			}
+		free(g);
+	} else {
+		g->state = l ? TPU__LANES_ON : TPU__LANES_OFF;
+		g->lanes = l;
+		snprintf(g->why, sizeof(g->why), "%s", why);
+	}
+	pthread_cond_broadcast(&coll->cond);
+	pthread_mutex_unlock(&coll->lock);
+	*out = l;
+	return err;
+}
+
+tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran)
+{
+	uint64_t key[3] = { (uint32_t)run->group_key, (uint32_t)run->inst.instance_key,
+			    (uint64_t)run->exec->step_id };
+	struct tpu__shm_call c = {
+		.type = run->inst.type, .dtype = run->inst.dtype, .op = run->inst.op,
+		.final_op = run->inst.final_op,
+		.root = run->inst.type == TPU_COLL_BROADCAST ? run->res.source_rank : 0,
+		.count = run->inst.count, .in = run->in, .out = run->out,
+		.deadline_ns = run->deadline_ns,
+	};
+	struct tpu__shm_lanes *l;
+	struct tpu__shm_coll *lane;
+	tpu_status err, e;
+
+	*ran = false;
+	/* What lanes serve: the four the segment runs, the implementation left to the library. */
+	if ((c.type != TPU_COLL_REDUCTION && c.type != TPU_COLL_BROADCAST &&
+	     c.type != TPU_COLL_GATHER && c.type != TPU_COLL_REDUCE_SCATTER) || run->impl[0])
+		return 0;
+	err = lanes_of(run, &l);
+	if (err || !l)
+		return err;
+	*ran = true;
+	err = tpu__shm_lanes_enter(l, key, run->deadline_ns, &lane);
+	if (err) {
+		snprintf(run->reason, sizeof(run->reason),
+			 "instance %d of group %d: no lane: %s", (int)run->inst.instance_key,
+			 (int)run->group_key, tpu_strerror(err));
+		return err;
+	}
+	err = tpu__shm_coll_run(lane, &c, run->reason, sizeof(run->reason));
+	if (!err)
+		tpu__log_debug("collective group %d instance %d: on a lane (%s)",
+			       (int)run->group_key, (int)run->inst.instance_key,
+			       tpu__shm_coll_last_way(lane));
+	e = tpu__shm_lanes_leave(l, lane);
+	err = err ? err : e;
+	if (!err)
+		atomic_fetch_add_explicit(&lanes_runs, 1, memory_order_relaxed);
+	return err;
 }

@@ -21,8 +21,15 @@ static tpu_status build_key(struct tpu__coll_run *run, struct tpu__coll_op *op, 
 	char edge[128];
 	struct tpu_key k = { .src_incarnation = 1, .frame_id = (uint64_t)run->exec->step_id };
 
-	snprintf(edge, sizeof(edge), "coll/%d/%d/%s/%d/%llu", (int)run->group_key,
-		 (int)run->inst.instance_key, tag, subdiv, (unsigned long long)index);
+	/* A group's own messages: whichever instance and step a member decides in. */
+	if (run->group_keys) {
+		k.frame_id = 0;
+		snprintf(edge, sizeof(edge), "coll/%d/group/%s/%d/%llu", (int)run->group_key, tag,
+			 subdiv, (unsigned long long)index);
+	} else {
+		snprintf(edge, sizeof(edge), "coll/%d/%d/%s/%d/%llu", (int)run->group_key,
+			 (int)run->inst.instance_key, tag, subdiv, (unsigned long long)index);
+	}
 	k.src_device = tpu_str(run->devices[src]);
 	k.dst_device = tpu_str(run->devices[dst]);
 	k.edge_name = tpu_str(edge);

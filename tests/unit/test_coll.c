@@ -81,6 +81,8 @@ static void barrier(struct worker *w)
 
 /* "shm": URLs known in advance; "tcp": port 0, the URLs relayed through the test process. */
 static const char *transport = "shm";
+/* The implementation of killed()'s collective: "ring" (the rendezvous) or NULL (lanes). */
+static const char *kill_impl = "ring";
 #define URL_LEN		256
 
 /* Tell the test process this worker's URL and learn everyone's. */
@@ -475,6 +477,21 @@ static void matrix(struct worker *w)
 	if (!under_valgrind() && w->n >= 2)
 		large_allreduce(w, exec);
 	tpu_coll_exec_destroy(exec);
+	/*
+	 * Members that are processes of one host, their pids proven by shm
+	 * pipes, ran on lanes what lanes serve; over tcp, or told not to, none.
+	 */
+	if (w->n >= 2 && !strcmp(transport, "shm") && !getenv("TPU_COLL_PATH"))
+		W_CHECK(tpu__coll_lanes_runs() > 0);
+	else
+		W_CHECK(tpu__coll_lanes_runs() == 0);
+}
+
+/* The matrix with TPU_COLL_PATH=rdv: every call through the rendezvous. */
+static void matrix_forced_rdv(struct worker *w)
+{
+	setenv("TPU_COLL_PATH", "rdv", 1);
+	matrix(w);
 }
 
 /*
@@ -773,7 +790,7 @@ static tpu_status big_run(struct worker *w, int64_t step, int key, uint64_t time
 	float *in = calloc(count, sizeof(float)), *out = calloc(count, sizeof(float));
 	struct tpu_coll_instance inst = { .instance_key = key, .type = TPU_COLL_REDUCTION,
 					  .dtype = TPU_DT_FLOAT32, .count = count,
-					  .impl = "ring", .timeout_ns = timeout_ns };
+					  .impl = kill_impl, .timeout_ns = timeout_ns };
 	uint64_t t0 = now_ns();
 	tpu_status st;
 
@@ -839,6 +856,16 @@ static void killed(struct worker *w)
 	tpu_status st;
 
 	warm_up(w);
+	if (!kill_impl) {
+		/* The group takes its lanes here, before anyone dies. */
+		static float in[8], out[8];
+		struct tpu_coll_instance inst = { .instance_key = 3, .type = TPU_COLL_REDUCTION,
+						  .dtype = TPU_DT_FLOAT32, .count = 8 };
+		unsigned long ran = tpu__coll_lanes_runs();
+
+		W_CHECK(run_one(w, 1, &inst, false, in, out) == 0);
+		W_CHECK(tpu__coll_lanes_runs() == ran + 1);
+	}
 	barrier(w);
 	if (w->me == w->n - 1) {
 		/* It starts its part, and is gone once the data starts to move. */
@@ -846,7 +873,7 @@ static void killed(struct worker *w)
 		float *buf = calloc(count, sizeof(float));
 		struct tpu_coll_instance inst = { .instance_key = 2, .type = TPU_COLL_REDUCTION,
 						  .dtype = TPU_DT_FLOAT32, .count = count,
-						  .impl = "ring" };
+						  .impl = kill_impl };
 		struct tpu_coll_member me = { .device = w->devs[w->me] };
 		struct tpu_coll_exec *exec;
 
@@ -1103,6 +1130,7 @@ void test_coll(void)
 	static const struct scenario kill_case = { "killed", killed, 2 };
 	static const struct scenario pair_case = { "two_members_per_worker", two_per_task, -1 };
 	static const struct scenario path_case = { "paths", paths, -1 };
+	static const struct scenario forced_case = { "forced_rdv", matrix_forced_rdv, -1 };
 	int codes[MAX_W], serial = 0, peer_gone = 0, others_ok = 1;
 	bool small = under_valgrind();
 
@@ -1134,16 +1162,28 @@ void test_coll(void)
 	}
 	run_case(&pair_case, 2, serial++, codes);
 	expect_all_pass("coll_two_members_per_worker_share_its_coll_and_meet_inside_it", 2, codes);
-	run_case(&kill_case, 3, serial++, codes);
-	for (int i = 0; i < 2; i++) {
-		peer_gone += codes[i] == SAW_PEER_GONE;
-		others_ok &= codes[i] == SAW_PEER_GONE || codes[i] == SAW_ABORTED;
+	if (!getenv("COLL_N")) {
+		run_case(&forced_case, 3, serial++, codes);
+		expect_all_pass("coll_every_collective_matches_the_reference_with_TPU_COLL_PATH=rdv_"
+				"and_no_call_on_lanes", 3, codes);
 	}
-	if (!others_ok || !peer_gone)
-		tap_diag("killed: survivors ended with %d and %d, victim %d", codes[0], codes[1],
-			 codes[2]);
-	CHECK(others_ok && peer_gone && codes[2] == 1000 + SIGKILL,
-	      "coll_member_killed_mid_collective_fails_the_others_promptly_with_peer_gone");
+	for (int lanes = 0; lanes < 2; lanes++) {
+		kill_impl = lanes ? NULL : "ring";
+		peer_gone = 0;
+		others_ok = 1;
+		run_case(&kill_case, 3, serial++, codes);
+		for (int i = 0; i < 2; i++) {
+			peer_gone += codes[i] == SAW_PEER_GONE;
+			others_ok &= codes[i] == SAW_PEER_GONE || codes[i] == SAW_ABORTED;
+		}
+		if (!others_ok || !peer_gone)
+			tap_diag("killed: survivors ended with %d and %d, victim %d", codes[0],
+				 codes[1], codes[2]);
+		CHECK(others_ok && peer_gone && codes[2] == 1000 + SIGKILL,
+		      "coll_member_killed_mid_collective_fails_the_others_promptly_with_peer_gone%s",
+		      lanes ? "_on_lanes" : "");
+	}
+	kill_impl = "ring";
 	/* The same over tcp on loopback, for a few group sizes and the death of a member. */
 	transport = "tcp";
 	for (int n = 2; n <= 4 && !getenv("COLL_N"); n++) {
