@@ -1750,7 +1750,8 @@ struct tpu_coll_member {
  * @default_rank: this member's rank.
  * @source_rank: broadcast: the source's rank, else -1.
  * @num_tasks:	distinct tasks of the group.
- * @impl:	the implementation chosen.
+ * @impl:	the implementation chosen; "lanes" where the last run went through
+ *		the group's shared memory (see tpu_coll_exec_run).
  * @num_subdivs, @subdiv_offsets: the rings of a reduction.
  */
 struct tpu_coll_resolved {

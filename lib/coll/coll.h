@@ -197,10 +197,13 @@ bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int
  * Run @run's collective on its group's lanes where the group has them:
  * *@ran false when the rendezvous must run it (the group took no lanes,
  * or lanes do not serve this call: all-to-all, permute, a named
- * implementation).  At a group's first call that lanes could serve, its
- * members decide together (every member alike, or the run fails).
+ * implementation).  Before resolution (@resolved false) only where the
+ * group chose lanes already (a broadcast: and its instance was resolved
+ * once, for its source); after it, at a
+ * group's first call that lanes could serve, its members decide together
+ * (every member alike, or the run fails).
  */
-tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran);
+tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *ran);
 /* Detach every group's lanes (tpu_coll_destroy). */
 void tpu__coll_lanes_forget_all(struct tpu_coll *coll);
 /* Calls this process ran on lanes (tests). */
@@ -208,6 +211,8 @@ unsigned long tpu__coll_lanes_runs(void);
 
 /* coll_resolve.c */
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run);
+/* After a run on lanes: tpu_coll_resolved() says "lanes" for its instance. */
+void tpu__coll_note_lanes(struct tpu__coll_run *run, int source_rank);
 void tpu__coll_forget_all(struct tpu_coll *coll);
 
 /* coll_xfer.c: the execution key is "coll/G/I/TAG/SUBDIV/INDEX", frame = step. */
@@ -307,6 +312,8 @@ void tpu__shm_lanes_detach(struct tpu__shm_lanes *l);
 tpu_status tpu__shm_lanes_enter(struct tpu__shm_lanes *l, const uint64_t key[3],
 				uint64_t deadline_ns, struct tpu__shm_coll **lane);
 tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *lane);
+/* A mismatch's reason, as the lane that found it keeps it ("" if none). */
+void tpu__shm_lanes_why(const struct tpu__shm_lanes *l, char *buf, size_t size);
 /* Lanes claimed now (tests: all free once every run left). */
 int tpu__shm_lanes_busy(const struct tpu__shm_lanes *l);
 

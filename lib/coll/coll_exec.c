@@ -204,10 +204,13 @@ static tpu_status run_impl(struct tpu__coll_run *run)
 
 	bool ran;
 
+	err = tpu__coll_lanes_run(run, false, &ran);
+	if (ran || err)
+		return err;
 	err = tpu__coll_resolve(run);
 	if (err)
 		return err;
-	err = tpu__coll_lanes_run(run, &ran);
+	err = tpu__coll_lanes_run(run, true, &ran);
 	if (ran || err)
 		return err;
 	impl = tpu__coll_impl_find(run->inst.type, run->res.impl);

@@ -401,7 +401,21 @@ static tpu_status lanes_of(struct tpu__coll_run *run, struct tpu__shm_lanes **ou
 	return err;
 }
 
-tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran)
+/* The group's lanes if it chose them already, without deciding anything: NULL otherwise. */
+static struct tpu__shm_lanes *lanes_known(struct tpu__coll_run *run)
+{
+	struct tpu__coll_lanes *g;
+	struct tpu__shm_lanes *l = NULL;
+
+	pthread_mutex_lock(&run->coll->lock);
+	g = group_of(run->coll, run->group_key);
+	if (g && g->state == TPU__LANES_ON)
+		l = g->lanes;
+	pthread_mutex_unlock(&run->coll->lock);
+	return l;
+}
+
+tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *ran)
 {
 	uint64_t key[3] = { (uint32_t)run->group_key, (uint32_t)run->inst.instance_key,
 			    (uint64_t)run->exec->step_id };
@@ -421,15 +435,39 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran)
 	if ((c.type != TPU_COLL_REDUCTION && c.type != TPU_COLL_BROADCAST &&
 	     c.type != TPU_COLL_GATHER && c.type != TPU_COLL_REDUCE_SCATTER) || run->impl[0])
 		return 0;
-	err = lanes_of(run, &l);
-	if (err || !l)
-		return err;
+	if (!resolved) {
+		/*
+		 * On lanes the segment checks that the members' calls agree
+		 * (type, dtype, op, count), as it does for the world: a
+		 * round trip to rank 0 first would cost more than the call.
+		 * A broadcast asks rank 0 which member is its source at the
+		 * instance's first run; later runs take it from that answer.
+		 */
+		struct tpu_coll_resolved res;
+
+		l = lanes_known(run);
+		if (!l)
+			return 0;
+		if (c.type == TPU_COLL_BROADCAST) {
+			if (tpu_coll_resolved(run->coll, run->group_key, run->inst.instance_key,
+					      &res) || res.source_rank < 0 || res.source_rank >= run->n)
+				return 0;
+			c.root = res.source_rank;
+		}
+	} else {
+		err = lanes_of(run, &l);
+		if (err || !l)
+			return err;
+	}
 	*ran = true;
 	err = tpu__shm_lanes_enter(l, key, run->deadline_ns, &lane);
 	if (err) {
-		snprintf(run->reason, sizeof(run->reason),
-			 "instance %d of group %d: no lane: %s", (int)run->inst.instance_key,
-			 (int)run->group_key, tpu_strerror(err));
+		char why[96];
+
+		tpu__shm_lanes_why(l, why, sizeof(why));
+		snprintf(run->reason, sizeof(run->reason), "instance %d of group %d: %s",
+			 (int)run->inst.instance_key, (int)run->group_key,
+			 why[0] ? why : tpu_strerror(err));
 		return err;
 	}
 	err = tpu__shm_coll_run(lane, &c, run->reason, sizeof(run->reason));
@@ -439,7 +477,9 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool *ran)
 			       tpu__shm_coll_last_way(lane));
 	e = tpu__shm_lanes_leave(l, lane);
 	err = err ? err : e;
-	if (!err)
+	if (!err) {
 		atomic_fetch_add_explicit(&lanes_runs, 1, memory_order_relaxed);
+		tpu__coll_note_lanes(run, c.root);
+	}
 	return err;
 }

@@ -267,6 +267,36 @@ tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 	return err;
 }
 
+void tpu__coll_note_lanes(struct tpu__coll_run *run, int source_rank)
+{
+	struct tpu_coll *coll = run->coll;
+	struct tpu__coll_record mine;
+	struct tpu__coll_cached *c;
+
+	tpu__coll_record_of(run, &mine);
+	pthread_mutex_lock(&coll->lock);
+	c = find(coll, mine.group_key, mine.instance_key, mine.rank);
+	if (!c) {
+		c = calloc(1, sizeof(*c));
+		if (c) {
+			c->rec = mine;
+			c->next = coll->cache;
+			coll->cache = c;
+			trim(coll);
+		}
+	}
+	/* A run on lanes after one through the rendezvous: the newest answer wins. */
+	if (c && !c->resolving) {
+		memset(&c->res, 0, sizeof(c->res));
+		snprintf(c->res.impl, sizeof(c->res.impl), "lanes");
+		c->res.num_subdivs = 1;
+		c->res.source_rank = run->inst.type == TPU_COLL_BROADCAST ? source_rank : -1;
+		c->res.default_rank = run->rank;
+		c->res.num_tasks = run->num_tasks;
+	}
+	pthread_mutex_unlock(&coll->lock);
+}
+
 void tpu__coll_forget_all(struct tpu_coll *coll)
 {
 	while (coll->cache)

@@ -373,7 +373,8 @@ tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *
 	/* A lane that failed leaves this member out of step with the others on every lane. */
 	st = lane->failed ? lane->failed : tpu__shm_aborted(lane);
 	if (st)
-		lanes_fail(l, st == TPU_E_PEER_GONE ? st : -ECONNABORTED);
+		lanes_fail(l, st == TPU_E_PEER_GONE || st == TPU_E_COLL_MISMATCH ? st :
+			   -ECONNABORTED);
 	/* No deadline: the lock is held only for a few stores, unless its holder died. */
 	st = lock_table(l, 0);
 	if (st)
@@ -387,6 +388,15 @@ tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *
 	}
 	unlock_table(l);
 	return 0;
+}
+
+void tpu__shm_lanes_why(const struct tpu__shm_lanes *l, char *buf, size_t size)
+{
+	if (!buf || !size)
+		return;
+	buf[0] = 0;
+	for (int j = 0; l && j < l->k && !buf[0]; j++)
+		tpu__shm_why(l->lane[j], buf, size);
 }
 
 int tpu__shm_lanes_busy(const struct tpu__shm_lanes *l)

@@ -382,9 +382,11 @@ static void large_allreduce(struct worker *w, struct tpu_coll_exec *exec)
 	fill(TPU_DT_FLOAT32, TPU_OP_SUM, w->me, in, count);
 	reference(TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE, w->n, want, count);
 	for (int variant = 0; variant < 2; variant++) {
+		/* The ring named: lanes would take an all-reduce left to the library. */
 		struct tpu_coll_instance inst = { .instance_key = next_key++,
 						  .type = TPU_COLL_REDUCTION,
-						  .dtype = TPU_DT_FLOAT32, .count = count };
+						  .dtype = TPU_DT_FLOAT32, .count = count,
+						  .impl = "ring" };
 
 		if (variant) {
 			inst.num_subdivs = 3;
@@ -699,6 +701,10 @@ static tpu_status run_one(struct worker *w, int64_t step, struct tpu_coll_instan
  * Disagreements fail every member with one status and reason, promptly,
  * and leave the rendezvous usable: a correct instance runs right after.
  */
+/*
+ * Resolution's verdicts, so through the rendezvous (TPU_COLL_PATH=rdv):
+ * on lanes the segment finds a mismatch instead (mismatch_on_lanes).
+ */
 static void mismatch(struct worker *w)
 {
 	static float in[64], out[64];
@@ -706,6 +712,8 @@ static void mismatch(struct worker *w)
 					  .dtype = TPU_DT_FLOAT32, .count = 16 };
 	char why[320];
 	uint64_t t0 = now_ns();
+
+	setenv("TPU_COLL_PATH", "rdv", 1);
 
 	/* The last member has a longer tensor. */
 	if (w->me == w->n - 1)
@@ -780,6 +788,34 @@ static void mismatch(struct worker *w)
 	stranger.device = w->devs[w->me];
 	W_CHECK(tpu_coll_exec_run(exec, &w->group, &inst, &stranger, in, out) == -EINVAL);
 	tpu_coll_exec_destroy(exec);
+}
+
+/*
+ * On lanes: one member's other element count fails every member's call
+ * with TPU_E_COLL_MISMATCH and the reason, promptly, and (as on the
+ * world's segment) every later call of the group.
+ */
+static void mismatch_on_lanes(struct worker *w)
+{
+	static float in[64], out[64];
+	struct tpu_coll_instance inst = { .instance_key = 1, .type = TPU_COLL_REDUCTION,
+					  .dtype = TPU_DT_FLOAT32, .count = 16 };
+	unsigned long ran = tpu__coll_lanes_runs();
+	char why[320];
+	uint64_t t0;
+
+	W_CHECK(run_one(w, 1, &inst, false, in, out) == 0);
+	W_CHECK(tpu__coll_lanes_runs() == ran + 1);
+	t0 = now_ns();
+	inst.count = w->me == w->n - 1 ? 8 : 16;
+	W_CHECK(run_one(w, 2, &inst, false, in, out) == TPU_E_COLL_MISMATCH);
+	tpu_coll_last_reason(w->coll, why, sizeof(why));
+	W_CHECK(strstr(why, "element count") != NULL);
+	W_CHECK(now_ns() - t0 < 5000000000ull);
+	inst.count = 16;
+	inst.instance_key = 2;
+	W_CHECK(run_one(w, 3, &inst, false, in, out) != 0);
+	W_CHECK(tpu__coll_lanes_runs() == ran + 1);
 }
 
 /* Wait for one run and say how it ended; the tensor is large so it is mid-way when it fails. */
@@ -867,6 +903,11 @@ static void killed(struct worker *w)
 		W_CHECK(tpu__coll_lanes_runs() == ran + 1);
 	}
 	barrier(w);
+	if (w->me == w->n - 1 && !kill_impl) {
+		/* On lanes the others wait for it there (no resolution first): it never comes. */
+		usleep(20000);
+		raise(SIGKILL);
+	}
 	if (w->me == w->n - 1) {
 		/* It starts its part, and is gone once the data starts to move. */
 		const size_t count = 4u << 20;
@@ -1124,6 +1165,8 @@ void test_coll(void)
 	static const struct scenario cases[] = {
 		{ "several_instances_in_flight_out_of_order_then_cached", out_of_order, -1 },
 		{ "mismatched_params_fail_every_member_with_a_reason", mismatch, -1 },
+		{ "mismatched_params_on_lanes_fail_every_member_and_the_lanes", mismatch_on_lanes,
+		  -1 },
 		{ "abort_from_one_member_fails_every_member", abort_one, -1 },
 		{ "timeout_fails_a_collective_whose_peers_never_come", timeout, -1 },
 	};
