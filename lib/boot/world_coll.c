@@ -190,6 +190,9 @@ static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst,
 	g.devices = wc->devices;
 	m.device = wc->devices[w->info.rank];
 	st = tpu_coll_create(w->rdv, &coll);
+	/* The world chose its path: no choice of lanes on every call. */
+	if (!st)
+		tpu__coll_no_lanes(coll);
 	if (!st)
 		st = tpu_coll_exec_create(coll, step, &exec);
 	if (!st)

@@ -94,6 +94,9 @@ static tpu_status among_leaders(struct hier *h, enum tpu_coll_type type, int roo
 		devs[k] = h->devices[ws->by_host[ws->host_start[k]]];
 	m.device = devs[me];
 	st = tpu_coll_create(h->w->rdv, &coll);
+	/* The world chose its path: no choice of lanes on every call. */
+	if (!st)
+		tpu__coll_no_lanes(coll);
 	if (!st)
 		st = tpu_coll_exec_create(coll, h->step, &exec);
 	if (!st)

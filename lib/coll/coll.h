@@ -101,6 +101,7 @@ struct tpu_coll {
 	struct tpu__coll_cached *cache;
 	/* Under lock; cond wakes the runs waiting for a group's choice. */
 	struct tpu__coll_lanes *lanes;
+	bool no_lanes;			/* tpu__coll_no_lanes(): set before any run */
 	char last_reason[320];
 };
 
@@ -204,6 +205,14 @@ bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int
  * (every member alike, or the run fails).
  */
 tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *ran);
+/*
+ * Keep @coll's groups on the rendezvous, deciding nothing: the world's own
+ * groups (lib/boot), whose path the world chose, and which make a tpu_coll
+ * per call (a choice would cost its rounds on every call).
+ */
+void tpu__coll_no_lanes(struct tpu_coll *coll);
+/* Choices this process took part in (tests). */
+unsigned long tpu__coll_lanes_choices(void);
 /* Detach every group's lanes (tpu_coll_destroy). */
 void tpu__coll_lanes_forget_all(struct tpu_coll *coll);
 /* Calls this process ran on lanes (tests). */

@@ -120,11 +120,21 @@ bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int
 #define LANES_K		4
 #define LANES_SLOT	TPU__SHM_SLOT
 
-static atomic_ulong lanes_runs;
+static atomic_ulong lanes_runs, lanes_choices;
 
 unsigned long tpu__coll_lanes_runs(void)
 {
 	return atomic_load_explicit(&lanes_runs, memory_order_relaxed);
+}
+
+unsigned long tpu__coll_lanes_choices(void)
+{
+	return atomic_load_explicit(&lanes_choices, memory_order_relaxed);
+}
+
+void tpu__coll_no_lanes(struct tpu_coll *coll)
+{
+	coll->no_lanes = true;
 }
 
 /* Rank 0's answer to the votes, and again to the attaches. */
@@ -275,6 +285,7 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 	tpu_status err;
 
 	*out = NULL;
+	atomic_fetch_add_explicit(&lanes_choices, 1, memory_order_relaxed);
 	err = hello(run);
 	if (err)
 		return err;
@@ -433,7 +444,8 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *r
 	*ran = false;
 	/* What lanes serve: the four the segment runs, the implementation left to the library. */
 	if ((c.type != TPU_COLL_REDUCTION && c.type != TPU_COLL_BROADCAST &&
-	     c.type != TPU_COLL_GATHER && c.type != TPU_COLL_REDUCE_SCATTER) || run->impl[0])
+	     c.type != TPU_COLL_GATHER && c.type != TPU_COLL_REDUCE_SCATTER) || run->impl[0] ||
+	    run->coll->no_lanes)
 		return 0;
 	if (!resolved) {
 		/*

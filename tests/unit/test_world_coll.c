@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "boot_harness.h"
+#include "coll/coll.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -101,6 +102,8 @@ static int all_reduces(struct tpu_world *w, int me, int n)
 				     TPU_FINAL_DIV, 0) == 0);
 	for (int i = 0; i < COUNT; i++)
 		R_CHECK(f32[i] == (float)(n - 1 + i));
+	/* The world's own groups (a tpu_coll per call) never choose lanes. */
+	R_CHECK(tpu__coll_lanes_choices() == 0);
 	return 0;
 }
 
