@@ -215,8 +215,9 @@ void tpu__coll_no_lanes(struct tpu_coll *coll);
 unsigned long tpu__coll_lanes_choices(void);
 /* Detach every group's lanes (tpu_coll_destroy). */
 void tpu__coll_lanes_forget_all(struct tpu_coll *coll);
-/* Calls this process ran on lanes (tests). */
+/* Calls this process ran on lanes, and those of them the module copied (tests). */
 unsigned long tpu__coll_lanes_runs(void);
+unsigned long tpu__coll_lanes_kmod_runs(void);
 
 /* coll_resolve.c */
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run);
@@ -321,6 +322,13 @@ void tpu__shm_lanes_detach(struct tpu__shm_lanes *l);
 tpu_status tpu__shm_lanes_enter(struct tpu__shm_lanes *l, const uint64_t key[3],
 				uint64_t deadline_ns, struct tpu__shm_coll **lane);
 tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *lane);
+/*
+ * The module path for every lane: an endpoint of its own per lane, joined
+ * to domain @dom (tpu__shm_kmod_join); then, alike on every member once
+ * all joined or not, tpu__shm_lanes_kmod_use (tpu__shm_kmod_use per lane).
+ */
+tpu_status tpu__shm_lanes_kmod_join(struct tpu__shm_lanes *l, int dom);
+void tpu__shm_lanes_kmod_use(struct tpu__shm_lanes *l, bool on);
 /* A mismatch's reason, as the lane that found it keeps it ("" if none). */
 void tpu__shm_lanes_why(const struct tpu__shm_lanes *l, char *buf, size_t size);
 /* Lanes claimed now (tests: all free once every run left). */

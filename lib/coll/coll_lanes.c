@@ -120,7 +120,12 @@ bool tpu__coll_lanes_local(struct tpu_rendezvous *rdv, char *const *devices, int
 #define LANES_K		4
 #define LANES_SLOT	TPU__SHM_SLOT
 
-static atomic_ulong lanes_runs, lanes_choices;
+static atomic_ulong lanes_runs, lanes_choices, lanes_kmod_runs;
+
+unsigned long tpu__coll_lanes_kmod_runs(void)
+{
+	return atomic_load_explicit(&lanes_kmod_runs, memory_order_relaxed);
+}
 
 unsigned long tpu__coll_lanes_runs(void)
 {
@@ -141,8 +146,13 @@ void tpu__coll_no_lanes(struct tpu_coll *coll)
 struct lanes_word {
 	int32_t on;
 	int32_t fd;			/* the lanes' descriptor in rank 0's process */
+	int32_t dom;			/* its module domain's there, or -1; final: kmod */
 	char why[120];
 };
+
+/* A member's answers: bit 0 yes, bit 1 (the second) its lanes joined the domain. */
+#define ANSWER_YES	1
+#define ANSWER_KMOD	2
 
 static struct tpu__coll_lanes *group_of(struct tpu_coll *coll, int32_t gk)
 {
@@ -214,7 +224,7 @@ static tpu_status hello(struct tpu__coll_run *run)
 
 /* Rank 0: gather one int32 from every member (@mine its own); *@all whether all are 1. */
 static tpu_status gather_yes(struct tpu__coll_run *run, const char *tag, int32_t mine, bool *all,
-			     int *no)
+			     int *no, bool *kmod)
 {
 	int32_t got[TPU__SHM_MAX_MEMBERS];
 	struct tpu__coll_op *ops[TPU__SHM_MAX_MEMBERS] = { 0 };
@@ -229,11 +239,14 @@ static tpu_status gather_yes(struct tpu__coll_run *run, const char *tag, int32_t
 		err = err ? err : e;
 	}
 	*all = !err;
-	for (int r = 0; r < run->n && *all; r++)
-		if (got[r] != 1) {
+	*kmod = !err;
+	for (int r = 0; r < run->n && *all; r++) {
+		if (!(got[r] & ANSWER_YES)) {
 			*all = false;
 			*no = r;
 		}
+		*kmod = *kmod && (got[r] & ANSWER_KMOD);
+	}
 	return err;
 }
 
@@ -266,22 +279,58 @@ static tpu_status ask_zero(struct tpu__coll_run *run, const char *tag, const cha
 	return err ? err : e;
 }
 
+/* TPU_COLL_COPY as the world reads it: anything but cma lets lanes try the module. */
+static bool kmod_wanted(void)
+{
+	const char *copy = getenv("TPU_COLL_COPY");
+
+	return !copy || strcmp(copy, "cma");
+}
+
+/* Rank 0: an endpoint and a new module domain for the lanes, or -1s (no module here). */
+static void kmod_domain(int *kfd, int *dom)
+{
+	*kfd = -1;
+	*dom = -1;
+	if (!kmod_wanted() || tpu__shm_kmod_open(kfd))
+		return;
+	if (tpu__shm_kmod_domain(*kfd, dom)) {
+		close(*kfd);
+		*kfd = -1;
+	}
+}
+
+/* A member: its lanes in rank 0's module domain @dom (a descriptor number there). */
+static bool kmod_join(struct tpu__shm_lanes *l, pid_t zero, int dom)
+{
+	int dfd = -1;
+	bool ok;
+
+	if (dom < 0 || !kmod_wanted() || tpu__shm_take_fd(zero, dom, &dfd))
+		return false;
+	ok = !tpu__shm_lanes_kmod_join(l, dfd);
+	close(dfd);
+	return ok;
+}
+
 /*
  * The choice, on every member: each says whether it can (coll_lanes_local,
  * from the pids its own pipes prove); where all can, rank 0 makes the
- * lanes and the others take its descriptor by its proven pid and map it;
- * where all did, every member runs on them.  Rank 0 decides both times,
- * so every member ends with the same answer; *@out NULL for the
- * rendezvous, with @why.  An error is a member gone or out of step.
+ * lanes (and a module domain, where the module is loaded) and the others
+ * take its descriptors by its proven pid, map the lanes and join the
+ * domain; where all mapped, every member runs on them, through the
+ * module's grants where all joined.  Rank 0 decides both times, so every
+ * member ends with the same answer; *@out NULL for the rendezvous, with
+ * @why.  An error is a member gone or out of step.
  */
 static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out, char *why,
 			 size_t size)
 {
 	pid_t pids[TPU__SHM_MAX_MEMBERS] = { 0 };
 	struct tpu__shm_lanes *l = NULL;
-	struct lanes_word w = { 0 };
-	int fd = -1, no = 0;
-	bool yes, all;
+	struct lanes_word w = { .dom = -1 };
+	int fd = -1, kfd = -1, dom = -1, no = 0;
+	bool yes, all, kall = false;
 	tpu_status err;
 
 	*out = NULL;
@@ -292,6 +341,8 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 	yes = tpu__coll_lanes_local(run->coll->rdv, run->devices, run->n, run->rank,
 				    run->deadline_ns, pids, why, size);
 	if (run->rank) {
+		int32_t answer;
+
 		err = ask_zero(run, "vote", "made", yes, &w);
 		if (err || !w.on) {
 			if (!err)
@@ -302,17 +353,19 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 		      !tpu__shm_lanes_attach(fd, run->n, run->rank, LANES_K, LANES_SLOT, pids, &l);
 		if (fd >= 0)
 			close(fd);
-		err = ask_zero(run, "mapped", "final", yes, &w);
+		answer = yes ? ANSWER_YES | (kmod_join(l, pids[0], w.dom) ? ANSWER_KMOD : 0) : 0;
+		err = ask_zero(run, "mapped", "final", answer, &w);
 		if (err || !w.on) {
 			tpu__shm_lanes_detach(l);
 			if (!err)
 				snprintf(why, size, "%s", w.why);
 			return err;
 		}
+		tpu__shm_lanes_kmod_use(l, w.dom == 1);
 		*out = l;
 		return 0;
 	}
-	err = gather_yes(run, "vote", yes, &all, &no);
+	err = gather_yes(run, "vote", yes, &all, &no, &kall);
 	if (err)
 		return err;
 	if (!all) {
@@ -328,12 +381,19 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 	} else {
 		w.on = 1;
 		w.fd = fd;
+		kmod_domain(&kfd, &dom);
+		w.dom = dom >= 0 && !tpu__shm_lanes_kmod_join(l, dom) ? dom : -1;
 	}
 	err = tell_all(run, "made", &w);
 	if (!err && w.on) {
-		/* The others took the descriptor (or failed to) before they answer. */
-		err = gather_yes(run, "mapped", 1, &all, &no);
+		bool joined = w.dom >= 0;
+
+		/* The others took the descriptors (or failed to) before they answer. */
+		err = gather_yes(run, "mapped", ANSWER_YES | (joined ? ANSWER_KMOD : 0), &all, &no,
+				 &kall);
 		w.on = !err && all;
+		/* In the final word: whether every member copies through the module. */
+		w.dom = w.on && kall && joined;
 		if (!err && !all)
 			snprintf(w.why, sizeof(w.why), "member %d could not map the lanes", no);
 		if (!err)
@@ -341,11 +401,16 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 	}
 	if (fd >= 0)
 		close(fd);
+	if (dom >= 0)
+		close(dom);
+	if (kfd >= 0)
+		close(kfd);
 	if (err || !w.on) {
 		tpu__shm_lanes_detach(l);
 		snprintf(why, size, "%s", w.why);
 		return err;
 	}
+	tpu__shm_lanes_kmod_use(l, w.dom == 1);
 	*out = l;
 	return 0;
 }
@@ -440,6 +505,7 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *r
 	struct tpu__shm_lanes *l;
 	struct tpu__shm_coll *lane;
 	tpu_status err, e;
+	bool kmod;
 
 	*ran = false;
 	/* What lanes serve: the four the segment runs, the implementation left to the library. */
@@ -483,6 +549,8 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *r
 		return err;
 	}
 	err = tpu__shm_coll_run(lane, &c, run->reason, sizeof(run->reason));
+	/* Read before leaving: another run of this process may take the lane next. */
+	kmod = !err && strstr(tpu__shm_coll_last_way(lane), "kmod");
 	if (!err)
 		tpu__log_debug("collective group %d instance %d: on a lane (%s)",
 			       (int)run->group_key, (int)run->inst.instance_key,
@@ -491,6 +559,8 @@ tpu_status tpu__coll_lanes_run(struct tpu__coll_run *run, bool resolved, bool *r
 	err = err ? err : e;
 	if (!err) {
 		atomic_fetch_add_explicit(&lanes_runs, 1, memory_order_relaxed);
+		if (kmod)
+			atomic_fetch_add_explicit(&lanes_kmod_runs, 1, memory_order_relaxed);
 		tpu__coll_note_lanes(run, c.root);
 	}
 	return err;

@@ -390,6 +390,26 @@ tpu_status tpu__shm_lanes_leave(struct tpu__shm_lanes *l, struct tpu__shm_coll *
 	return 0;
 }
 
+tpu_status tpu__shm_lanes_kmod_join(struct tpu__shm_lanes *l, int dom)
+{
+	tpu_status st = 0;
+
+	for (int j = 0; j < l->k && !st; j++) {
+		int fd;
+
+		st = tpu__shm_kmod_open(&fd);
+		if (!st)
+			st = tpu__shm_kmod_join(l->lane[j], fd, dom);
+	}
+	return st;
+}
+
+void tpu__shm_lanes_kmod_use(struct tpu__shm_lanes *l, bool on)
+{
+	for (int j = 0; j < l->k; j++)
+		tpu__shm_kmod_use(l->lane[j], on);
+}
+
 void tpu__shm_lanes_why(const struct tpu__shm_lanes *l, char *buf, size_t size)
 {
 	if (!buf || !size)

@@ -464,6 +464,54 @@ static void permute_matrix(struct worker *w, struct tpu_coll_exec *exec, bool sm
 	}
 }
 
+static const char *want_channel(void);
+
+/*
+ * Past the slots: each collective lanes serve, with 200003 floats a member
+ * (the single-copy reads, through the module where it is loaded).
+ */
+static void large_on_lanes(struct worker *w, struct tpu_coll_exec *exec)
+{
+	const size_t count = 200003, bytes = count * sizeof(float);
+	float *in = malloc(bytes), *out = malloc(bytes * (size_t)w->n);
+	float *want = malloc(bytes * (size_t)w->n);
+	struct tpu_coll_member me = { .device = w->devs[w->me], .is_source = w->me == 0 };
+	static const enum tpu_coll_type types[] = { TPU_COLL_REDUCTION, TPU_COLL_BROADCAST,
+						    TPU_COLL_GATHER, TPU_COLL_REDUCE_SCATTER };
+
+	W_CHECK(in && out && want);
+	for (size_t t = 0; t < 4; t++) {
+		struct tpu_coll_instance inst = { .instance_key = next_key++, .type = types[t],
+						  .dtype = TPU_DT_FLOAT32, .count = count,
+						  .op = TPU_OP_SUM };
+		size_t len, start = tpu_coll_chunk(count, w->n, w->me, &len), cmp = bytes;
+		const float *got = out;
+
+		fill(TPU_DT_FLOAT32, TPU_OP_SUM, w->me, in, count);
+		memset(out, 0xee, bytes * (size_t)w->n);
+		if (types[t] == TPU_COLL_BROADCAST) {
+			fill(TPU_DT_FLOAT32, TPU_OP_SUM, 0, want, count);
+		} else if (types[t] == TPU_COLL_GATHER) {
+			for (int r = 0; r < w->n; r++)
+				fill(TPU_DT_FLOAT32, TPU_OP_SUM, r, want + (size_t)r * count, count);
+			cmp = bytes * (size_t)w->n;
+		} else {
+			reference(TPU_DT_FLOAT32, TPU_OP_SUM, TPU_FINAL_NONE, w->n, want, count);
+		}
+		if (types[t] == TPU_COLL_REDUCE_SCATTER) {
+			memmove(want, want + start, len * sizeof(float));
+			cmp = len * sizeof(float);
+		}
+		W_CHECK(tpu_coll_exec_run(exec, &w->group, &inst, &me, in, out) == 0);
+		if (types[t] == TPU_COLL_BROADCAST && w->me == 0)
+			continue;
+		W_CHECK(!memcmp(got, want, cmp));
+	}
+	free(in);
+	free(out);
+	free(want);
+}
+
 static void matrix(struct worker *w)
 {
 	struct tpu_coll_exec *exec;
@@ -476,8 +524,10 @@ static void matrix(struct worker *w)
 	reduce_scatter_matrix(w, exec, small);
 	all_to_all_matrix(w, exec, small);
 	permute_matrix(w, exec, small);
-	if (!under_valgrind() && w->n >= 2)
+	if (!under_valgrind() && w->n >= 2) {
 		large_allreduce(w, exec);
+		large_on_lanes(w, exec);
+	}
 	tpu_coll_exec_destroy(exec);
 	/*
 	 * Members that are processes of one host, their pids proven by shm
@@ -487,6 +537,11 @@ static void matrix(struct worker *w)
 		W_CHECK(tpu__coll_lanes_runs() > 0);
 	else
 		W_CHECK(tpu__coll_lanes_runs() == 0);
+	/* Where the module is loaded (the VM) it copied the large ones; elsewhere never. */
+	if (!strcmp(want_channel(), "kmod") && tpu__coll_lanes_runs() && !under_valgrind())
+		W_CHECK(tpu__coll_lanes_kmod_runs() > 0);
+	else if (strcmp(want_channel(), "kmod"))
+		W_CHECK(tpu__coll_lanes_kmod_runs() == 0);
 }
 
 /* The matrix with TPU_COLL_PATH=rdv: every call through the rendezvous. */
