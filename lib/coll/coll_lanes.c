@@ -146,7 +146,8 @@ void tpu__coll_no_lanes(struct tpu_coll *coll)
 struct lanes_word {
 	int32_t on;
 	int32_t fd;			/* the lanes' descriptor in rank 0's process */
-	int32_t dom;			/* its module domain's there, or -1; final: kmod */
+	int32_t dom;			/* its module domain's there, or -1 */
+	int32_t kmod;			/* final: every member copies through the module */
 	char why[120];
 };
 
@@ -361,7 +362,7 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 				snprintf(why, size, "%s", w.why);
 			return err;
 		}
-		tpu__shm_lanes_kmod_use(l, w.dom == 1);
+		tpu__shm_lanes_kmod_use(l, w.kmod);
 		*out = l;
 		return 0;
 	}
@@ -392,8 +393,7 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 		err = gather_yes(run, "mapped", ANSWER_YES | (joined ? ANSWER_KMOD : 0), &all, &no,
 				 &kall);
 		w.on = !err && all;
-		/* In the final word: whether every member copies through the module. */
-		w.dom = w.on && kall && joined;
+		w.kmod = w.on && kall && joined;
 		if (!err && !all)
 			snprintf(w.why, sizeof(w.why), "member %d could not map the lanes", no);
 		if (!err)
@@ -410,7 +410,7 @@ static tpu_status choose(struct tpu__coll_run *run, struct tpu__shm_lanes **out,
 		snprintf(why, size, "%s", w.why);
 		return err;
 	}
-	tpu__shm_lanes_kmod_use(l, w.dom == 1);
+	tpu__shm_lanes_kmod_use(l, w.kmod);
 	*out = l;
 	return 0;
 }

@@ -215,6 +215,21 @@ static void trim(struct tpu_coll *coll)
 	}
 }
 
+/* Under coll->lock: a new entry for @rec, in front; NULL without memory. */
+static struct tpu__coll_cached *cache_add(struct tpu_coll *coll,
+					  const struct tpu__coll_record *rec)
+{
+	struct tpu__coll_cached *c = calloc(1, sizeof(*c));
+
+	if (c) {
+		c->rec = *rec;
+		c->next = coll->cache;
+		coll->cache = c;
+		trim(coll);
+	}
+	return c;
+}
+
 tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 {
 	struct tpu_coll *coll = run->coll;
@@ -232,15 +247,11 @@ tpu_status tpu__coll_resolve(struct tpu__coll_run *run)
 	if (c) {
 		first = c->rec;
 	} else {
-		c = calloc(1, sizeof(*c));
+		c = cache_add(coll, &mine);
 		if (!c) {
 			pthread_mutex_unlock(&coll->lock);
 			return -ENOMEM;
 		}
-		c->rec = mine;
-		c->next = coll->cache;
-		coll->cache = c;
-		trim(coll);
 	}
 	c->resolving = true;
 	pthread_mutex_unlock(&coll->lock);
@@ -276,15 +287,8 @@ void tpu__coll_note_lanes(struct tpu__coll_run *run, int source_rank)
 	tpu__coll_record_of(run, &mine);
 	pthread_mutex_lock(&coll->lock);
 	c = find(coll, mine.group_key, mine.instance_key, mine.rank);
-	if (!c) {
-		c = calloc(1, sizeof(*c));
-		if (c) {
-			c->rec = mine;
-			c->next = coll->cache;
-			coll->cache = c;
-			trim(coll);
-		}
-	}
+	if (!c)
+		c = cache_add(coll, &mine);
 	/* A run on lanes after one through the rendezvous: the newest answer wins. */
 	if (c && !c->resolving) {
 		memset(&c->res, 0, sizeof(c->res));
