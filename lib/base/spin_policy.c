@@ -49,8 +49,16 @@
 /* This thread's history; the decisions are spin_state.c's. */
 static _Thread_local struct tpu__spin_state me;
 static _Thread_local bool me_init, rq_unknown;
-/* This process's threads spinning now (tpu__spin_enter minus leave). */
-static _Atomic unsigned int spinning;
+/*
+ * This process's threads spinning now (tpu__spin_enter minus leave),
+ * alone on its cache line: every wait writes it twice, and the fork
+ * generation every call reads sat beside it.
+ */
+static struct {
+	_Alignas(64) _Atomic unsigned int n;
+	char pad[64 - sizeof(unsigned int)];
+} spinners;
+#define spinning (spinners.n)
 
 static uint64_t backoff_max_ns(void)
 {

@@ -100,7 +100,9 @@ struct tpu__op {
 	bool direct;			/* cb only posts a waiter's word: any thread may call it */
 	/*
 	 * Room for the implementation's per-op state (op->impl may point
-	 * here), so that starting an op allocates nothing; zeroed at issue.
+	 * here), so that starting an op allocates nothing.  Not zeroed at
+	 * issue (the implementation sets what it uses): writing all of a
+	 * recycled op moved two more cache lines between the cores.
 	 */
 	_Alignas(16) unsigned char impl_space[TPU__OP_IMPL_SPACE];
 };
@@ -180,7 +182,7 @@ struct tpu_rendezvous {
 	struct tpu_context *ctx;
 	const struct tpu__rdv_ops *ops;
 	void *impl_state;
-	pthread_mutex_t lock;		/* everything below */
+	_Alignas(64) pthread_mutex_t lock;	/* everything below */
 	struct tpu__keyq **buckets;	/* per-key FIFOs of ops not yet called back */
 	size_t nbuckets;
 	size_t nkeys;
@@ -189,7 +191,7 @@ struct tpu_rendezvous {
 	struct tpu__free_list op_free;
 	struct tpu__free_list keyq_free;
 	size_t in_callback;		/* of those, callbacks running now */
-	atomic_uint users;		/* threads in an issue or a blocking wait (no lock held) */
+	_Alignas(64) atomic_uint users;	/* threads in an issue or a blocking wait (no lock held) */
 	bool closing;			/* destroy began: start nothing more */
 	struct tpu__ctx_obj obj;	/* the context's objects, closed by context_destroy */
 };

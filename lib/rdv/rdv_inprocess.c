@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
  * The in-process rendezvous: threads of one process meet in a hash table
- * under one lock.  A send leaves its op in the table; the receive that
- * finds it copies into its destination (the API gave it one) or, for
- * recv_buffer of a given buffer, takes the buffer itself.  No system call
- * unless a receive has a timeout (a timer on the context's ring) or the
- * context thread sleeps and must be woken to call back.
+ * under the front end's lock (rdv->lock): ->send, ->recv and ->cancel are
+ * called with it held, and the timers, abort and destroy take it (a lock
+ * of its own, taken inside that one, was one more cache line to move
+ * between two threads' cores at every hand-off).  A send leaves its op in
+ * the table; the receive that finds it copies into its destination (the
+ * API gave it one) or, for recv_buffer of a given buffer, takes the buffer
+ * itself.  No system call unless a receive has a timeout (a timer on the
+ * context's ring) or the context thread sleeps and must be woken to call
+ * back.
  *
  * The front end hands over at most one RECV per key (the oldest), and this
  * member is the only one, so a key has at most one send and one receive.
@@ -35,7 +39,7 @@ struct ip_slot {
 };
 
 struct ip_state {
-	pthread_mutex_t lock;
+	struct tpu_rendezvous *rdv;	/* its lock protects everything below */
 	struct ip_slot **buckets;
 	size_t nbuckets;
 	size_t nslots;
@@ -195,7 +199,6 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	tpu_status st = 0;
 	size_t len;
 
-	pthread_mutex_lock(&ip->lock);
 	if (ip->aborted) {
 		st = ip->aborted;
 		goto out;
@@ -231,7 +234,6 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	/* A given buffer copied from (not taken) is freed there. */
 	finish(op, 0, len);
 out:
-	pthread_mutex_unlock(&ip->lock);
 	return st;
 }
 
@@ -241,7 +243,7 @@ static void ip_timeout(void *arg, tpu_status status)
 	struct ip_state *ip = w->ip;
 	struct ip_slot *s;
 
-	pthread_mutex_lock(&ip->lock);
+	pthread_mutex_lock(&ip->rdv->lock);
 	/* Expired while still waiting: time out.  Otherwise it was cancelled. */
 	if (!status && w->op) {
 		s = ip_slot(ip, w->op, false);
@@ -255,7 +257,7 @@ static void ip_timeout(void *arg, tpu_status status)
 		}
 	}
 	ip->timers--;
-	pthread_mutex_unlock(&ip->lock);
+	pthread_mutex_unlock(&ip->rdv->lock);
 	free(w);
 }
 
@@ -288,7 +290,6 @@ static tpu_status ip_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	struct ip_slot *s;
 	tpu_status st = 0;
 
-	pthread_mutex_lock(&ip->lock);
 	if (ip->aborted) {
 		st = ip->aborted;
 		goto out;
@@ -319,7 +320,6 @@ static tpu_status ip_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 	finish(send, 0, op->len);
 	tpu__op_complete(op);
 out:
-	pthread_mutex_unlock(&ip->lock);
 	return st;
 }
 
@@ -360,11 +360,9 @@ static int ip_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_
 	struct ip_slot *s;
 	int n = -ENOENT;
 
-	pthread_mutex_lock(&ip->lock);
 	s = ip_slot(ip, &probe, false);
 	if (s)
 		n = fail_slot(ip, s, -ECANCELED);
-	pthread_mutex_unlock(&ip->lock);
 	return n;
 }
 
@@ -373,14 +371,14 @@ static tpu_status ip_abort(struct tpu_rendezvous *rdv, tpu_status status)
 	struct ip_state *ip = rdv->impl_state;
 	tpu_status st = 0;
 
-	pthread_mutex_lock(&ip->lock);
+	pthread_mutex_lock(&ip->rdv->lock);
 	if (ip->aborted)
 		st = -EALREADY;
 	else
 		ip->aborted = status;
 	if (!st)
 		fail_all(ip, status);
-	pthread_mutex_unlock(&ip->lock);
+	pthread_mutex_unlock(&ip->rdv->lock);
 	return st;
 }
 
@@ -397,7 +395,7 @@ static tpu_status ip_create(struct tpu_rendezvous *rdv)
 	}
 	ip->nbuckets = IP_MIN_BUCKETS;
 	ip->ctx = rdv->ctx;
-	pthread_mutex_init(&ip->lock, NULL);
+	ip->rdv = rdv;
 	rdv->impl_state = ip;
 	return 0;
 }
@@ -421,9 +419,9 @@ static bool ip_timers_done(void *arg)
 	struct ip_state *ip = arg;
 	bool done;
 
-	pthread_mutex_lock(&ip->lock);
+	pthread_mutex_lock(&ip->rdv->lock);
 	done = ip->timers == 0;
-	pthread_mutex_unlock(&ip->lock);
+	pthread_mutex_unlock(&ip->rdv->lock);
 	return done;
 }
 
@@ -431,12 +429,11 @@ static void ip_destroy(struct tpu_rendezvous *rdv)
 {
 	struct ip_state *ip = rdv->impl_state;
 
-	pthread_mutex_lock(&ip->lock);
+	pthread_mutex_lock(&ip->rdv->lock);
 	fail_all(ip, TPU_E_CLOSED);
-	pthread_mutex_unlock(&ip->lock);
+	pthread_mutex_unlock(&ip->rdv->lock);
 	/* Cancelled timers still call back into this state. */
 	tpu__ctx_wait(ip->ctx, ip_timers_done, ip);
-	pthread_mutex_destroy(&ip->lock);
 	while (ip->free_slots) {
 		struct ip_slot *s = ip->free_slots;
 

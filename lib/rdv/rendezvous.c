@@ -44,10 +44,13 @@ tpu_status tpu__rdv_check(const struct tpu_rendezvous *rdv)
 
 static struct tpu_rendezvous *rdv_new(struct tpu_context *ctx)
 {
-	struct tpu_rendezvous *rdv = calloc(1, sizeof(*rdv));
+	/* Its lock and its counter of users each start a cache line (rdv.h). */
+	struct tpu_rendezvous *rdv = aligned_alloc(_Alignof(struct tpu_rendezvous),
+						   sizeof(*rdv));
 
 	if (!rdv)
 		return NULL;
+	memset(rdv, 0, sizeof(*rdv));
 	rdv->magic = TPU__MAGIC_RDV;
 	rdv->ctx = ctx;
 	pthread_mutex_init(&rdv->lock, NULL);
@@ -245,7 +248,8 @@ static struct tpu__op *op_take(struct tpu_rendezvous *rdv, const struct tpu__op 
 		return NULL;
 	buf = op->key;
 	cap = op->key_cap;
-	*op = *want;
+	/* All but impl_space, which the implementation sets up itself. */
+	memcpy(op, want, offsetof(struct tpu__op, impl_space));
 	op->key = buf;
 	op->key_cap = cap;
 	memcpy(op->key, key, key_len);
