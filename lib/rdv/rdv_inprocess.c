@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /*
- * The in-process rendezvous: threads of one process meet in a hash table
- * under the front end's lock (rdv->lock): ->send, ->recv and ->cancel are
- * called with it held, and the timers, abort and destroy take it (a lock
- * of its own, taken inside that one, was one more cache line to move
- * between two threads' cores at every hand-off).  A send leaves its op in
- * the table; the receive that finds it copies into its destination (the
- * API gave it one) or, for recv_buffer of a given buffer, takes the buffer
- * itself.  No system call unless a receive has a timeout (a timer on the
+ * The in-process rendezvous: threads of one process meet in the front
+ * end's table of keys, under its lock (rdv->lock): ->send, ->recv and
+ * ->cancel are called with it held, and the timers, abort and destroy
+ * take it.  A key's send and receive are kept in its FIFO (tpu__keyq).  A
+ * table and a lock of its own, beside the front end's, were three more
+ * cache lines to move between two threads' cores at every hand-off.  A
+ * send leaves its op in the slot; the receive that finds it copies into
+ * its destination (the API gave it one) or, for recv_buffer of a given
+ * buffer, takes the buffer itself.  No system call unless a receive has a timeout (a timer on the
  * context's ring) or the context thread sleeps and must be woken to call
  * back.
  *
@@ -17,11 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdv.h"
-
-#define IP_MIN_BUCKETS 64
-/* Emptied slots kept for reuse, so that a steady stream allocates none. */
-#define IP_FREE_SLOTS 64
+#include "rdv_queue.h"
 
 /* A receive waiting with a timeout; freed by its timer's last call. */
 struct ip_wait {
@@ -30,109 +27,26 @@ struct ip_wait {
 	struct tpu__op *op;		/* NULL once the receive ended otherwise */
 };
 
+/* A key's send and receive, kept in its front end FIFO (tpu__keyq.impl). */
 struct ip_slot {
-	struct ip_slot *next;
-	uint64_t hash;
 	struct tpu__op *send;
 	struct tpu__op *recv;
 	struct ip_wait *wait;		/* the receive's timer, if any */
 };
+_Static_assert(sizeof(struct ip_slot) <= sizeof(((struct tpu__keyq *)0)->impl),
+	       "an ip_slot fits a keyq's impl");
 
 struct ip_state {
 	struct tpu_rendezvous *rdv;	/* its lock protects everything below */
-	struct ip_slot **buckets;
-	size_t nbuckets;
-	size_t nslots;
-	struct ip_slot *free_slots;	/* emptied, for reuse */
-	size_t nfree;
 	size_t timers;			/* started, not yet called back */
 	tpu_status aborted;
 	struct tpu_context *ctx;
 };
 
-static const struct tpu__op *slot_op(const struct ip_slot *s)
+/* The slot of a key whose FIFO is @kq (zeroed with it). */
+static struct ip_slot *slot_of(struct tpu__keyq *kq)
 {
-	return s->send ? s->send : s->recv;
-}
-
-static bool slot_is(const struct ip_slot *s, uint64_t h, const uint8_t *key, size_t len)
-{
-	const struct tpu__op *o = slot_op(s);
-
-	return o && s->hash == h && o->key_len == len && memcmp(o->key, key, len) == 0;
-}
-
-static void ip_grow(struct ip_state *ip)
-{
-	size_t n = ip->nbuckets * 2, i;
-	struct ip_slot **b = calloc(n, sizeof(*b));
-
-	if (!b)
-		return;
-	for (i = 0; i < ip->nbuckets; i++) {
-		while (ip->buckets[i]) {
-			struct ip_slot *s = ip->buckets[i];
-
-			ip->buckets[i] = s->next;
-			s->next = b[s->hash & (n - 1)];
-			b[s->hash & (n - 1)] = s;
-		}
-	}
-	free(ip->buckets);
-	ip->buckets = b;
-	ip->nbuckets = n;
-}
-
-/* The slot of @op's key; created empty if @create. */
-static struct ip_slot *ip_slot(struct ip_state *ip, const struct tpu__op *op, bool create)
-{
-	uint64_t h = op->key_hash;	/* the front end hashed the key once */
-	struct ip_slot *s;
-
-	for (s = ip->buckets[h & (ip->nbuckets - 1)]; s; s = s->next)
-		if (slot_is(s, h, op->key, op->key_len))
-			return s;
-	if (!create)
-		return NULL;
-	if (ip->nslots >= ip->nbuckets)
-		ip_grow(ip);
-	s = ip->free_slots;
-	if (s) {
-		ip->free_slots = s->next;
-		ip->nfree--;
-		memset(s, 0, sizeof(*s));
-	} else {
-		s = calloc(1, sizeof(*s));
-		if (!s)
-			return NULL;
-	}
-	s->hash = h;
-	s->next = ip->buckets[h & (ip->nbuckets - 1)];
-	ip->buckets[h & (ip->nbuckets - 1)] = s;
-	ip->nslots++;
-	return s;
-}
-
-static void ip_slot_drop_if_empty(struct ip_state *ip, struct ip_slot *s)
-{
-	struct ip_slot **p;
-
-	if (s->send || s->recv)
-		return;
-	for (p = &ip->buckets[s->hash & (ip->nbuckets - 1)]; *p; p = &(*p)->next) {
-		if (*p == s) {
-			*p = s->next;
-			ip->nslots--;
-			if (ip->nfree < IP_FREE_SLOTS) {
-				s->next = ip->free_slots;
-				ip->free_slots = s;
-				ip->nfree++;
-			} else {
-				free(s);
-			}
-			return;
-		}
-	}
+	return (struct ip_slot *)kq->impl;
 }
 
 static void finish(struct tpu__op *op, tpu_status status, size_t len)
@@ -203,11 +117,7 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		st = ip->aborted;
 		goto out;
 	}
-	s = ip_slot(ip, op, true);
-	if (!s) {
-		st = -ENOMEM;
-		goto out;
-	}
+	s = slot_of(op->keyq);
 	if (s->send) {
 		st = -EEXIST;
 		goto out;
@@ -226,7 +136,6 @@ static tpu_status ip_send(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		tpu__op_complete(recv);
 		goto out;
 	}
-	ip_slot_drop_if_empty(ip, s);
 	recv->status = 0;
 	len = recv->len;
 	/* The receive was issued first: it is called back first (and may be gone). */
@@ -246,11 +155,11 @@ static void ip_timeout(void *arg, tpu_status status)
 	pthread_mutex_lock(&ip->rdv->lock);
 	/* Expired while still waiting: time out.  Otherwise it was cancelled. */
 	if (!status && w->op) {
-		s = ip_slot(ip, w->op, false);
-		if (s && s->wait == w) {
+		/* Still waiting: its FIFO is there, and its slot names it. */
+		s = slot_of(w->op->keyq);
+		if (s->wait == w) {
 			s->wait = NULL;
 			s->recv = NULL;
-			ip_slot_drop_if_empty(ip, s);
 			w->op->status = -ETIMEDOUT;
 			w->op->len = 0;
 			tpu__op_complete(w->op);
@@ -294,18 +203,13 @@ static tpu_status ip_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		st = ip->aborted;
 		goto out;
 	}
-	s = ip_slot(ip, op, true);
-	if (!s) {
-		st = -ENOMEM;
-		goto out;
-	}
+	s = slot_of(op->keyq);
 	send = s->send;
 	if (!send) {
 		if (op->timeout_ns)
 			st = ip_wait_start(ip, s, op);
 		if (!st)
 			s->recv = op;
-		ip_slot_drop_if_empty(ip, s);
 		goto out;
 	}
 	op->status = 0;
@@ -316,14 +220,13 @@ static tpu_status ip_recv(struct tpu_rendezvous *rdv, struct tpu__op *op)
 		goto out;
 	}
 	s->send = NULL;
-	ip_slot_drop_if_empty(ip, s);
 	finish(send, 0, op->len);
 	tpu__op_complete(op);
 out:
 	return st;
 }
 
-/* Fail the ops of @s with @status; @s may be freed. */
+/* Fail the ops of @s with @status; its FIFO may go once they are called back. */
 static int fail_slot(struct ip_state *ip, struct ip_slot *s, tpu_status status)
 {
 	struct tpu__op *send = s->send, *recv = s->recv;
@@ -339,31 +242,29 @@ static int fail_slot(struct ip_state *ip, struct ip_slot *s, tpu_status status)
 		finish(send, status, 0);
 		n++;
 	}
-	ip_slot_drop_if_empty(ip, s);
 	return n;
 }
 
+/* Under rdv->lock, outside an issue: the ops complete through the context. */
 static void fail_all(struct ip_state *ip, tpu_status status)
 {
+	struct tpu_rendezvous *rdv = ip->rdv;
+	struct tpu__keyq *kq, *next;
 	size_t i;
 
-	for (i = 0; i < ip->nbuckets; i++)
-		while (ip->buckets[i])
-			fail_slot(ip, ip->buckets[i], status);
+	for (i = 0; i < rdv->nbuckets; i++) {
+		for (kq = rdv->buckets[i]; kq; kq = next) {
+			next = kq->next;
+			fail_slot(ip, slot_of(kq), status);
+		}
+	}
 }
 
 static int ip_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_len)
 {
-	struct ip_state *ip = rdv->impl_state;
-	struct tpu__op probe = { .key = (uint8_t *)key, .key_len = key_len,
-				 .key_hash = tpu__rdv_key_hash(key, key_len) };
-	struct ip_slot *s;
-	int n = -ENOENT;
+	struct tpu__keyq *kq = tpu__keyq_find(rdv, key, key_len, false);
 
-	s = ip_slot(ip, &probe, false);
-	if (s)
-		n = fail_slot(ip, s, -ECANCELED);
-	return n;
+	return kq ? fail_slot(rdv->impl_state, slot_of(kq), -ECANCELED) : -ENOENT;
 }
 
 static tpu_status ip_abort(struct tpu_rendezvous *rdv, tpu_status status)
@@ -388,12 +289,6 @@ static tpu_status ip_create(struct tpu_rendezvous *rdv)
 
 	if (!ip)
 		return -ENOMEM;
-	ip->buckets = calloc(IP_MIN_BUCKETS, sizeof(*ip->buckets));
-	if (!ip->buckets) {
-		free(ip);
-		return -ENOMEM;
-	}
-	ip->nbuckets = IP_MIN_BUCKETS;
 	ip->ctx = rdv->ctx;
 	ip->rdv = rdv;
 	rdv->impl_state = ip;
@@ -434,13 +329,6 @@ static void ip_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&ip->rdv->lock);
 	/* Cancelled timers still call back into this state. */
 	tpu__ctx_wait(ip->ctx, ip_timers_done, ip);
-	while (ip->free_slots) {
-		struct ip_slot *s = ip->free_slots;
-
-		ip->free_slots = s->next;
-		free(s);
-	}
-	free(ip->buckets);
 	free(ip);
 	rdv->impl_state = NULL;
 }

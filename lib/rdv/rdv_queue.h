@@ -16,12 +16,21 @@ struct tpu__fifo {
 	struct tpu__op *head, *tail;
 };
 
+#define TPU__KEYQ_IMPL_PTRS	3
+
 struct tpu__keyq {
 	struct tpu__keyq *next;		/* hash chain, or the free list */
 	size_t key_cap;			/* room for a key of this many bytes */
 	uint64_t hash;
 	struct tpu__fifo sends;
 	struct tpu__fifo recvs;
+	/*
+	 * The implementation's state for this key (inprocess keeps its send,
+	 * receive and timer here: a table of its own was two more cache
+	 * lines per op), zeroed when the FIFO is made.  It must hold
+	 * nothing once the key's ops are all done: the FIFO then goes.
+	 */
+	void *impl[TPU__KEYQ_IMPL_PTRS];
 	size_t key_len;
 	uint8_t key[];
 };
