@@ -177,6 +177,8 @@ extern const struct tpu__rdv_ops tpu__rdv_cma;
  */
 const struct tpu__rdv_ops *tpu__rdv_impl_ops(enum tpu_rdv_impl impl);
 
+#define TPU__RDV_USER_LINES	4
+
 struct tpu_rendezvous {
 	uint32_t magic;			/* TPU__MAGIC_RDV; poisoned by destroy */
 	struct tpu_context *ctx;
@@ -191,7 +193,17 @@ struct tpu_rendezvous {
 	struct tpu__free_list op_free;
 	struct tpu__free_list keyq_free;
 	size_t in_callback;		/* of those, callbacks running now */
-	_Alignas(64) atomic_uint users;	/* threads in an issue or a blocking wait (no lock held) */
+	/*
+	 * Threads in an issue or a blocking wait (no lock held), counted on
+	 * TPU__RDV_USER_LINES cache lines, each thread always on the same one
+	 * (rendezvous.c: users_enter, users_leave, users_any): two threads
+	 * handing tensors to each other then each write a line of their own,
+	 * where one counter crossed between their cores four times a round
+	 * trip.
+	 */
+	struct {
+		_Alignas(64) atomic_uint n;
+	} users[TPU__RDV_USER_LINES];
 	bool closing;			/* destroy began: start nothing more */
 	struct tpu__ctx_obj obj;	/* the context's objects, closed by context_destroy */
 };

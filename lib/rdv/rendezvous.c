@@ -4,6 +4,7 @@
  * front of whichever implementation was chosen (rdv_select.c), the blocking
  * receive, and leaving a rendezvous with every callback called.
  */
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,9 +43,44 @@ tpu_status tpu__rdv_check(const struct tpu_rendezvous *rdv)
 			return check_;                  \
 	} while (0)
 
+/*
+ * rdv->users: this thread's line, picked at its first call (threads that
+ * start one after the other get different lines), and the sum.
+ */
+static _Thread_local unsigned int user_line = UINT_MAX;
+static atomic_uint next_user_line;
+
+static atomic_uint *users_mine(struct tpu_rendezvous *rdv)
+{
+	if (user_line == UINT_MAX)
+		user_line = atomic_fetch_add_explicit(&next_user_line, 1, memory_order_relaxed) %
+			    TPU__RDV_USER_LINES;
+	return &rdv->users[user_line].n;
+}
+
+static void users_enter(struct tpu_rendezvous *rdv)
+{
+	atomic_fetch_add(users_mine(rdv), 1);
+}
+
+static void users_leave(struct tpu_rendezvous *rdv)
+{
+	atomic_fetch_sub(users_mine(rdv), 1);
+}
+
+/* A thread inside: each line is nonzero while a thread of its own is. */
+static bool users_any(struct tpu_rendezvous *rdv)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < TPU__RDV_USER_LINES; i++)
+		n |= atomic_load(&rdv->users[i].n);
+	return n != 0;
+}
+
 static struct tpu_rendezvous *rdv_new(struct tpu_context *ctx)
 {
-	/* Its lock and its counter of users each start a cache line (rdv.h). */
+	/* Its lock and its counters of users each start a cache line (rdv.h). */
 	struct tpu_rendezvous *rdv = aligned_alloc(_Alignof(struct tpu_rendezvous),
 						   sizeof(*rdv));
 
@@ -190,7 +226,7 @@ TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 	 * Every op is called back; a thread whose blocking wait ended may
 	 * still be on its way out of the front end (its last ->progress).
 	 */
-	while (atomic_load(&rdv->users))
+	while (users_any(rdv))
 		sched_yield();
 	if (rdv->ops->release)
 		rdv->ops->release(rdv);
@@ -272,7 +308,7 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, const struct tpu__op *wan
 	struct tpu__op *op = NULL;
 	tpu_status st = 0;
 
-	atomic_fetch_add(&rdv->users, 1);
+	users_enter(rdv);
 	pthread_mutex_lock(&rdv->lock);
 	if (rdv->closing) {
 		st = TPU_E_CLOSED;
@@ -305,7 +341,7 @@ out:
 	pthread_mutex_unlock(&rdv->lock);
 	if (ops && ops->issued)
 		ops->issued(rdv);
-	atomic_fetch_sub(&rdv->users, 1);
+	users_leave(rdv);
 	return st;
 }
 
@@ -592,21 +628,21 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
-	atomic_fetch_add(&rdv->users, 1);
+	users_enter(rdv);
 	/*
 	 * The deadline is ours, not the implementation's: a timer per receive
 	 * would cost the context's ring two submissions on the fast path.
 	 */
 	st = recv_issue(rdv, key, key_len, dst, 0, recv_woken, &w, true);
 	if (st) {
-		atomic_fetch_sub(&rdv->users, 1);
+		users_leave(rdv);
 		return st;
 	}
 	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED) {
 		w.status = -ETIMEDOUT;
 		tpu__rdv_log_timeout(rdv, key, key_len);
 	}
-	atomic_fetch_sub(&rdv->users, 1);
+	users_leave(rdv);
 	if (len)
 		*len = w.len;
 	return w.status;
@@ -634,15 +670,15 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	w.word.late_ok = rdv->ops->impl == TPU_RDV_INPROCESS;
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
-	atomic_fetch_add(&rdv->users, 1);
+	users_enter(rdv);
 	st = send_issue(rdv, key, key_len, tensor, flags, send_woken, &w, true);
 	if (st) {
-		atomic_fetch_sub(&rdv->users, 1);
+		users_leave(rdv);
 		return st;
 	}
 	/* Nobody took it in time: withdrawn, but the source is in use until the callback. */
 	if (wait_or_cancel(rdv, key, key_len, &w, deadline) && w.status == -ECANCELED)
 		w.status = -ETIMEDOUT;
-	atomic_fetch_sub(&rdv->users, 1);
+	users_leave(rdv);
 	return w.status;
 }
