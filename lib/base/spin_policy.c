@@ -57,8 +57,7 @@ static _Thread_local bool me_init, rq_unknown;
 static struct {
 	_Alignas(64) _Atomic unsigned int n;
 	char pad[64 - sizeof(unsigned int)];
-} spinners;
-#define spinning (spinners.n)
+} spinning;
 
 static uint64_t backoff_max_ns(void)
 {
@@ -185,8 +184,8 @@ static _Thread_local struct {
 	unsigned int gen, n, calls;
 	int cpu;
 	uint64_t read_ns;
-	unsigned int union_n, union_version;	/* seen_cpus counted at that version */
-	bool union_known;
+	/* seen_cpus counted at that version (0: empty, as the union starts) */
+	unsigned int union_n, union_version;
 } mine;
 
 static void read_my_cpus(void)
@@ -229,7 +228,7 @@ static unsigned int usable_cpus(void)
 	read_my_cpus();
 	/* Read before the words: a change after it is counted at the next call. */
 	version = atomic_load_explicit(&seen_version, memory_order_acquire);
-	if (mine.union_known && mine.union_version == version) {
+	if (mine.union_version == version) {
 		n = mine.union_n;
 	} else {
 		for (int i = 0; i < AFFINITY_WORDS; i++)
@@ -237,19 +236,18 @@ static unsigned int usable_cpus(void)
 				atomic_load_explicit(&seen_cpus[i], memory_order_relaxed));
 		mine.union_n = n;
 		mine.union_version = version;
-		mine.union_known = true;
 	}
 	return n > mine.n ? n : mine.n;
 }
 
 static bool enter(unsigned int cap)
 {
-	unsigned int n = atomic_load_explicit(&spinning, memory_order_relaxed);
+	unsigned int n = atomic_load_explicit(&spinning.n, memory_order_relaxed);
 
 	do {
 		if (n >= cap)
 			return false;
-	} while (!atomic_compare_exchange_weak_explicit(&spinning, &n, n + 1,
+	} while (!atomic_compare_exchange_weak_explicit(&spinning.n, &n, n + 1,
 							memory_order_relaxed,
 							memory_order_relaxed));
 	return true;
@@ -266,7 +264,7 @@ bool tpu__spin_enter_self_served(void)
 
 	if (!enter(cap))
 		return false;
-	if (atomic_load_explicit(&spinning, memory_order_relaxed) >= cap)
+	if (atomic_load_explicit(&spinning.n, memory_order_relaxed) >= cap)
 		atomic_fetch_add_explicit(&last_core_taken, 1, memory_order_relaxed);
 	return true;
 }
@@ -317,5 +315,5 @@ bool tpu__spin_peers_elsewhere(const pid_t *pids, size_t n)
 
 void tpu__spin_leave(void)
 {
-	atomic_fetch_sub_explicit(&spinning, 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&spinning.n, 1, memory_order_relaxed);
 }

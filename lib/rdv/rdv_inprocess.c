@@ -8,9 +8,9 @@
  * cache lines to move between two threads' cores at every hand-off.  A
  * send leaves its op in the slot; the receive that finds it copies into
  * its destination (the API gave it one) or, for recv_buffer of a given
- * buffer, takes the buffer itself.  No system call unless a receive has a timeout (a timer on the
- * context's ring) or the context thread sleeps and must be woken to call
- * back.
+ * buffer, takes the buffer itself.  No system call unless a receive has a
+ * timeout (a timer on the context's ring) or the context thread sleeps
+ * and must be woken to call back.
  *
  * The front end hands over at most one RECV per key (the oldest), and this
  * member is the only one, so a key has at most one send and one receive.
@@ -40,7 +40,6 @@ struct ip_state {
 	struct tpu_rendezvous *rdv;	/* its lock protects everything below */
 	size_t timers;			/* started, not yet called back */
 	tpu_status aborted;
-	struct tpu_context *ctx;
 };
 
 /* The slot of a key whose FIFO is @kq (zeroed with it). */
@@ -66,7 +65,7 @@ static void end_wait(struct ip_state *ip, struct ip_slot *s)
 {
 	if (s->wait) {
 		s->wait->op = NULL;
-		tpu__ctx_timer_cancel(ip->ctx, &s->wait->timer);
+		tpu__ctx_timer_cancel(ip->rdv->ctx, &s->wait->timer);
 		s->wait = NULL;
 	}
 	s->recv = NULL;
@@ -182,7 +181,7 @@ static tpu_status ip_wait_start(struct ip_state *ip, struct ip_slot *s, struct t
 	w->op = op;
 	w->timer.fn = ip_timeout;
 	w->timer.arg = w;
-	st = tpu__ctx_timer_start(ip->ctx, &w->timer, op->timeout_ns);
+	st = tpu__ctx_timer_start(ip->rdv->ctx, &w->timer, op->timeout_ns);
 	if (st) {
 		free(w);
 		return st;
@@ -289,7 +288,6 @@ static tpu_status ip_create(struct tpu_rendezvous *rdv)
 
 	if (!ip)
 		return -ENOMEM;
-	ip->ctx = rdv->ctx;
 	ip->rdv = rdv;
 	rdv->impl_state = ip;
 	return 0;
@@ -328,7 +326,7 @@ static void ip_destroy(struct tpu_rendezvous *rdv)
 	fail_all(ip, TPU_E_CLOSED);
 	pthread_mutex_unlock(&ip->rdv->lock);
 	/* Cancelled timers still call back into this state. */
-	tpu__ctx_wait(ip->ctx, ip_timers_done, ip);
+	tpu__ctx_wait(ip->rdv->ctx, ip_timers_done, ip);
 	free(ip);
 	rdv->impl_state = NULL;
 }
