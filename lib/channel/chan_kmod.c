@@ -152,8 +152,10 @@ static void kmod_fd_received(void *arg, tpu_status st)
 			tpu_rendezvous_destroy(r);
 			st = -EPROTO;
 		}
-		if (!st)
+		if (!st) {
+			tpu__rdv_owned(r);
 			l->state = r;
+		}
 	}
 	if (l->fd >= 0)
 		close(l->fd);
@@ -177,6 +179,8 @@ static tpu_status kmod_setup(struct tpu__chan_link *l, tpu__io_cb done, void *ar
 	st = tpu_rendezvous_create(l->ctx, TPU_RDV_KMOD, &r);
 	if (st)
 		return st;
+	/* The link destroys it (kmod_close), on the context's thread. */
+	tpu__rdv_owned(r);
 	l->state = r;
 	st = tpu_rendezvous_share(r, &fd);
 	if (st)
@@ -192,7 +196,7 @@ static void kmod_close(struct tpu__chan_link *l)
 
 	if (r) {
 		/* Pending tensors complete with TPU_E_CLOSED, on this thread. */
-		tpu_rendezvous_destroy(r);
+		tpu__rdv_destroy_owned(r);
 		l->state = NULL;
 	}
 }

@@ -251,6 +251,20 @@ tpu_status tpu__rdv_create_with(struct tpu_context *ctx, const struct tpu__rdv_o
 				void *impl_state, struct tpu_rendezvous **out);
 bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *ops);
 /*
+ * @rdv belongs to a library object that destroys it (a pipe's kmod link):
+ * it leaves its context's list of objects left open, so that a context
+ * destroy on the user's thread cannot destroy it while the owner, on the
+ * context's thread, does too.  The owner destroys it with
+ * tpu__rdv_destroy_owned().
+ */
+void tpu__rdv_owned(struct tpu_rendezvous *rdv);
+/*
+ * The owner's destroy of such a rendezvous: also while its context is
+ * being destroyed (from the context's thread, which drains its tasks
+ * before it stops), when tpu_rendezvous_destroy() refuses.
+ */
+void tpu__rdv_destroy_owned(struct tpu_rendezvous *rdv);
+/*
  * With rdv->lock held (in ->cancel): how many of this member's ops on @key
  * the implementation has and has not finished yet.
  */

@@ -147,6 +147,11 @@ tpu_status tpu__rdv_create_with(struct tpu_context *ctx, const struct tpu__rdv_o
 	return rdv_publish(rdv, 0, out);
 }
 
+void tpu__rdv_owned(struct tpu_rendezvous *rdv)
+{
+	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
+}
+
 bool tpu__rdv_is(const struct tpu_rendezvous *rdv, const struct tpu__rdv_ops *ops)
 {
 	return !tpu__rdv_check(rdv) && rdv->ops == ops;
@@ -198,21 +203,11 @@ static bool rdv_idle(void *arg)
 	return idle;
 }
 
-TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
+/* Destroy @rdv, whose magic this thread turned from live to dead. */
+static void rdv_destroy(struct tpu_rendezvous *rdv)
 {
 	bool zombie;
-	tpu_status st;
 
-	if (!rdv)
-		return;
-	st = tpu__rdv_check(rdv);
-	if (st) {
-		/* Twice destroyed, or in a forked child (the parent's context would hang). */
-		tpu__log_debug("tpu_rendezvous_destroy(%p): %s; ignored", (void *)rdv,
-			       tpu_strerror(st));
-		return;
-	}
-	rdv->magic = TPU__MAGIC_DEAD;
 	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
 	pthread_mutex_lock(&rdv->lock);
 	rdv->closing = true;
@@ -237,6 +232,43 @@ TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&rdv->lock);
 	if (!zombie)
 		tpu__rdv_free(rdv);
+}
+
+/* Two destroys at once (a caller's bug): one wins, the other returns. */
+static bool rdv_claim(struct tpu_rendezvous *rdv)
+{
+	uint32_t live = TPU__MAGIC_RDV;
+
+	if (__atomic_compare_exchange_n(&rdv->magic, &live, TPU__MAGIC_DEAD, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return true;
+	tpu__log_debug("tpu_rendezvous_destroy(%p): destroyed by another thread; ignored",
+		       (void *)rdv);
+	return false;
+}
+
+TPU_API void tpu_rendezvous_destroy(struct tpu_rendezvous *rdv)
+{
+	tpu_status st;
+
+	if (!rdv)
+		return;
+	st = tpu__rdv_check(rdv);
+	if (st) {
+		/* Twice destroyed, or in a forked child (the parent's context would hang). */
+		tpu__log_debug("tpu_rendezvous_destroy(%p): %s; ignored", (void *)rdv,
+			       tpu_strerror(st));
+		return;
+	}
+	if (rdv_claim(rdv))
+		rdv_destroy(rdv);
+}
+
+void tpu__rdv_destroy_owned(struct tpu_rendezvous *rdv)
+{
+	/* Its context may be on its way out already: its thread still runs this. */
+	if (rdv && !tpu__magic_check(rdv, &rdv->magic, TPU__MAGIC_RDV) && rdv_claim(rdv))
+		rdv_destroy(rdv);
 }
 
 /* ---- operations ---------------------------------------------------- */

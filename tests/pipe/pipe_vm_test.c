@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,6 +460,89 @@ static void test_peer_death_while_holding(void)
 	free(src);
 }
 
+/* Counts the library's log lines that say a context closed a rendezvous left open. */
+static void count_left_open(void *arg, const char *line)
+{
+	if (strstr(line, "rendezvous the program left open"))
+		atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+/* Descriptors of this process open on the module's device. */
+static int device_fds(void)
+{
+	char path[64], target[64];
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++) {
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = 0;
+		n += !strcmp(target, TPU_DEVICE_PATH);
+	}
+	return n;
+}
+
+struct closer {
+	struct waiter w;
+	struct tpu_pipe *pipe;
+};
+
+/* A write's callback closes its pipe (queued behind it) and holds the thread. */
+static void on_write_close(void *arg, tpu_status st, struct tpu_message *m)
+{
+	struct closer *c = arg;
+
+	(void)m;
+	tpu_pipe_close(c->pipe);
+	waiter_post(&c->w, st);
+	usleep(300 * 1000);
+}
+
+/*
+ * A pipe closed from a callback is closed later, on the context's thread,
+ * and its kmod link destroys its rendezvous then.  A context destroy on
+ * the user's thread meanwhile must leave that rendezvous to the link: it
+ * destroyed it too once, and two destroys at once crashed a worker.
+ */
+static void test_close_from_callback_then_destroy(void)
+{
+	int fds_before = device_fds();
+	struct session s;
+	bool up = session_start(&s);
+	uint8_t ping[64] = "ping";
+	struct tpu_payload pl = { .data = ping, .len = sizeof(ping) };
+	struct tpu_message m = { .payloads = &pl, .npayloads = 1 };
+	struct closer c;
+	atomic_int left_open = 0;
+	tpu_status st = -1;
+
+	waiter_init(&c.w);
+	c.pipe = s.pipe;
+	tpu_log_set_handler(count_left_open, &left_open, true);
+	if (up)
+		st = tpu_pipe_write(s.pipe, &m, on_write_close, &c);
+	CHECK(!st && waiter_wait(&c.w, 1) && !c.w.status,
+	      "pipe_vm: a write's callback closes its pipe (%s)", tpu_status_name(st));
+	/* The close is queued behind the callback, which still runs. */
+	tpu_context_destroy(s.ctx);
+	s.ctx = NULL;
+	s.pipe = NULL;
+	tpu_log_set_handler(NULL, NULL, false);
+	CHECK(atomic_load(&left_open) == 0,
+	      "pipe_vm: the context's destroy leaves the pipe's %s rendezvous to the pipe's "
+	      "close (%d closed as left open)", have_module() ? "kmod" : "(no module: no)",
+	      atomic_load(&left_open));
+	CHECK(device_fds() == fds_before,
+	      "pipe_vm: and that close destroyed it: no descriptor of %s is left (%d, %d before)",
+	      TPU_DEVICE_PATH, device_fds(), fds_before);
+	/* The child's echo may find the pipe closed: only reap it. */
+	session_end(&s);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -472,5 +556,6 @@ int main(void)
 	test_order();
 	test_peer_death();
 	test_peer_death_while_holding();
+	test_close_from_callback_then_destroy();
 	return tap_finish();
 }
