@@ -65,17 +65,93 @@ static bool parse_frame_iter(struct tpu_str s, uint64_t *frame, uint64_t *iter)
 	return tpu__parse_dec(f, UINT64_MAX, frame) && tpu__parse_dec(i, UINT64_MAX, iter);
 }
 
+/*
+ * The last keys' first three parts ("SRC;INC;DST;"), parsed: a program's
+ * keys differ from step to step only in their edge and ids, so a key that
+ * starts with one of these bytes for byte parses only its last two parts
+ * (half the instructions of a remote rendezvous's parse).
+ */
+#define PREFIX_MEMOS	4
+#define PREFIX_LEN	256
+
+struct prefix_memo {
+	size_t len;			/* 0: empty */
+	size_t src_len, dst_off, dst_len;
+	uint64_t incarnation;
+	char bytes[PREFIX_LEN];
+};
+
+static _Thread_local struct prefix_memo prefix_memo[PREFIX_MEMOS];
+static _Thread_local unsigned int prefix_next;
+
+static const struct prefix_memo *prefix_find(struct tpu_str key)
+{
+	for (unsigned int i = 0; i < PREFIX_MEMOS; i++) {
+		const struct prefix_memo *m = &prefix_memo[i];
+
+		if (m->len && key.len > m->len && !memcmp(key.ptr, m->bytes, m->len))
+			return m;
+	}
+	return NULL;
+}
+
+static void prefix_keep(const struct tpu_key *k, const char *key, size_t len)
+{
+	struct prefix_memo *m = &prefix_memo[prefix_next];
+
+	if (len > PREFIX_LEN)
+		return;
+	prefix_next = (prefix_next + 1) % PREFIX_MEMOS;
+	memcpy(m->bytes, key, len);
+	m->len = len;
+	m->src_len = k->src_device.len;
+	m->dst_off = (size_t)(k->dst_device.ptr - key);
+	m->dst_len = k->dst_device.len;
+	m->incarnation = k->src_incarnation;
+}
+
+/* The edge and the ids after a known prefix of @m->len bytes. */
+static tpu_status parse_tail(struct tpu_str key, const struct prefix_memo *m, struct tpu_key *out,
+			     const char **why)
+{
+	const char *p = key.ptr + m->len, *end = key.ptr + key.len;
+	const char *semi = memchr(p, ';', (size_t)(end - p));
+	struct tpu_str last;
+	struct tpu_key k;
+
+	if (!semi)
+		return bad(why, "a key has five parts separated by ';', this one has fewer");
+	last.ptr = semi + 1;
+	last.len = (size_t)(end - last.ptr);
+	if (memchr(last.ptr, ';', last.len))
+		return bad(why, "a key has five parts separated by ';', this one has more");
+	k.edge_name = (struct tpu_str){ p, (size_t)(semi - p) };
+	if (!valid_edge(k.edge_name))
+		return bad(why, "the edge name must be non-empty, without NUL bytes");
+	if (!parse_frame_iter(last, &k.frame_id, &k.iter_id))
+		return bad(why, "the last part must be FRAME:ITER, two decimal numbers without leading zeros");
+	k.src_device = (struct tpu_str){ key.ptr, m->src_len };
+	k.src_incarnation = m->incarnation;
+	k.dst_device = (struct tpu_str){ key.ptr + m->dst_off, m->dst_len };
+	*out = k;
+	return 0;
+}
+
 TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const char **why)
 {
 	struct tpu_str part[KEY_PARTS];
 	struct tpu_device_name dev;
 	const char *p = key.ptr, *end = key.ptr + key.len;
+	const struct prefix_memo *m;
 	struct tpu_key k;
 	tpu_status st;
 	int n;
 
 	if (!out || !key.ptr)
 		return -EINVAL;
+	m = prefix_find(key);
+	if (m)
+		return parse_tail(key, m, out, why);
 	for (n = 0; n < KEY_PARTS; n++) {
 		const char *semi = memchr(p, ';', (size_t)(end - p));
 
@@ -105,6 +181,7 @@ TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const 
 	k.src_device = part[0];
 	k.dst_device = part[2];
 	k.edge_name = part[3];
+	prefix_keep(&k, key.ptr, (size_t)(part[3].ptr - key.ptr));
 	*out = k;
 	return 0;
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tap.h"
@@ -81,15 +82,57 @@ static const struct rejection rejections[] = {
 	{ "trailing_space", CPU0 ";1;" GPU1 ";edge;0:0 ", TPU_E_BAD_KEY, "FRAME:ITER" },
 };
 
-static void rejects(const struct rejection *r)
+/*
+ * @warm: a valid key of the rejections' own first parts is parsed just
+ * before, so that the parse that follows takes its known-prefix path.
+ */
+static void rejects(const struct rejection *r, bool warm)
 {
 	struct tpu_key k;
 	const char *why = NULL;
-	tpu_status st = tpu_key_parse(tpu_str(r->key), &k, &why);
+	tpu_status st;
 
+	if (warm)
+		tpu_key_parse(tpu_str(CPU0 ";1;" GPU1 ";edge;0:0"), &k, NULL);
+	st = tpu_key_parse(tpu_str(r->key), &k, &why);
 	if (st != r->status || !why || !strstr(why, r->why))
 		tap_diag("got %s, why: %s", tpu_status_name(st), why ? why : "(none)");
-	CHECK(st == r->status && why && strstr(why, r->why), "key_parse_rejects_%s", r->name);
+	CHECK(st == r->status && why && strstr(why, r->why), "key_parse_rejects_%s%s", r->name,
+	      warm ? "_after_a_valid_key_of_the_same_first_parts" : "");
+}
+
+/* Keys that share their first three parts parse as well as a first one. */
+static void same_prefix(void)
+{
+	static const char nul_edge[] = CPU0 ";1;" GPU1 ";ed\0ge;0:0";
+	struct tpu_key k;
+	bool ok = true;
+
+	for (uint64_t i = 0; i < 10; i++) {
+		char key[256];
+		int n = snprintf(key, sizeof(key), CPU0 ";1;" GPU1 ";e%llu;%llu:%llu",
+				 (unsigned long long)i, (unsigned long long)i * 3,
+				 (unsigned long long)i + 7);
+		char edge[16];
+
+		snprintf(edge, sizeof(edge), "e%llu", (unsigned long long)i);
+		ok &= tpu_key_parse((struct tpu_str){ key, (size_t)n }, &k, NULL) == 0 &&
+		      same(k.src_device, tpu_str(CPU0)) && same(k.dst_device, tpu_str(GPU1)) &&
+		      (const char *)k.src_device.ptr == key &&
+		      (const char *)k.dst_device.ptr == key + strlen(CPU0 ";1;") &&
+		      k.src_incarnation == 1 && same(k.edge_name, tpu_str(edge)) &&
+		      k.frame_id == i * 3 && k.iter_id == i + 7;
+	}
+	CHECK(ok, "key_parse_of_keys_sharing_their_first_parts_gives_each_its_own_parts");
+	CHECK(tpu_key_parse((struct tpu_str){ nul_edge, sizeof(nul_edge) - 1 }, &k, NULL) ==
+	      TPU_E_BAD_KEY, "key_parse_rejects_nul_byte_in_edge_after_a_key_of_the_same_prefix");
+	/* The prefix alone, and a different incarnation, are no match. */
+	CHECK(tpu_key_parse(tpu_str(CPU0 ";1;" GPU1 ";"), &k, NULL) == TPU_E_BAD_KEY,
+	      "key_parse_rejects_the_known_prefix_alone");
+	CHECK(tpu_key_parse(tpu_str(CPU0 ";2;" GPU1 ";e;0:0"), &k, NULL) == 0 &&
+	      k.src_incarnation == 2, "key_parse_reads_a_new_incarnation_after_the_known_prefix");
+	CHECK(tpu_key_parse(tpu_str(CPU0 ";1;" CPU0 ";e;0:0"), &k, NULL) == 0 &&
+	      same(k.dst_device, tpu_str(CPU0)), "key_parse_reads_a_new_destination");
 }
 
 static void parse_rejects_nul_in_edge(void)
@@ -162,7 +205,10 @@ void test_key(void)
 		   "deeply/inside/each/other/and/the/key/gets/long:0", 123456789, 987654321);
 	lenient_incarnation();
 	for (i = 0; i < sizeof(rejections) / sizeof(rejections[0]); i++)
-		rejects(&rejections[i]);
+		rejects(&rejections[i], false);
+	for (i = 0; i < sizeof(rejections) / sizeof(rejections[0]); i++)
+		rejects(&rejections[i], true);
+	same_prefix();
 	parse_rejects_nul_in_edge();
 	parse_argument_checks();
 	build_rejections();
