@@ -55,7 +55,11 @@ static struct tpu_str task_of(struct tpu_str dev)
 	static const char marker[] = "/device:";
 	const size_t mlen = sizeof(marker) - 1;
 	const char *p = dev.ptr, *end = dev.ptr + dev.len;
+	const char *last = memrchr(dev.ptr, '/', dev.len);
 
+	/* A parsed name's last component is its device: look there first. */
+	if (last && (size_t)(end - last) >= mlen && memcmp(last, marker, mlen) == 0)
+		return (struct tpu_str){ dev.ptr, (size_t)(last - dev.ptr) };
 	while (end - p >= (ptrdiff_t)mlen && (p = memchr(p, '/', (size_t)(end - p) - mlen + 1))) {
 		if (memcmp(p, marker, mlen) == 0)
 			return (struct tpu_str){ dev.ptr, (size_t)(p - dev.ptr) };
