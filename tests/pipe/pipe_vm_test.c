@@ -548,6 +548,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	/* A hang fails by itself, with the stacks, long before the VM's timeout. */
 	tap_watchdog(getenv("TP_TEST_EMULATED") ? 600 : 180);
+	tap_crash_stacks();
 	if (!have_module())
 		tap_diag("no %s: the kmod cases run as cma", TPU_DEVICE_PATH);
 	test_negotiated();

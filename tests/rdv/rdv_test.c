@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* A hang fails by itself, with the stacks, long before the VM's timeout. */
 	tap_watchdog(getenv("TP_TEST_EMULATED") ? 600 : 180);
+	tap_crash_stacks();
 	for (i = 0; i < sizeof(impls) / sizeof(impls[0]); i++) {
 		const struct rdv_impl *impl = &impls[i];
 

@@ -141,6 +141,7 @@ int main(void)
 	if (getenv("TPU_TEST_CUDA_ABSENT"))
 		return cuda_absent();
 
+	tap_crash_stacks();
 	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
 		if (wanted(only, lists[i].name))
 			lists[i].fn();

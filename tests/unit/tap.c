@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 #include <dirent.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -96,6 +97,70 @@ void tap_watchdog(unsigned int seconds)
 	watchdog_pid = getpid();
 	signal(SIGALRM, watchdog_fired);
 	alarm(seconds);
+}
+
+/*
+ * A fatal signal: say so on stderr with this thread's frames (offsets into
+ * the binary: addr2line -e BINARY 0x...) and every thread's stack from gdb
+ * where installed, then die of the same signal.  A forked worker that
+ * crashes leaves its stack in the log, not only an exit status.
+ */
+static void crash_report(int sig, siginfo_t *si, void *uc)
+{
+	void *frames[64];
+	char line[256], pid[16];
+	int n, len;
+	pid_t gdb;
+
+	(void)uc;
+	fflush(stdout);
+	len = snprintf(line, sizeof(line),
+		       "# tap: pid %d died of %s at address %p; the last point was %u (%s)\n",
+		       (int)getpid(), strsignal(sig), si->si_addr, points, last_point);
+	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+		len = 0;
+	n = backtrace(frames, 64);
+	backtrace_symbols_fd(frames, n, STDERR_FILENO);
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	gdb = getenv("TAP_NO_GDB") ? -1 : fork();
+	if (gdb == 0) {
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		alarm(60);
+		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (gdb > 0)
+		waitpid(gdb, NULL, 0);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+bool tap_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	return true;
+#else
+	return false;
+#endif
+}
+
+void tap_crash_stacks(void)
+{
+	static char alt[64 * 1024];
+	static const int sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE };
+	stack_t ss = { .ss_sp = alt, .ss_size = sizeof(alt) };
+	struct sigaction sa;
+
+	/* The sanitizers and valgrind report a crash better themselves. */
+	if (tap_sanitized() || under_valgrind())
+		return;
+	sigaltstack(&ss, NULL);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = crash_report;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		sigaction(sigs[i], &sa, NULL);
 }
 
 void tap_diag(const char *fmt, ...)

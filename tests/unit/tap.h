@@ -19,6 +19,15 @@ void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * not for lists whose own cases use them.
  */
 void tap_watchdog(unsigned int seconds);
+/*
+ * A crash (SIGSEGV, SIGBUS, SIGILL, SIGFPE) prints its signal, address and
+ * stack, and every thread's from gdb where installed, on stderr, then ends
+ * the process with that signal as before; forked children inherit it.
+ * Not under the sanitizers or valgrind, which report crashes themselves.
+ */
+void tap_crash_stacks(void);
+/* Whether this binary is built with AddressSanitizer. */
+bool tap_sanitized(void);
 /* A forked child with a TAP stream of its own: count from 1 again, no failures. */
 void tap_restart(void);
 /* Print the plan; the exit status for main(): 0 when every point passed. */

@@ -41,6 +41,21 @@ static void steady_points(int fd)
 	_exit(tap_finish());
 }
 
+/* Runs in a child with stdout and stderr on @fd: one point, then a read through NULL. */
+static void crash_after_one_point(int fd)
+{
+	volatile int *nowhere = NULL;
+
+	dup2(fd, STDOUT_FILENO);
+	dup2(fd, STDERR_FILENO);
+	setenv("TAP_NO_GDB", "1", 1);
+	tap_restart();
+	tap_crash_stacks();
+	tap_point(true, "here", "true", "the point before the crash");
+	fflush(stdout);
+	printf("%d\n", *nowhere);
+}
+
 static int run_child(void (*fn)(int), char *out, size_t size)
 {
 	int p[2], status = -1;
@@ -69,7 +84,7 @@ static int run_child(void (*fn)(int), char *out, size_t size)
 
 void test_tap(void)
 {
-	char out[1024];
+	char out[8192];
 	int status;
 
 	status = run_child(hang_after_one_point, out, sizeof(out));
@@ -81,6 +96,22 @@ void test_tap(void)
 	      "tap: it prints a failing point naming the last one, and the plan");
 	if (!strstr(out, "not ok 2"))
 		tap_diag("the child printed: %s", out);
+
+	status = run_child(crash_after_one_point, out, sizeof(out));
+	if (under_valgrind() || tap_sanitized()) {
+		CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status)),
+		      "tap: a crash ends the run (status 0x%x; its report is the sanitizer's or "
+		      "valgrind's)", status);
+	} else {
+		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+		      "tap: a crash still ends the process with its signal (status 0x%x)", status);
+		CHECK(strstr(out, "died of Segmentation fault at address (nil); the last point "
+			     "was 1 (the point before the crash)") != NULL &&
+		      strstr(out, "unit_tests") != NULL,
+		      "tap: it prints the signal, the address, the last point and the frames");
+		if (!strstr(out, "died of"))
+			tap_diag("the child printed: %s", out);
+	}
 
 	status = run_child(steady_points, out, sizeof(out));
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0 && !strstr(out, "watchdog") &&
