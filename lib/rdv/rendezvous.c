@@ -191,14 +191,26 @@ TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv)
 	return tpu__rdv_check(rdv) ? TPU_RDV_AUTO : rdv->ops->impl;
 }
 
+struct idle_wait {
+	struct tpu_rendezvous *rdv;
+	bool on_ctx_thread;		/* the destroy runs on the context's thread */
+};
+
 static bool rdv_idle(void *arg)
 {
-	struct tpu_rendezvous *rdv = arg;
+	const struct idle_wait *w = arg;
+	struct tpu_rendezvous *rdv = w->rdv;
 	bool idle;
 
 	pthread_mutex_lock(&rdv->lock);
-	/* From a callback, the callbacks being delivered right now are not waited for. */
-	idle = rdv->live == rdv->in_callback;
+	/*
+	 * Every op called back.  On the context's thread (a destroy from a
+	 * callback) the callbacks being delivered right now are on this
+	 * stack and are not waited for.  From any other thread they are: one
+	 * still running may call into the implementation (a blocked
+	 * waiter's wake-up), whose state ->release frees.
+	 */
+	idle = rdv->live == rdv->in_callback && (w->on_ctx_thread || !rdv->in_callback);
 	pthread_mutex_unlock(&rdv->lock);
 	return idle;
 }
@@ -206,6 +218,7 @@ static bool rdv_idle(void *arg)
 /* Destroy @rdv, whose magic this thread turned from live to dead. */
 static void rdv_destroy(struct tpu_rendezvous *rdv)
 {
+	struct idle_wait w = { rdv, tpu__ctx_on_thread(rdv->ctx) };
 	bool zombie;
 
 	tpu__ctx_del_obj(rdv->ctx, &rdv->obj);
@@ -216,7 +229,7 @@ static void rdv_destroy(struct tpu_rendezvous *rdv)
 	tpu__keyq_fail_queued(rdv, NULL, TPU_E_CLOSED);
 	pthread_mutex_unlock(&rdv->lock);
 	rdv->ops->destroy(rdv);
-	tpu__ctx_wait(rdv->ctx, rdv_idle, rdv);
+	tpu__ctx_wait(rdv->ctx, rdv_idle, &w);
 	/*
 	 * Every op is called back; a thread whose blocking wait ended may
 	 * still be on its way out of the front end (its last ->progress).

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -746,6 +747,55 @@ static void context_destroy_closes(const struct rdv_impl *impl)
 	log_fini(&l);
 }
 
+/* A callback that says it started, then takes its time. */
+struct slow_cb {
+	struct evlog *log;
+	atomic_bool returned;
+};
+
+static void slow_recv_cb(void *arg, tpu_status st, size_t len)
+{
+	struct slow_cb *c = arg;
+
+	log_add(c->log, 1, st, len);
+	usleep(200 * 1000);
+	atomic_store(&c->returned, true);
+}
+
+/*
+ * A destroy from another thread while the context's thread runs a
+ * callback returns only once that callback did: the callback may still
+ * use the rendezvous's implementation (a blocked waiter's wake-up did,
+ * after ->release had freed its state: valgrind saw it in CI).
+ */
+static void destroy_waits_for_a_running_callback(const struct rdv_impl *impl)
+{
+	struct evlog l, sl;
+	struct slow_cb c = { &l, false };
+	struct cbarg ss = { &sl, 2 };
+	char dst[8];
+	struct fx f;
+
+	log_init(&l);
+	log_init(&sl);
+	if (!fx_open(&f, impl))
+		return;
+	/* The send first, and called back first: the slow callback is the last one. */
+	CHECK_STATUS(send_str(&f, "s", "go", &ss), 0, "%s_send_for_a_slow_callback", N(&f));
+	CHECK_STATUS(tpu_rendezvous_recv(f.rdv, "s", 1, &(struct tpu_tensor){ .data = dst,
+					 .len = sizeof(dst) }, 0, slow_recv_cb, &c), 0,
+		     "%s_recv_with_a_slow_callback", N(&f));
+	CHECK(log_wait(&sl, 1) && log_wait(&l, 1), "%s_the_send_was_called_back_and_the_slow_"
+	      "callback_started", N(&f));
+	tpu_rendezvous_destroy(f.rdv);
+	f.rdv = NULL;
+	CHECK(atomic_load(&c.returned),
+	      "%s_destroy_from_another_thread_returns_after_a_running_callback_returned", N(&f));
+	tpu_context_destroy(f.ctx);
+	log_fini(&l);
+	log_fini(&sl);
+}
+
 /* A callback that leaves the rendezvous it was called for. */
 struct leaver {
 	struct tpu_rendezvous *rdv;
@@ -1151,6 +1201,7 @@ void rdv_cases_run(const struct rdv_impl *impl)
 	destroy_fails_pending(impl);
 	context_destroy_closes(impl);
 	destroy_from_callback(impl);
+	destroy_waits_for_a_running_callback(impl);
 	buffer_cases(impl);
 	given_to_a_copy(impl);
 	large_integrity(impl);
