@@ -110,33 +110,6 @@ static void prefix_keep(const struct tpu_key *k, const char *key, size_t len)
 	m->incarnation = k->src_incarnation;
 }
 
-/* The edge and the ids after a known prefix of @m->len bytes. */
-static tpu_status parse_tail(struct tpu_str key, const struct prefix_memo *m, struct tpu_key *out,
-			     const char **why)
-{
-	const char *p = key.ptr + m->len, *end = key.ptr + key.len;
-	const char *semi = memchr(p, ';', (size_t)(end - p));
-	struct tpu_str last;
-	struct tpu_key k;
-
-	if (!semi)
-		return bad(why, "a key has five parts separated by ';', this one has fewer");
-	last.ptr = semi + 1;
-	last.len = (size_t)(end - last.ptr);
-	if (memchr(last.ptr, ';', last.len))
-		return bad(why, "a key has five parts separated by ';', this one has more");
-	k.edge_name = (struct tpu_str){ p, (size_t)(semi - p) };
-	if (!valid_edge(k.edge_name))
-		return bad(why, "the edge name must be non-empty, without NUL bytes");
-	if (!parse_frame_iter(last, &k.frame_id, &k.iter_id))
-		return bad(why, "the last part must be FRAME:ITER, two decimal numbers without leading zeros");
-	k.src_device = (struct tpu_str){ key.ptr, m->src_len };
-	k.src_incarnation = m->incarnation;
-	k.dst_device = (struct tpu_str){ key.ptr + m->dst_off, m->dst_len };
-	*out = k;
-	return 0;
-}
-
 TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const char **why)
 {
 	struct tpu_str part[KEY_PARTS];
@@ -145,14 +118,20 @@ TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const 
 	const struct prefix_memo *m;
 	struct tpu_key k;
 	tpu_status st;
-	int n;
+	int n = 0;
 
 	if (!out || !key.ptr)
 		return -EINVAL;
+	/* A known prefix: its three parts are parsed already, split the rest. */
 	m = prefix_find(key);
-	if (m)
-		return parse_tail(key, m, out, why);
-	for (n = 0; n < KEY_PARTS; n++) {
+	if (m) {
+		part[0] = (struct tpu_str){ key.ptr, m->src_len };
+		part[2] = (struct tpu_str){ key.ptr + m->dst_off, m->dst_len };
+		k.src_incarnation = m->incarnation;
+		p = key.ptr + m->len;
+		n = 3;
+	}
+	for (; n < KEY_PARTS; n++) {
 		const char *semi = memchr(p, ';', (size_t)(end - p));
 
 		part[n].ptr = p;
@@ -166,14 +145,16 @@ TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const 
 			return bad(why, "a key has five parts separated by ';', this one has more");
 		p = semi + 1;
 	}
-	st = tpu_device_name_parse(part[0], &dev, why);
-	if (st)
-		return st;
-	if (!parse_hex(part[1], &k.src_incarnation))
-		return bad(why, "the source incarnation must be 1 to 16 hex digits");
-	st = tpu_device_name_parse(part[2], &dev, why);
-	if (st)
-		return st;
+	if (!m) {
+		st = tpu_device_name_parse(part[0], &dev, why);
+		if (st)
+			return st;
+		if (!parse_hex(part[1], &k.src_incarnation))
+			return bad(why, "the source incarnation must be 1 to 16 hex digits");
+		st = tpu_device_name_parse(part[2], &dev, why);
+		if (st)
+			return st;
+	}
 	if (!valid_edge(part[3]))
 		return bad(why, "the edge name must be non-empty, without NUL bytes");
 	if (!parse_frame_iter(part[4], &k.frame_id, &k.iter_id))
@@ -181,7 +162,8 @@ TPU_API tpu_status tpu_key_parse(struct tpu_str key, struct tpu_key *out, const 
 	k.src_device = part[0];
 	k.dst_device = part[2];
 	k.edge_name = part[3];
-	prefix_keep(&k, key.ptr, (size_t)(part[3].ptr - key.ptr));
+	if (!m)
+		prefix_keep(&k, key.ptr, (size_t)(part[3].ptr - key.ptr));
 	*out = k;
 	return 0;
 }

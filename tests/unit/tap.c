@@ -43,6 +43,26 @@ void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ..
 	fflush(stdout);
 }
 
+/* Every thread's stack on stderr, from gdb where installed (make deps). */
+static void print_every_stack(void)
+{
+	char pid[16];
+	pid_t gdb;
+
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	gdb = getenv("TAP_NO_GDB") ? -1 : fork();
+	if (gdb == 0) {
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		/* A gdb that hangs too gets two minutes (the alarm survives exec). */
+		alarm(120);
+		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
+		       (char *)NULL);
+		_exit(127);
+	}
+	if (gdb > 0)
+		waitpid(gdb, NULL, 0);
+}
+
 /*
  * The watchdog fired: no point for watchdog_s seconds.  Stdio from a
  * signal handler is not safe in general; this process is ending, and
@@ -50,9 +70,6 @@ void tap_point(bool ok, const char *where, const char *expr, const char *fmt, ..
  */
 static void watchdog_fired(int sig)
 {
-	char pid[16];
-	pid_t gdb;
-
 	/* A forked child's own alarm ends that child, as it would without us. */
 	if (getpid() != watchdog_pid) {
 		signal(sig, SIG_DFL);
@@ -62,21 +79,7 @@ static void watchdog_fired(int sig)
 	fflush(stdout);
 	fprintf(stderr, "# tap: no test point for %u s; the last was %u (%s); every thread:\n",
 		watchdog_s, points, last_point);
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	/* gdb where it is installed (make deps): the library's own frames. */
-	gdb = getenv("TAP_NO_GDB") ? -1 : fork();
-	if (gdb == 0) {
-		dup2(STDERR_FILENO, STDOUT_FILENO);
-		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
-		       (char *)NULL);
-		_exit(127);
-	}
-	if (gdb > 0) {
-		/* A gdb that hangs too gets two minutes. */
-		signal(SIGALRM, SIG_DFL);
-		alarm(120);
-		waitpid(gdb, NULL, 0);
-	}
+	print_every_stack();
 	printf("not ok %u - watchdog: no test point for %u s after point %u (%s)\n",
 	       points + 1, watchdog_s, points, last_point);
 	printf("1..%u\n", points + 1);
@@ -108,30 +111,15 @@ void tap_watchdog(unsigned int seconds)
 static void crash_report(int sig, siginfo_t *si, void *uc)
 {
 	void *frames[64];
-	char line[256], pid[16];
-	int n, len;
-	pid_t gdb;
 
 	(void)uc;
+	/* Stdio from a handler, as the watchdog's: this process is ending. */
 	fflush(stdout);
-	len = snprintf(line, sizeof(line),
-		       "# tap: pid %d died of %s at address %p; the last point was %u (%s)\n",
-		       (int)getpid(), strsignal(sig), si->si_addr, points, last_point);
-	if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
-		len = 0;
-	n = backtrace(frames, 64);
-	backtrace_symbols_fd(frames, n, STDERR_FILENO);
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	gdb = getenv("TAP_NO_GDB") ? -1 : fork();
-	if (gdb == 0) {
-		dup2(STDERR_FILENO, STDOUT_FILENO);
-		alarm(60);
-		execlp("gdb", "gdb", "-p", pid, "-batch", "-nx", "-ex", "thread apply all bt",
-		       (char *)NULL);
-		_exit(127);
-	}
-	if (gdb > 0)
-		waitpid(gdb, NULL, 0);
+	fprintf(stderr, "# tap: pid %d died of %s at address %p; the last point was %u (%s)\n",
+		(int)getpid(), strsignal(sig), si->si_addr, points, last_point);
+	fflush(stderr);
+	backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+	print_every_stack();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
