@@ -122,8 +122,10 @@ struct tpu__rdv_ops {
 	tpu_status (*join)(struct tpu_rendezvous *rdv, int fd);
 	tpu_status (*share)(struct tpu_rendezvous *rdv, int *fd);
 	/* Fail every pending op of this member with TPU_E_CLOSED (completing
-	 * them), then free impl_state.  Called from a user thread, or from a
-	 * callback on the context thread: wait with tpu__ctx_wait(). */
+	 * them); impl_state stays for ->release.  Called from a user thread,
+	 * or from a callback on the context thread: wait with tpu__ctx_wait().
+	 * A thread that entered before the destroy (a cancel, an abort, a
+	 * waiter's poll) may still call in meanwhile. */
 	void (*destroy)(struct tpu_rendezvous *rdv);
 	/* Start an op; never block.  A non-zero return means the op was not
 	 * started and tpu__op_complete() must not be called for it. */
@@ -157,10 +159,10 @@ struct tpu__rdv_ops {
 	 */
 	void (*issued)(struct tpu_rendezvous *rdv);
 	/*
-	 * Optional: the last step of a destroy, once ->destroy returned and no
-	 * thread is in a front-end call of this rendezvous any more (a waiter
-	 * whose op ->destroy completed may still call ->progress until then):
-	 * frees what those calls use.  With it, ->destroy leaves impl_state.
+	 * The last step of a destroy, once ->destroy returned and no thread
+	 * is in a front-end call of this rendezvous any more (a waiter whose
+	 * op ->destroy completed may still call ->progress until then): frees
+	 * impl_state and what those calls use.  Optional (nothing to free).
 	 */
 	void (*release)(struct tpu_rendezvous *rdv);
 	/* The implementation owns pipes: the context closes it before them. */
@@ -180,7 +182,7 @@ const struct tpu__rdv_ops *tpu__rdv_impl_ops(enum tpu_rdv_impl impl);
 #define TPU__RDV_USER_LINES	4
 
 struct tpu_rendezvous {
-	uint32_t magic;			/* TPU__MAGIC_RDV; poisoned by destroy */
+	uint32_t magic;			/* TPU__MAGIC_RDV; destroy claims it (rdv_claim) */
 	struct tpu_context *ctx;
 	const struct tpu__rdv_ops *ops;
 	void *impl_state;
@@ -294,5 +296,15 @@ tpu_status tpu__rdv_device_recv(struct tpu_rendezvous *rdv, const void *key, siz
  * destroyed (TPU_E_DESTROYED), or in a child forked since (TPU_E_FORKED).
  */
 tpu_status tpu__rdv_check(const struct tpu_rendezvous *rdv);
+
+/*
+ * Around a call that reads the implementation (rdv->ops, rdv->impl_state),
+ * after tpu__rdv_check(): counted among the rendezvous's users, then its
+ * magic read again.  A destroy that claimed it in between either shows
+ * here (TPU_E_DESTROYED, nothing to leave) or waits for this thread's
+ * tpu__rdv_leave() before the implementation's state goes.
+ */
+tpu_status tpu__rdv_enter(struct tpu_rendezvous *rdv);
+void tpu__rdv_leave(struct tpu_rendezvous *rdv);
 
 #endif /* TPU_RDV_H */

@@ -812,8 +812,16 @@ static void cma_destroy(struct tpu_rendezvous *rdv)
 	helper_unpark(m);
 	pthread_join(m->helper, NULL);
 	watcher_stop(m);
+}
+
+/* Once no thread is inside: a waiter's last poll or a cancel still reads the table. */
+static void cma_release(struct tpu_rendezvous *rdv)
+{
+	struct cma_member *m = rdv->impl_state;
+
 	rdv->impl_state = NULL;
-	member_free(m);
+	if (m)
+		member_free(m);
 }
 
 /* --- operations ------------------------------------------------------------ */
@@ -1162,6 +1170,7 @@ const struct tpu__rdv_ops tpu__rdv_cma = {
 	.join = cma_join,
 	.share = cma_share,
 	.destroy = cma_destroy,
+	.release = cma_release,
 	.send = cma_send,
 	.recv = cma_recv,
 	.cancel = cma_cancel,

@@ -327,7 +327,12 @@ static void ip_destroy(struct tpu_rendezvous *rdv)
 	pthread_mutex_unlock(&ip->rdv->lock);
 	/* Cancelled timers still call back into this state. */
 	tpu__ctx_wait(ip->rdv->ctx, ip_timers_done, ip);
-	free(ip);
+}
+
+/* Once no thread is inside: a cancel or abort met the destroy with this state in hand. */
+static void ip_release(struct tpu_rendezvous *rdv)
+{
+	free(rdv->impl_state);
 	rdv->impl_state = NULL;
 }
 
@@ -341,4 +346,5 @@ const struct tpu__rdv_ops tpu__rdv_inprocess = {
 	.recv = ip_recv,
 	.cancel = ip_cancel,
 	.abort = ip_abort,
+	.release = ip_release,
 };

@@ -1134,8 +1134,15 @@ static void km_destroy(struct tpu_rendezvous *rdv)
 		free(key);
 	}
 	tpu__ctx_wait(km->ctx, km_idle, km);
-	km_free(km);
+}
+
+/* Once no thread is inside: a waiter's last read or a cancel still uses the endpoint. */
+static void km_release(struct tpu_rendezvous *rdv)
+{
+	struct km_state *km = rdv->impl_state;
+
 	rdv->impl_state = NULL;
+	km_free(km);
 }
 
 struct tpu__ep_ref *tpu__rdv_kmod_endpoint(struct tpu_rendezvous *rdv)
@@ -1151,6 +1158,7 @@ const struct tpu__rdv_ops tpu__rdv_kmod = {
 	.join = km_join,
 	.share = km_share,
 	.destroy = km_destroy,
+	.release = km_release,
 	.send = km_send,
 	.recv = km_recv,
 	.cancel = km_cancel,

@@ -68,6 +68,24 @@ static void users_leave(struct tpu_rendezvous *rdv)
 	atomic_fetch_sub(users_mine(rdv), 1);
 }
 
+/*
+ * Sequentially consistent against rdv_claim() and users_any(): a thread
+ * that finds the magic live was counted before destroy looked for users.
+ */
+tpu_status tpu__rdv_enter(struct tpu_rendezvous *rdv)
+{
+	users_enter(rdv);
+	if (__atomic_load_n(&rdv->magic, __ATOMIC_SEQ_CST) == TPU__MAGIC_RDV)
+		return 0;
+	users_leave(rdv);
+	return TPU_E_DESTROYED;
+}
+
+void tpu__rdv_leave(struct tpu_rendezvous *rdv)
+{
+	users_leave(rdv);
+}
+
 /* A thread inside: each line is nonzero while a thread of its own is. */
 static bool users_any(struct tpu_rendezvous *rdv)
 {
@@ -179,16 +197,29 @@ TPU_API tpu_status tpu_rendezvous_join(struct tpu_context *ctx, int fd,
 
 TPU_API tpu_status tpu_rendezvous_share(struct tpu_rendezvous *rdv, int *fd)
 {
+	tpu_status st;
+
 	RDV_CHECK(rdv);
 	if (!fd)
 		return -EINVAL;
 	*fd = -1;
-	return rdv->ops->share(rdv, fd);
+	st = tpu__rdv_enter(rdv);
+	if (st)
+		return st;
+	st = rdv->ops->share(rdv, fd);
+	tpu__rdv_leave(rdv);
+	return st;
 }
 
 TPU_API enum tpu_rdv_impl tpu_rendezvous_impl(const struct tpu_rendezvous *rdv)
 {
-	return tpu__rdv_check(rdv) ? TPU_RDV_AUTO : rdv->ops->impl;
+	const struct tpu__rdv_ops *ops;
+
+	if (tpu__rdv_check(rdv))
+		return TPU_RDV_AUTO;
+	/* NULL once a destroy running meanwhile has released it. */
+	ops = __atomic_load_n(&rdv->ops, __ATOMIC_ACQUIRE);
+	return ops ? ops->impl : TPU_RDV_AUTO;
 }
 
 struct idle_wait {
@@ -240,7 +271,7 @@ static void rdv_destroy(struct tpu_rendezvous *rdv)
 		rdv->ops->release(rdv);
 	pthread_mutex_lock(&rdv->lock);
 	/* ops == NULL marks it dead: the last callback running frees it. */
-	rdv->ops = NULL;
+	__atomic_store_n(&rdv->ops, NULL, __ATOMIC_RELEASE);
 	zombie = rdv->in_callback > 0;
 	pthread_mutex_unlock(&rdv->lock);
 	if (!zombie)
@@ -253,7 +284,7 @@ static bool rdv_claim(struct tpu_rendezvous *rdv)
 	uint32_t live = TPU__MAGIC_RDV;
 
 	if (__atomic_compare_exchange_n(&rdv->magic, &live, TPU__MAGIC_DEAD, false,
-					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+					__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 		return true;
 	tpu__log_debug("tpu_rendezvous_destroy(%p): destroyed by another thread; ignored",
 		       (void *)rdv);
@@ -351,9 +382,10 @@ static tpu_status op_issue(struct tpu_rendezvous *rdv, const struct tpu__op *wan
 	const struct tpu__rdv_ops *ops = NULL;
 	uint64_t hash = tpu__rdv_key_hash(key, key_len);
 	struct tpu__op *op = NULL;
-	tpu_status st = 0;
+	tpu_status st = tpu__rdv_enter(rdv);
 
-	users_enter(rdv);
+	if (st)
+		return st;
 	pthread_mutex_lock(&rdv->lock);
 	if (rdv->closing) {
 		st = TPU_E_CLOSED;
@@ -516,18 +548,22 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 
 	RDV_CHECK(rdv);
 	st = check_key(key, key_len);
+	if (!st)
+		st = tpu__rdv_enter(rdv);
 	if (st)
 		return st;
 	pthread_mutex_lock(&rdv->lock);
 	kq = tpu__keyq_find(rdv, key, key_len, false);
 	if (!kq) {
 		pthread_mutex_unlock(&rdv->lock);
+		tpu__rdv_leave(rdv);
 		return -ENOENT;
 	}
 	/* The queued ones first, so that the cancelled head starts none of them. */
 	queued = tpu__keyq_fail_queued(rdv, kq, -ECANCELED);
 	started = rdv->ops->cancel(rdv, key, key_len);
 	pthread_mutex_unlock(&rdv->lock);
+	tpu__rdv_leave(rdv);
 	if (started < 0 && started != -ENOENT)
 		return started;
 	return queued || started > 0 ? 0 : -ENOENT;
@@ -535,10 +571,17 @@ TPU_API tpu_status tpu_rendezvous_cancel(struct tpu_rendezvous *rdv, const void 
 
 TPU_API tpu_status tpu_rendezvous_abort(struct tpu_rendezvous *rdv, tpu_status status)
 {
+	tpu_status st;
+
 	RDV_CHECK(rdv);
 	if (status >= 0 || status < -EHWPOISON)
 		return -EINVAL;
-	return rdv->ops->abort(rdv, status);
+	st = tpu__rdv_enter(rdv);
+	if (st)
+		return st;
+	st = rdv->ops->abort(rdv, status);
+	tpu__rdv_leave(rdv);
+	return st;
 }
 
 /* ---- blocking receive and send ------------------------------------ */
@@ -669,11 +712,13 @@ TPU_API tpu_status tpu_rendezvous_recv_wait(struct tpu_rendezvous *rdv, const vo
 	if (dst && dst->device.type != TPU_DEVICE_CPU)
 		return tpu__rdv_device_recv(rdv, key, key_len, dst, timeout_ns, NULL, NULL, len,
 					    true);
-	waiter_init(rdv, &w);
 	/* The callback that would wake us may run on this very thread. */
 	if (tpu__ctx_on_thread(rdv->ctx))
 		return -EDEADLK;
-	users_enter(rdv);
+	st = tpu__rdv_enter(rdv);
+	if (st)
+		return st;
+	waiter_init(rdv, &w);
 	/*
 	 * The deadline is ours, not the implementation's: a timer per receive
 	 * would cost the context's ring two submissions on the fast path.
@@ -705,6 +750,11 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	if (tensor && tensor->device.type != TPU_DEVICE_CPU)
 		return tpu__rdv_device_send(rdv, key, key_len, tensor, flags, NULL, NULL, timeout_ns,
 					    true);
+	if (tpu__ctx_on_thread(rdv->ctx))
+		return -EDEADLK;
+	st = tpu__rdv_enter(rdv);
+	if (st)
+		return st;
 	waiter_init(rdv, &w);
 	/*
 	 * Between threads of one process bound to one core, the consumer that
@@ -713,9 +763,6 @@ TPU_API tpu_status tpu_rendezvous_send_wait(struct tpu_rendezvous *rdv, const vo
 	 * are other processes, or their posts come from the context's thread.
 	 */
 	w.word.late_ok = rdv->ops->impl == TPU_RDV_INPROCESS;
-	if (tpu__ctx_on_thread(rdv->ctx))
-		return -EDEADLK;
-	users_enter(rdv);
 	st = send_issue(rdv, key, key_len, tensor, flags, send_woken, &w, true);
 	if (st) {
 		users_leave(rdv);

@@ -853,41 +853,58 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	return 0;
 }
 
-/* A live remote rendezvous: 0, or its check's status (TPU_E_FORKED...), else -EINVAL. */
-static tpu_status remote_check(const struct tpu_rendezvous *rdv)
+/*
+ * A live remote rendezvous entered (tpu__rdv_enter: its state stays until
+ * remote_leave), and its state in *@st; else its check's status
+ * (TPU_E_FORKED...), or -EINVAL for another kind.
+ */
+static tpu_status remote_enter(const struct tpu_rendezvous *rdv, struct remote **st)
 {
-	tpu_status st = tpu__rdv_check(rdv);
+	struct tpu_rendezvous *r = (struct tpu_rendezvous *)rdv;	/* its users count */
+	tpu_status err = tpu__rdv_check(rdv);
 
-	return st ? st : tpu__rdv_is(rdv, &tpu__remote_ops) ? 0 : -EINVAL;
+	if (!err && !tpu__rdv_is(rdv, &tpu__remote_ops))
+		err = -EINVAL;
+	if (!err)
+		err = tpu__rdv_enter(r);
+	*st = err ? NULL : r->impl_state;
+	return err;
+}
+
+static void remote_leave(const struct tpu_rendezvous *rdv)
+{
+	tpu__rdv_leave((struct tpu_rendezvous *)rdv);
 }
 
 TPU_API tpu_status tpu_rendezvous_add_peer(struct tpu_rendezvous *rdv, const char *task,
 					   const char *url)
 {
 	struct remote *st;
-	tpu_status err = remote_check(rdv);
+	tpu_status err = remote_enter(rdv, &st);
 
 	if (err)
 		return err;
-	st = rdv->impl_state;
 	pthread_mutex_lock(&st->lock);
 	err = task_add(st, task, url);
 	pthread_mutex_unlock(&st->lock);
+	remote_leave(rdv);
 	return err;
 }
 
 TPU_API tpu_status tpu_rendezvous_url(const struct tpu_rendezvous *rdv, const char *transport,
 				      char *buf, size_t size)
 {
-	const struct remote *st;
-	tpu_status err = remote_check(rdv);
+	struct remote *st;
+	tpu_status err;
 
+	if (!buf)
+		return tpu__rdv_check(rdv) ?: -EINVAL;
+	err = remote_enter(rdv, &st);
 	if (err)
 		return err;
-	if (!buf)
-		return -EINVAL;
-	st = rdv->impl_state;
-	return tpu_listener_url(st->listener, transport, buf, size);
+	err = tpu_listener_url(st->listener, transport, buf, size);
+	remote_leave(rdv);
+	return err;
 }
 
 /* For the test queries, on the context thread: the map's task called @task. */
@@ -934,15 +951,18 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 					    const char **transport, const char **channel)
 {
 	struct path_query q = { .task = task };
-	tpu_status err = remote_check(rdv);
+	tpu_status err = tpu__rdv_check(rdv);
 
 	if (err)
 		return err;
 	if (!task || !transport || !channel)
 		return -EINVAL;
-	q.st = rdv->impl_state;
+	err = remote_enter(rdv, &q.st);
+	if (err)
+		return err;
 	/* The peers are the context thread's. */
 	tpu__ctx_run_sync(q.st->pctx, path_on_ctx, &q);
+	remote_leave(rdv);
 	if (!q.err) {
 		*transport = q.transport;
 		*channel = q.channel;
@@ -987,7 +1007,7 @@ static void pid_on_ctx(void *arg)
 tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pid_t *pid)
 {
 	struct pid_query q = { .task = task };
-	tpu_status err = remote_check(rdv);
+	tpu_status err = tpu__rdv_check(rdv);
 
 	if (!pid)
 		return -EINVAL;
@@ -996,8 +1016,11 @@ tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pi
 		return err;
 	if (!task)
 		return -EINVAL;
-	q.st = rdv->impl_state;
+	err = remote_enter(rdv, &q.st);
+	if (err)
+		return err;
 	tpu__ctx_run_sync(q.st->pctx, pid_on_ctx, &q);
+	remote_leave(rdv);
 	if (!q.err)
 		*pid = q.pid > 0 ? q.pid : 0;
 	return q.err;
@@ -1025,12 +1048,12 @@ tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipe
 				  unsigned int *accepted)
 {
 	struct count_query q = { 0 };
-	tpu_status err = remote_check(rdv);
+	tpu_status err = remote_enter(rdv, &q.st);
 
 	if (err)
 		return err;
-	q.st = rdv->impl_state;
 	tpu__ctx_run_sync(q.st->pctx, count_on_ctx, &q);
+	remote_leave(rdv);
 	*pipes = q.pipes;
 	*accepted = q.accepted;
 	return 0;
@@ -1064,15 +1087,18 @@ tpu_status tpu__remote_retry_stats(struct tpu_rendezvous *rdv, const char *task,
 				   struct remote_retry_stats *out)
 {
 	struct retry_query q = { .task = task, .out = out };
-	tpu_status err = remote_check(rdv);
+	tpu_status err = tpu__rdv_check(rdv);
 
 	if (err)
 		return err;
 	if (!task || !out)
 		return -EINVAL;
-	q.st = rdv->impl_state;
+	err = remote_enter(rdv, &q.st);
+	if (err)
+		return err;
 	/* The tasks' retry state is the context thread's. */
 	tpu__ctx_run_sync(q.st->pctx, retry_stats_on_ctx, &q);
+	remote_leave(rdv);
 	return q.err;
 }
 
@@ -1087,13 +1113,16 @@ static void backoff_on_ctx(void *arg)
 tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, uint64_t max_ns)
 {
 	struct retry_query q = { .min_ns = min_ns, .max_ns = max_ns };
-	tpu_status err = remote_check(rdv);
+	tpu_status err = tpu__rdv_check(rdv);
 
 	if (err)
 		return err;
 	if (!min_ns || min_ns > max_ns || max_ns > 3600ull * 1000000000ull)
 		return -EINVAL;
-	q.st = rdv->impl_state;
+	err = remote_enter(rdv, &q.st);
+	if (err)
+		return err;
 	tpu__ctx_run_sync(q.st->pctx, backoff_on_ctx, &q);
+	remote_leave(rdv);
 	return 0;
 }

@@ -796,6 +796,108 @@ static void destroy_waits_for_a_running_callback(const struct rdv_impl *impl)
 	log_fini(&sl);
 }
 
+/*
+ * A call that meets a destroy of its rendezvous from another thread, the
+ * two released at once, many times: the call finds it destroyed, or gets
+ * in first and is ended by the destroy (or its own 1 ms runs out), and
+ * never reads the implementation's state after the destroy freed it (a
+ * call that passed the handle's check just before the destroy claimed it
+ * read the released ops: a worker's SIGSEGV in CI).
+ */
+enum race_call { RACE_RECV_WAIT, RACE_SEND_WAIT, RACE_CANCEL, RACE_ABORT, RACE_CALLS };
+
+struct racer {
+	struct tpu_rendezvous *rdv;
+	enum race_call call;
+	atomic_int *ready;
+	tpu_status st;
+};
+
+static void *race_call(void *arg)
+{
+	struct racer *r = arg;
+	char b[8] = "race";
+	struct tpu_tensor t = { .data = b, .len = sizeof(b) };
+
+	atomic_fetch_add(r->ready, 1);
+	while (atomic_load(r->ready) < 2)
+		sched_yield();
+	switch (r->call) {
+	case RACE_RECV_WAIT:
+		r->st = tpu_rendezvous_recv_wait(r->rdv, "race", 4, &t, 1000000, NULL);
+		break;
+	case RACE_SEND_WAIT:
+		r->st = tpu_rendezvous_send_wait(r->rdv, "race", 4, &t, 0, 1000000);
+		break;
+	case RACE_CANCEL:
+		r->st = tpu_rendezvous_cancel(r->rdv, "race", 4);
+		break;
+	default:
+		r->st = tpu_rendezvous_abort(r->rdv, -ECONNRESET);
+		break;
+	}
+	return NULL;
+}
+
+static bool race_status_ok(enum race_call call, tpu_status st)
+{
+	if (st == TPU_E_DESTROYED)
+		return true;
+	switch (call) {
+	case RACE_RECV_WAIT:
+	case RACE_SEND_WAIT:
+		return st == TPU_E_CLOSED || st == -ETIMEDOUT || st == -ECONNRESET;
+	case RACE_CANCEL:
+		return st == 0 || st == -ENOENT;
+	default:
+		return st == 0;
+	}
+}
+
+static void calls_racing_a_destroy(const struct rdv_impl *impl)
+{
+	unsigned int rounds = impl->impl == TPU_RDV_INPROCESS ? 2000 : 200, i, bad = 0;
+	unsigned int early[RACE_CALLS] = { 0 };
+	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct tpu_context *ctx;
+	tpu_status last = 0;
+
+	if (tpu_context_create(&o, &ctx)) {
+		CHECK(false, "%s_context_for_the_destroy_races", impl->name);
+		return;
+	}
+	for (i = 0; i < rounds && !bad; i++) {
+		atomic_int ready = 0;
+		struct racer r = { .call = i % RACE_CALLS, .ready = &ready, .st = 1 };
+		pthread_t th;
+
+		if (tpu_rendezvous_create(ctx, impl->impl, &r.rdv) ||
+		    pthread_create(&th, NULL, race_call, &r)) {
+			bad++;
+			break;
+		}
+		atomic_fetch_add(&ready, 1);
+		while (atomic_load(&ready) < 2)
+			sched_yield();
+		tpu_rendezvous_destroy(r.rdv);
+		pthread_join(th, NULL);
+		early[r.call] += r.st == TPU_E_DESTROYED;
+		if (!race_status_ok(r.call, r.st)) {
+			bad++;
+			last = r.st;
+		}
+	}
+	if (bad)
+		tap_diag("%s: round %u: call %u returned %s", impl->name, i, i % RACE_CALLS,
+			 tpu_status_name(last));
+	tap_diag("%s: of %u rounds, calls that found the rendezvous destroyed: recv_wait %u, "
+		 "send_wait %u, cancel %u, abort %u", impl->name, rounds, early[0], early[1],
+		 early[2], early[3]);
+	CHECK(!bad && i == rounds, "%s_calls_racing_a_destroy_from_another_thread_end_cleanly",
+	      impl->name);
+	tpu_context_destroy(ctx);
+}
+
 /* A callback that leaves the rendezvous it was called for. */
 struct leaver {
 	struct tpu_rendezvous *rdv;
@@ -1202,6 +1304,7 @@ void rdv_cases_run(const struct rdv_impl *impl)
 	context_destroy_closes(impl);
 	destroy_from_callback(impl);
 	destroy_waits_for_a_running_callback(impl);
+	calls_racing_a_destroy(impl);
 	buffer_cases(impl);
 	given_to_a_copy(impl);
 	large_integrity(impl);
