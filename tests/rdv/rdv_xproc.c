@@ -515,6 +515,7 @@ static int orphan_child(const struct rdv_impl *impl, int sock)
 	struct tpu_tensor tb = { .data = big, .len = sizeof(big) };
 	struct tpu_tensor ts = { .data = small, .len = sizeof(small) };
 	struct tpu_context_options o = { .flags = impl->ctx_flags };
+	struct death_rec mark = { 0, 1 };
 	struct tpu_context *ctx;
 	struct tpu_rendezvous *rdv;
 	int fd;
@@ -526,10 +527,17 @@ static int orphan_child(const struct rdv_impl *impl, int sock)
 	if (tpu_rendezvous_join(ctx, fd, &rdv))
 		return XS_JOIN;
 	if (tpu_rendezvous_send(rdv, "orphan-big", 10, &tb, 0, NULL, NULL) ||
-	    tpu_rendezvous_send(rdv, "orphan-small", 12, &ts, 0, NULL, NULL))
+	    tpu_rendezvous_send(rdv, "orphan-small", 12, &ts, 0, NULL, NULL) ||
+	    tpu_rendezvous_send(rdv, "orphan-mark", 11, &ts, 0, death_cb, &mark))
 		return XS_SEND;
-	/* Posted (the send is in the table before the call returns for cma). */
-	usleep(200 * 1000);
+	/*
+	 * Both are in the table once the parent has taken the mark: cma's
+	 * sends are there before the call returns, kmod's reach the module
+	 * in the order they were posted, through one ring (a sleep instead
+	 * was too short once in an emulated VM, and nothing failed).
+	 */
+	if (!death_wait(&mark, 60 * SEC) || mark.status)
+		return XS_SEND;
 	if (write(sock, "p", 1) != 1)
 		return XS_FD;
 	raise(SIGKILL);
@@ -565,8 +573,15 @@ static void orphan_run(const struct rdv_impl *impl)
 		_exit(orphan_child(impl, sv[1]));
 	}
 	close(sv[1]);
-	if (tpu_fd_send(sv[0], fd) || read(sv[0], &c, 1) != 1)
-		kill(pid, SIGKILL);
+	{
+		uint8_t m[8];
+		struct tpu_tensor mt = { .data = m, .len = sizeof(m) };
+
+		if (tpu_fd_send(sv[0], fd) ||
+		    tpu_rendezvous_recv_wait(rdv, "orphan-mark", 11, &mt, 60 * SEC, NULL) ||
+		    read(sv[0], &c, 1) != 1)
+			kill(pid, SIGKILL);
+	}
 	waitpid(pid, &status, 0);
 	CHECK(c == 'p' && WIFSIGNALED(status), "%s_producer_posted_then_was_killed", impl->name);
 	/* kmod: give the module time to release the dead member's endpoint. */
