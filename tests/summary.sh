@@ -8,7 +8,8 @@
 # LOG is a suite's output (TAP mixed with anything else), STATUS its exit
 # status.  Prints one line per suite, the failing test points (the first
 # 20, each with its suite; under each of the first five, up to six lines
-# its log has after it: the reason a test printed), then exactly one line
+# its log has after it: the reason a test printed; a crash report's line
+# and first frames, as one more entry), then exactly one line
 # "N passed, N failed" (", N skipped" appended when there are any), and exits
 # 1 when anything failed.
 #
@@ -96,6 +97,33 @@ count_tap() {
 	' "$1"
 }
 
+# The first crash report in a log (tap_crash_stacks() in tests/unit/tap.c):
+# its line and the crashing thread's first frames from gdb, on one line.
+crash_digest() {
+	awk '
+	{ sub(/\r$/, ""); sub(/^\[[a-z]\] /, "") }
+	/tap: pid [0-9]+ died of / {
+		if (!line) {
+			line = $0
+			sub(/^.*tap: /, "", line)
+		}
+		next
+	}
+	line && !done && /<signal handler called>/ { take = 4; next }
+	take > 0 && /^#[0-9]+ / {
+		fn = $0
+		sub(/^#[0-9]+ +(0x[0-9a-f]+ in )?/, "", fn)
+		sub(/ \(.*\) at /, " at ", fn)
+		frames = frames (frames ? " < " : "") substr(fn, 1, 80)
+		if (--take == 0)
+			done = 1
+		next
+	}
+	take > 0 { take = 0; done = 1 }
+	END { if (line) print substr(line, 1, 200) (frames ? "; frames: " frames : "") }
+	' "$1"
+}
+
 here=$(dirname "$0")
 total_passed=0 total_failed=0 total_skipped=0
 failures=()
@@ -121,6 +149,13 @@ while [ $# -gt 0 ]; do
 			esac
 			failures+=("$name: $fail_line")
 		done < <(grep -E '^(FAIL|DIAG)	' <<<"$counted" || true)
+		# A process that died of a signal said where (a forked worker's
+		# report comes before the point that fails for it).
+		# Only in a suite that failed: some tests make a child crash.
+		if [ "$failed" -gt 0 ] || [ "$status" != 0 ]; then
+			crash=$(crash_digest "$log" 2>/dev/null || true)
+			[ -n "$crash" ] && failures+=("$name: a crash: $crash")
+		fi
 	else
 		passed=0 failed=0 skipped=0
 	fi

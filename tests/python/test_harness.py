@@ -132,3 +132,45 @@ def test_summary_lists_what_a_failure_printed_after_it(tmp_path):
     # are not the child's.
     assert not any("its parent" in line or "line 0" in line for line in out), out
     assert out[-1] == "2 passed, 2 failed", out
+
+
+CRASH_LOG = '''ok 1 - before
+# tap: pid 77 died of Segmentation fault at address 0x10; the last point was 1 (before)
+tests/rdv/rdv_test(+0x16ab2)[0x55eb4a2baab2]
+Thread 2 (Thread 0x7f85 (LWP 78) "rdv_test"):
+#0  0x00007f856c68cc17 in __GI___wait4 (pid=79) at wait4.c:30
+#3  0x000055eb4a2baac6 in crash_report (sig=11) at tests/unit/tap.c:122
+#4  <signal handler called>
+#5  0x000055eb4a2c30a8 in ip_abort (rdv=<optimized out>, status=-104) at rdv/rdv_inprocess.c:281
+#6  0x000055eb4a2c060e in tpu_rendezvous_abort (rdv=0x5, status=-104) at rdv/rendezvous.c:582
+#7  0x000055eb4a2ab9ea in race_call (arg=0x7ffc) at rdv_cases.c:836
+#8  0x00007f856c6421f5 in start_thread (arg=<optimized out>) at pthread_create.c:442
+#9  0x00007f856c6c28ec in clone3 () at clone3.S:81
+
+Thread 1 (Thread 0x7f86 (LWP 77) "rdv_test"):
+#0  futex_wait (private=0) at futex-internal.h:146
+not ok 2 - remote: worker 0 (status 0xb)
+'''
+
+
+def test_summary_names_a_crash_and_its_first_frames(tmp_path):
+    # A forked worker's crash report comes before the point that fails for
+    # it: the failures list gets its line and the crashing thread's first
+    # four frames, in a suite that failed only.
+    log = tmp_path / "suite.log"
+    log.write_text(CRASH_LOG)
+    summary = os.path.join(HERE, "..", "summary.sh")
+    p = subprocess.run([summary, "rdv", str(log), "1"], capture_output=True, text=True,
+                       timeout=60)
+    out = p.stdout.splitlines()
+    assert p.returncode == 1, p.stdout
+    assert ("  rdv: a crash: pid 77 died of Segmentation fault at address 0x10; the last "
+            "point was 1 (before); frames: ip_abort at rdv/rdv_inprocess.c:281 < "
+            "tpu_rendezvous_abort at rdv/rendezvous.c:582 < race_call at rdv_cases.c:836 < "
+            "start_thread at pthread_create.c:442") in out, out
+    assert out[-1] == "1 passed, 1 failed", out
+    # A suite that passed (a test made a child crash on purpose) lists nothing.
+    log.write_text(CRASH_LOG.replace("not ok 2", "ok 2"))
+    p = subprocess.run([summary, "rdv", str(log), "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and "crash" not in p.stdout, p.stdout

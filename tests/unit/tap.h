@@ -61,12 +61,13 @@ int bind_to_cpu(int cpu);
 	tap_point((cond), __FILE__ ":" TAP_STR(__LINE__), #cond, __VA_ARGS__)
 
 /* A point comparing two statuses, printing both by name when they differ. */
+/* What came instead follows the failing point: CI's list of failures shows those lines. */
 #define CHECK_STATUS(got, want, ...) do { \
 	int got_ = (got), want_ = (want); \
+	CHECK(got_ == want_, __VA_ARGS__); \
 	if (got_ != want_) \
 		tap_diag("%s: got %d (%s), want %d (%s)", #got, got_, \
 			 tpu_status_name(got_), want_, tpu_status_name(want_)); \
-	CHECK(got_ == want_, __VA_ARGS__); \
 } while (0)
 
 /* The test lists, one per library concept. */

@@ -1327,6 +1327,15 @@ static int pair_socket(const char *hostport, bool listen_on)
 	return fd;
 }
 
+/* TPU_TEST_TIME_SCALE (the debug kernel's VM pair sets 4): 1 to 100. */
+static int pair_time_scale(void)
+{
+	const char *v = getenv("TPU_TEST_TIME_SCALE");
+	int k = v ? atoi(v) : 1;
+
+	return k >= 1 && k <= 100 ? k : 1;
+}
+
 /*
  * The target (VM a): a registration of PAIR_MEM bytes, its blob to the one
  * requester over a plain socket; once that closes, the second half must be
@@ -1361,7 +1370,7 @@ int xfer_pair_target(const char *hostport)
 		;
 	close(fd);
 	t0 = now_ms();
-	while (notes < PAIR_NOTES && now_ms() - t0 < 10000) {
+	while (notes < PAIR_NOTES && now_ms() - t0 < 10000u * (uint64_t)pair_time_scale()) {
 		if (tpu_agent_notif_poll(a, peer, sizeof(peer), &v, sizeof(v), &n))
 			usleep(1000);
 		else
@@ -1393,7 +1402,7 @@ int xfer_pair_requester(const char *hostport)
 	 * READs have taken more than 30 s: the bound catches a hang, not a
 	 * slow emulator.
 	 */
-	int pair_wait_ms = getenv("TP_TEST_EMULATED") ? 120000 : 30000;
+	int pair_wait_ms = (getenv("TP_TEST_EMULATED") ? 120000 : 30000) * pair_time_scale();
 	tpu_status st;
 
 	for (tries = 0; tries < 60 && fd < 0; tries++) {

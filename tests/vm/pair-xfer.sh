@@ -26,8 +26,8 @@
 # collectives and the torch backend's take the two levels too (not with
 # TP_PAIR_NO_PYTHON set: the debug kernel's run, which is about the module).
 # TPU_TEST_TIME_SCALE (default 1) multiplies the four-rank worlds' waits
-# and bounds, the 3 s included: the debug kernel's run, emulated on a
-# shared machine, sets it.
+# and bounds, the 3 s included, and the xfer pair's: the debug kernel's
+# run, emulated on a shared machine, sets it.
 # b reports TAP; a's exit status says whether its side held.
 
 port=7711
