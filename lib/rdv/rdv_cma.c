@@ -127,6 +127,7 @@ struct cma_member {
 	uint32_t progress_seen;		/* cma_progress: the table's wake sequence it last scanned at */
 	uint32_t spinners;		/* threads spinning in cma_progress; atomic access */
 	uint32_t parked;		/* 1 while the helper is parked (a private futex word) */
+	uint32_t unparks;		/* helper_unpark() calls; atomic (see helper_park) */
 	uint32_t owed;			/* a DONE of ours woke nobody yet (done_wake); atomic */
 	/* cma_self_served's answer, when it was asked (ns) and at which joins; atomic access. */
 	bool elsewhere;
@@ -427,9 +428,10 @@ static bool all_direct(const struct cma_member *m)
 	return true;
 }
 
-/* Wake the helper if it is parked (see helper_park). */
+/* Wake the helper if it is parked, or keep it from parking (see helper_park). */
 static void helper_unpark(struct cma_member *m)
 {
+	__atomic_add_fetch(&m->unparks, 1, __ATOMIC_SEQ_CST);
 	if (__atomic_exchange_n(&m->parked, 0, __ATOMIC_SEQ_CST))
 		syscall(SYS_futex, &m->parked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
@@ -440,13 +442,17 @@ static void helper_unpark(struct cma_member *m)
  * wait there is nothing left for the helper: it parks on a word of its own
  * instead of the table's, so that members posting make no system call to
  * wake it.  The spinner unparks it when it stops spinning with ops left, a
- * new op with a callback unparks it at once.  Called without m->lock.
+ * new op with a callback unparks it at once, and so does the destroy.
+ * Called without m->lock; @unparks is m->unparks read under it, when the
+ * helper decided to park: an unpark since then (the destroy's, between
+ * that decision and the store below) must not be lost.
  */
-static void helper_park(struct cma_member *m)
+static void helper_park(struct cma_member *m, uint32_t unparks)
 {
 	__atomic_store_n(&m->parked, 1, __ATOMIC_SEQ_CST);
-	/* A spinner that stopped before the store saw nothing to unpark. */
-	if (!__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST)) {
+	/* A spinner that stopped, or an unpark that came, before the store saw nothing to wake. */
+	if (!__atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&m->unparks, __ATOMIC_SEQ_CST) != unparks) {
 		__atomic_store_n(&m->parked, 0, __ATOMIC_SEQ_CST);
 		return;
 	}
@@ -499,6 +505,7 @@ static void helper_loop(struct cma_member *m)
 		uint32_t joins = tpu__cma_joins(&m->table);
 		struct cma_op *done = NULL, *pulls = NULL;
 		int64_t timeout;
+		uint32_t unparks;
 		bool park, took;
 
 		note_joins(m, joins);
@@ -515,13 +522,14 @@ static void helper_loop(struct cma_member *m)
 		}
 		if (m->closing && !m->ops)
 			break;
+		unparks = __atomic_load_n(&m->unparks, __ATOMIC_SEQ_CST);
 		park = !m->closing && __atomic_load_n(&m->spinners, __ATOMIC_SEQ_CST) &&
 		       all_direct(m);
 		timeout = sleep_ns(m);
 		pthread_mutex_unlock(&m->lock);
 		member_flush(m);
 		if (park)
-			helper_park(m);
+			helper_park(m, unparks);
 		else
 			tpu__cma_wait(&m->table, seen, timeout);
 		pthread_mutex_lock(&m->lock);
