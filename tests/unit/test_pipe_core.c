@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -703,6 +704,145 @@ static void read_twice(const char *url, const char *name)
 	pair_close(&pp);
 }
 
+/*
+ * A call on a pipe that meets its tpu_pipe_close() from another thread,
+ * the two released at once: the call finds the pipe closed, or gets in
+ * first and then hears of the close through its callback, exactly once.
+ * The listener closes what it accepts, so the peer goes too.
+ */
+struct close_race {
+	struct tpu_pipe *pipe;
+	int call;
+	atomic_int *ready;
+	tpu_status st;
+};
+
+static atomic_int race_started, race_called, race_accepted;
+static struct tpu_listener *race_listener;
+
+static void race_accept(void *arg, tpu_status st, struct tpu_pipe *p)
+{
+	(void)arg;
+	if (!st) {
+		atomic_fetch_add(&race_accepted, 1);
+		tpu_pipe_close(p);
+	}
+	if (st != TPU_E_CLOSED)
+		tpu_listener_accept(race_listener, race_accept, NULL);
+}
+
+static void race_write_done(void *arg, tpu_status st, struct tpu_message *m)
+{
+	(void)arg;
+	(void)st;
+	free(m);
+	atomic_fetch_add(&race_called, 1);
+}
+
+static void race_desc_done(void *arg, tpu_status st, struct tpu_message *m)
+{
+	(void)arg;
+	(void)st;
+	(void)m;
+	atomic_fetch_add(&race_called, 1);
+}
+
+static void *race_call_pipe(void *arg)
+{
+	static const char md[4] = "meta";
+	struct close_race *r = arg;
+	struct tpu_message *msg = calloc(1, sizeof(*msg));
+	int pid;
+
+	atomic_fetch_add(r->ready, 1);
+	while (atomic_load(r->ready) < 2)
+		sched_yield();
+	if (r->call == 0 && msg) {
+		msg->metadata = md;
+		msg->metadata_len = sizeof(md);
+		r->st = tpu_pipe_write(r->pipe, msg, race_write_done, NULL);
+		if (!r->st)
+			atomic_fetch_add(&race_started, 1);
+		else
+			free(msg);
+		return NULL;
+	}
+	free(msg);
+	if (r->call == 1) {
+		r->st = tpu_pipe_read_descriptor(r->pipe, race_desc_done, NULL);
+		if (!r->st)
+			atomic_fetch_add(&race_started, 1);
+	} else if (r->call == 2) {
+		r->st = tpu_pipe_transport(r->pipe) ? 0 : -EFAULT;
+	} else {
+		r->st = tpu_pipe_peer_pid(r->pipe, &pid);
+	}
+	return NULL;
+}
+
+static void calls_racing_a_close(const char *url, const char *name)
+{
+	const char *urls[1] = { url };
+	struct tpu_context *ctx = NULL;
+	char lu[160];
+	int i, rounds = 200, bad = 0, early = 0;
+	struct timespec t0;
+
+	atomic_store(&race_started, 0);
+	atomic_store(&race_called, 0);
+	atomic_store(&race_accepted, 0);
+	if (tpu_context_create(NULL, &ctx) || tpu_listener_create(ctx, urls, 1, &race_listener) ||
+	    tpu_listener_url(race_listener, NULL, lu, sizeof(lu)) ||
+	    tpu_listener_accept(race_listener, race_accept, NULL)) {
+		CHECK(false, "pipe_%s_close_race_set_up", name);
+		tpu_context_destroy(ctx);
+		return;
+	}
+	for (i = 0; i < rounds && !bad; i++) {
+		atomic_int ready = 0;
+		struct close_race r = { .call = i % 4, .ready = &ready, .st = 1 };
+		pthread_t th;
+
+		if (tpu_pipe_connect(ctx, lu, &r.pipe) ||
+		    pthread_create(&th, NULL, race_call_pipe, &r)) {
+			bad++;
+			break;
+		}
+		/* Every other pair of rounds, a pipe that had time to come up. */
+		if (i & 4)
+			usleep(200);
+		atomic_fetch_add(&ready, 1);
+		while (atomic_load(&ready) < 2)
+			sched_yield();
+		tpu_pipe_close(r.pipe);
+		pthread_join(th, NULL);
+		early += r.st == TPU_E_DESTROYED;
+		/* A write refused for the close is -EPIPE; a peer already gone, its error. */
+		if (r.call < 2 && r.st > 0)
+			bad++;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (atomic_load(&race_called) != atomic_load(&race_started)) {
+		struct timespec t;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			break;
+		usleep(1000);
+	}
+	tap_diag("pipe %s: %d rounds, %d calls found the pipe closed, %d writes and reads "
+		 "accepted, %d called back, %d pipes accepted", name, rounds, early,
+		 atomic_load(&race_started), atomic_load(&race_called),
+		 atomic_load(&race_accepted));
+	CHECK(!bad && i == rounds && atomic_load(&race_called) == atomic_load(&race_started),
+	      "pipe_%s_calls_racing_a_close_end_once_each", name);
+	tpu_listener_close(race_listener);
+	race_listener = NULL;
+	tpu_context_destroy(ctx);
+	CHECK(atomic_load(&race_called) == atomic_load(&race_started),
+	      "pipe_%s_no_second_callback_from_the_context_destroy", name);
+}
+
 void test_pipe_core(void)
 {
 	char shm[64];
@@ -722,6 +862,10 @@ void test_pipe_core(void)
 	backpressure(shm, "shm");
 	idle_costs_nothing("tcp://127.0.0.1:0", "tcp");
 	idle_costs_nothing(shm, "shm");
+	calls_racing_a_close("tcp://127.0.0.1:0", "tcp");
+	snprintf(shm, sizeof(shm), "shm://pipe-core-race-%d", (int)getpid());
+	calls_racing_a_close(shm, "shm");
+	snprintf(shm, sizeof(shm), "shm://pipe-core-%d", (int)getpid());
 	write_validation();
 	urls_and_options();
 	upgrade();
