@@ -1538,7 +1538,11 @@ TPU_API tpu_status tpu_world_create_with_store(struct tpu_context *ctx,
  * Waits (at most the world's timeout) until every rank called it, so that
  * rank 0 keeps the store up while others still need it; then closes the
  * world's pipes, destroys its rendezvous and, on rank 0, stops the store
- * once every other rank has hung up.  Before the world's context is
+ * once every other rank has hung up.  A call on the world that another
+ * thread is inside ends first, with TPU_E_CLOSED (a collective or a
+ * send or receive at once, a wait on the store within 200 ms; a barrier
+ * cut short still counts this rank); calls made after it began fail
+ * with TPU_E_DESTROYED.  Before the world's context is
  * destroyed; not from a callback of the context.  Twice is ignored.  In a
  * child forked after the world was made it returns at once: the child is
  * not a rank (its barrier and pipe calls return TPU_E_FORKED).

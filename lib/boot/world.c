@@ -48,6 +48,36 @@ tpu_status tpu__world_check(const struct tpu_world *w)
 	return st;
 }
 
+/*
+ * Counted first, then the magic read again, both sequentially consistent
+ * as the destroy's claim and its look at @users are: a call that finds
+ * the world live here was counted before the destroy looked.
+ */
+tpu_status tpu__world_enter(struct tpu_world *w)
+{
+	tpu_status st = tpu__world_check(w);
+
+	if (st)
+		return st;
+	atomic_fetch_add(&w->users, 1);
+	if (__atomic_load_n(&w->magic, __ATOMIC_SEQ_CST) == WORLD_MAGIC)
+		return 0;
+	tpu__world_leave(w, 0);
+	return TPU_E_DESTROYED;
+}
+
+tpu_status tpu__world_leave(struct tpu_world *w, tpu_status st)
+{
+	if (st && atomic_load(&w->cancel))
+		st = TPU_E_CLOSED;
+	/* Under the lock: the destroy, once it saw 0, frees the lock itself. */
+	pthread_mutex_lock(&w->lock);
+	if (atomic_fetch_sub(&w->users, 1) == 1)
+		pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	return st;
+}
+
 static bool world_ok(const struct tpu_world *w)
 {
 	return !tpu__world_check(w);
@@ -306,7 +336,8 @@ static void teardown(struct tpu_world *w)
 {
 	if (w->listener || w->pipes)
 		tpu__ctx_run_sync(w->ctx, pipes_close, w);
-	tpu_rendezvous_destroy(w->rdv);
+	if (!atomic_load(&w->cancel))
+		tpu_rendezvous_destroy(w->rdv);
 	w->rdv = NULL;
 	tpu__store_client_close(w->store);
 	w->store = NULL;
@@ -354,6 +385,8 @@ static tpu_status form(struct tpu_context *ctx, const struct tpu_world_options *
 	w->magic = WORLD_MAGIC;
 	w->fork_gen = tpu__fork_gen();
 	atomic_init(&w->refs, 1);
+	atomic_init(&w->users, 0);
+	atomic_init(&w->cancel, 0);
 	w->ctx = ctx;
 	if (ext) {
 		w->ext = *ext;
@@ -462,6 +495,44 @@ TPU_API tpu_status tpu_world_create_with_store(struct tpu_context *ctx,
 	return form(ctx, opts, store, out);
 }
 
+static tpu_status barrier(struct tpu_world *w);
+
+/* This destroy's, unless another thread's destroy has it (or is done). */
+static bool world_claim(struct tpu_world *w)
+{
+	uint32_t live = WORLD_MAGIC;
+
+	return __atomic_compare_exchange_n(&w->magic, &live, TPU__MAGIC_DEAD, false,
+					   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Calls of other threads still inside: end them (see world.h) and wait
+ * until they have left.  The shared segment's waits see @cancel within
+ * TPU__SHM_LIVENESS_NS, the store's within a slice of their polls (200
+ * ms); a caller's tpu_world_barrier() ends with TPU_E_CLOSED too, so
+ * that the destroy's barrier is the one the other ranks meet.
+ */
+static void end_calls(struct tpu_world *w)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!atomic_load(&w->users)) {
+		pthread_mutex_unlock(&w->lock);
+		return;
+	}
+	atomic_store(&w->cancel, WORLD_ENDING);
+	tpu__log_debug("world: rank %d: destroyed with %d call(s) of other threads inside; "
+		       "they end with TPU_E_CLOSED", w->info.rank, atomic_load(&w->users));
+	pthread_cond_broadcast(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	tpu_rendezvous_destroy(w->rdv);
+	pthread_mutex_lock(&w->lock);
+	while (atomic_load(&w->users))
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	atomic_store(&w->cancel, WORLD_ENDED);
+}
+
 TPU_API void tpu_world_destroy(struct tpu_world *w)
 {
 	tpu_status st = tpu__world_check(w);
@@ -480,14 +551,19 @@ TPU_API void tpu_world_destroy(struct tpu_world *w)
 		tpu__quarantine(w, &w->magic);
 		return;
 	}
-	if (st) {
+	if (st || !world_claim(w)) {
 		if (w)
 			tpu__log_debug("tpu_world_destroy(%p): %s; ignored", (void *)w,
-				       tpu_strerror(st));
+				       tpu_strerror(st ? st : TPU_E_DESTROYED));
 		return;
 	}
+	end_calls(w);
 	/* Only the library's store needs rank 0 to stay until the others leave. */
-	st = w->ext_store ? 0 : tpu_world_barrier(w);
+	if (!w->ext_store) {
+		pthread_mutex_lock(&w->store_lock);
+		st = barrier(w);
+		pthread_mutex_unlock(&w->store_lock);
+	}
 	if (st)
 		tpu__log_debug("world: rank %d leaves without the others: %s", w->info.rank,
 			       tpu_strerror(st));
@@ -498,19 +574,27 @@ TPU_API void tpu_world_destroy(struct tpu_world *w)
 static tpu_status barrier(struct tpu_world *w)
 {
 	uint64_t deadline = tpu__store_now_ms() + w->timeout_ms;
+	/* A barrier a destroy cut short counted this rank: the destroy's waits for its "go". */
+	bool counted = w->barrier_cut;
+	unsigned int n = counted ? w->barriers - 1 : w->barriers++;
 	char count[48], go[48];
 	int64_t total = 0;
-	tpu_status st;
+	tpu_status st = 0;
 	size_t len;
 
-	snprintf(count, sizeof(count), "tpu/barrier/%u/count", w->barriers);
-	snprintf(go, sizeof(go), "tpu/barrier/%u/go", w->barriers++);
+	w->barrier_cut = false;
+	snprintf(count, sizeof(count), "tpu/barrier/%u/count", n);
+	snprintf(go, sizeof(go), "tpu/barrier/%u/go", n);
 	tpu__world_store_bound(w, deadline);
-	st = tpu__world_store_add(w, count, 1, &total);
-	if (!st && total == (int64_t)w->info.size)
-		st = tpu__world_store_set(w, go, "1", 1);
-	if (!st)
+	if (!counted) {
+		st = tpu__world_store_add(w, count, 1, &total);
+		if (!st && total == (int64_t)w->info.size)
+			st = tpu__world_store_set(w, go, "1", 1);
+	}
+	if (!st) {
 		st = tpu__world_wait_key(w, go, NULL, 0, &len, deadline);
+		w->barrier_cut = st == TPU_E_CLOSED;
+	}
 	if (st == -EMSGSIZE)
 		st = 0;
 	/* A rank that joined twice, found since the world formed. */
@@ -525,10 +609,13 @@ TPU_API tpu_status tpu_world_barrier(struct tpu_world *w)
 		return st;
 	if (tpu__ctx_on_thread(w->ctx))
 		return -EDEADLK;
+	st = tpu__world_enter(w);
+	if (st)
+		return st;
 	pthread_mutex_lock(&w->store_lock);
 	st = barrier(w);
 	pthread_mutex_unlock(&w->store_lock);
-	return st;
+	return tpu__world_leave(w, st);
 }
 
 TPU_API const struct tpu_world_info *tpu_world_get_info(const struct tpu_world *w)

@@ -7,6 +7,15 @@
  * drops the caller's; a pending accept of the pipe listener and each pipe
  * whose first message (who is calling) is still being read hold one, since
  * their callbacks may come after the destroy returned.
+ *
+ * Calls on other threads: every public call that uses more than the
+ * world's fixed fields is counted in @users (tpu__world_enter()).  The
+ * destroy claims the magic first, so that no call starts after it; then,
+ * if calls are in flight, it sets @cancel to WORLD_ENDING, which ends
+ * them (the shared segment's waits and the store's look at it,
+ * tpu_world_pipe() wakes, the rendezvous goes at once), and it frees
+ * nothing they use before @users is back to 0 (then WORLD_ENDED: the
+ * destroy's own barrier goes on).
  */
 #ifndef TPU_WORLD_H
 #define TPU_WORLD_H
@@ -25,6 +34,9 @@
 #define WORLD_HOST_MAX		96
 /* The first message on a world pipe: this text and the caller's rank. */
 #define WORLD_HELLO		"tpu-world-hello "
+/* tpu_world.cancel: a destroy ends the calls inside, then they have left. */
+#define WORLD_ENDING		1
+#define WORLD_ENDED		2
 
 struct world_hello;
 struct world_coll;
@@ -45,6 +57,7 @@ struct tpu_world {
 	bool ext_store;			/* the caller's store (ext), not store/server */
 	struct tpu_world_store ext;
 	unsigned int barriers;		/* under store_lock */
+	bool barrier_cut;		/* under store_lock: the last one ended by a destroy */
 	unsigned int exchanges;		/* under store_lock: tpu_world_exchange_blobs() rounds */
 
 	struct tpu_rendezvous *rdv;
@@ -52,8 +65,10 @@ struct tpu_world {
 	char (*rdv_url)[WORLD_URL_MAX];	/* per rank */
 	char (*pipe_url)[WORLD_URL_MAX];
 
-	pthread_mutex_t lock;		/* pipes, closing */
-	pthread_cond_t cond;		/* a pipe arrived, or closing */
+	atomic_int users;		/* public calls inside; decremented under lock */
+	atomic_int cancel;		/* WORLD_ENDING, WORLD_ENDED: see above */
+	pthread_mutex_t lock;		/* pipes, closing, users reaching 0 */
+	pthread_cond_t cond;		/* a pipe arrived, closing, cancel, users 0 */
 	struct tpu_pipe **pipes;	/* per rank, once made */
 	bool closing;
 	/* ctx thread */
@@ -71,6 +86,13 @@ extern char tpu__world_host_salt[16];
 tpu_status tpu__world_check(const struct tpu_world *w);
 void tpu__world_ref(struct tpu_world *w);
 void tpu__world_unref(struct tpu_world *w);
+/*
+ * A public call begins: tpu__world_check()'s errors, or 0 with the call
+ * counted until tpu__world_leave(), which returns @st (TPU_E_CLOSED for a
+ * failure of a call that a destroy ended).
+ */
+tpu_status tpu__world_enter(struct tpu_world *w);
+tpu_status tpu__world_leave(struct tpu_world *w, tpu_status st);
 
 /* world_member.c: the store's record of who joined; see there. */
 /* Check the size against the first rank's and claim this rank. */

@@ -69,8 +69,11 @@ TPU_API tpu_status tpu_world_exchange_blobs(struct tpu_world *w, const void *blo
 		return -EDEADLK;
 	for (int r = 0; r < w->info.size; r++)
 		lens[r] = 0;
+	st = tpu__world_enter(w);
+	if (st)
+		return st;
 	pthread_mutex_lock(&w->store_lock);
 	st = exchange(w, blob ? blob : "", len, out, stride, lens);
 	pthread_mutex_unlock(&w->store_lock);
-	return st;
+	return tpu__world_leave(w, st);
 }

@@ -107,10 +107,8 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
 {
 	struct world_coll *wc;
 
-	/* Not a world, a destroyed one, or a forked child's copy (TPU_E_FORKED). */
-	*st = tpu__world_check(w);
-	if (!*st)
-		*st = tpu__ctx_check(w->ctx);
+	/* Inside the world (tpu__world_enter()): its context may still be gone. */
+	*st = tpu__ctx_check(w->ctx);
 	if (!*st && tpu__ctx_on_thread(w->ctx))
 		*st = -EDEADLK;
 	if (*st)
@@ -135,7 +133,8 @@ static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc, int64_t st
 	struct tpu__shm_call c = { .type = inst->type, .dtype = inst->dtype, .op = inst->op,
 				   .final_op = inst->final_op, .root = root, .count = inst->count,
 				   .in = in, .out = out,
-				   .deadline_ns = tpu__deadline_ns(inst->timeout_ns) };
+				   .deadline_ns = tpu__deadline_ns(inst->timeout_ns),
+				   .cancel = &w->cancel };
 	char reason[sizeof(wc->reason)] = "";
 	tpu_status st = tpu__world_shm_run(w, &wc->shm, &c, step, wc->devices, reason,
 					   sizeof(reason), ran);
@@ -148,9 +147,9 @@ static tpu_status run_shm(struct tpu_world *w, struct world_coll *wc, int64_t st
 	return st;
 }
 
-/* One collective of this world; @in and @out as tpu_coll_exec_run() takes them. */
-static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst, int root,
-		      bool source, const void *in, void *out)
+/* run() inside the world. */
+static tpu_status run_in(struct tpu_world *w, const struct tpu_coll_instance *inst, int root,
+			 bool source, const void *in, void *out)
 {
 	struct tpu_coll_group g = { .group_key = WORLD_COLL_GROUP, .device_type = "CPU" };
 	struct tpu_coll_member m = { .is_source = source };
@@ -209,6 +208,17 @@ static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst,
 	pthread_mutex_unlock(&wc->lock);
 	tpu_coll_destroy(coll);
 	return st;
+}
+
+/* One collective of this world; @in and @out as tpu_coll_exec_run() takes them. */
+static tpu_status run(struct tpu_world *w, const struct tpu_coll_instance *inst, int root,
+		      bool source, const void *in, void *out)
+{
+	tpu_status st = tpu__world_enter(w);
+
+	if (st)
+		return st;
+	return tpu__world_leave(w, run_in(w, inst, root, source, in, out));
 }
 
 static struct tpu_coll_instance instance(enum tpu_coll_type type, enum tpu_dtype dtype,
@@ -336,8 +346,8 @@ static tpu_status p2p_start(struct tpu_world *w, int peer, struct world_coll **w
 	return 0;
 }
 
-TPU_API tpu_status tpu_world_send(struct tpu_world *w, int dst, const void *data, size_t len,
-				  uint64_t timeout_ns)
+static tpu_status send_in(struct tpu_world *w, int dst, const void *data, size_t len,
+			  uint64_t timeout_ns)
 {
 	struct tpu_tensor t = { .data = (void *)data, .len = len };
 	struct world_coll *wc;
@@ -361,8 +371,8 @@ TPU_API tpu_status tpu_world_send(struct tpu_world *w, int dst, const void *data
 	return st;
 }
 
-TPU_API tpu_status tpu_world_recv(struct tpu_world *w, int src, void *data, size_t cap,
-				  size_t *len, uint64_t timeout_ns)
+static tpu_status recv_in(struct tpu_world *w, int src, void *data, size_t cap, size_t *len,
+			  uint64_t timeout_ns)
 {
 	struct tpu_tensor t = { .data = data, .len = cap };
 	struct world_coll *wc;
@@ -388,6 +398,26 @@ TPU_API tpu_status tpu_world_recv(struct tpu_world *w, int src, void *data, size
 	return st;
 }
 
+TPU_API tpu_status tpu_world_send(struct tpu_world *w, int dst, const void *data, size_t len,
+				  uint64_t timeout_ns)
+{
+	tpu_status st = tpu__world_enter(w);
+
+	if (st)
+		return st;
+	return tpu__world_leave(w, send_in(w, dst, data, len, timeout_ns));
+}
+
+TPU_API tpu_status tpu_world_recv(struct tpu_world *w, int src, void *data, size_t cap,
+				  size_t *len, uint64_t timeout_ns)
+{
+	tpu_status st = tpu__world_enter(w);
+
+	if (st)
+		return st;
+	return tpu__world_leave(w, recv_in(w, src, data, cap, len, timeout_ns));
+}
+
 TPU_API tpu_status tpu_world_device_name(const struct tpu_world *w, int rank, char *buf,
 					 size_t size)
 {
@@ -410,16 +440,17 @@ TPU_API void tpu_world_last_reason(struct tpu_world *w, char *buf, size_t size)
 	if (!buf || !size)
 		return;
 	buf[0] = 0;
-	if (!tpu_world_rendezvous(w))
+	if (tpu__world_enter(w))
 		return;
 	pthread_mutex_lock(&w->lock);
 	wc = w->coll;
 	pthread_mutex_unlock(&w->lock);
-	if (!wc)
-		return;
-	pthread_mutex_lock(&wc->lock);
-	snprintf(buf, size, "%s", wc->reason);
-	pthread_mutex_unlock(&wc->lock);
+	if (wc) {
+		pthread_mutex_lock(&wc->lock);
+		snprintf(buf, size, "%s", wc->reason);
+		pthread_mutex_unlock(&wc->lock);
+	}
+	tpu__world_leave(w, 0);
 }
 
 TPU_API const char *tpu_world_coll_path(struct tpu_world *w)
@@ -427,17 +458,18 @@ TPU_API const char *tpu_world_coll_path(struct tpu_world *w)
 	struct world_coll *wc = NULL;
 	const char *path = "";
 
-	if (!tpu_world_rendezvous(w))
+	if (tpu__world_enter(w))
 		return path;
 	pthread_mutex_lock(&w->lock);
 	wc = w->coll;
 	pthread_mutex_unlock(&w->lock);
-	if (!wc)
-		return path;
 	/* The path state is the running collective's (unlocked) while busy. */
-	pthread_mutex_lock(&wc->lock);
-	if (!wc->busy)
-		path = tpu__world_shm_path(wc->shm);
-	pthread_mutex_unlock(&wc->lock);
+	if (wc) {
+		pthread_mutex_lock(&wc->lock);
+		if (!wc->busy)
+			path = tpu__world_shm_path(wc->shm);
+		pthread_mutex_unlock(&wc->lock);
+	}
+	tpu__world_leave(w, 0);
 	return path;
 }

@@ -193,7 +193,8 @@ static tpu_status dial(struct tpu_world *w, int rank, struct tpu_pipe **out)
 	return 0;
 }
 
-TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe **out)
+/* tpu_world_pipe() inside the world (tpu__world_enter()). */
+static tpu_status pipe_of(struct tpu_world *w, int rank, struct tpu_pipe **out)
 {
 	int lo, hi;
 	struct timespec until;
@@ -202,16 +203,6 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 	int64_t n = 0;
 	tpu_status st = 0;
 
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
-	st = tpu__world_check(w);
-	if (st)
-		return st;
-	if (rank < 0 || rank >= w->info.size || rank == w->info.rank)
-		return -EINVAL;
-	if (tpu__ctx_on_thread(w->ctx))
-		return -EDEADLK;
 	pthread_mutex_lock(&w->lock);
 	p = w->pipes[rank];
 	pthread_mutex_unlock(&w->lock);
@@ -248,7 +239,7 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 		until.tv_nsec -= 1000000000;
 	}
 	pthread_mutex_lock(&w->lock);
-	while (!w->pipes[rank] && !w->closing && !st)
+	while (!w->pipes[rank] && !w->closing && !atomic_load(&w->cancel) && !st)
 		st = -pthread_cond_timedwait(&w->cond, &w->lock, &until);
 	p = w->pipes[rank];
 	pthread_mutex_unlock(&w->lock);
@@ -257,4 +248,30 @@ TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe
 		return 0;
 	}
 	return st ? st : TPU_E_CLOSED;
+}
+
+TPU_API tpu_status tpu_world_pipe(struct tpu_world *w, int rank, struct tpu_pipe **out)
+{
+	tpu_status st;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	st = tpu__world_check(w);
+	if (st)
+		return st;
+	if (rank < 0 || rank >= w->info.size || rank == w->info.rank)
+		return -EINVAL;
+	if (tpu__ctx_on_thread(w->ctx))
+		return -EDEADLK;
+	st = tpu__world_enter(w);
+	if (st)
+		return st;
+	st = pipe_of(w, rank, out);
+	if (!st && atomic_load(&w->cancel)) {
+		/* The destroy closes it. */
+		*out = NULL;
+		st = TPU_E_CLOSED;
+	}
+	return tpu__world_leave(w, st);
 }

@@ -24,6 +24,7 @@
 #define TPU_COLL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -344,6 +345,8 @@ struct tpu__shm_call {
 	const void *in;			/* broadcast: the root's buffer */
 	void *out;			/* broadcast: the others' buffer */
 	uint64_t deadline_ns;		/* CLOCK_MONOTONIC */
+	/* Nonzero ends the call (TPU_E_CLOSED) and fails the segment; may be NULL. */
+	const atomic_int *cancel;
 };
 
 /*

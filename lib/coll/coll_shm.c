@@ -649,6 +649,7 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 		return -EINVAL;
 	/* Another member's failure, seen at the latest here: sticky, a mismatch included. */
 	st = s->failed ? s->failed : tpu__shm_aborted(s);
+	s->cancel = c->cancel;
 	slots = through_slots(s, c, es);
 	s->small = slots && slot_bytes(c, es) <= SHM_SMALL;
 	if (!st) {
@@ -686,6 +687,7 @@ tpu_status tpu__shm_coll_run(struct tpu__shm_coll *s, const struct tpu__shm_call
 	if (!st)
 		tpu__shm_coll_count_way(way);
 out:
+	s->cancel = NULL;
 	if (st == TPU_E_COLL_MISMATCH && reason && size && !reason[0]) {
 		tpu__shm_why(s, reason, size);
 		if (!reason[0])

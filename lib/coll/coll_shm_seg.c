@@ -399,6 +399,8 @@ static tpu_status check(struct tpu__shm_coll *s, int r, uint64_t deadline_ns, bo
 		s->failed = st;
 		return st;
 	}
+	if (s->cancel && atomic_load_explicit(s->cancel, memory_order_relaxed))
+		return tpu__shm_fail(s, TPU_E_CLOSED, -ECONNABORTED);
 	if (look && tpu__shm_dead(s, r, 0)) {
 		tpu__log_debug("coll: shm: member %d (pid %d) died", r, (int)s->pids[r]);
 		return tpu__shm_fail(s, TPU_E_PEER_GONE, TPU_E_PEER_GONE);

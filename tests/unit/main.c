@@ -68,6 +68,7 @@ static const struct {
 	{ "world_store", test_world_store },
 	{ "world_shm", test_world_shm },
 	{ "world_hier", test_world_hier },
+	{ "world_destroy", test_world_destroy },
 	{ "xfer", test_xfer },
 	{ "xfer_trust", test_xfer_trust },
 	{ "xfer_dmabuf", test_xfer_dmabuf },

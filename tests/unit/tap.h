@@ -127,6 +127,7 @@ void test_world(void);
 void test_world_coll(void);
 void test_world_store(void);
 void test_world_shm(void);
+void test_world_destroy(void);
 void test_world_hier(void);
 /* One rank of a launcher-formed world ("check" or "dies"); tests/vm/pair-xfer.sh. */
 int world_hier_rank(const char *mode);
