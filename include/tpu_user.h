@@ -1791,9 +1791,12 @@ TPU_API tpu_status tpu_coll_create_cluster(struct tpu_context *ctx,
 /** tpu_coll_rendezvous - the rendezvous the collectives move data through */
 TPU_API struct tpu_rendezvous *tpu_coll_rendezvous(struct tpu_coll *coll);
 /**
- * tpu_coll_destroy - free @coll (NULL is ignored); its executors must be
- * destroyed first.  A rendezvous it created is destroyed too.  Twice is
- * ignored; in a forked child it returns at once (TPU_E_FORKED otherwise).
+ * tpu_coll_destroy - free @coll (NULL is ignored); destroy its executors
+ * first.  One destroyed before them is freed with the last of them (a
+ * line on stderr says so): their runs in flight go on to their end, and
+ * new runs and calls on @coll fail with TPU_E_DESTROYED.  A rendezvous
+ * it created is destroyed with it.  Twice is ignored; in a forked child
+ * it returns at once (TPU_E_FORKED otherwise).
  */
 TPU_API void tpu_coll_destroy(struct tpu_coll *coll);
 

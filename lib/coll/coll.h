@@ -99,6 +99,8 @@ struct tpu_coll {
 	bool owns_rdv;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* a resolution finished */
+	unsigned int execs;		/* under lock: executors not destroyed yet */
+	bool doomed;			/* under lock: destroyed; the last executor frees it */
 	struct tpu__coll_cached *cache;
 	/* Under lock; cond wakes the runs waiting for a group's choice. */
 	struct tpu__coll_lanes *lanes;

@@ -87,8 +87,20 @@ TPU_API struct tpu_rendezvous *tpu_coll_rendezvous(struct tpu_coll *coll)
 	return tpu__coll_check(coll) ? NULL : coll->rdv;
 }
 
+static void coll_free(struct tpu_coll *coll)
+{
+	if (coll->owns_rdv)
+		tpu_rendezvous_destroy(coll->rdv);
+	tpu__coll_forget_all(coll);
+	tpu__coll_lanes_forget_all(coll);
+	pthread_mutex_destroy(&coll->lock);
+	pthread_cond_destroy(&coll->cond);
+	tpu__quarantine(coll, &coll->magic);
+}
+
 TPU_API void tpu_coll_destroy(struct tpu_coll *coll)
 {
+	unsigned int execs;
 	tpu_status st;
 
 	if (!coll)
@@ -106,14 +118,18 @@ TPU_API void tpu_coll_destroy(struct tpu_coll *coll)
 		tpu__log_debug("tpu_coll_destroy(%p): %s; ignored", (void *)coll, tpu_strerror(st));
 		return;
 	}
+	pthread_mutex_lock(&coll->lock);
 	coll->magic = TPU__MAGIC_DEAD;
-	if (coll->owns_rdv)
-		tpu_rendezvous_destroy(coll->rdv);
-	tpu__coll_forget_all(coll);
-	tpu__coll_lanes_forget_all(coll);
-	pthread_mutex_destroy(&coll->lock);
-	pthread_cond_destroy(&coll->cond);
-	tpu__quarantine(coll, &coll->magic);
+	execs = coll->execs;
+	coll->doomed = execs > 0;
+	pthread_mutex_unlock(&coll->lock);
+	if (execs) {
+		/* Their runs in flight still use it: the last one's destroy frees it. */
+		fprintf(stderr, "tpu: tpu_coll_destroy(%p) with %u executor(s) not destroyed; "
+			"it is freed with the last of them\n", (void *)coll, execs);
+		return;
+	}
+	coll_free(coll);
 }
 
 TPU_API void tpu_coll_last_reason(struct tpu_coll *coll, char *buf, size_t size)
@@ -145,6 +161,17 @@ TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
 	exec = calloc(1, sizeof(*exec));
 	if (!exec)
 		return -ENOMEM;
+	/* Counted under the lock the destroy reads the count under. */
+	pthread_mutex_lock(&coll->lock);
+	if (coll->magic == TPU__MAGIC_COLL)
+		coll->execs++;
+	else
+		st = TPU_E_DESTROYED;
+	pthread_mutex_unlock(&coll->lock);
+	if (st) {
+		free(exec);
+		return st;
+	}
 	exec->magic = TPU__MAGIC_EXEC;
 	exec->fork_gen = tpu__fork_gen();
 	exec->coll = coll;
@@ -157,7 +184,9 @@ TPU_API tpu_status tpu_coll_exec_create(struct tpu_coll *coll, int64_t step_id,
 
 TPU_API void tpu_coll_exec_destroy(struct tpu_coll_exec *exec)
 {
+	struct tpu_coll *coll;
 	tpu_status st;
+	bool last;
 
 	if (!exec)
 		return;
@@ -179,7 +208,13 @@ TPU_API void tpu_coll_exec_destroy(struct tpu_coll_exec *exec)
 	pthread_mutex_unlock(&exec->lock);
 	pthread_mutex_destroy(&exec->lock);
 	pthread_cond_destroy(&exec->cond);
+	coll = exec->coll;
 	tpu__quarantine(exec, &exec->magic);
+	pthread_mutex_lock(&coll->lock);
+	last = --coll->execs == 0 && coll->doomed;
+	pthread_mutex_unlock(&coll->lock);
+	if (last)
+		coll_free(coll);
 }
 
 TPU_API tpu_status tpu_coll_exec_abort(struct tpu_coll_exec *exec, tpu_status status)

@@ -11,6 +11,7 @@
  * two), so every order of reduction gives the exact same result.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1117,6 +1118,69 @@ static void api_arguments(void)
 	      "coll_mismatch_status_has_a_name");
 }
 
+struct started {
+	atomic_int calls;
+	tpu_status status;
+};
+
+static void started_done(void *arg, tpu_status status)
+{
+	struct started *s = arg;
+
+	s->status = status;
+	atomic_fetch_add(&s->calls, 1);
+}
+
+/*
+ * A tpu_coll destroyed before its executors, with a run in flight: the
+ * run goes on to its own end (a timeout: its peer never comes), calls on
+ * the object and new runs fail with TPU_E_DESTROYED, and the last
+ * executor's destroy frees it (ASan and valgrind see no use after free).
+ */
+static void destroyed_before_its_executors(void)
+{
+	static const char *const devs[] = { "/job:localhost/replica:0/task:0/device:CPU:0",
+					     "/job:localhost/replica:0/task:0/device:CPU:1" };
+	struct tpu_coll_group g = { .group_key = 11, .group_size = 2, .device_type = "CPU",
+				    .devices = devs };
+	struct tpu_coll_instance inst = { .instance_key = 1, .type = TPU_COLL_REDUCTION,
+					  .dtype = TPU_DT_FLOAT32, .count = 64,
+					  .op = TPU_OP_SUM, .timeout_ns = 300000000ull };
+	struct tpu_coll_member m0 = { .device = devs[0] }, m1 = { .device = devs[1] };
+	struct started run = { 0 };
+	struct tpu_context *ctx;
+	struct tpu_rendezvous *rdv;
+	struct tpu_coll *coll;
+	struct tpu_coll_exec *e0, *e1, *e2 = NULL;
+	static float in[64], out[64];
+	tpu_status st;
+
+	if (tpu_context_create(NULL, &ctx) || tpu_rendezvous_create(ctx, TPU_RDV_INPROCESS, &rdv) ||
+	    tpu_coll_create(rdv, &coll) || tpu_coll_exec_create(coll, 1, &e0) ||
+	    tpu_coll_exec_create(coll, 1, &e1)) {
+		CHECK(false, "coll_destroyed_before_its_executors: set-up");
+		return;
+	}
+	st = tpu_coll_exec_start(e0, &g, &inst, &m0, in, out, started_done, &run);
+	CHECK_STATUS(st, 0, "coll_destroyed_before_its_executors: a run starts");
+	usleep(50 * 1000);
+	tpu_coll_destroy(coll);
+	CHECK(tpu_coll_rendezvous(coll) == NULL && tpu_coll_exec_create(coll, 2, &e2) ==
+	      TPU_E_DESTROYED && !e2,
+	      "coll_destroyed_before_its_executors_refuses_calls_and_new_executors");
+	CHECK_STATUS(tpu_coll_exec_run(e1, &g, &inst, &m1, in, out), TPU_E_DESTROYED,
+		     "coll_destroyed_before_its_executors_refuses_new_runs_on_them");
+	/* The run in flight, on memory the destroy kept: its own timeout ends it. */
+	tpu_coll_exec_destroy(e0);
+	CHECK(atomic_load(&run.calls) == 1 && run.status == -ETIMEDOUT,
+	      "coll_destroyed_before_its_executors_lets_a_run_in_flight_end_on_its_own "
+	      "(%d calls, %s)", atomic_load(&run.calls), tpu_status_name(run.status));
+	tpu_coll_exec_destroy(e1);
+	tpu_coll_destroy(coll);
+	tpu_rendezvous_destroy(rdv);
+	tpu_context_destroy(ctx);
+}
+
 /* ---- running a case ---- */
 
 struct scenario {
@@ -1297,4 +1361,5 @@ void test_coll(void)
 	transport = "shm";
 	threads_over_inprocess();
 	api_arguments();
+	destroyed_before_its_executors();
 }
