@@ -2180,9 +2180,10 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 /**
  * tpu_agent_destroy - close every pipe, fail every request in flight with
  * TPU_E_CLOSED, free the registrations and remote handles still held.
- * Release every request first (tpu_xfer_release).  Peers' handles on its
- * registrations fail from then on.  Not from a callback of the context;
- * NULL is ignored.
+ * Release every request first (tpu_xfer_release); requests left are
+ * released here (a line on stderr says how many), and later calls on
+ * them fail with TPU_E_DESTROYED.  Peers' handles on its registrations
+ * fail from then on.  Not from a callback of the context; NULL is ignored.
  */
 TPU_API void tpu_agent_destroy(struct tpu_agent *a);
 /**
@@ -2296,7 +2297,11 @@ TPU_API tpu_status tpu_agent_export(const struct tpu_xfer_reg *reg, void *buf, s
  */
 TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t len,
 				  struct tpu_xfer_remote **out);
-/** tpu_agent_unload - free a remote handle (requests using it must be released first) */
+/**
+ * tpu_agent_unload - free a remote handle; release the requests using it
+ * first.  While some are left it is only marked (a line on stderr says
+ * so): their posts fail TPU_E_REVOKED, and the last release frees it.
+ */
 TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
 /** tpu_xfer_remote_backend - "kmod", "cma", "rdma" or "tcp": how requests on @rm move */
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm);

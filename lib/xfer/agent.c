@@ -825,6 +825,7 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 {
 	struct xfer_peer *p, *pn;
 	struct xfer_notif *n, *nn;
+	size_t left;
 
 	if (tpu__xfer_agent_check(a))
 		return;
@@ -849,6 +850,10 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 		pthread_mutex_lock(&a->lock);
 	}
 	pthread_mutex_unlock(&a->lock);
+	left = tpu__xfer_reqs_release(a);
+	if (left)
+		fprintf(stderr, "tpu: tpu_agent_destroy(%p): %zu request(s) not released; "
+			"released now (calls on them fail TPU_E_DESTROYED)\n", (void *)a, left);
 	tpu__xfer_regs_free(a);
 	tpu__xfer_kmod_close(a);
 	for (p = a->peers; p; p = pn) {

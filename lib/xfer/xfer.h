@@ -141,6 +141,8 @@ struct tpu_xfer_remote {
 	unsigned int access;
 	atomic_bool revoked;
 	atomic_uint stamp;
+	unsigned int users;		/* a->lock: requests that name it */
+	bool unloaded;			/* a->lock: unloaded with users left; the last frees it */
 	uint32_t grant;			/* kmod: the module grant the target made us, or 0 */
 	uint32_t rkey;			/* rdma: what the target's answer gave this link */
 };
@@ -219,6 +221,7 @@ struct tpu_agent {
 	size_t nregs;
 	struct xfer_peer *peers;
 	size_t npeers;
+	struct tpu_xfer_req *reqs;	/* a->lock: prepared, not released */
 	struct xfer_notif *nq, **nq_tail;
 	size_t nnotifs;
 	size_t nq_bytes;			/* their messages' bytes */
@@ -240,6 +243,7 @@ struct tpu_agent {
 struct tpu_xfer_req {
 	uint32_t magic;
 	struct tpu_agent *a;
+	struct tpu_xfer_req *next, **pprev;	/* a->lock: a->reqs; pprev NULL until linked */
 	struct xfer_peer *peer;
 	enum tpu_xfer_op op;
 	size_t npairs;
@@ -383,10 +387,14 @@ tpu_status tpu__xfer_blob_get(const void *buf, size_t len, struct xfer_blob *b);
 
 /* xfer_load.c */
 void tpu__xfer_load_answered(struct xfer_peer *p, const struct xfer_hdr *h);
+/* a->lock held: a request that named @rm is freed (the last frees an unloaded one). */
+void tpu__xfer_remote_put(struct tpu_xfer_remote *rm);
 void tpu__xfer_revoke(struct xfer_peer *p, uint64_t reg);
 
 /* xfer_req.c */
 void tpu__xfer_req_complete(struct tpu_xfer_req *r, tpu_status st);
+/* tpu_agent_destroy(): release the requests the caller left; how many. */
+size_t tpu__xfer_reqs_release(struct tpu_agent *a);
 /* Check every local registration and remote handle of @r is live. */
 tpu_status tpu__xfer_req_live(const struct tpu_xfer_req *r);
 

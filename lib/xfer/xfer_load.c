@@ -6,6 +6,7 @@
  * revocation of what was loaded.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -201,21 +202,47 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 	return 0;
 }
 
-TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
+/* a->lock held. */
+static void remote_free(struct tpu_xfer_remote *rm)
 {
 	struct tpu_xfer_remote **pp;
-	struct tpu_agent *a;
 
-	if (!rm || tpu__xfer_agent_check(rm->peer->a))
-		return;
-	a = rm->peer->a;
-	pthread_mutex_lock(&a->lock);
 	for (pp = &rm->peer->remotes; *pp; pp = &(*pp)->next)
 		if (*pp == rm) {
 			*pp = rm->next;
 			free(rm);
 			break;
 		}
+}
+
+void tpu__xfer_remote_put(struct tpu_xfer_remote *rm)
+{
+	if (!--rm->users && rm->unloaded)
+		remote_free(rm);
+}
+
+TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
+{
+	struct tpu_agent *a;
+
+	if (!rm || tpu__xfer_agent_check(rm->peer->a))
+		return;
+	a = rm->peer->a;
+	pthread_mutex_lock(&a->lock);
+	if (rm->unloaded) {
+		tpu__log_debug("tpu_agent_unload(%p): unloaded already; ignored", (void *)rm);
+	} else if (rm->users) {
+		/*
+		 * Requests not released yet name it (and one may be in flight):
+		 * their later posts fail TPU_E_REVOKED, the last one frees it.
+		 */
+		fprintf(stderr, "tpu: tpu_agent_unload(%p): %u request(s) using it not released; "
+			"their posts fail TPU_E_REVOKED\n", (void *)rm, rm->users);
+		rm->unloaded = true;
+		atomic_store(&rm->revoked, true);
+	} else {
+		remote_free(rm);
+	}
 	pthread_mutex_unlock(&a->lock);
 }
 

@@ -64,12 +64,17 @@ static void req_free(struct tpu_xfer_req *r)
 
 	if (r->be_data && r->peer->be->release)
 		r->peer->be->release(r);
-	if (r->lregs) {
-		pthread_mutex_lock(&r->a->lock);
-		for (i = 0; i < r->nlregs; i++)
-			tpu__xfer_reg_put(r->lregs[i]);
-		pthread_mutex_unlock(&r->a->lock);
+	pthread_mutex_lock(&r->a->lock);
+	for (i = 0; r->lregs && i < r->nlregs; i++)
+		tpu__xfer_reg_put(r->lregs[i]);
+	for (i = 0; r->rms && i < r->nrms; i++)
+		tpu__xfer_remote_put(r->rms[i]);
+	if (r->pprev) {
+		*r->pprev = r->next;
+		if (r->next)
+			r->next->pprev = r->pprev;
 	}
+	pthread_mutex_unlock(&r->a->lock);
 	free(r->liov);
 	free(r->riov);
 	free(r->elems);
@@ -146,6 +151,8 @@ static tpu_status list_once(struct tpu_xfer_req *r, const struct tpu_xfer_local_
 	pthread_mutex_lock(&r->a->lock);
 	for (i = 0; i < r->nlregs; i++)
 		r->lregs[i]->refs++;
+	for (i = 0; i < r->nrms; i++)
+		r->rms[i]->users++;
 	pthread_mutex_unlock(&r->a->lock);
 	return 0;
 }
@@ -266,6 +273,13 @@ TPU_API tpu_status tpu_xfer_prepare(struct tpu_agent *a, enum tpu_xfer_op op,
 		st = r->peer->be->prepare(r);
 	if (st)
 		goto fail;
+	pthread_mutex_lock(&a->lock);
+	r->next = a->reqs;
+	if (r->next)
+		r->next->pprev = &r->next;
+	r->pprev = &a->reqs;
+	a->reqs = r;
+	pthread_mutex_unlock(&a->lock);
 	*out = r;
 	return 0;
 fail:
@@ -339,10 +353,9 @@ TPU_API tpu_status tpu_xfer_cancel(struct tpu_xfer_req *r)
 	return 0;
 }
 
-TPU_API void tpu_xfer_release(struct tpu_xfer_req *r)
+/* A checked request: cancel its post in flight, wait for its callback, free it. */
+static void req_release(struct tpu_xfer_req *r)
 {
-	if (req_check(r))
-		return;
 	if (atomic_load(&r->state) == XFER_POSTED)
 		tpu_xfer_cancel(r);
 	tpu_xfer_wait(r, -1);
@@ -352,4 +365,26 @@ TPU_API void tpu_xfer_release(struct tpu_xfer_req *r)
 		pthread_cond_wait(&r->a->cond, &r->a->lock);
 	pthread_mutex_unlock(&r->a->lock);
 	req_free(r);
+}
+
+TPU_API void tpu_xfer_release(struct tpu_xfer_req *r)
+{
+	if (!req_check(r))
+		req_release(r);
+}
+
+size_t tpu__xfer_reqs_release(struct tpu_agent *a)
+{
+	struct tpu_xfer_req *r;
+	size_t n = 0;
+
+	for (;;) {
+		pthread_mutex_lock(&a->lock);
+		r = a->reqs;
+		pthread_mutex_unlock(&a->lock);
+		if (!r)
+			return n;
+		req_release(r);
+		n++;
+	}
 }

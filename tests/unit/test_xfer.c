@@ -461,6 +461,63 @@ static void deregister_races(struct pair *p, const char *be)
 		     "%s: a registration exported for nothing has no blob", be);
 }
 
+static void status_cb(void *arg, tpu_status st, struct tpu_xfer_req *req)
+{
+	struct { atomic_int calls; tpu_status st; } *c = arg;
+
+	(void)req;
+	c->st = st;
+	atomic_fetch_add(&c->calls, 1);
+}
+
+/*
+ * A caller that frees out of order: a remote handle unloaded while a
+ * request still names it, an agent destroyed with its requests (one in
+ * flight) not released.  Nothing is read after it is freed (ASan,
+ * valgrind), the later posts fail, and each post is called back once.
+ */
+static void released_out_of_order(unsigned int backend, const char *be)
+{
+	struct tpu_xfer_local_elem l = { NULL, 0, 4096 };
+	struct tpu_xfer_remote_elem r = { NULL, 0, 4096 };
+	struct { atomic_int calls; tpu_status st; } c = { 0 };
+	struct tpu_xfer_req *q1 = NULL, *q2 = NULL;
+	struct tpu_xfer_remote *rm2 = NULL;
+	struct pair p;
+
+	if (!pair_open(&p, backend, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "%s: out of order: two agents, a registration loaded", be);
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	CHECK_STATUS(tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &q1), 0,
+		     "%s: out of order: a request", be);
+	tpu_agent_unload(p.rm);
+	CHECK(tpu_xfer_post(q1, NULL, NULL) == 0 && tpu_xfer_wait(q1, 10000) == TPU_E_REVOKED,
+	      "%s: a request whose remote handle was unloaded before it fails TPU_E_REVOKED", be);
+	/* The last request naming it frees the handle (no leak, no double free). */
+	tpu_xfer_release(q1);
+	r.remote = NULL;
+	CHECK(export_load(p.rb, p.a, &rm2) == 0, "%s: out of order: loaded again", be);
+	r.remote = rm2;
+	CHECK(rm2 && tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &q2) == 0 &&
+	      tpu_xfer_post(q2, NULL, NULL) == 0 && tpu_xfer_wait(q2, 10000) == 0,
+	      "%s: out of order: the new handle moves bytes", be);
+	CHECK(q2 && tpu_xfer_post(q2, status_cb, &c) == 0,
+	      "%s: out of order: posted just before its agent is destroyed", be);
+	tpu_agent_destroy(p.a);
+	CHECK(atomic_load(&c.calls) == 1 && (c.st == 0 || c.st == TPU_E_CLOSED),
+	      "%s: an agent destroyed with a request in flight, not released, calls it back once "
+	      "(%d calls, %s)", be, atomic_load(&c.calls), tpu_status_name(c.st));
+	CHECK_STATUS(tpu_xfer_post(q2, status_cb, &c), TPU_E_DESTROYED,
+		     "%s: a request its agent's destroy released refuses posts", be);
+	CHECK(atomic_load(&c.calls) == 1, "%s: ... and calls nothing back", be);
+	tpu_xfer_release(q2);
+	pair_close(&p);
+}
+
 static void run_backend(unsigned int backend, const char *be)
 {
 	struct pair p;
@@ -485,6 +542,7 @@ static void run_backend(unsigned int backend, const char *be)
 	notifications(&p, be);
 	deregister_races(&p, be);
 	pair_close(&p);
+	released_out_of_order(backend, be);
 }
 
 /* ---- trust ---- */
