@@ -621,8 +621,12 @@ TPU_API tpu_status tpu_context_create(const struct tpu_context_options *opts,
  * tpu_context_destroy - fail every pending operation with TPU_E_CLOSED, run
  * its callback, stop the thread and free the context (NULL is ignored).
  *
- * Rendezvous objects still open are destroyed first (their callbacks run).
- * Buffers should be freed first; one freed later is still freed correctly.
+ * Rendezvous objects, pipes and listeners still open are destroyed first
+ * (their callbacks run).  A world or an xfer agent on it should be
+ * destroyed first; one still open loses its part of the context here
+ * (its pipes, listener and rendezvous close; a line on stderr says so)
+ * and its own destroy later frees the rest.  Buffers should be freed
+ * first; one freed later is still freed correctly.
  * Not from a callback of the context.
  */
 TPU_API void tpu_context_destroy(struct tpu_context *ctx);
@@ -1542,8 +1546,9 @@ TPU_API tpu_status tpu_world_create_with_store(struct tpu_context *ctx,
  * thread is inside ends first, with TPU_E_CLOSED (a collective or a
  * send or receive at once, a wait on the store within 200 ms; a barrier
  * cut short still counts this rank); calls made after it began fail
- * with TPU_E_DESTROYED.  Before the world's context is
- * destroyed; not from a callback of the context.  Twice is ignored.  In a
+ * with TPU_E_DESTROYED.  Before the world's context is destroyed (after
+ * it, see tpu_context_destroy()); not from a callback of the context.
+ * Twice is ignored.  In a
  * child forked after the world was made it returns at once: the child is
  * not a rank (its barrier and pipe calls return TPU_E_FORKED).
  */

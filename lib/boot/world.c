@@ -332,13 +332,38 @@ static void pipes_close(void *w)
 	tpu__world_pipes_close(w);
 }
 
-static void teardown(struct tpu_world *w)
+/* The world's part of its context (pipes, listener, rendezvous), once. */
+static void ctx_part_close(struct tpu_world *w)
 {
+	if (w->ctx_gone)
+		return;
+	w->ctx_gone = true;
+	if (w->obj.close)
+		tpu__ctx_del_obj(w->ctx, &w->obj);
 	if (w->listener || w->pipes)
 		tpu__ctx_run_sync(w->ctx, pipes_close, w);
 	if (!atomic_load(&w->cancel))
 		tpu_rendezvous_destroy(w->rdv);
 	w->rdv = NULL;
+}
+
+/*
+ * tpu_context_destroy() of a context whose world was not destroyed first:
+ * its part goes now, while the context's thread still runs; the world's
+ * destroy later does the rest (the barrier, the store, the segment).
+ */
+static void world_obj_close(struct tpu__ctx_obj *o)
+{
+	struct tpu_world *w = tpu__container_of(o, struct tpu_world, obj);
+
+	fprintf(stderr, "tpu: world: rank %d: its context is destroyed before it; its pipes "
+		"and rendezvous close now, tpu_world_destroy() does the rest\n", w->info.rank);
+	ctx_part_close(w);
+}
+
+static void teardown(struct tpu_world *w)
+{
+	ctx_part_close(w);
 	tpu__store_client_close(w->store);
 	w->store = NULL;
 	/* The others may still be reading the last barrier's answer. */
@@ -468,6 +493,10 @@ joined:
 		goto fail;
 	tpu__log_debug("world: rank %d of %d formed (rendezvous %s, pipes %s)", w->info.rank,
 		       w->info.size, w->rdv_url[w->info.rank], w->pipe_url[w->info.rank]);
+	/* Closed before the pipes it owns, and the rendezvous, if the context goes first. */
+	w->obj = (struct tpu__ctx_obj){ .close = world_obj_close, .pass = TPU__CTX_PASS_OWNER,
+					.what = "a world" };
+	tpu__ctx_add_obj(ctx, &w->obj);
 	*out = w;
 	return 0;
 fail:

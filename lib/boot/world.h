@@ -60,8 +60,11 @@ struct tpu_world {
 	bool barrier_cut;		/* under store_lock: the last one ended by a destroy */
 	unsigned int exchanges;		/* under store_lock: tpu_world_exchange_blobs() rounds */
 
-	struct tpu_rendezvous *rdv;
+	struct tpu_rendezvous *rdv;	/* NULL once ctx_gone */
 	struct tpu_listener *listener;	/* pipes */
+	/* On the context's list of objects left open once formed (world.c). */
+	struct tpu__ctx_obj obj;
+	bool ctx_gone;			/* the world's part of its context closed */
 	char (*rdv_url)[WORLD_URL_MAX];	/* per rank */
 	char (*pipe_url)[WORLD_URL_MAX];
 

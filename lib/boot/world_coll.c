@@ -108,7 +108,7 @@ static struct world_coll *coll_of(struct tpu_world *w, tpu_status *st)
 	struct world_coll *wc;
 
 	/* Inside the world (tpu__world_enter()): its context may still be gone. */
-	*st = tpu__ctx_check(w->ctx);
+	*st = w->ctx_gone ? TPU_E_DESTROYED : tpu__ctx_check(w->ctx);
 	if (!*st && tpu__ctx_on_thread(w->ctx))
 		*st = -EDEADLK;
 	if (*st)

@@ -704,6 +704,71 @@ static bool transport_allowed(struct tpu_context *ctx, const char *name)
 	return true;
 }
 
+static void close_pipes(void *arg)
+{
+	struct tpu_agent *a = arg;
+	struct xfer_peer *p;
+
+	for (p = a->peers; p; p = p->next) {
+		tpu__xfer_peer_fail(p, TPU_E_CLOSED);
+		tpu__xfer_peer_close(p);
+	}
+}
+
+static void barrier(void *arg)
+{
+	(void)arg;
+}
+
+/*
+ * The agent's part of its context: the listener, the peers' pipes, and
+ * the writes in flight on them (their callbacks run on its thread); once.
+ */
+static void ctx_part_close(struct tpu_agent *a)
+{
+	struct xfer_peer *p;
+
+	if (a->ctx_gone)
+		return;
+	a->ctx_gone = true;
+	tpu__ctx_del_obj(a->ctx, &a->obj);
+	pthread_mutex_lock(&a->lock);
+	a->closing = true;
+	pthread_mutex_unlock(&a->lock);
+	tpu_listener_close(a->listener);
+	tpu__ctx_run_sync(a->ctx, close_pipes, a);
+	/* Callbacks of the closed pipes run as tasks queued before this one. */
+	tpu__ctx_run_sync(a->ctx, barrier, a);
+	pthread_mutex_lock(&a->lock);
+	while (1) {
+		unsigned int io = 0;
+
+		for (p = a->peers; p; p = p->next)
+			io += p->io;
+		if (!io)
+			break;
+		pthread_mutex_unlock(&a->lock);
+		tpu__ctx_run_sync(a->ctx, barrier, a);
+		usleep(1000);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+/*
+ * tpu_context_destroy() of the agent's context before the agent: its pipes
+ * close now, while the context's thread runs; tpu_agent_destroy() later
+ * frees the rest.  Its requests fail from then on.
+ */
+static void agent_obj_close(struct tpu__ctx_obj *o)
+{
+	struct tpu_agent *a = tpu__container_of(o, struct tpu_agent, obj);
+
+	fprintf(stderr, "tpu: xfer agent %s: its context is destroyed before it; its pipes "
+		"close now, tpu_agent_destroy() frees the rest\n", a->name);
+	ctx_part_close(a);
+}
+
 TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_agent_options *opts,
 				    struct tpu_agent **out)
 {
@@ -788,6 +853,10 @@ TPU_API tpu_status tpu_agent_create(struct tpu_context *ctx, const struct tpu_ag
 	st = tpu_listener_accept(a->listener, on_accept, a);
 	if (st)
 		goto fail;
+	/* Before its pipes and listener, should the context be destroyed first. */
+	a->obj = (struct tpu__ctx_obj){ .close = agent_obj_close, .pass = TPU__CTX_PASS_OWNER,
+					.what = "an xfer agent" };
+	tpu__ctx_add_obj(ctx, &a->obj);
 	*out = a;
 	return 0;
 fail:
@@ -805,22 +874,6 @@ TPU_API const char *tpu_agent_name(const struct tpu_agent *a)
 	return tpu__xfer_agent_check(a) ? "" : a->name;
 }
 
-static void close_pipes(void *arg)
-{
-	struct tpu_agent *a = arg;
-	struct xfer_peer *p;
-
-	for (p = a->peers; p; p = p->next) {
-		tpu__xfer_peer_fail(p, TPU_E_CLOSED);
-		tpu__xfer_peer_close(p);
-	}
-}
-
-static void barrier(void *arg)
-{
-	(void)arg;
-}
-
 TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 {
 	struct xfer_peer *p, *pn;
@@ -829,27 +882,7 @@ TPU_API void tpu_agent_destroy(struct tpu_agent *a)
 
 	if (tpu__xfer_agent_check(a))
 		return;
-	pthread_mutex_lock(&a->lock);
-	a->closing = true;
-	pthread_mutex_unlock(&a->lock);
-	tpu_listener_close(a->listener);
-	tpu__ctx_run_sync(a->ctx, close_pipes, a);
-	/* Callbacks of the closed pipes run as tasks queued before this one. */
-	tpu__ctx_run_sync(a->ctx, barrier, a);
-	pthread_mutex_lock(&a->lock);
-	while (1) {
-		unsigned int io = 0;
-
-		for (p = a->peers; p; p = p->next)
-			io += p->io;
-		if (!io)
-			break;
-		pthread_mutex_unlock(&a->lock);
-		tpu__ctx_run_sync(a->ctx, barrier, a);
-		usleep(1000);
-		pthread_mutex_lock(&a->lock);
-	}
-	pthread_mutex_unlock(&a->lock);
+	ctx_part_close(a);
 	left = tpu__xfer_reqs_release(a);
 	if (left)
 		fprintf(stderr, "tpu: tpu_agent_destroy(%p): %zu request(s) not released; "

@@ -229,6 +229,9 @@ struct tpu_agent {
 	void *notif_arg;
 	atomic_uint serial;
 	bool closing;
+	/* On the context's list of objects left open (agent.c's agent_obj_close). */
+	struct tpu__ctx_obj obj;
+	bool ctx_gone;			/* its listener and pipes closed, its context's part done */
 	uint64_t serve_bytes;		/* a->lock: held for in peers, XFER_SERVE_BYTES_MAX */
 	struct xfer_peer *parked, **parked_tail;	/* a->lock: in peers waiting for bytes */
 	unsigned int deregs;		/* a->lock: deregistrations running (they name peers) */

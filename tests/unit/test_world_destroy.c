@@ -6,7 +6,8 @@
  * shared segment is not unmapped under a collective still reading it),
  * both ranks' destroys return soon, and the world refuses calls after.
  * A caller's store barrier that the destroy cut short still counts: the
- * destroy's barrier meets the other rank's.
+ * destroy's barrier meets the other rank's.  And the context destroyed
+ * before the world.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -147,6 +148,41 @@ static int rank_main(int me, int n, void *arg)
 	return 0;
 }
 
+/*
+ * The context destroyed before its world: the world's pipes and
+ * rendezvous close with it, its calls fail, and its destroy (barrier,
+ * store, segment) returns; it had waited for the context's thread for
+ * ever.
+ */
+static int context_first(int me, int n, void *arg)
+{
+	const struct job *j = arg;
+	struct tpu_world_info info = { .rank = me, .size = n, .local_rank = -1, .local_size = -1,
+				       .store_host = "127.0.0.1", .store_port = j->port };
+	struct tpu_world_options wo = { .info = &info, .timeout_ms = 20000 };
+	struct tpu_context *ctx;
+	struct tpu_world *w;
+	struct tpu_pipe *p;
+	float one = 1;
+	uint64_t t0;
+
+	boot_env_clear();
+	R_CHECK(tpu_context_create(NULL, &ctx) == 0);
+	R_CHECK(tpu_world_create(ctx, &wo, &w) == 0);
+	R_CHECK(tpu_world_all_reduce(w, &one, &one, 1, TPU_DT_FLOAT32, TPU_OP_SUM,
+				     TPU_FINAL_NONE, 10 * SECOND) == 0 && one == 2);
+	R_CHECK(tpu_world_pipe(w, 1 - me, &p) == 0);
+	tpu_context_destroy(ctx);
+	R_CHECK(tpu_world_all_reduce(w, &one, &one, 1, TPU_DT_FLOAT32, TPU_OP_SUM,
+				     TPU_FINAL_NONE, SECOND) == TPU_E_DESTROYED);
+	R_CHECK(tpu_world_rendezvous(w) == NULL);
+	t0 = now_ns();
+	tpu_world_destroy(w);
+	R_CHECK(now_ns() - t0 < 5 * SECOND);
+	R_CHECK(tpu_world_barrier(w) == TPU_E_DESTROYED);
+	return 0;
+}
+
 void test_world_destroy(void)
 {
 	static const char *const paths[] = { "shm", "rdv" };
@@ -165,5 +201,12 @@ void test_world_destroy(void)
 			      "with TPU_E_CLOSED at once; both destroys return soon",
 			      call_names[c], collective ? " over " : "", collective ? paths[p] : "");
 		}
+	{
+		struct job j = { .port = boot_free_port() };
+
+		CHECK(j.port > 1 && boot_run_ranks(2, context_first, &j, 60),
+		      "a world whose context is destroyed first: its calls fail TPU_E_DESTROYED "
+		      "and its destroy returns");
+	}
 	boot_env_clear();
 }

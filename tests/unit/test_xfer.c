@@ -518,6 +518,47 @@ static void released_out_of_order(unsigned int backend, const char *be)
 	pair_close(&p);
 }
 
+/*
+ * The context destroyed before its agent (with a registration loaded by
+ * a peer and a request prepared): the agent's pipes close with it, and
+ * deregistering, releasing and destroying it afterwards return (they had
+ * waited for the context's thread for ever).
+ */
+static void context_first(unsigned int backend, const char *be)
+{
+	struct tpu_xfer_local_elem l = { NULL, 0, 4096 };
+	struct tpu_xfer_remote_elem r = { NULL, 0, 4096 };
+	struct tpu_xfer_reg *own = NULL;
+	struct tpu_xfer_req *q = NULL;
+	struct pair p;
+	tpu_status st;
+
+	if (!pair_open(&p, backend, TPU_XFER_READ | TPU_XFER_WRITE)) {
+		CHECK(0, "%s: context first: two agents, a registration loaded", be);
+		pair_close(&p);
+		return;
+	}
+	l.reg = p.ra;
+	r.remote = p.rm;
+	CHECK(tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &q) == 0 &&
+	      tpu_agent_register(p.a, p.mem_a + 8192, 4096, TPU_XFER_READ, &own) == 0,
+	      "%s: context first: a request and a registration", be);
+	tpu_context_destroy(p.ca);
+	st = q ? tpu_xfer_post(q, NULL, NULL) : -EINVAL;
+	if (!st)
+		st = tpu_xfer_wait(q, 10000);
+	CHECK(st && st != -ETIMEDOUT,
+	      "%s: an agent whose context is destroyed first moves nothing (%s)", be,
+	      tpu_status_name(st));
+	CHECK_STATUS(tpu_agent_deregister(own), 0,
+		     "%s: ... deregisters without its context", be);
+	tpu_xfer_release(q);
+	tpu_agent_destroy(p.a);
+	CHECK(!tpu_agent_name(p.a)[0], "%s: ... and is destroyed (a later call finds it gone)",
+	      be);
+	pair_close(&p);
+}
+
 static void run_backend(unsigned int backend, const char *be)
 {
 	struct pair p;
@@ -543,6 +584,7 @@ static void run_backend(unsigned int backend, const char *be)
 	deregister_races(&p, be);
 	pair_close(&p);
 	released_out_of_order(backend, be);
+	context_first(backend, be);
 }
 
 /* ---- trust ---- */
