@@ -539,8 +539,9 @@ static bool world_claim(struct tpu_world *w)
  * Calls of other threads still inside: end them (see world.h) and wait
  * until they have left.  The shared segment's waits see @cancel within
  * TPU__SHM_LIVENESS_NS, the store's within a slice of their polls (200
- * ms); a caller's tpu_world_barrier() ends with TPU_E_CLOSED too, so
- * that the destroy's barrier is the one the other ranks meet.
+ * ms).  A caller's tpu_world_barrier() ends with TPU_E_CLOSED too; it
+ * counted this rank already, so the destroy's barrier waits for that
+ * one's "go" (barrier()), the one the other ranks' destroys complete.
  */
 static void end_calls(struct tpu_world *w)
 {
