@@ -67,7 +67,11 @@ static void pipe_free(struct tpu_pipe *p)
 
 void tpu__pipe_maybe_free(struct tpu_pipe *p)
 {
-	if (p->closed && !p->io && !p->chan_ops && !p->link.state)
+	unsigned int none = 0;
+
+	/* Not while a call is queued: it runs first, and frees it after (pipe_call_run). */
+	if (p->closed && !p->io && !p->chan_ops && !p->link.state &&
+	    atomic_compare_exchange_strong(&p->queued, &none, PIPE_Q_FREED))
 		pipe_free(p);
 }
 
@@ -188,13 +192,28 @@ void tpu__pipe_opened(struct tpu_pipe *p)
 
 /* ---- calls, on the context thread ------------------------------------ */
 
+static void pipe_call_handle(struct tpu_pipe *p, struct pipe_call *c);
+
 static void pipe_call_run(struct tpu__task *t)
 {
 	struct pipe_call *c = (struct pipe_call *)t;
 	struct tpu_pipe *p = c->pipe;
+	bool deferred = c->deferred, outer = p->in_task;
 
-	if (c->deferred)
-		atomic_fetch_sub(&p->queued, 1);
+	/* Counted until the handler returned: the pipe stays until then. */
+	if (deferred)
+		p->in_task = true;
+	pipe_call_handle(p, c);
+	if (!deferred)
+		return;
+	p->in_task = outer;
+	/* Only this thread frees the pipe: nobody can between these two lines. */
+	if (atomic_fetch_sub(&p->queued, 1) == 1 && p->closed)
+		tpu__pipe_maybe_free(p);
+}
+
+static void pipe_call_handle(struct tpu_pipe *p, struct pipe_call *c)
+{
 	switch (c->kind) {
 	case PIPE_CALL_WRITE:
 		tpu__pipe_write_start(p, c);
@@ -209,7 +228,6 @@ static void pipe_call_run(struct tpu__task *t)
 		tpu__pipe_call_free(p, c);
 		tpu__pipe_fail(p, TPU_E_CLOSED);
 		p->closed = true;
-		tpu__pipe_maybe_free(p);
 		break;
 	}
 }
@@ -284,12 +302,17 @@ static tpu_status pipe_call(struct tpu_pipe *p, bool here, enum pipe_call_kind k
 	 * no trip through the task queue.  Close always goes through the queue
 	 * (the pipe may be freed by it).
 	 */
-	if (kind != PIPE_CALL_CLOSE && here && !atomic_load(&p->queued)) {
+	if (kind != PIPE_CALL_CLOSE && here &&
+	    (atomic_load(&p->queued) & PIPE_Q_COUNT) == (p->in_task ? 1u : 0u)) {
 		pipe_call_run(&c->task);
 		return 0;
 	}
 	c->deferred = true;
-	atomic_fetch_add(&p->queued, 1);
+	if (atomic_fetch_add(&p->queued, 1) & PIPE_Q_FREED) {
+		/* A close on another thread ran to its end after this call's check. */
+		free(c);
+		return TPU_E_DESTROYED;
+	}
 	tpu__ctx_defer(p->ctx, &c->task);
 	return 0;
 }

@@ -28,6 +28,8 @@
 /* Set-up pipes nobody accepted yet; beyond this new ones are closed. */
 #define LISTENER_BACKLOG	128
 
+#define LISTENER_Q_FREED	0x80000000u
+
 struct tpu_listener {
 	uint32_t magic;			/* TPU__MAGIC_LISTENER; poisoned when freed */
 	struct tpu_context *ctx;
@@ -35,6 +37,13 @@ struct tpu_listener {
 	struct tpu__pipe_policy policy;
 	atomic_bool closed;		/* any thread: tpu_listener_close() was called */
 	atomic_bool accept_armed;	/* any thread: an accept waits for a pipe */
+	/*
+	 * Any thread: accept calls in the task queue, and LISTENER_Q_FREED once
+	 * close_run() freed the listener, which only a count of 0 allows; a
+	 * call counted in before runs first (and ends with TPU_E_CLOSED).
+	 */
+	atomic_uint queued;
+	bool shut;			/* ctx thread: close_run() ran */
 
 	unsigned int n;			/* immutable after create: any thread */
 	struct tpu__xlistener *xl[LISTENER_MAX_URLS];
@@ -273,6 +282,7 @@ TPU_API tpu_status tpu_listener_create(struct tpu_context *ctx, const char *cons
 	l->obj.what = "a listener";
 	atomic_init(&l->closed, false);
 	atomic_init(&l->accept_armed, false);
+	atomic_init(&l->queued, 0);
 	l->setup_max = tpu__setup_max();
 	l->setup_ns = tpu__setup_timeout_ns();
 	l->grace_ns = tpu__setup_grace_ns(l->setup_ns);
@@ -332,6 +342,15 @@ TPU_API tpu_status tpu_listener_url(const struct tpu_listener *l, const char *tr
 
 /* ---- accept and close --------------------------------------------------- */
 
+/* Ctx thread, once shut: freed unless an accept call is still queued (it frees it). */
+static void listener_release(struct tpu_listener *l)
+{
+	unsigned int none = 0;
+
+	if (atomic_compare_exchange_strong(&l->queued, &none, LISTENER_Q_FREED))
+		tpu__quarantine(l, &l->magic);
+}
+
 struct accept_call {
 	struct tpu__task task;
 	struct tpu_listener *l;
@@ -343,16 +362,26 @@ static void accept_run(struct tpu__task *t)
 {
 	struct accept_call *ac = (struct accept_call *)t;
 	struct tpu_listener *l = ac->l;
+	tpu_accept_cb cb = ac->cb;
+	void *arg = ac->arg;
 
-	l->accept_cb = ac->cb;
-	l->accept_arg = ac->arg;
 	free(ac);
-	if (l->nready) {
-		struct tpu_pipe *p = l->ready[0];
+	if (l->shut) {
+		/* Queued before a close on another thread ran: called back all the same. */
+		cb(arg, TPU_E_CLOSED, NULL);
+	} else {
+		l->accept_cb = cb;
+		l->accept_arg = arg;
+		if (l->nready) {
+			struct tpu_pipe *p = l->ready[0];
 
-		memmove(l->ready, l->ready + 1, --l->nready * sizeof(l->ready[0]));
-		hand_over(l, p);
+			memmove(l->ready, l->ready + 1, --l->nready * sizeof(l->ready[0]));
+			hand_over(l, p);
+		}
 	}
+	/* Only this thread frees the listener: nobody can between these two lines. */
+	if (atomic_fetch_sub(&l->queued, 1) == 1 && l->shut)
+		listener_release(l);
 }
 
 TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb done, void *arg)
@@ -379,6 +408,11 @@ TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb don
 	ac->l = l;
 	ac->cb = done;
 	ac->arg = arg;
+	if (atomic_fetch_add(&l->queued, 1) & LISTENER_Q_FREED) {
+		/* A close on another thread ran to its end after the check above. */
+		free(ac);
+		return TPU_E_CLOSED;
+	}
 	tpu__ctx_defer(l->ctx, &ac->task);
 	return 0;
 }
@@ -409,7 +443,8 @@ static void close_run(void *arg)
 		l->accept_cb = NULL;
 		cb(l->accept_arg, TPU_E_CLOSED, NULL);
 	}
-	tpu__quarantine(l, &l->magic);
+	l->shut = true;
+	listener_release(l);
 }
 
 static void close_task(struct tpu__task *t)
