@@ -2278,7 +2278,8 @@ TPU_API tpu_status tpu_agent_register_region(struct tpu_agent *a, struct tpu_end
  * (one that does not within 2 s has its pipe closed) and no request is
  * being served on it.  Requests of peers that name it fail TPU_E_REVOKED;
  * local requests that use it fail likewise when posted.
- * Errors: -EINVAL, -EDEADLK (called on the context's thread).
+ * Errors: -EINVAL, -EDEADLK (called on the context's thread),
+ * TPU_E_DESTROYED (deregistered already, or freed with its agent).
  */
 TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *reg);
 /**
@@ -2306,6 +2307,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
  * tpu_agent_unload - free a remote handle; release the requests using it
  * first.  While some are left it is only marked (a line on stderr says
  * so): their posts fail TPU_E_REVOKED, and the last release frees it.
+ * An unloaded handle is refused from then on (twice is ignored).
  */
 TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm);
 /** tpu_xfer_remote_backend - "kmod", "cma", "rdma" or "tcp": how requests on @rm move */
@@ -2324,7 +2326,8 @@ TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm);
  * Errors: -EINVAL (NULL, counts, totals differ, an element outside its
  * registration, handles of several peers or of another agent),
  * -EACCES (READ of a registration not exported for reading, WRITE of one
- * not exported for writing), TPU_E_REVOKED, -ENOMEM.
+ * not exported for writing), TPU_E_REVOKED, TPU_E_DESTROYED (a
+ * registration deregistered or a handle unloaded already), -ENOMEM.
  */
 TPU_API tpu_status tpu_xfer_prepare(struct tpu_agent *a, enum tpu_xfer_op op,
 				    const struct tpu_xfer_local_elem *local, size_t nlocal,

@@ -450,7 +450,7 @@ static void peer_free(struct xfer_peer *p)
 	tpu__xfer_rdma_peer_free(p);
 	for (rm = p->remotes; rm; rm = rn) {
 		rn = rm->next;
-		free(rm);
+		tpu__quarantine(rm, &rm->magic);
 	}
 	if (p->pidfd >= 0)
 		close(p->pidfd);

@@ -38,6 +38,8 @@
 
 #define XFER_MAGIC_AGENT	0x7a9e17a1U
 #define XFER_MAGIC_REQ		0x7a9e1e90U
+#define XFER_MAGIC_REG		0x7a9e1e61U
+#define XFER_MAGIC_REMOTE	0x7a9e1e7eU
 
 #define XFER_ID_LEN		16	/* an agent's random identity */
 #define XFER_URL_MAX		128
@@ -104,6 +106,7 @@ struct xfer_rdma_link;
 struct xrd_dev;
 
 struct tpu_xfer_reg {
+	uint32_t magic;			/* XFER_MAGIC_REG; poisoned once deregistered or freed */
 	struct tpu_agent *a;
 	struct tpu_xfer_reg *next;	/* a->regs */
 	uint64_t id;			/* slot in the low 32 bits, generation above */
@@ -133,6 +136,7 @@ struct tpu_xfer_reg {
 };
 
 struct tpu_xfer_remote {
+	uint32_t magic;			/* XFER_MAGIC_REMOTE; poisoned once unloaded or freed */
 	struct xfer_peer *peer;
 	struct tpu_xfer_remote *next;	/* peer->remotes */
 	uint64_t reg;

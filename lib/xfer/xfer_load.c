@@ -188,6 +188,7 @@ TPU_API tpu_status tpu_agent_load(struct tpu_agent *a, const void *blob, size_t 
 		pthread_mutex_unlock(&a->lock);
 		return -ENOMEM;
 	}
+	rm->magic = XFER_MAGIC_REMOTE;
 	rm->peer = p;
 	rm->reg = b.reg;
 	rm->addr = ld.ans.addr;
@@ -210,7 +211,7 @@ static void remote_free(struct tpu_xfer_remote *rm)
 	for (pp = &rm->peer->remotes; *pp; pp = &(*pp)->next)
 		if (*pp == rm) {
 			*pp = rm->next;
-			free(rm);
+			tpu__quarantine(rm, &rm->magic);
 			break;
 		}
 }
@@ -225,8 +226,12 @@ TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
 {
 	struct tpu_agent *a;
 
-	if (!rm || tpu__xfer_agent_check(rm->peer->a))
+	/* Unloaded already, or freed with its agent (the quarantine keeps it a while). */
+	if (tpu__magic_check(rm, rm ? &rm->magic : NULL, XFER_MAGIC_REMOTE) ||
+	    tpu__xfer_agent_check(rm->peer->a)) {
+		tpu__log_debug("tpu_agent_unload(%p): not a loaded handle; ignored", (void *)rm);
 		return;
+	}
 	a = rm->peer->a;
 	pthread_mutex_lock(&a->lock);
 	if (rm->unloaded) {
@@ -240,18 +245,25 @@ TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
 			"their posts fail TPU_E_REVOKED\n", (void *)rm, rm->users);
 		rm->unloaded = true;
 		atomic_store(&rm->revoked, true);
+		/* The caller's handle is gone: calls on it find it destroyed. */
+		rm->magic = TPU__MAGIC_DEAD;
 	} else {
 		remote_free(rm);
 	}
 	pthread_mutex_unlock(&a->lock);
 }
 
+static bool remote_ok(const struct tpu_xfer_remote *rm)
+{
+	return !tpu__magic_check(rm, rm ? &rm->magic : NULL, XFER_MAGIC_REMOTE) && !rm->unloaded;
+}
+
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm)
 {
-	return rm && rm->peer->be ? rm->peer->be->name : "";
+	return remote_ok(rm) && rm->peer->be ? rm->peer->be->name : "";
 }
 
 TPU_API uint64_t tpu_xfer_remote_size(const struct tpu_xfer_remote *rm)
 {
-	return rm ? rm->len : 0;
+	return remote_ok(rm) ? rm->len : 0;
 }

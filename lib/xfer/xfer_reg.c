@@ -85,6 +85,7 @@ tpu_status tpu__xfer_register(struct tpu_agent *a, void *addr, size_t len, unsig
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
+	r->magic = XFER_MAGIC_REG;
 	r->a = a;
 	r->addr = addr;
 	r->len = len;
@@ -118,8 +119,9 @@ TPU_API tpu_status tpu_agent_export(const struct tpu_xfer_reg *reg, void *buf, s
 	struct tpu_agent *a;
 	size_t n;
 
-	if (!reg || !len || tpu__xfer_agent_check(reg->a) || !reg->access ||
-	    atomic_load(&reg->revoked))
+	/* Deregistered, or freed with its agent, as before: -EINVAL. */
+	if (tpu__magic_check(reg, reg ? &reg->magic : NULL, XFER_MAGIC_REG) || !len ||
+	    tpu__xfer_agent_check(reg->a) || !reg->access || atomic_load(&reg->revoked))
 		return -EINVAL;
 	a = reg->a;
 	memset(&b, 0, sizeof(b));
@@ -187,12 +189,16 @@ static void reg_unlink(struct tpu_agent *a, struct tpu_xfer_reg *r)
 
 TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 {
+	tpu_status st = tpu__magic_check(r, r ? &r->magic : NULL, XFER_MAGIC_REG);
 	struct xfer_peer **tell;
 	struct tpu_agent *a;
 	struct timespec ts;
 	size_t i, n;
 
-	if (!r || tpu__xfer_agent_check(r->a))
+	/* Deregistered already, or freed with its agent (the quarantine keeps it a while). */
+	if (st)
+		return st;
+	if (tpu__xfer_agent_check(r->a))
 		return -EINVAL;
 	a = r->a;
 	if (tpu__ctx_on_thread(a->ctx))
@@ -202,6 +208,8 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 		pthread_mutex_unlock(&a->lock);
 		return -EINVAL;
 	}
+	/* The caller's handle is gone from here: a second call finds it destroyed. */
+	r->magic = TPU__MAGIC_DEAD;
 	a->deregs++;		/* no peer it names is reaped meanwhile (agent.c) */
 	/* From here no new element is served on it and no load finds it. */
 	atomic_store(&r->revoked, true);
@@ -259,7 +267,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 	/* Revoked, and no local copy between its check and its copy: nothing reaches it. */
 	unmap(r);
 	if (!r->refs)
-		free(r);
+		tpu__quarantine(r, &r->magic);
 	pthread_mutex_unlock(&a->lock);
 	return 0;
 }
@@ -267,7 +275,7 @@ TPU_API tpu_status tpu_agent_deregister(struct tpu_xfer_reg *r)
 void tpu__xfer_reg_put(struct tpu_xfer_reg *r)
 {
 	if (!--r->refs && r->gone)
-		free(r);
+		tpu__quarantine(r, &r->magic);
 }
 
 void tpu__xfer_regs_free(struct tpu_agent *a)
@@ -280,7 +288,7 @@ void tpu__xfer_regs_free(struct tpu_agent *a)
 		tpu__xfer_rdma_reg_drop_local(r);
 		free(r->loaders);
 		unmap(r);
-		free(r);
+		tpu__quarantine(r, &r->magic);
 	}
 	a->regs = NULL;
 }

@@ -92,16 +92,31 @@ static tpu_status check_lists(struct tpu_agent *a, enum tpu_xfer_op op,
 			      uint64_t *total)
 {
 	unsigned int need = op == TPU_XFER_OP_WRITE ? TPU_XFER_WRITE : TPU_XFER_READ;
-	struct xfer_peer *p = remote[0].remote ? remote[0].remote->peer : NULL;
+	struct xfer_peer *p;
 	uint64_t lt = 0, rt = 0;
+	tpu_status st;
 	size_t i;
 
-	if (!p || p->a != a)
+	/* Handles unloaded or deregistered already: TPU_E_DESTROYED, before any look inside. */
+	for (i = 0; i < nremote; i++) {
+		st = tpu__magic_check(remote[i].remote, remote[i].remote ? &remote[i].remote->magic :
+				      NULL, XFER_MAGIC_REMOTE);
+		if (st)
+			return st;
+	}
+	for (i = 0; i < nlocal; i++) {
+		st = tpu__magic_check(local[i].reg, local[i].reg ? &local[i].reg->magic : NULL,
+				      XFER_MAGIC_REG);
+		if (st)
+			return st;
+	}
+	p = remote[0].remote->peer;
+	if (p->a != a)
 		return -EINVAL;
 	for (i = 0; i < nlocal; i++) {
 		const struct tpu_xfer_local_elem *e = &local[i];
 
-		if (!e->reg || e->reg->a != a)
+		if (e->reg->a != a)
 			return -EINVAL;
 		if (e->reg->dev.type)
 			return -EOPNOTSUPP;	/* CUDA memory: a peer's to reach, not ours to copy */
@@ -114,7 +129,7 @@ static tpu_status check_lists(struct tpu_agent *a, enum tpu_xfer_op op,
 	for (i = 0; i < nremote; i++) {
 		const struct tpu_xfer_remote_elem *e = &remote[i];
 
-		if (!e->remote || e->remote->peer != p)
+		if (e->remote->peer != p)
 			return -EINVAL;
 		if (atomic_load(&e->remote->revoked))
 			return TPU_E_REVOKED;

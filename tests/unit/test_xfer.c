@@ -497,6 +497,12 @@ static void released_out_of_order(unsigned int backend, const char *be)
 	tpu_agent_unload(p.rm);
 	CHECK(tpu_xfer_post(q1, NULL, NULL) == 0 && tpu_xfer_wait(q1, 10000) == TPU_E_REVOKED,
 	      "%s: a request whose remote handle was unloaded before it fails TPU_E_REVOKED", be);
+	CHECK(tpu_xfer_remote_size(p.rm) == 0 && !tpu_xfer_remote_backend(p.rm)[0] &&
+	      tpu_xfer_prepare(p.a, TPU_XFER_OP_READ, &l, 1, &r, 1, NULL, 0, &q2) ==
+	      TPU_E_DESTROYED && !q2,
+	      "%s: an unloaded handle is refused (size 0, no backend, prepare TPU_E_DESTROYED)",
+	      be);
+	tpu_agent_unload(p.rm);
 	/* The last request naming it frees the handle (no leak, no double free). */
 	tpu_xfer_release(q1);
 	r.remote = NULL;
@@ -515,6 +521,12 @@ static void released_out_of_order(unsigned int backend, const char *be)
 		     "%s: a request its agent's destroy released refuses posts", be);
 	CHECK(atomic_load(&c.calls) == 1, "%s: ... and calls nothing back", be);
 	tpu_xfer_release(q2);
+	/* Its registrations and handles went with it: calls on them are refused. */
+	CHECK_STATUS(tpu_agent_deregister(p.ra), TPU_E_DESTROYED,
+		     "%s: a registration freed with its agent: deregister is TPU_E_DESTROYED", be);
+	tpu_agent_unload(rm2);
+	CHECK(tpu_xfer_remote_size(rm2) == 0,
+	      "%s: a remote handle freed with its agent: unload ignored, size 0", be);
 	pair_close(&p);
 }
 
@@ -552,6 +564,8 @@ static void context_first(unsigned int backend, const char *be)
 	      tpu_status_name(st));
 	CHECK_STATUS(tpu_agent_deregister(own), 0,
 		     "%s: ... deregisters without its context", be);
+	CHECK_STATUS(tpu_agent_deregister(own), TPU_E_DESTROYED,
+		     "%s: a registration deregistered twice: TPU_E_DESTROYED", be);
 	tpu_xfer_release(q);
 	tpu_agent_destroy(p.a);
 	CHECK(!tpu_agent_name(p.a)[0], "%s: ... and is destroyed (a later call finds it gone)",
