@@ -342,8 +342,7 @@ static void ctx_part_close(struct tpu_world *w)
 		tpu__ctx_del_obj(w->ctx, &w->obj);
 	if (w->listener || w->pipes)
 		tpu__ctx_run_sync(w->ctx, pipes_close, w);
-	if (!atomic_load(&w->cancel))
-		tpu_rendezvous_destroy(w->rdv);
+	tpu_rendezvous_destroy(w->rdv);
 	w->rdv = NULL;
 }
 
@@ -411,7 +410,7 @@ static tpu_status form(struct tpu_context *ctx, const struct tpu_world_options *
 	w->fork_gen = tpu__fork_gen();
 	atomic_init(&w->refs, 1);
 	atomic_init(&w->users, 0);
-	atomic_init(&w->cancel, 0);
+	atomic_init(&w->cancel, false);
 	w->ctx = ctx;
 	if (ext) {
 		w->ext = *ext;
@@ -550,7 +549,7 @@ static void end_calls(struct tpu_world *w)
 		pthread_mutex_unlock(&w->lock);
 		return;
 	}
-	atomic_store(&w->cancel, WORLD_ENDING);
+	atomic_store(&w->cancel, true);
 	tpu__log_debug("world: rank %d: destroyed with %d call(s) of other threads inside; "
 		       "they end with TPU_E_CLOSED", w->info.rank, atomic_load(&w->users));
 	pthread_cond_broadcast(&w->cond);
@@ -560,7 +559,9 @@ static void end_calls(struct tpu_world *w)
 	while (atomic_load(&w->users))
 		pthread_cond_wait(&w->cond, &w->lock);
 	pthread_mutex_unlock(&w->lock);
-	atomic_store(&w->cancel, WORLD_ENDED);
+	/* Nobody is inside: the rendezvous is gone, and the destroy's barrier may wait. */
+	w->rdv = NULL;
+	atomic_store(&w->cancel, false);
 }
 
 TPU_API void tpu_world_destroy(struct tpu_world *w)

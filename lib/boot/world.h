@@ -11,11 +11,10 @@
  * Calls on other threads: every public call that uses more than the
  * world's fixed fields is counted in @users (tpu__world_enter()).  The
  * destroy claims the magic first, so that no call starts after it; then,
- * if calls are in flight, it sets @cancel to WORLD_ENDING, which ends
- * them (the shared segment's waits and the store's look at it,
- * tpu_world_pipe() wakes, the rendezvous goes at once), and it frees
- * nothing they use before @users is back to 0 (then WORLD_ENDED: the
- * destroy's own barrier goes on).
+ * if calls are in flight, it sets @cancel, which ends them (the shared
+ * segment's waits and the store's look at it, tpu_world_pipe() wakes, the
+ * rendezvous goes at once), and it frees nothing they use before @users
+ * is back to 0; then it clears @cancel, for its own barrier.
  */
 #ifndef TPU_WORLD_H
 #define TPU_WORLD_H
@@ -34,9 +33,6 @@
 #define WORLD_HOST_MAX		96
 /* The first message on a world pipe: this text and the caller's rank. */
 #define WORLD_HELLO		"tpu-world-hello "
-/* tpu_world.cancel: a destroy ends the calls inside, then they have left. */
-#define WORLD_ENDING		1
-#define WORLD_ENDED		2
 
 struct world_hello;
 struct world_coll;
@@ -69,7 +65,7 @@ struct tpu_world {
 	char (*pipe_url)[WORLD_URL_MAX];
 
 	atomic_int users;		/* public calls inside; decremented under lock */
-	atomic_int cancel;		/* WORLD_ENDING, WORLD_ENDED: see above */
+	atomic_bool cancel;		/* a destroy ends the calls inside: see above */
 	pthread_mutex_t lock;		/* pipes, closing, users reaching 0 */
 	pthread_cond_t cond;		/* a pipe arrived, closing, cancel, users 0 */
 	struct tpu_pipe **pipes;	/* per rank, once made */

@@ -97,7 +97,7 @@ tpu_status tpu__world_wait_key(struct tpu_world *w, const char *key, void *buf, 
 		if (st)
 			return st;
 		/* A destroy on another thread ends this call (world.h). */
-		if (atomic_load(&w->cancel) == WORLD_ENDING)
+		if (atomic_load(&w->cancel))
 			return TPU_E_CLOSED;
 		if (tpu__store_now_ms() >= deadline)
 			return -ETIMEDOUT;

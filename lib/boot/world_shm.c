@@ -90,7 +90,7 @@ static tpu_status proven_pid(struct tpu_world *w, int r, uint64_t deadline, pid_
 
 		if (tpu__store_now_ms() >= deadline)
 			return -ETIMEDOUT;
-		if (atomic_load(&w->cancel) == WORLD_ENDING)
+		if (atomic_load(&w->cancel))
 			return TPU_E_CLOSED;
 		nanosleep(&ms, NULL);
 		st = 0;

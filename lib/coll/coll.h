@@ -348,7 +348,7 @@ struct tpu__shm_call {
 	void *out;			/* broadcast: the others' buffer */
 	uint64_t deadline_ns;		/* CLOCK_MONOTONIC */
 	/* Nonzero ends the call (TPU_E_CLOSED) and fails the segment; may be NULL. */
-	const atomic_int *cancel;
+	const atomic_bool *cancel;
 };
 
 /*

@@ -153,7 +153,7 @@ struct tpu__shm_coll {
 	bool small;			/* this call goes through the small slots */
 	void *tmp;			/* one piece, for reductions from peers */
 	tpu_status failed;		/* sticky: the segment is out of step */
-	const atomic_int *cancel;	/* the running call's (tpu__shm_call), or NULL */
+	const atomic_bool *cancel;	/* the running call's (tpu__shm_call), or NULL */
 	const char *way;		/* of the last call: "slots", "cma", "kmod" or "kmod+cma" */
 
 	/* The module path (coll_shm_kmod.c): on when every member joined one domain. */

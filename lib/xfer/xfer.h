@@ -145,8 +145,8 @@ struct tpu_xfer_remote {
 	unsigned int access;
 	atomic_bool revoked;
 	atomic_uint stamp;
-	unsigned int users;		/* a->lock: requests that name it */
-	bool unloaded;			/* a->lock: unloaded with users left; the last frees it */
+	/* a->lock: requests that name it; unloaded (magic poisoned), the last frees it */
+	unsigned int users;
 	uint32_t grant;			/* kmod: the module grant the target made us, or 0 */
 	uint32_t rkey;			/* rdma: what the target's answer gave this link */
 };

@@ -218,7 +218,7 @@ static void remote_free(struct tpu_xfer_remote *rm)
 
 void tpu__xfer_remote_put(struct tpu_xfer_remote *rm)
 {
-	if (!--rm->users && rm->unloaded)
+	if (!--rm->users && rm->magic == TPU__MAGIC_DEAD)
 		remote_free(rm);
 }
 
@@ -234,16 +234,13 @@ TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
 	}
 	a = rm->peer->a;
 	pthread_mutex_lock(&a->lock);
-	if (rm->unloaded) {
-		tpu__log_debug("tpu_agent_unload(%p): unloaded already; ignored", (void *)rm);
-	} else if (rm->users) {
+	if (rm->users) {
 		/*
 		 * Requests not released yet name it (and one may be in flight):
 		 * their later posts fail TPU_E_REVOKED, the last one frees it.
 		 */
 		fprintf(stderr, "tpu: tpu_agent_unload(%p): %u request(s) using it not released; "
 			"their posts fail TPU_E_REVOKED\n", (void *)rm, rm->users);
-		rm->unloaded = true;
 		atomic_store(&rm->revoked, true);
 		/* The caller's handle is gone: calls on it find it destroyed. */
 		rm->magic = TPU__MAGIC_DEAD;
@@ -255,7 +252,7 @@ TPU_API void tpu_agent_unload(struct tpu_xfer_remote *rm)
 
 static bool remote_ok(const struct tpu_xfer_remote *rm)
 {
-	return !tpu__magic_check(rm, rm ? &rm->magic : NULL, XFER_MAGIC_REMOTE) && !rm->unloaded;
+	return !tpu__magic_check(rm, rm ? &rm->magic : NULL, XFER_MAGIC_REMOTE);
 }
 
 TPU_API const char *tpu_xfer_remote_backend(const struct tpu_xfer_remote *rm)
