@@ -18,6 +18,10 @@
  *
  * The reference is a pipe between two processes over the same transport,
  * with the channel it negotiates, run by bench_pipe_ref() just before.
+ *
+ * Both run with a job secret, as the workers of a real job do (and as the
+ * remote rendezvous's push of small tensors needs): TPU_JOB_SECRET if the
+ * environment has one, else one made here for this run.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -235,6 +239,13 @@ tpu_status bench_remote_run(const struct remote_opts *o, struct remote_result *r
 	char bye = 0;
 
 	memset(r, 0, sizeof(*r));
+	if (!getenv("TPU_JOB_SECRET") || !*getenv("TPU_JOB_SECRET")) {
+		char secret[48];
+
+		snprintf(secret, sizeof(secret), "tpbench-%d-%lld", (int)getpid(),
+			 (long long)time(NULL));
+		setenv("TPU_JOB_SECRET", secret, 1);
+	}
 	/* The pipe first, alone on the machine, then the rendezvous on it. */
 	st = bench_pipe_ref(o->transport, NULL, o->iters, o->bw_iters, &r->pipe);
 	if (st)

@@ -37,6 +37,7 @@ void tpu__remote_put(struct remote *st)
 		free(t);
 	}
 	tpu__remote_serve_free(st);
+	tpu__remote_inbox_free(st);
 	tpu__free_list_drain(&st->entry_free);
 	tpu__free_list_drain(&st->req_free);
 	tpu__free_list_drain(&st->fetch_free);
@@ -805,6 +806,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	st->backoff_max_ns = REMOTE_BACKOFF_MAX_NS;
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
 						  1u << 20);
+	st->push_off = !tpu__env_u64("TPU_REMOTE_PUSH", 1, 0, 1);
+	st->inbox_tail = &st->inbox;
 	/* The pipes' own context, restricted as the user's is. */
 	po.dev_path = tpu__ctx_dev_path(ctx);
 	po.flags = tpu__ctx_flags(ctx);
@@ -1056,6 +1059,30 @@ tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipe
 	remote_leave(rdv);
 	*pipes = q.pipes;
 	*accepted = q.accepted;
+	return 0;
+}
+
+struct push_query {
+	struct remote *st;
+	struct remote_push_stats *out;
+};
+
+static void push_stats_on_ctx(void *arg)
+{
+	struct push_query *q = arg;
+
+	*q->out = q->st->push_stats;
+}
+
+tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push_stats *out)
+{
+	struct push_query q = { .out = out };
+	tpu_status err = remote_enter(rdv, &q.st);
+
+	if (err)
+		return err;
+	tpu__ctx_run_sync(q.st->pctx, push_stats_on_ctx, &q);
+	remote_leave(rdv);
 	return 0;
 }
 

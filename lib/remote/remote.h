@@ -58,6 +58,10 @@ enum remote_msg {
 	REMOTE_RESP,		/* id, status, len: the tensor's; the tensor if status is 0 */
 	REMOTE_CANCEL,		/* id: withdraw that REQ */
 	REMOTE_ABORT,		/* status */
+	/* Only on a pipe whose two ends said REMOTE_HELLO_PUSH (the push protocol): */
+	REMOTE_PUSH,		/* seq, key, len: a small tensor sent before any REQ */
+	REMOTE_CREDIT,		/* seq: that push was taken from the inbox */
+	REMOTE_REQ_SEEN,	/* a REQ, and seq: the last push this asker had seen */
 };
 
 /*
@@ -69,19 +73,54 @@ enum remote_msg {
  * of its own, as before.
  */
 #define REMOTE_HELLO_BOTH_WAYS	1u
+/*
+ * HELLO's flag: the sender speaks the push protocol (below).  The
+ * accepting end answers such a HELLO with a HELLO of its own carrying
+ * it; an end that never saw the flag from the other is never sent a
+ * message of the push protocol, so a worker without it is served by
+ * REQ and RESP alone.
+ */
+#define REMOTE_HELLO_PUSH	2u
+
+/*
+ * The push protocol, only with a job secret (every pipe proved it, so a
+ * task's pipe is that member's own: no process that merely claims to be
+ * a consumer is sent anything it did not ask for).  A send of at most
+ * REMOTE_PUSH_MAX bytes whose key no REQ asked for yet goes at once
+ * (PUSH, numbered per pipe) on the pipe on which its consumer, a member,
+ * asks us, rather than waiting in the outbox for the REQ: a hand-off then costs one message on its way instead of the
+ * REQ's and the RESP's.  Receivers still send their REQs (REQ_SEEN, with
+ * the number of the last push they had seen), so a send that was not
+ * pushed is served as before and no receive waits for a push that never
+ * comes.  Each side decides alike which REQ a push answers: the oldest
+ * REQ for its key that was sent before the push arrived, the one whose
+ * seq is below the push's.  That receive takes the push, and the pusher
+ * drops that REQ when it comes.  A push nobody waits for goes into the
+ * receiver's inbox, where a later receive takes it without a REQ, and a
+ * CREDIT says so.  What the inbox may hold of one pipe is the pusher's
+ * window (REMOTE_PUSH_WINDOW pushes, REMOTE_PUSH_WINDOW_BYTES): a push
+ * past it ends the pipe.  What one pipe pushed into the inbox goes with
+ * it when it ends, as an answer in flight on it would.
+ */
+#define REMOTE_PUSH_MAX			(64u << 10)
+#define REMOTE_PUSH_WINDOW		64u
+#define REMOTE_PUSH_WINDOW_BYTES	(1u << 20)
 
 struct remote_hdr {
 	enum remote_msg type;
 	uint64_t id;
 	tpu_status status;
 	uint64_t len;
+	uint64_t seq;		/* PUSH, CREDIT, REQ_SEEN only */
 	const uint8_t *key;	/* into the message's metadata */
 	size_t key_len;
 };
 
-/* Encoded size of a header with a key of @key_len bytes. */
+/* Encoded size of a header with a key of @key_len bytes (HELLO to ABORT). */
 size_t tpu__remote_wire_size(size_t key_len);
-/* Encode @h into @buf (tpu__remote_wire_size(h->key_len) bytes). */
+/* Encoded size of a message of @type with a key of @key_len bytes. */
+size_t tpu__remote_wire_size_of(enum remote_msg type, size_t key_len);
+/* Encode @h into @buf (tpu__remote_wire_size_of(h->type, h->key_len) bytes). */
 void tpu__remote_wire_put(const struct remote_hdr *h, uint8_t *buf);
 /* Decode; -EPROTO when @buf is no message of ours. */
 tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *h);
@@ -90,6 +129,48 @@ tpu_status tpu__remote_wire_get(const void *buf, size_t len, struct remote_hdr *
 
 struct remote_peer;
 struct remote_write;
+
+/* For tests: what the push protocol did on this worker (ctx thread). */
+struct remote_push_stats {
+	unsigned long pushed;		/* sends that went as a PUSH */
+	unsigned long reqs_dropped;	/* REQ_SEENs a push of ours had answered */
+	unsigned long credits;		/* CREDITs taken */
+	unsigned long answered;		/* pushes that answered a REQ of ours */
+	unsigned long inboxed;		/* pushes that waited in the inbox */
+};
+
+/*
+ * A push whose REQ or CREDIT has not come back yet (the pusher's side, on
+ * its peer, ctx thread): what the window counts.
+ */
+struct remote_pushed {
+	struct remote_pushed *next;
+	uint64_t seq;
+	uint64_t hash;			/* tpu__rdv_key_hash of the key */
+	size_t len;			/* the tensor's */
+	size_t key_len;
+	uint8_t key[];
+};
+
+/*
+ * A push nobody waited for (the receiver's side): in st->inbox under
+ * st->lock until a receive takes it; then, on the ctx thread, its tensor
+ * is given to that receive and a CREDIT goes back on its pipe.
+ */
+struct remote_inbox {
+	struct remote_inbox *next;
+	struct tpu__task take;
+	struct remote *st;
+	struct remote_peer *peer;	/* the pipe it came on (referenced) */
+	struct tpu__op *op;		/* the receive that took it */
+	struct tpu_buffer *buf;		/* the tensor, once read */
+	uint64_t seq;
+	uint64_t hash;
+	size_t len;
+	bool arriving;			/* its tensor is still being read */
+	size_t key_len;
+	uint8_t key[];
+};
 
 /*
  * A task of the cluster map.  Workers of a job start in any order, so a
@@ -213,6 +294,17 @@ struct remote_fetch {
 	 */
 	bool reading;
 	tpu_status ended;
+	/*
+	 * The push protocol: its REQ went as REQ_SEEN with this seq (the
+	 * last push seen on its pipe then), so a later push of its key
+	 * answers it.  A fetch whose REQ went otherwise is never answered
+	 * by a push (asked false).
+	 */
+	bool asked_seen;
+	uint64_t seen_seq;
+	/* Its key's hash and length, for a push that comes after its op ended. */
+	uint64_t key_hash;
+	size_t key_len;
 };
 
 struct remote {
@@ -252,6 +344,9 @@ struct remote {
 	pthread_mutex_t lock;		/* everything below, up to the ctx-thread part */
 	struct remote_task *tasks;	/* the cluster map */
 	struct remote_entry **outbox;	/* hash of keys kept here */
+	struct remote_inbox *inbox, **inbox_tail;	/* pushes not taken yet, oldest first */
+	bool push_off;			/* TPU_REMOTE_PUSH=0: never say REMOTE_HELLO_PUSH */
+	unsigned int push_peers;	/* peers with push_ok: a small send tries a push */
 	size_t nbuckets, nentries;
 	uint64_t next_id;
 	unsigned int max_reqs;		/* TPU_REMOTE_MAX_REQS, per peer */
@@ -269,6 +364,7 @@ struct remote {
 	uint64_t backoff_max_ns;
 	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
 	struct tpu__free_list write_free;
+	struct remote_push_stats push_stats;	/* for tests */
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
@@ -331,12 +427,35 @@ struct remote_peer {
 	unsigned int writes;		/* writes in flight */
 	unsigned int nreqs;		/* its REQs waiting in the outbox (under st->lock) */
 	size_t req_bytes;		/* and what they hold */
+	/*
+	 * The push protocol (see REMOTE_HELLO_PUSH).  push_said: we opened
+	 * it and said the flag; push: both ends speak it (REQs go as
+	 * REQ_SEEN); push_ok: the other end asked here in it, so we may push
+	 * here.  seen_seq: the last push that came (we ask here); pushed,
+	 * npushed, pushed_bytes: ours not yet answered by a REQ or a CREDIT
+	 * (we answer here); push_seq: our last push's number.  All ctx
+	 * thread, but inbox_n and inbox_bytes (what the inbox holds of this
+	 * pipe), under st->lock.
+	 */
+	bool push_said;
+	bool push;
+	bool push_ok;
+	uint64_t seen_seq;
+	uint64_t push_seq;
+	struct remote_pushed *pushed, **pushed_tail;
+	unsigned int npushed;
+	size_t pushed_bytes;
+	unsigned int inbox_n;
+	size_t inbox_bytes;
 	/* the message being read */
 	struct remote_hdr cur;
+	struct remote_inbox *cur_inbox;	/* a PUSH's, if the inbox takes it */
 	uint8_t *cur_meta;
 	struct remote_fetch *cur_fetch;
 };
 
+/* The pipe tpu__remote_peer_for() would ask @t on now, without connecting; NULL if none. */
+struct remote_peer *tpu__remote_peer_current(struct remote *st, struct remote_task *t);
 /* The pipe to @t, connected (and HELLO sent) if there is none. */
 struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err);
 /*
@@ -355,6 +474,8 @@ tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pi
 /* For tests: live pipes, and how many of them were accepted (any thread). */
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted);
+/* For tests: the push protocol's counts (see struct remote_push_stats). */
+tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push_stats *out);
 /* For tests: the connect retries of @task (see struct remote_task). */
 struct remote_retry_stats {
 	unsigned int retries;		/* failed connects retried */
@@ -379,6 +500,8 @@ tpu_status tpu__remote_peer_req_check(const struct remote_peer *p, const struct 
 void tpu__remote_peer_send(struct remote_peer *p, const struct remote_hdr *h);
 /* Write a RESP carrying @send's tensor; @send completes with the write. */
 void tpu__remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu__op *send);
+/* Write PUSH @seq carrying @send's tensor; @send completes with the write. */
+void tpu__remote_peer_push(struct remote_peer *p, uint64_t seq, struct tpu__op *send);
 void tpu__remote_peer_ref(struct remote_peer *p);
 void tpu__remote_peer_unref(struct remote_peer *p);
 /* Close the pipe, fail its fetches with @status, drop its REQs. */
@@ -402,6 +525,12 @@ tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op, const s
  * source, @p's claim the destination), answered at once if refused.
  */
 void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
+/* ctx thread: a CREDIT for push @seq came from @p; -EPROTO for one we never made. */
+tpu_status tpu__remote_serve_credit(struct remote_peer *p, uint64_t seq);
+/* ctx thread: @p's other end asked in the push protocol: small sends may go as pushes. */
+void tpu__remote_serve_push_ok(struct remote_peer *p);
+/* ctx thread: forget what @p was pushed (it ends). */
+void tpu__remote_serve_pushed_free(struct remote_peer *p);
 /* ctx thread: @p withdraws REQ @id. */
 void tpu__remote_serve_cancel_req(struct remote *st, struct remote_peer *p, uint64_t id);
 /* Cancel this member's posted sends of @key; returns how many. */
@@ -421,6 +550,27 @@ void tpu__remote_peer_free_lists_init(struct remote *st);
 unsigned long tpu__remote_outbox_hashes(void);
 
 /* ---- fetches (remote_fetch.c) ---- */
+
+/*
+ * ctx thread: a PUSH's descriptor on @p; set where its tensor goes (the
+ * receive its REQ asked for, or a new buffer for the inbox).  -EPROTO for
+ * a push @p may not send us: not ours to ask for there, past the window,
+ * or too long.
+ */
+tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc);
+/* ctx thread: the PUSH is read (@status: the read's). */
+void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
+/* ctx thread: @p ends: what it pushed into the inbox goes. */
+void tpu__remote_inbox_drop_peer(struct remote *st, struct remote_peer *p);
+/* Free the inbox (the last reference is gone; nothing refers to a peer any more). */
+void tpu__remote_inbox_free(struct remote *st);
+/*
+ * Under st->lock: give receive @op the oldest push of its key in the inbox,
+ * if there is one (then true: it completes on the ctx thread).
+ */
+bool tpu__remote_inbox_take(struct remote *st, struct tpu__op *op);
+/* ctx thread: drop the reference that a push's read of @f held. */
+void tpu__remote_fetch_taken(struct remote_fetch *f);
 
 tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct tpu_str src);
 /*

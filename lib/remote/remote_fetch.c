@@ -44,6 +44,34 @@ static struct remote_fetch *fetch_get(struct remote *st)
 	return f;
 }
 
+void tpu__remote_fetch_taken(struct remote_fetch *f)
+{
+	fetch_unref(f);
+}
+
+/*
+ * ctx thread: a push of @f's key waits in the inbox: its op takes that,
+ * and @f, which asked nothing yet, goes (true).  Looked at again here,
+ * not only when the receive was posted: a push that came in between is
+ * answered by no REQ of ours, and would wait there for ever.
+ */
+static bool fetch_from_inbox(struct remote_fetch *f)
+{
+	struct remote *st = f->st;
+	bool taken;
+
+	pthread_mutex_lock(&st->lock);
+	taken = st->inbox && tpu__remote_inbox_take(st, f->op);
+	pthread_mutex_unlock(&st->lock);
+	if (!taken)
+		return false;
+	f->op = NULL;
+	if (f->timer_on)
+		tpu__ctx_timer_cancel(st->pctx, &f->timer);
+	fetch_unref(f);
+	return true;
+}
+
 static void op_end(struct tpu__op *op, tpu_status status, size_t len)
 {
 	tpu__remote_op_done(op, status, len);
@@ -124,10 +152,18 @@ static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
 	f->peer = p;
 	f->next = p->fetches;
 	p->fetches = f;
+	f->key_hash = f->op->key_hash;
+	f->key_len = f->op->key_len;
 	h.key = f->op->key;
 	h.key_len = f->op->key_len;
 	h.len = f->op->tensor.len;
 	f->cap = h.len;
+	if (p->push) {
+		h.type = REMOTE_REQ_SEEN;
+		h.seq = p->seen_seq;
+		f->asked_seen = true;
+		f->seen_seq = p->seen_seq;
+	}
 	tpu__remote_peer_send(p, &h);
 }
 
@@ -151,6 +187,8 @@ void tpu__remote_fetch_unpark(struct remote_task *t, struct remote_peer *p, tpu_
 	while ((f = list)) {
 		list = f->next;
 		f->parked = false;
+		if (fetch_from_inbox(f))
+			continue;
 		if (p && !p->dead) {
 			fetch_ask(f, p);
 			continue;
@@ -183,6 +221,8 @@ static void fetch_start(struct tpu__task *t)
 	struct remote_peer *p = NULL;
 	tpu_status err = 0;
 
+	if (fetch_from_inbox(f))
+		return;
 	pthread_mutex_lock(&st->lock);
 	if (st->aborted || st->closing)
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
@@ -217,6 +257,7 @@ tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct 
 	struct remote_fetch *f = NULL;
 	struct remote_task *t;
 	tpu_status err = 0;
+	bool taken = false;
 
 	pthread_mutex_lock(&st->lock);
 	t = tpu__remote_task_find(st, src.ptr, src.len);
@@ -224,6 +265,8 @@ tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct 
 		err = st->aborted ? st->aborted : TPU_E_CLOSED;
 	else if (!t)
 		err = -EHOSTUNREACH;
+	else if (st->inbox && tpu__remote_inbox_take(st, op))
+		taken = true;
 	else if (!(f = fetch_get(st)))
 		err = -ENOMEM;
 	else
@@ -235,6 +278,8 @@ tpu_status tpu__remote_fetch_recv(struct remote *st, struct tpu__op *op, struct 
 				       st->self, (int)src.len, src.ptr);
 		return err;
 	}
+	if (taken)
+		return 0;
 	f->st = st;
 	tpu__remote_get(st);
 	f->task = t;

@@ -220,6 +220,8 @@ void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 	while (p->fetches)
 		tpu__remote_fetch_end(p->fetches, status);
 	tpu__remote_serve_drop_peer(st, p);
+	tpu__remote_serve_pushed_free(p);
+	tpu__remote_inbox_drop_peer(st, p);
 	if (p->pipe) {
 		tpu_pipe_close(p->pipe);
 		p->pipe = NULL;
@@ -263,7 +265,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 
 static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct tpu__op *send)
 {
-	size_t size = tpu__remote_wire_size(h->key_len);
+	size_t size = tpu__remote_wire_size_of(h->type, h->key_len);
 	struct remote *owner = p->st;	/* the caller holds @p; the compiler cannot tell */
 	struct remote_write *w = write_get(owner, size);
 	tpu_status st = -ENOMEM;
@@ -317,6 +319,14 @@ void tpu__remote_peer_send_tensor(struct remote_peer *p, uint64_t id, struct tpu
 	peer_write(p, &h, send);
 }
 
+void tpu__remote_peer_push(struct remote_peer *p, uint64_t seq, struct tpu__op *send)
+{
+	struct remote_hdr h = { .type = REMOTE_PUSH, .seq = seq, .len = send->tensor.len,
+				.key = send->key, .key_len = send->key_len };
+
+	peer_write(p, &h, send);
+}
+
 void tpu__remote_peers_abort(struct remote *st, tpu_status status)
 {
 	struct remote_hdr h = { .type = REMOTE_ABORT, .status = status };
@@ -330,6 +340,17 @@ void tpu__remote_peers_abort(struct remote *st, tpu_status status)
 
 /* ---- the read loop ---- */
 
+/* The answer to a HELLO that said REMOTE_HELLO_PUSH, on the pipe we accepted. */
+static void hello_push_reply(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+	struct remote_hdr h = { .type = REMOTE_HELLO, .len = REMOTE_HELLO_PUSH,
+				.key = (const uint8_t *)st->self, .key_len = st->self_len };
+
+	p->push = true;
+	tpu__remote_peer_send(p, &h);
+}
+
 static tpu_status on_hello(struct remote_peer *p)
 {
 	struct remote *st = p->st;
@@ -337,7 +358,14 @@ static tpu_status on_hello(struct remote_peer *p)
 	char task[REMOTE_TASK_MAX];
 	struct remote_task *t;
 
-	if (!p->accepted || p->claim || !h->key_len || h->key_len >= sizeof(task))
+	if (!p->accepted) {
+		/* On a pipe we opened, only the answer to our REMOTE_HELLO_PUSH, once. */
+		if (!p->push_said || p->push || !(h->len & REMOTE_HELLO_PUSH))
+			return -EPROTO;
+		p->push = true;
+		return 0;
+	}
+	if (p->claim || !h->key_len || h->key_len >= sizeof(task))
 		return -EPROTO;
 	memcpy(task, h->key, h->key_len);
 	task[h->key_len] = 0;
@@ -371,6 +399,8 @@ static tpu_status on_hello(struct remote_peer *p)
 		tpu__log_debug("remote rendezvous %s: hello from %s, not in the map (served the keys "
 			       "it consumes, not a member)", st->self, task);
 	}
+	if ((h->len & REMOTE_HELLO_PUSH) && p->both_ways && !st->push_off)
+		hello_push_reply(p);
 	return 0;
 }
 
@@ -427,14 +457,19 @@ tpu_status tpu__remote_peer_req_check(const struct remote_peer *p, const struct 
  */
 static tpu_status msg_allowed(const struct remote_peer *p, enum remote_msg type)
 {
-	bool ask = type == REMOTE_REQ || type == REMOTE_CANCEL;
+	bool ask = type == REMOTE_REQ || type == REMOTE_CANCEL || type == REMOTE_REQ_SEEN ||
+		   type == REMOTE_CREDIT;
+	bool answer = type == REMOTE_RESP || type == REMOTE_PUSH;
 
+	/* The push protocol's messages only where both ends said they speak it. */
+	if ((type == REMOTE_REQ_SEEN || type == REMOTE_CREDIT || type == REMOTE_PUSH) && !p->push)
+		return -EPROTO;
 	if (!p->accepted)
-		return type == REMOTE_RESP || type == REMOTE_ABORT || (ask && p->both_ways) ?
-		       0 : -EPROTO;
+		return answer || type == REMOTE_ABORT || type == REMOTE_HELLO ||
+		       (ask && p->both_ways) ? 0 : -EPROTO;
 	if (!p->claim)
 		return type == REMOTE_HELLO ? 0 : -EPROTO;
-	return ask || type == REMOTE_ABORT || (type == REMOTE_RESP && p->both_ways) ? 0 : -EPROTO;
+	return ask || type == REMOTE_ABORT || (answer && p->both_ways) ? 0 : -EPROTO;
 }
 
 static tpu_status dispatch(struct remote_peer *p)
@@ -445,10 +480,20 @@ static tpu_status dispatch(struct remote_peer *p)
 	switch (h->type) {
 	case REMOTE_HELLO:
 		return on_hello(p);
+	case REMOTE_REQ_SEEN:
+		/* It takes pushes here: a small send for it may go without its REQ. */
+		tpu__remote_serve_push_ok(p);
+		if (h->seq > p->push_seq)
+			return -EPROTO;	/* it saw a push we never sent */
+		tpu__remote_serve_req(st, p, h);
+		break;
 	case REMOTE_REQ:
 		tpu__remote_serve_req(st, p, h);
 		break;
+	case REMOTE_CREDIT:
+		return tpu__remote_serve_credit(p, h->seq);
 	case REMOTE_RESP:
+	case REMOTE_PUSH:
 		break;	/* read_done delivered it */
 	case REMOTE_CANCEL:
 		tpu__remote_serve_cancel_req(st, p, h->id);
@@ -476,6 +521,8 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 	/* A tensor that arrived is delivered even if the pipe ended meanwhile. */
 	if (p->cur.type == REMOTE_RESP)
 		tpu__remote_fetch_resp_done(p, status, msg);
+	else if (p->cur.type == REMOTE_PUSH)
+		tpu__remote_fetch_push_done(p, status, msg);
 	if (status)
 		tpu__remote_peer_end(p, pipe_error(p->st));
 	else if (!p->dead && (status = dispatch(p)) != 0)
@@ -496,6 +543,7 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 	if (!st && !p->dead) {
 		st = tpu__remote_wire_get(desc->metadata, desc->metadata_len, &p->cur);
 		p->cur_fetch = NULL;
+		p->cur_inbox = NULL;
 		/* Before anything is made for it: an answer we did not ask this pipe for is refused. */
 		if (!st)
 			st = msg_allowed(p, p->cur.type);
@@ -503,13 +551,17 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 			peer_established(p);
 		if (!st && p->cur.type == REMOTE_RESP)
 			st = tpu__remote_fetch_resp_desc(p, desc);
+		else if (!st && p->cur.type == REMOTE_PUSH)
+			st = tpu__remote_fetch_push_desc(p, desc);
 		else if (!st && desc->ntensors)
 			st = -EPROTO;
 		if (!st && p->pipe)
 			st = tpu_pipe_read(p->pipe, desc, read_done, p);
 		if (!st)
 			return;	/* the read loop's reference goes with the read */
-		if (p->cur_fetch)
+		if (p->cur.type == REMOTE_PUSH)
+			tpu__remote_fetch_push_done(p, st ? st : -EPROTO, NULL);
+		else if (p->cur_fetch)
 			tpu__remote_fetch_resp_done(p, st, NULL);	/* no read: let its fetch go */
 		if (st == -EPROTO)
 			tpu__log_debug("remote rendezvous %s: a peer sent what is no message of ours",
@@ -538,6 +590,7 @@ static struct remote_peer *peer_new(struct remote *st, struct tpu_pipe *pipe)
 	tpu__remote_get(st);
 	p->pipe = pipe;
 	p->refs = 1;	/* st->peers' */
+	p->pushed_tail = &p->pushed;
 	p->next = st->peers;
 	st->peers = p;
 	return p;
@@ -561,21 +614,32 @@ void tpu__remote_peer_settle(struct remote_task *t)
 {
 	struct remote_peer *p = t->peer;
 	struct remote *st = t->st;
-	unsigned int nreqs;
+	unsigned int nreqs, held;
 
 	if (!p || p->dead || p->fetches || p->writes || st->destroyed || !inbound_both_ways(t) ||
 	    !inbound_wins(st, t))
 		return;
 	pthread_mutex_lock(&st->lock);
 	nreqs = p->nreqs;
+	/* Pushes it brought wait in the inbox: they go with it. */
+	held = p->inbox_n;
 	pthread_mutex_unlock(&st->lock);
-	if (nreqs)
+	if (nreqs || held || p->npushed)
 		return;	/* asked on it before the other end saw ours win: answer first */
 	tpu__log_debug("remote rendezvous %s: %s opened a pipe to us too; closing ours", st->self,
 		       t->task);
 	/* Not a death: the task stays reachable on the winner. */
 	t->peer = NULL;
 	tpu__remote_peer_end(p, TPU_E_CLOSED);
+}
+
+struct remote_peer *tpu__remote_peer_current(struct remote *st, struct remote_task *t)
+{
+	struct remote_peer *in = st->one_pipe ? inbound_both_ways(t) : NULL;
+
+	if (in && (!t->peer || t->peer->dead || inbound_wins(st, t)))
+		return in;
+	return t->peer && !t->peer->dead ? t->peer : NULL;
 }
 
 struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *t, tpu_status *err)
@@ -614,6 +678,10 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
 		p->claim_len = strlen(t->task);
 		p->both_ways = true;
 		h.len = REMOTE_HELLO_BOTH_WAYS;
+	}
+	if (st->one_pipe && !st->push_off) {
+		p->push_said = true;
+		h.len |= REMOTE_HELLO_PUSH;
 	}
 	tpu__log_debug("remote rendezvous %s: connecting to %s at %s", st->self, t->task, t->url);
 	h.key = (const uint8_t *)st->self;

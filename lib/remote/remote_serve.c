@@ -222,18 +222,164 @@ static void answer(struct remote *st, struct remote_req *list)
 	}
 }
 
+/* ---- pushes (the push protocol, REMOTE_HELLO_PUSH in remote.h) ---- */
+
+/* Whether @len bytes may go as a PUSH at all. */
+static bool push_size(size_t len)
+{
+	return len <= REMOTE_PUSH_MAX;
+}
+
+/*
+ * ctx thread, under st->lock: the pipe on which @e's consumer, a member,
+ * asks us (the one we would ask it on: of two, the one that stays), if
+ * it asked there in the push protocol and its window has room for @len
+ * more bytes.
+ */
+static struct remote_peer *push_pipe(struct remote *st, const struct remote_entry *e, size_t len)
+{
+	struct remote_task *t = tpu__remote_task_find(st, (const char *)e->key + e->dst_off,
+						      e->dst_len);
+	struct remote_peer *p = t ? tpu__remote_peer_current(st, t) : NULL;
+
+	if (p && p->push_ok && p->pipe && p->claim && entry_for_peer(e, p) &&
+	    p->npushed < REMOTE_PUSH_WINDOW && p->pushed_bytes + len <= REMOTE_PUSH_WINDOW_BYTES)
+		return p;
+	return NULL;
+}
+
+static void pushed_unlink(struct remote_peer *p, struct remote_pushed **pp)
+{
+	struct remote_pushed *r = *pp;
+
+	*pp = r->next;
+	if (!*pp)
+		p->pushed_tail = pp;
+	p->npushed--;
+	p->pushed_bytes -= r->len;
+	free(r);
+}
+
+/*
+ * ctx thread: REQ_SEEN @h of @p is the one our push of its key answered
+ * (the oldest such push made after the last push it had seen): dropped.
+ */
+static bool pushed_answers(struct remote_peer *p, const struct remote_hdr *h, uint64_t hash)
+{
+	struct remote_pushed **pp;
+
+	for (pp = &p->pushed; *pp; pp = &(*pp)->next) {
+		const struct remote_pushed *r = *pp;
+
+		if (r->seq > h->seq && r->hash == hash && r->key_len == h->key_len &&
+		    !memcmp(r->key, h->key, h->key_len)) {
+			pushed_unlink(p, pp);
+			p->st->push_stats.reqs_dropped++;
+			return true;
+		}
+	}
+	return false;
+}
+
+tpu_status tpu__remote_serve_credit(struct remote_peer *p, uint64_t seq)
+{
+	struct remote_pushed **pp;
+
+	for (pp = &p->pushed; *pp; pp = &(*pp)->next) {
+		if ((*pp)->seq == seq) {
+			pushed_unlink(p, pp);
+			p->st->push_stats.credits++;
+			return 0;
+		}
+	}
+	tpu__log_debug("remote rendezvous %s: a credit for push %llu, which is not out: refused",
+		       p->st->self, (unsigned long long)seq);
+	return -EPROTO;
+}
+
+void tpu__remote_serve_pushed_free(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+
+	while (p->pushed)
+		pushed_unlink(p, &p->pushed);
+	if (p->push_ok) {
+		p->push_ok = false;
+		pthread_mutex_lock(&st->lock);
+		st->push_peers--;
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
+void tpu__remote_serve_push_ok(struct remote_peer *p)
+{
+	struct remote *st = p->st;
+
+	if (p->push_ok || st->push_off || p->dead)
+		return;
+	p->push_ok = true;
+	pthread_mutex_lock(&st->lock);
+	st->push_peers++;
+	pthread_mutex_unlock(&st->lock);
+}
+
+/*
+ * Under st->lock: push @e's send if a pipe of its consumer's takes it;
+ * the pipe and the record in *@to and *@rec (the caller writes it).
+ */
+static struct tpu__op *push_take(struct remote *st, struct remote_entry *e,
+				 struct remote_peer **to, struct remote_pushed **rec)
+{
+	struct tpu__op *op = e->send;
+	struct remote_peer *p;
+	struct remote_pushed *r;
+
+	if (!op || e->reqs || !push_size(op->tensor.len) || st->aborted || st->closing)
+		return NULL;
+	p = push_pipe(st, e, op->tensor.len);
+	if (!p)
+		return NULL;
+	r = malloc(sizeof(*r) + e->key_len);
+	if (!r)
+		return NULL;
+	r->next = NULL;
+	r->seq = ++p->push_seq;
+	r->hash = e->hash;
+	r->len = op->tensor.len;
+	r->key_len = e->key_len;
+	memcpy(r->key, e->key, e->key_len);
+	if (!p->pushed_tail)
+		p->pushed_tail = &p->pushed;
+	*p->pushed_tail = r;
+	p->pushed_tail = &r->next;
+	p->npushed++;
+	p->pushed_bytes += r->len;
+	e->send = NULL;
+	*to = p;
+	*rec = r;
+	return op;
+}
+
 static void serve_task(struct tpu__task *t)
 {
 	struct remote_entry *e = tpu__container_of(t, struct remote_entry, serve);
 	struct remote *st = e->st;
 	struct remote_req *out = NULL;
+	struct remote_pushed *rec = NULL;
+	struct remote_peer *to = NULL;
+	struct tpu__op *push;
 
 	pthread_mutex_lock(&st->lock);
 	e->serve_queued = false;
 	serve_entry(e, &out);
+	push = push_take(st, e, &to, &rec);
 	entry_drop_if_empty(st, e);
 	pthread_mutex_unlock(&st->lock);
 	answer(st, out);
+	if (push) {
+		st->push_stats.pushed++;
+		tpu__remote_peer_push(to, rec->seq, push);
+	}
 	tpu__remote_put(st);
 }
 
@@ -267,8 +413,11 @@ tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op, const s
 		goto out;
 	}
 	e->send = op;
-	/* A REQ came first: answer it on the context thread, which owns the pipes. */
-	if (e->reqs && !e->serve_queued) {
+	/*
+	 * A REQ came first: answer it on the context thread, which owns the
+	 * pipes; or a small one may go there as a push.
+	 */
+	if ((e->reqs || (st->push_peers && push_size(op->tensor.len))) && !e->serve_queued) {
 		e->serve_queued = true;
 		tpu__remote_get(st);
 		tpu__remote_defer(st, &e->serve);
@@ -299,6 +448,9 @@ void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struc
 		return;
 	}
 	hash = key_hash(h->key, h->key_len);
+	/* Answered by a push already: its receiver took that, and waits for nothing more. */
+	if (h->type == REMOTE_REQ_SEEN && p->pushed && pushed_answers(p, h, hash))
+		return;
 	pthread_mutex_lock(&st->lock);
 	/*
 	 * An entry for these very bytes was made by a parse (of its send or

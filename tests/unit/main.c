@@ -63,6 +63,7 @@ static const struct {
 	{ "remote_wake", test_remote_wake },
 	{ "remote_cost", test_remote_cost },
 	{ "remote_onepipe", test_remote_onepipe },
+	{ "remote_push", test_remote_push },
 	{ "world", test_world },
 	{ "world_coll", test_world_coll },
 	{ "world_store", test_world_store },

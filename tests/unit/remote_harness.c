@@ -162,9 +162,14 @@ static void att_read(void *arg, tpu_status st, struct tpu_message *m)
 
 static void att_written(void *arg, tpu_status st, struct tpu_message *m)
 {
-	(void)arg;
+	struct rh_att *a = arg;
+
 	(void)st;
 	(void)m;
+	pthread_mutex_lock(&a->lock);
+	a->nwritten++;
+	pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
 }
 
 bool rh_att_open(struct rh_att *a, const char *url, const char *secret)
@@ -187,22 +192,38 @@ void rh_att_close(struct rh_att *a)
 	pthread_cond_destroy(&a->cond);
 }
 
-void rh_att_send(struct rh_att *a, enum remote_msg type, uint64_t id, tpu_status status,
-		 uint64_t len, const char *key, const void *data)
+static void att_send(struct rh_att *a, enum remote_msg type, uint64_t id, tpu_status status,
+		     uint64_t seq, uint64_t len, const char *key, const void *data)
 {
-	struct remote_hdr h = { .type = type, .id = id, .status = status, .len = len,
+	struct remote_hdr h = { .type = type, .id = id, .status = status, .seq = seq, .len = len,
 				.key = (const uint8_t *)key, .key_len = key ? strlen(key) : 0 };
-	int i = a->slot++ % 8;
+	int i = a->slot % 8;
 
+	/* A slot is written again only once its last write is done. */
+	if (a->slot >= 8)
+		count_wait(&a->lock, &a->cond, &a->nwritten, a->slot - 7, 5000);
+	a->slot++;
 	tpu__remote_wire_put(&h, a->out_meta[i]);
 	a->out[i] = (struct tpu_message){ .metadata = a->out_meta[i],
-					  .metadata_len = tpu__remote_wire_size(h.key_len) };
+					  .metadata_len = tpu__remote_wire_size_of(type, h.key_len) };
 	if (data) {
 		a->out_t[i] = (struct tpu_message_tensor){ .data = (void *)data, .len = len };
 		a->out[i].tensors = &a->out_t[i];
 		a->out[i].ntensors = 1;
 	}
-	tpu_pipe_write(a->p, &a->out[i], att_written, NULL);
+	tpu_pipe_write(a->p, &a->out[i], att_written, a);
+}
+
+void rh_att_send(struct rh_att *a, enum remote_msg type, uint64_t id, tpu_status status,
+		 uint64_t len, const char *key, const void *data)
+{
+	att_send(a, type, id, status, 0, len, key, data);
+}
+
+void rh_att_send_seq(struct rh_att *a, enum remote_msg type, uint64_t id, uint64_t seq,
+		     uint64_t len, const char *key, const void *data)
+{
+	att_send(a, type, id, 0, seq, len, key, data);
 }
 
 tpu_status rh_att_next(struct rh_att *a, struct remote_hdr *h, void *buf, size_t cap, int ms)

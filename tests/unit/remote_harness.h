@@ -102,6 +102,7 @@ struct rh_att {
 	struct tpu_message out[8];
 	struct tpu_message_tensor out_t[8];
 	int slot;
+	int nwritten;		/* of those, the writes done */
 };
 
 /*
@@ -114,6 +115,9 @@ void rh_att_close(struct rh_att *a);
 /* Write one message of the wire format: header fields, a tensor of @len bytes if @data. */
 void rh_att_send(struct rh_att *a, enum remote_msg type, uint64_t id, tpu_status status,
 		 uint64_t len, const char *key, const void *data);
+/* The same with the push protocol's @seq (PUSH, CREDIT, REQ_SEEN); no status. */
+void rh_att_send_seq(struct rh_att *a, enum remote_msg type, uint64_t id, uint64_t seq,
+		     uint64_t len, const char *key, const void *data);
 /*
  * The next message the worker sends on @a, within @ms: 0 and its header in
  * @h, -ETIMEDOUT, or the pipe's error (the worker closed it).  A tensor is

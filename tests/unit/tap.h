@@ -121,6 +121,7 @@ void test_store(void);
 void test_auth(void);
 void test_remote_authz(void);
 void test_remote_onepipe(void);
+void test_remote_push(void);
 void test_remote_wake(void);
 void test_remote_cost(void);
 void test_world(void);

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * The receiving side of the push protocol (REMOTE_HELLO_PUSH in remote.h).
+ * A PUSH answers the oldest REQ_SEEN of its key that was asked on its pipe
+ * before it came, as its pusher decides too; with none, it waits in the
+ * inbox for a receive, which takes it without a REQ and sends a CREDIT
+ * back.  Context thread, but for the inbox list and each pipe's counts
+ * (st->lock), which a receive looks at on its caller's thread first.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote.h"
+
+static uint8_t no_bytes[1];
+
+/* The task we ask on @p: the only one whose pushes it may carry. */
+static struct remote_task *push_source(const struct remote_peer *p)
+{
+	if (!p->accepted)
+		return p->task;
+	return p->both_ways ? p->member : NULL;
+}
+
+/* Whether @f asked for @key (by its hash and length once its op ended). */
+static bool fetch_wants(const struct remote_fetch *f, const uint8_t *key, size_t len,
+			uint64_t hash)
+{
+	if (f->op)
+		return f->op->key_len == len && !memcmp(f->op->key, key, len);
+	return f->key_hash == hash && f->key_len == len;
+}
+
+/* The oldest fetch on @p whose REQ_SEEN a push of @key answers. */
+static struct remote_fetch *push_answers(struct remote_peer *p, const uint8_t *key, size_t len,
+					 uint64_t hash)
+{
+	struct remote_fetch *f, *oldest = NULL;
+
+	/* Newest first: the last one found is the oldest. */
+	for (f = p->fetches; f; f = f->next)
+		if (f->asked_seen && !f->reading && fetch_wants(f, key, len, hash))
+			oldest = f;
+	return oldest;
+}
+
+tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc)
+{
+	struct remote *st = p->st;
+	const struct remote_hdr *h = &p->cur;
+	struct remote_task *src = push_source(p);
+	struct tpu_message_tensor *t;
+	struct remote_fetch *f;
+	struct remote_inbox *e;
+	struct tpu_str ks, kd;
+	uint64_t hash;
+
+	/* Numbered one by one on its pipe: the count both sides keep of the window. */
+	if (!src || desc->ntensors != 1 || !h->key_len || h->seq != p->seen_seq + 1)
+		return -EPROTO;
+	t = &desc->tensors[0];
+	if (t->len != h->len || t->len > REMOTE_PUSH_MAX)
+		return -EPROTO;
+	p->seen_seq = h->seq;
+	hash = tpu__rdv_key_hash(h->key, h->key_len);
+	f = push_answers(p, h->key, h->key_len, hash);
+	if (f) {
+		st->push_stats.answered++;
+		p->cur_fetch = f;
+		f->reading = true;
+		f->refs++;
+		if (f->op && f->op->kind == TPU__OP_RECV && t->len <= f->cap) {
+			t->data = t->len ? f->op->tensor.data : no_bytes;
+			return 0;
+		}
+		/* recv_buffer; or too long, or its op ended: read, then dropped */
+		t->data = NULL;
+		t->flags = TPU_TENSOR_WANT_BUFFER;
+		return 0;
+	}
+	/* Nobody asked here yet: the inbox, for a key of its task's to us, within the window. */
+	if (!tpu__remote_key_tasks(h->key, h->key_len, &ks, &kd) ||
+	    ks.len != strlen(src->task) || memcmp(ks.ptr, src->task, ks.len) ||
+	    !tpu__remote_is_self(st, kd)) {
+		tpu__log_debug("remote rendezvous %s: refusing a push of a key %s does not send us",
+			       st->self, src->task);
+		return -EPROTO;
+	}
+	e = calloc(1, sizeof(*e) + h->key_len);
+	if (!e)
+		return -ENOMEM;
+	pthread_mutex_lock(&st->lock);
+	if (p->inbox_n >= REMOTE_PUSH_WINDOW ||
+	    p->inbox_bytes + t->len > REMOTE_PUSH_WINDOW_BYTES) {
+		pthread_mutex_unlock(&st->lock);
+		free(e);
+		tpu__log_debug("remote rendezvous %s: %s pushed past its window (%u pushes, %zu bytes "
+			       "held)", st->self, src->task, p->inbox_n, p->inbox_bytes);
+		return -EPROTO;
+	}
+	p->inbox_n++;
+	p->inbox_bytes += t->len;
+	e->st = st;
+	e->peer = p;
+	e->seq = h->seq;
+	e->hash = hash;
+	e->len = t->len;
+	e->arriving = true;
+	e->key_len = h->key_len;
+	memcpy(e->key, h->key, h->key_len);
+	*st->inbox_tail = e;
+	st->inbox_tail = &e->next;
+	pthread_mutex_unlock(&st->lock);
+	tpu__remote_peer_ref(p);
+	st->push_stats.inboxed++;
+	p->cur_inbox = e;
+	/* A buffer even for 0 bytes (the pipe makes one of 1), as recv_buffer gets from a RESP. */
+	t->data = NULL;
+	t->flags = TPU_TENSOR_WANT_BUFFER;
+	return 0;
+}
+
+/* Under st->lock: take @e out of the inbox. */
+static void inbox_unlink(struct remote *st, struct remote_inbox *e)
+{
+	struct remote_inbox **pp;
+
+	for (pp = &st->inbox; *pp; pp = &(*pp)->next) {
+		if (*pp == e) {
+			*pp = e->next;
+			if (!*pp)
+				st->inbox_tail = pp;
+			e->next = NULL;
+			return;
+		}
+	}
+}
+
+/* ctx thread: @e leaves this pipe's window (a CREDIT says so if the pipe lives), and is freed. */
+static void inbox_release(struct remote_inbox *e)
+{
+	struct remote *st = e->st;
+	struct remote_peer *p = e->peer;
+	struct remote_hdr h = { .type = REMOTE_CREDIT, .seq = e->seq };
+
+	pthread_mutex_lock(&st->lock);
+	p->inbox_n--;
+	p->inbox_bytes -= e->len;
+	pthread_mutex_unlock(&st->lock);
+	if (!p->dead && p->pipe)
+		tpu__remote_peer_send(p, &h);
+	tpu_buffer_free(e->buf);
+	tpu__remote_peer_unref(p);
+	free(e);
+}
+
+/* Complete receive @op with @len bytes of @buf (handed over or freed). */
+static void deliver(struct tpu__op *op, struct tpu_buffer *buf, size_t len)
+{
+	if (op->kind == TPU__OP_RECV) {
+		if (len)
+			memcpy(op->tensor.data, tpu_buffer_data(buf), len);
+		tpu_buffer_free(buf);
+	} else {
+		op->out_buffer = buf;
+	}
+	tpu__remote_op_done(op, 0, len);
+}
+
+/* ctx thread: give @e to the receive that took it. */
+static void inbox_give(struct remote_inbox *e)
+{
+	struct remote *st = e->st;
+	struct tpu__op *op = e->op;
+
+	e->op = NULL;
+	if (e->len > op->tensor.len) {
+		/* As a REQ too small is answered: the tensor stays for another receive. */
+		tpu__remote_op_done(op, -EMSGSIZE, e->len);
+		if (!e->peer->dead) {
+			pthread_mutex_lock(&st->lock);
+			e->next = st->inbox;
+			st->inbox = e;
+			if (!e->next)
+				st->inbox_tail = &e->next;
+			pthread_mutex_unlock(&st->lock);
+			return;
+		}
+	} else {
+		deliver(op, e->buf, e->len);
+		e->buf = NULL;
+	}
+	inbox_release(e);
+}
+
+static void inbox_take_run(struct tpu__task *t)
+{
+	struct remote_inbox *e = tpu__container_of(t, struct remote_inbox, take);
+	struct remote *st = e->st;
+
+	inbox_give(e);
+	tpu__remote_put(st);
+}
+
+bool tpu__remote_inbox_take(struct remote *st, struct tpu__op *op)
+{
+	struct remote_inbox *e;
+
+	for (e = st->inbox; e; e = e->next)
+		if (e->hash == op->key_hash && e->key_len == op->key_len &&
+		    !memcmp(e->key, op->key, e->key_len))
+			break;
+	if (!e)
+		return false;
+	inbox_unlink(st, e);
+	e->op = op;
+	/* One still being read is given when it is in. */
+	if (!e->arriving) {
+		e->take.fn = inbox_take_run;
+		tpu__remote_get(st);
+		tpu__remote_defer(st, &e->take);
+	}
+	return true;
+}
+
+/*
+ * A fetch on another pipe of @p's task that asked for @e's key (two pipes
+ * to one task, for a moment): it can only be answered by a send of that
+ * key, which this push was.
+ */
+static struct remote_fetch *other_pipe_fetch(struct remote_peer *p, const struct remote_inbox *e)
+{
+	struct remote_task *t = push_source(p);
+	struct remote_peer *q;
+	struct remote_fetch *f;
+
+	for (q = p->st->peers; q; q = q->next) {
+		if (q == p || q->dead || push_source(q) != t)
+			continue;
+		for (f = q->fetches; f; f = f->next)
+			if (f->op && !f->reading && e->len <= f->cap && fetch_wants(f, e->key, e->key_len, e->hash))
+				return f;
+	}
+	return NULL;
+}
+
+/* ctx thread: @e's tensor is in (@buf); give it, or leave it in the inbox. */
+static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_status status,
+			  struct tpu_buffer *buf)
+{
+	struct remote *st = p->st;
+	struct remote_hdr cancel = { .type = REMOTE_CANCEL };
+	struct remote_fetch *f;
+	struct tpu__op *op;
+
+	pthread_mutex_lock(&st->lock);
+	e->arriving = false;
+	e->buf = buf;
+	op = e->op;
+	if ((status || p->dead) && !op)
+		inbox_unlink(st, e);
+	pthread_mutex_unlock(&st->lock);
+	if (status || (p->dead && !op)) {
+		if (op) {
+			e->op = NULL;
+			tpu__remote_op_done(op, st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE, 0);
+		}
+		inbox_release(e);
+		return;
+	}
+	if (op) {
+		inbox_give(e);
+		return;
+	}
+	f = other_pipe_fetch(p, e);
+	if (!f)
+		return;
+	/* Given to that receive; its REQ is withdrawn, and the answer to it dropped. */
+	pthread_mutex_lock(&st->lock);
+	inbox_unlink(st, e);
+	pthread_mutex_unlock(&st->lock);
+	op = f->op;
+	f->op = NULL;
+	deliver(op, e->buf, e->len);
+	e->buf = NULL;
+	if (!f->cancel_sent) {
+		f->cancel_sent = true;
+		cancel.id = f->id;
+		tpu__remote_peer_send(f->peer, &cancel);
+	}
+	inbox_release(e);
+}
+
+void tpu__remote_inbox_drop_peer(struct remote *st, struct remote_peer *p)
+{
+	struct remote_inbox **pp, *e, *gone = NULL;
+
+	pthread_mutex_lock(&st->lock);
+	for (pp = &st->inbox; (e = *pp);) {
+		/* One still being read goes when its read ends (inbox_arrived). */
+		if (e->peer != p || e->arriving) {
+			pp = &e->next;
+			continue;
+		}
+		*pp = e->next;
+		e->next = gone;
+		gone = e;
+	}
+	st->inbox_tail = &st->inbox;
+	while (*st->inbox_tail)
+		st->inbox_tail = &(*st->inbox_tail)->next;
+	pthread_mutex_unlock(&st->lock);
+	while ((e = gone)) {
+		gone = e->next;
+		inbox_release(e);
+	}
+}
+
+void tpu__remote_inbox_free(struct remote *st)
+{
+	struct remote_inbox *e;
+
+	while ((e = st->inbox)) {
+		st->inbox = e->next;
+		tpu_buffer_free(e->buf);
+		free(e);
+	}
+	st->inbox_tail = &st->inbox;
+}
+
+/* ctx thread: a push answered fetch @f, or came after its op ended (then dropped). */
+static void push_to_fetch(struct remote_peer *p, struct remote_fetch *f, tpu_status status,
+			  struct tpu_buffer *buf)
+{
+	struct tpu__op *op = f->op;
+	size_t len = p->cur.len;
+	tpu_status res = 0;
+
+	f->reading = false;
+	if (!op) {
+		tpu_buffer_free(buf);
+	} else {
+		if (status) {
+			res = f->ended ? f->ended : p->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+			len = 0;
+		} else if (len > f->cap) {
+			/* Its REQ is answered by this push: the tensor is not kept. */
+			res = -EMSGSIZE;
+		} else if (op->kind == TPU__OP_RECV_BUFFER) {
+			op->out_buffer = buf;
+			buf = NULL;
+		}
+		tpu_buffer_free(buf);
+		tpu__remote_op_done(op, res, len);
+		f->op = NULL;
+	}
+	if (f->peer == p)
+		tpu__remote_fetch_end(f, 0);
+	tpu__remote_fetch_taken(f);
+}
+
+void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg)
+{
+	struct remote_fetch *f = p->cur_fetch;
+	struct remote_inbox *e = p->cur_inbox;
+	struct tpu_buffer *buf = NULL;
+
+	p->cur_fetch = NULL;
+	p->cur_inbox = NULL;
+	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
+		buf = msg->tensors[0].buffer;
+	if (f)
+		push_to_fetch(p, f, status, buf);
+	else if (e)
+		inbox_arrived(p, e, status, buf);
+	else
+		tpu_buffer_free(buf);
+}
