@@ -416,6 +416,34 @@ static void stand_down(struct remote *st)
 	tpu__ctx_lend_end(st->pctx, false);
 }
 
+static void flush_run(struct tpu__task *t)
+{
+	struct remote *st = tpu__container_of(t, struct remote, flush_task);
+
+	atomic_store(&st->flush_queued, false);
+	tpu__remote_withheld_flush(st);
+	tpu__remote_put(st);
+}
+
+/*
+ * A waiter about to sleep: the REQs held back while it spun go now (on
+ * this thread if it is lent to pctx, else pctx's thread is asked to).
+ */
+static void withheld_go(struct remote *st)
+{
+	if (!atomic_load_explicit(&st->nwithheld, memory_order_relaxed))
+		return;
+	if (lent_to == st) {
+		tpu__remote_withheld_flush(st);
+		return;
+	}
+	if (atomic_exchange(&st->flush_queued, true))
+		return;
+	st->flush_task.fn = flush_run;
+	tpu__remote_get(st);
+	tpu__ctx_defer(st->pctx, &st->flush_task);
+}
+
 static void r_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t deadline_ns)
 {
 	struct remote *st = rdv->impl_state;
@@ -424,6 +452,8 @@ static void r_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t de
 
 	if (!st)
 		return;
+	if (!atomic_load(&st->hooks_off))
+		withheld_go(st);
 	if (lent_to == st && atomic_load(&st->hooks_off))
 		stand_down(st);
 	if (lent_to == st) {
@@ -451,17 +481,21 @@ static void r_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t de
 }
 
 /* A sleeping waiter's word posted by another thread. */
-static void r_wait_kick(struct tpu_rendezvous *rdv)
+void tpu__remote_waiters_kick(struct remote *st)
 {
-	struct remote *st = rdv->impl_state;
-
-	if (!st)
-		return;
 	atomic_fetch_add(&st->kick_seq, 1);
 	if (atomic_load(&st->word_sleepers))
 		syscall(SYS_futex, &st->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	if (atomic_load(&st->lend_asleep))
 		tpu__ctx_lend_wake(st->pctx);
+}
+
+static void r_wait_kick(struct tpu_rendezvous *rdv)
+{
+	struct remote *st = rdv->impl_state;
+
+	if (st)
+		tpu__remote_waiters_kick(st);
 }
 
 static void local_send_done(void *arg, tpu_status status)
@@ -807,6 +841,8 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
 						  1u << 20);
 	st->push_off = !tpu__env_u64("TPU_REMOTE_PUSH", 1, 0, 1);
+	atomic_init(&st->nwithheld, 0);
+	atomic_init(&st->flush_queued, false);
 	st->inbox_tail = &st->inbox;
 	/* The pipes' own context, restricted as the user's is. */
 	po.dev_path = tpu__ctx_dev_path(ctx);

@@ -105,6 +105,20 @@ enum remote_msg {
 #define REMOTE_PUSH_MAX			(64u << 10)
 #define REMOTE_PUSH_WINDOW		64u
 #define REMOTE_PUSH_WINDOW_BYTES	(1u << 20)
+/*
+ * A blocking receive (recv_wait) of at most REMOTE_PUSH_MAX bytes, on a
+ * pipe that has carried a push already (its other end pushes to us),
+ * holds its REQ back while its waiter spins, since the push likely comes
+ * first: it is *withheld*, and a push of its key answers it as one that
+ * found no REQ (so a CREDIT is owed).  Before any waiter of the
+ * rendezvous sleeps, every REQ withheld goes (REQ_SEEN, as if just
+ * posted): a send that was not pushed (its window was full, say) is
+ * asked for as before, and no waiter sleeps on a REQ never sent.
+ * Credits owed go in batches of REMOTE_CREDIT_BATCH (one CREDIT carries
+ * them: the first in seq, the others in the key's bytes, 8 each), before
+ * a REQ_SEEN on their pipe, or with those withheld REQs.
+ */
+#define REMOTE_CREDIT_BATCH		16u
 
 struct remote_hdr {
 	enum remote_msg type;
@@ -137,6 +151,9 @@ struct remote_push_stats {
 	unsigned long credits;		/* CREDITs taken */
 	unsigned long answered;		/* pushes that answered a REQ of ours */
 	unsigned long inboxed;		/* pushes that waited in the inbox */
+	unsigned long withheld;		/* receives that held their REQ back */
+	unsigned long swept;		/* of those, asked after all (a waiter slept) */
+	unsigned long credit_msgs;	/* CREDIT messages written */
 };
 
 /*
@@ -302,6 +319,7 @@ struct remote_fetch {
 	 */
 	bool asked_seen;
 	uint64_t seen_seq;
+	bool withheld;			/* listed on its peer, its REQ held back (ctx thread) */
 	/* Its key's hash and length, for a push that comes after its op ended. */
 	uint64_t key_hash;
 	size_t key_len;
@@ -365,6 +383,9 @@ struct remote {
 	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
 	struct tpu__free_list write_free;
 	struct remote_push_stats push_stats;	/* for tests */
+	atomic_uint nwithheld;		/* fetches withheld, every peer (changed on the ctx thread) */
+	struct tpu__task flush_task;	/* a sleeping waiter's tpu__remote_withheld_flush */
+	atomic_bool flush_queued;
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
@@ -382,6 +403,11 @@ void tpu__remote_defer(struct remote *st, struct tpu__task *t);
 /* Complete @op (no lock held): a direct one is finished here. */
 void tpu__remote_op_done(struct tpu__op *op, tpu_status status, size_t len);
 
+/*
+ * Wake the waiters asleep in r_wait_sleep, so that each looks again (and
+ * sends the REQs withheld since it went to sleep).
+ */
+void tpu__remote_waiters_kick(struct remote *st);
 void tpu__remote_get(struct remote *st);
 void tpu__remote_put(struct remote *st);
 /* The task part of @key's source or destination device; false if it is no TF key. */
@@ -447,6 +473,9 @@ struct remote_peer {
 	size_t pushed_bytes;
 	unsigned int inbox_n;
 	size_t inbox_bytes;
+	uint64_t credit_due[REMOTE_CREDIT_BATCH];	/* owed, not written yet (ctx thread) */
+	unsigned int ncredit_due;
+	bool cur_owes;			/* the PUSH being read answers a withheld fetch */
 	/* the message being read */
 	struct remote_hdr cur;
 	struct remote_inbox *cur_inbox;	/* a PUSH's, if the inbox takes it */
@@ -525,8 +554,8 @@ tpu_status tpu__remote_serve_send(struct remote *st, struct tpu__op *op, const s
  * source, @p's claim the destination), answered at once if refused.
  */
 void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struct remote_hdr *h);
-/* ctx thread: a CREDIT for push @seq came from @p; -EPROTO for one we never made. */
-tpu_status tpu__remote_serve_credit(struct remote_peer *p, uint64_t seq);
+/* ctx thread: CREDIT @h came from @p; -EPROTO for a push we never made (or not out). */
+tpu_status tpu__remote_serve_credit(struct remote_peer *p, const struct remote_hdr *h);
 /* ctx thread: @p's other end asked in the push protocol: small sends may go as pushes. */
 void tpu__remote_serve_push_ok(struct remote_peer *p);
 /* ctx thread: forget what @p was pushed (it ends). */
@@ -560,6 +589,12 @@ unsigned long tpu__remote_outbox_hashes(void);
 tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc);
 /* ctx thread: the PUSH is read (@status: the read's). */
 void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
+/* ctx thread: a CREDIT for push @seq is owed on @p (written at once if @now, else batched). */
+void tpu__remote_credit_owe(struct remote_peer *p, uint64_t seq, bool now);
+/* ctx thread: write the credits owed on @p. */
+void tpu__remote_credit_flush(struct remote_peer *p);
+/* ctx thread: send every REQ withheld, and the credits owed (a waiter goes to sleep). */
+void tpu__remote_withheld_flush(struct remote *st);
 /* ctx thread: @p ends: what it pushed into the inbox goes. */
 void tpu__remote_inbox_drop_peer(struct remote *st, struct remote_peer *p);
 /* Free the inbox (the last reference is gone; nothing refers to a peer any more). */

@@ -95,6 +95,10 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	struct remote_peer *p = f->peer;
 	struct remote_fetch **pp;
 
+	if (f->withheld) {
+		f->withheld = false;
+		atomic_fetch_sub_explicit(&f->st->nwithheld, 1, memory_order_relaxed);
+	}
 	if (f->op && f->reading) {
 		/* The pipe writes into the op's memory: resp_done completes it. */
 		if (!f->ended)
@@ -130,7 +134,7 @@ static void fetch_timeout(void *arg, tpu_status status)
 	struct remote_hdr h = { .type = REMOTE_CANCEL, .id = f->id };
 
 	f->timer_on = false;
-	if (!status && f->op && f->parked) {
+	if (!status && f->op && (f->parked || f->withheld)) {
 		/* No REQ is out: nothing can be on its way. */
 		tpu__remote_fetch_end(f, -ETIMEDOUT);
 	} else if (!status && f->op && f->peer) {
@@ -143,10 +147,38 @@ static void fetch_timeout(void *arg, tpu_status status)
 	fetch_unref(f);
 }
 
-/* Hang @f on @p and send its REQ. */
+/* Send @f's REQ on its pipe @p (REQ_SEEN in the push protocol, after the credits owed). */
+static void fetch_req(struct remote_fetch *f, struct remote_peer *p)
+{
+	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id, .len = f->cap,
+				.key = f->op->key, .key_len = f->op->key_len };
+
+	if (p->push) {
+		h.type = REMOTE_REQ_SEEN;
+		h.seq = p->seen_seq;
+		f->asked_seen = true;
+		f->seen_seq = p->seen_seq;
+		tpu__remote_credit_flush(p);
+	}
+	tpu__remote_peer_send(p, &h);
+}
+
+/*
+ * Whether @f holds its REQ back on @p (REMOTE_CREDIT_BATCH in remote.h):
+ * a waiter spins for it (a direct op: recv_wait), @p's other end pushed
+ * to us before, the receive is small enough to be pushed, and its window
+ * is far from full as far as we can tell.
+ */
+static bool fetch_withholds(const struct remote_fetch *f, const struct remote_peer *p)
+{
+	return f->op->direct && p->push && p->seen_seq && f->cap <= REMOTE_PUSH_MAX &&
+	       p->inbox_n + p->ncredit_due < REMOTE_PUSH_WINDOW / 2 && !f->st->destroyed;
+}
+
+/* Hang @f on @p and send its REQ, or hold it back. */
 static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
 {
-	struct remote_hdr h = { .type = REMOTE_REQ, .id = f->id };
+	struct remote *st = f->st;
 
 	tpu__remote_peer_ref(p);
 	f->peer = p;
@@ -154,23 +186,54 @@ static void fetch_ask(struct remote_fetch *f, struct remote_peer *p)
 	p->fetches = f;
 	f->key_hash = f->op->key_hash;
 	f->key_len = f->op->key_len;
-	h.key = f->op->key;
-	h.key_len = f->op->key_len;
-	h.len = f->op->tensor.len;
-	f->cap = h.len;
-	if (p->push) {
-		h.type = REMOTE_REQ_SEEN;
-		h.seq = p->seen_seq;
-		f->asked_seen = true;
-		f->seen_seq = p->seen_seq;
+	f->cap = f->op->tensor.len;
+	if (fetch_withholds(f, p)) {
+		f->withheld = true;
+		atomic_fetch_add_explicit(&st->nwithheld, 1, memory_order_relaxed);
+		st->push_stats.withheld++;
+		/*
+		 * Its waiter may have gone to sleep before this ran (on pctx's
+		 * thread): woken, it sleeps again through r_wait_sleep, which
+		 * sends this REQ.
+		 */
+		tpu__remote_waiters_kick(st);
+		return;
 	}
-	tpu__remote_peer_send(p, &h);
+	fetch_req(f, p);
+}
+
+void tpu__remote_withheld_flush(struct remote *st)
+{
+	struct remote_peer *p, *pnext;
+	struct remote_fetch *f, *fnext;
+
+	if (st->destroyed)
+		return;
+	for (p = st->peers; p; p = pnext) {
+		tpu__remote_peer_ref(p);
+		tpu__remote_credit_flush(p);
+		for (f = p->fetches; f && !p->dead; f = fnext) {
+			fnext = f->next;
+			if (!f->withheld || f->reading)
+				continue;
+			f->withheld = false;
+			atomic_fetch_sub_explicit(&st->nwithheld, 1, memory_order_relaxed);
+			st->push_stats.swept++;
+			fetch_req(f, p);
+		}
+		pnext = p->next;
+		tpu__remote_peer_unref(p);
+	}
 }
 
 void tpu__remote_fetch_park(struct remote_fetch *f)
 {
 	struct remote_peer *p = f->peer;
 
+	if (f->withheld) {
+		f->withheld = false;
+		atomic_fetch_sub_explicit(&f->st->nwithheld, 1, memory_order_relaxed);
+	}
 	unlink_from(&p->fetches, f);
 	f->peer = NULL;
 	tpu__remote_peer_unref(p);
@@ -416,6 +479,11 @@ static void cancel_run(struct tpu__task *t)
 			if (!f->op || f->cancel_sent || f->op->key_len != c->key_len ||
 			    memcmp(f->op->key, c->key, c->key_len))
 				continue;
+			if (f->withheld) {
+				/* No REQ is out: nothing can be on its way. */
+				tpu__remote_fetch_end(f, -ECANCELED);
+				continue;
+			}
 			f->cancel_sent = true;
 			h.id = f->id;
 			tpu__remote_peer_send(p, &h);

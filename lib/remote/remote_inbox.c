@@ -31,17 +31,55 @@ static bool fetch_wants(const struct remote_fetch *f, const uint8_t *key, size_t
 	return f->key_hash == hash && f->key_len == len;
 }
 
-/* The oldest fetch on @p whose REQ_SEEN a push of @key answers. */
+/*
+ * The fetch on @p that a push of @key answers: the oldest whose REQ_SEEN
+ * went (its pusher drops that REQ), else the oldest withheld one (which
+ * owes a CREDIT).
+ */
 static struct remote_fetch *push_answers(struct remote_peer *p, const uint8_t *key, size_t len,
 					 uint64_t hash)
 {
-	struct remote_fetch *f, *oldest = NULL;
+	struct remote_fetch *f, *asked = NULL, *held = NULL;
 
 	/* Newest first: the last one found is the oldest. */
-	for (f = p->fetches; f; f = f->next)
-		if (f->asked_seen && !f->reading && fetch_wants(f, key, len, hash))
-			oldest = f;
-	return oldest;
+	for (f = p->fetches; f; f = f->next) {
+		if (f->reading || !fetch_wants(f, key, len, hash))
+			continue;
+		if (f->asked_seen)
+			asked = f;
+		else if (f->withheld)
+			held = f;
+	}
+	return asked ? asked : held;
+}
+
+void tpu__remote_credit_flush(struct remote_peer *p)
+{
+	struct remote_hdr h = { .type = REMOTE_CREDIT };
+	uint8_t rest[8 * (REMOTE_CREDIT_BATCH - 1)];
+	unsigned int i, n = p->ncredit_due;
+
+	if (!n)
+		return;
+	p->ncredit_due = 0;
+	if (p->dead || !p->pipe)
+		return;
+	h.seq = p->credit_due[0];
+	for (i = 1; i < n; i++)
+		tpu__put_le64(rest + 8 * (i - 1), p->credit_due[i]);
+	h.key = n > 1 ? rest : NULL;
+	h.key_len = 8 * (n - 1);
+	p->st->push_stats.credit_msgs++;
+	tpu__remote_peer_send(p, &h);
+}
+
+void tpu__remote_credit_owe(struct remote_peer *p, uint64_t seq, bool now)
+{
+	if (p->dead)
+		return;
+	p->credit_due[p->ncredit_due++] = seq;
+	if (now || p->ncredit_due == REMOTE_CREDIT_BATCH)
+		tpu__remote_credit_flush(p);
 }
 
 tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc)
@@ -67,6 +105,12 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 	if (f) {
 		st->push_stats.answered++;
 		p->cur_fetch = f;
+		/* Withheld, it answers no REQ of ours: its pusher waits for a CREDIT. */
+		p->cur_owes = f->withheld;
+		if (f->withheld) {
+			f->withheld = false;
+			atomic_fetch_sub_explicit(&st->nwithheld, 1, memory_order_relaxed);
+		}
 		f->reading = true;
 		f->refs++;
 		if (f->op && f->op->kind == TPU__OP_RECV && t->len <= f->cap) {
@@ -141,14 +185,12 @@ static void inbox_release(struct remote_inbox *e)
 {
 	struct remote *st = e->st;
 	struct remote_peer *p = e->peer;
-	struct remote_hdr h = { .type = REMOTE_CREDIT, .seq = e->seq };
 
 	pthread_mutex_lock(&st->lock);
 	p->inbox_n--;
 	p->inbox_bytes -= e->len;
 	pthread_mutex_unlock(&st->lock);
-	if (!p->dead && p->pipe)
-		tpu__remote_peer_send(p, &h);
+	tpu__remote_credit_owe(p, e->seq, true);
 	tpu_buffer_free(e->buf);
 	tpu__remote_peer_unref(p);
 	free(e);
@@ -283,7 +325,10 @@ static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_sta
 	f->op = NULL;
 	deliver(op, e->buf, e->len);
 	e->buf = NULL;
-	if (!f->cancel_sent) {
+	if (f->withheld) {
+		/* No REQ went: nothing to withdraw. */
+		tpu__remote_fetch_end(f, 0);
+	} else if (!f->cancel_sent) {
 		f->cancel_sent = true;
 		cancel.id = f->id;
 		tpu__remote_peer_send(f->peer, &cancel);
@@ -367,6 +412,9 @@ void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struc
 
 	p->cur_fetch = NULL;
 	p->cur_inbox = NULL;
+	if (f && p->cur_owes)
+		tpu__remote_credit_owe(p, p->cur.seq, false);
+	p->cur_owes = false;
 	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
 		buf = msg->tensors[0].buffer;
 	if (f)

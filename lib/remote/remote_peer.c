@@ -491,7 +491,7 @@ static tpu_status dispatch(struct remote_peer *p)
 		tpu__remote_serve_req(st, p, h);
 		break;
 	case REMOTE_CREDIT:
-		return tpu__remote_serve_credit(p, h->seq);
+		return tpu__remote_serve_credit(p, h);
 	case REMOTE_RESP:
 	case REMOTE_PUSH:
 		break;	/* read_done delivered it */

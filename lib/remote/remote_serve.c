@@ -281,7 +281,7 @@ static bool pushed_answers(struct remote_peer *p, const struct remote_hdr *h, ui
 	return false;
 }
 
-tpu_status tpu__remote_serve_credit(struct remote_peer *p, uint64_t seq)
+static tpu_status credit_one(struct remote_peer *p, uint64_t seq)
 {
 	struct remote_pushed **pp;
 
@@ -295,6 +295,19 @@ tpu_status tpu__remote_serve_credit(struct remote_peer *p, uint64_t seq)
 	tpu__log_debug("remote rendezvous %s: a credit for push %llu, which is not out: refused",
 		       p->st->self, (unsigned long long)seq);
 	return -EPROTO;
+}
+
+tpu_status tpu__remote_serve_credit(struct remote_peer *p, const struct remote_hdr *h)
+{
+	tpu_status err;
+	size_t i;
+
+	if (h->key_len % 8 || h->key_len > 8 * (REMOTE_CREDIT_BATCH - 1))
+		return -EPROTO;
+	err = credit_one(p, h->seq);
+	for (i = 0; !err && i < h->key_len; i += 8)
+		err = credit_one(p, tpu__get_le64(h->key + i));
+	return err;
 }
 
 void tpu__remote_serve_pushed_free(struct remote_peer *p)

@@ -16,6 +16,7 @@
  * window.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,9 +406,129 @@ out:
 	rh_worker_close(&a);
 }
 
+struct waiter {
+	pthread_t thread;
+	struct tpu_rendezvous *rdv;
+	char key[RH_KEY_MAX];
+	size_t klen;
+	char got[16];
+	size_t len;
+	uint64_t timeout_ns;
+	tpu_status st;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->st = tpu_rendezvous_recv_wait(w->rdv, w->key, w->klen,
+					 &(struct tpu_tensor){ .data = w->got, .len = 16 },
+					 w->timeout_ns, &w->len);
+	return NULL;
+}
+
+#define HANDOFFS	((int)REMOTE_CREDIT_BATCH)
+
+/*
+ * A blocking receive on a pipe that pushed to us before holds its REQ back
+ * while its waiter spins: a push answers it either way (withheld: a credit
+ * is owed, batched; or, if the waiter slept first, its REQ_SEEN went and
+ * the pusher drops it): every push is accounted for exactly once.  A
+ * waiter that sleeps first sends the REQ it held back.
+ */
+static void withheld_receives(void)
+{
+	static struct rh_att x;
+	struct remote_push_stats sa;
+	unsigned int credited = 0, asked = 0, credit_msgs = 0, i;
+	struct rh_worker a;
+	struct remote_hdr h;
+	struct waiter w;
+	bool ok = true, got_req = false, cancelled = false;
+	uint64_t req_id = 0;
+	int n;
+
+	memset(&x, 0, sizeof(x));
+	memset(&a, 0, sizeof(a));
+	if (!member_up(&a, &x)) {
+		CHECK(false, "withheld_setup");
+		goto out;
+	}
+	/* Push 1, unasked: into the inbox; a receive takes it, and its credit comes at once. */
+	memset(&w, 0, sizeof(w));
+	w.rdv = a.rdv;
+	w.timeout_ns = 5 * RH_SEC;
+	w.klen = rh_key(w.key, RH_TASK(1), RH_TASK(0), "held", 1, 0);
+	rh_att_send_seq(&x, REMOTE_PUSH, 0, 1, 16, w.key, "first-push-x-to0");
+	ok = stats_wait(a.rdv, inboxed_at_least, 1, 5000);
+	wait_thread(&w);
+	CHECK(ok && !w.st && w.len == 16 && !memcmp(w.got, "first-push-x-to0", 16) &&
+	      !rh_att_next(&x, &h, NULL, 0, 5000) && h.type == REMOTE_CREDIT && h.seq == 1,
+	      "an_unasked_push_is_taken_and_credited");
+	for (n = 1; n <= HANDOFFS; n++) {
+		char body[24];
+
+		w.klen = rh_key(w.key, RH_TASK(1), RH_TASK(0), "held", 1, (uint64_t)n);
+		snprintf(body, sizeof(body), "withheld-%07d", n);
+		if (pthread_create(&w.thread, NULL, wait_thread, &w)) {
+			ok = false;
+			break;
+		}
+		/* Before, while or after the waiter spins: each is right; mostly after. */
+		usleep(n % 2 ? 2000 : 100);
+		rh_att_send_seq(&x, REMOTE_PUSH, 0, (uint64_t)n + 1, 16, w.key, body);
+		pthread_join(w.thread, NULL);
+		ok &= !w.st && w.len == 16 && !memcmp(w.got, body, 16);
+	}
+	CHECK(ok, "each_push_answers_its_blocking_receive");
+	sa = stats(a.rdv);
+	CHECK(sa.withheld >= 1, "their_requests_were_held_back (%lu of %d)", sa.withheld,
+	      HANDOFFS);
+	/* One more that nothing answers: its waiter sleeps, and what was held back goes. */
+	w.klen = rh_key(w.key, RH_TASK(1), RH_TASK(0), "held", 1, 999);
+	w.timeout_ns = 5 * RH_SEC;
+	if (pthread_create(&w.thread, NULL, wait_thread, &w)) {
+		CHECK(false, "waiter_thread");
+		goto out;
+	}
+	for (i = 0; i < 64 && !got_req; i++) {
+		if (rh_att_next(&x, &h, NULL, 0, 4000))
+			break;
+		if (h.type == REMOTE_CREDIT) {
+			credit_msgs++;
+			credited += 1 + (unsigned int)(h.key_len / 8);
+		} else if (h.type == REMOTE_REQ_SEEN && h.key_len == w.klen &&
+			   !memcmp(h.key, w.key, w.klen)) {
+			got_req = true;
+			req_id = h.id;
+		} else if (h.type == REMOTE_REQ_SEEN) {
+			asked++;
+		}
+	}
+	/* Its timeout withdraws it; the answer to that CANCEL ends the receive. */
+	while (got_req && !cancelled && !rh_att_next(&x, &h, NULL, 0, 5000))
+		cancelled = h.type == REMOTE_CANCEL && h.id == req_id;
+	if (cancelled)
+		rh_att_send(&x, REMOTE_RESP, req_id, -ECANCELED, 0, NULL, NULL);
+	pthread_join(w.thread, NULL);
+	sa = stats(a.rdv);
+	printf("# worker A: %lu withheld, %lu asked when their waiter slept, %lu answered by a "
+	       "push, %lu credit messages\n", sa.withheld, sa.swept, sa.answered, sa.credit_msgs);
+	CHECK(got_req && w.st == -ETIMEDOUT, "a_sleeping_waiter_sends_its_request (%d)", w.st);
+	CHECK(credited + asked == (unsigned int)HANDOFFS,
+	      "every_push_is_credited_or_its_request_dropped (%u + %u)", credited, asked);
+	/* How many go together depends on when each waiter slept (tpbench shows the batches). */
+	printf("# %u credits in %u messages\n", credited, credit_msgs);
+	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
+out:
+	rh_att_close(&x);
+	rh_worker_close(&a);
+}
+
 void test_remote_push(void)
 {
 	member_exchange();
+	withheld_receives();
 	waits_in_the_inbox();
 	past_the_window();
 	not_pushed("", "without_a_secret");
