@@ -189,6 +189,13 @@ static _Thread_local struct remote *lent_to;
 static _Thread_local struct remote *wants;
 /* Gave pctx back mid-wait for its own thread's work: not again in this wait. */
 static _Thread_local struct remote *stood_down;
+/*
+ * A waiter that goes to sleep with REQs withheld keeps them back until
+ * hold_until (REMOTE_HOLD_NS after its first sleep of this wait) for the
+ * rendezvous hold_for; NULL between waits.
+ */
+static _Thread_local struct remote *hold_for;
+static _Thread_local uint64_t hold_until;
 
 void tpu__remote_defer(struct remote *st, struct tpu__task *t)
 {
@@ -263,6 +270,8 @@ static void r_progress(struct tpu_rendezvous *rdv, enum tpu__ww_phase phase)
 
 	if (!st)
 		return;
+	if (phase != TPU__WW_SPIN_POLL)
+		hold_for = NULL;	/* a wait begins or ends */
 	if (phase == TPU__WW_SPIN_END || phase == TPU__WW_SPIN_GIVE_UP ||
 	    atomic_load(&st->hooks_off)) {
 		if (lent_to == st) {
@@ -452,8 +461,22 @@ static void r_wait_sleep(struct tpu_rendezvous *rdv, uint32_t token, uint64_t de
 
 	if (!st)
 		return;
-	if (!atomic_load(&st->hooks_off))
-		withheld_go(st);
+	/*
+	 * REQs withheld: sleep at most REMOTE_HOLD_NS first (the push that
+	 * answers them wakes this thread, as any post), then send them.
+	 */
+	if (atomic_load_explicit(&st->nwithheld, memory_order_relaxed) &&
+	    !atomic_load(&st->hooks_off)) {
+		now = tpu__mono_ns();
+		if (hold_for != st) {
+			hold_for = st;
+			hold_until = now + REMOTE_HOLD_NS;
+		}
+		if (now >= hold_until)
+			withheld_go(st);
+		else if (!deadline_ns || deadline_ns > hold_until)
+			deadline_ns = hold_until;
+	}
 	if (lent_to == st && atomic_load(&st->hooks_off))
 		stand_down(st);
 	if (lent_to == st) {

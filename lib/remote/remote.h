@@ -110,15 +110,18 @@ enum remote_msg {
  * pipe that has carried a push already (its other end pushes to us),
  * holds its REQ back while its waiter spins, since the push likely comes
  * first: it is *withheld*, and a push of its key answers it as one that
- * found no REQ (so a CREDIT is owed).  Before any waiter of the
- * rendezvous sleeps, every REQ withheld goes (REQ_SEEN, as if just
- * posted): a send that was not pushed (its window was full, say) is
- * asked for as before, and no waiter sleeps on a REQ never sent.
+ * found no REQ (so a CREDIT is owed).  A waiter that stops spinning
+ * sleeps at most REMOTE_HOLD_NS with REQs withheld (on one core, or with
+ * TPU_SPIN_US=0, the producer runs only then); before it sleeps longer,
+ * every REQ withheld goes (REQ_SEEN, as if just posted): a send that was
+ * not pushed (its window was full, say) is asked for as before, and no
+ * waiter sleeps for long on a REQ never sent.
  * Credits owed go in batches of REMOTE_CREDIT_BATCH (one CREDIT carries
  * them: the first in seq, the others in the key's bytes, 8 each), before
  * a REQ_SEEN on their pipe, or with those withheld REQs.
  */
 #define REMOTE_CREDIT_BATCH		16u
+#define REMOTE_HOLD_NS			1000000ull
 
 struct remote_hdr {
 	enum remote_msg type;
