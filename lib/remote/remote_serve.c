@@ -242,6 +242,15 @@ static struct remote_peer *push_pipe(struct remote *st, const struct remote_entr
 						      e->dst_len);
 	struct remote_peer *p = t ? tpu__remote_peer_current(st, t) : NULL;
 
+	/*
+	 * Not while two pipes to the task are up (both workers connected at
+	 * once): the consumer may close the one it opened as soon as nothing
+	 * it knows of is outstanding on it, and a push still on its way there
+	 * would be lost.  A pipe we opened is closed by us only once every
+	 * push on it was answered (tpu__remote_peer_settle).
+	 */
+	if (t && t->peer && !t->peer->dead && t->inbound && !t->inbound->dead)
+		return NULL;
 	if (p && p->push_ok && p->pipe && p->claim && entry_for_peer(e, p) &&
 	    p->npushed < REMOTE_PUSH_WINDOW && p->pushed_bytes + len <= REMOTE_PUSH_WINDOW_BYTES)
 		return p;
