@@ -607,6 +607,8 @@ void tpu__remote_inbox_free(struct remote *st);
  * if there is one (then true: it completes on the ctx thread).
  */
 bool tpu__remote_inbox_take(struct remote *st, struct tpu__op *op);
+/* ctx thread: @f no longer holds its REQ back; whether it did. */
+bool tpu__remote_fetch_unhold(struct remote_fetch *f);
 /* ctx thread: drop the reference that a push's read of @f held. */
 void tpu__remote_fetch_taken(struct remote_fetch *f);
 

@@ -90,15 +90,21 @@ static void unlink_from(struct remote_fetch **head, struct remote_fetch *f)
 	}
 }
 
+bool tpu__remote_fetch_unhold(struct remote_fetch *f)
+{
+	if (!f->withheld)
+		return false;
+	f->withheld = false;
+	atomic_fetch_sub_explicit(&f->st->nwithheld, 1, memory_order_relaxed);
+	return true;
+}
+
 void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 {
 	struct remote_peer *p = f->peer;
 	struct remote_fetch **pp;
 
-	if (f->withheld) {
-		f->withheld = false;
-		atomic_fetch_sub_explicit(&f->st->nwithheld, 1, memory_order_relaxed);
-	}
+	tpu__remote_fetch_unhold(f);
 	if (f->op && f->reading) {
 		/* The pipe writes into the op's memory: resp_done completes it. */
 		if (!f->ended)
@@ -214,10 +220,8 @@ void tpu__remote_withheld_flush(struct remote *st)
 		tpu__remote_credit_flush(p);
 		for (f = p->fetches; f && !p->dead; f = fnext) {
 			fnext = f->next;
-			if (!f->withheld || f->reading)
+			if (f->reading || !tpu__remote_fetch_unhold(f))
 				continue;
-			f->withheld = false;
-			atomic_fetch_sub_explicit(&st->nwithheld, 1, memory_order_relaxed);
 			st->push_stats.swept++;
 			fetch_req(f, p);
 		}
@@ -230,10 +234,7 @@ void tpu__remote_fetch_park(struct remote_fetch *f)
 {
 	struct remote_peer *p = f->peer;
 
-	if (f->withheld) {
-		f->withheld = false;
-		atomic_fetch_sub_explicit(&f->st->nwithheld, 1, memory_order_relaxed);
-	}
+	tpu__remote_fetch_unhold(f);
 	unlink_from(&p->fetches, f);
 	f->peer = NULL;
 	tpu__remote_peer_unref(p);

@@ -106,11 +106,7 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 		st->push_stats.answered++;
 		p->cur_fetch = f;
 		/* Withheld, it answers no REQ of ours: its pusher waits for a CREDIT. */
-		p->cur_owes = f->withheld;
-		if (f->withheld) {
-			f->withheld = false;
-			atomic_fetch_sub_explicit(&st->nwithheld, 1, memory_order_relaxed);
-		}
+		p->cur_owes = tpu__remote_fetch_unhold(f);
 		f->reading = true;
 		f->refs++;
 		if (f->op && f->op->kind == TPU__OP_RECV && t->len <= f->cap) {
