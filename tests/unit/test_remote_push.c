@@ -505,8 +505,13 @@ static void withheld_receives(void)
 			asked++;
 		}
 	}
-	/* Its timeout withdraws it; the answer to that CANCEL ends the receive. */
-	while (got_req && !cancelled && !rh_att_next(&x, &h, NULL, 0, 5000))
+	/*
+	 * Its timeout (5 s after it began) withdraws it; the answer to that
+	 * CANCEL ends the receive.  Waited for well past that timeout, since
+	 * under valgrind the CANCEL comes late, and the receive ends only with
+	 * that answer.
+	 */
+	while (got_req && !cancelled && !rh_att_next(&x, &h, NULL, 0, 20000))
 		cancelled = h.type == REMOTE_CANCEL && h.id == req_id;
 	if (cancelled)
 		rh_att_send(&x, REMOTE_RESP, req_id, -ECANCELED, 0, NULL, NULL);
