@@ -42,6 +42,8 @@ void tpu__remote_put(struct remote *st)
 	tpu__free_list_drain(&st->req_free);
 	tpu__free_list_drain(&st->fetch_free);
 	tpu__free_list_drain(&st->write_free);
+	tpu__free_list_drain(&st->pushed_free);
+	tpu__free_list_drain(&st->inbox_free);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 }
@@ -857,6 +859,10 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 			    REMOTE_FREE_MAX, NULL);
 	tpu__free_list_init(&st->fetch_free, offsetof(struct remote_fetch, next), TPU__FREE_NO_ROOM,
 			    REMOTE_FREE_MAX, NULL);
+	tpu__free_list_init(&st->pushed_free, offsetof(struct remote_pushed, next),
+			    offsetof(struct remote_pushed, key_cap), REMOTE_FREE_MAX, NULL);
+	tpu__free_list_init(&st->inbox_free, offsetof(struct remote_inbox, next),
+			    offsetof(struct remote_inbox, cap), REMOTE_FREE_MAX, NULL);
 	tpu__remote_peer_free_lists_init(st);
 	st->ctx = ctx;
 	st->backoff_min_ns = REMOTE_BACKOFF_MIN_NS;

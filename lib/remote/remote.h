@@ -169,6 +169,7 @@ struct remote_pushed {
 	uint64_t hash;			/* tpu__rdv_key_hash of the key */
 	size_t len;			/* the tensor's */
 	size_t key_len;
+	size_t key_cap;			/* room in key[] (recycled records) */
 	uint8_t key[];
 };
 
@@ -183,11 +184,12 @@ struct remote_inbox {
 	struct remote *st;
 	struct remote_peer *peer;	/* the pipe it came on (referenced) */
 	struct tpu__op *op;		/* the receive that took it */
-	struct tpu_buffer *buf;		/* the tensor, once read */
+	uint8_t *data;			/* the tensor (in this record, after the key) */
 	uint64_t seq;
 	uint64_t hash;
 	size_t len;
 	bool arriving;			/* its tensor is still being read */
+	size_t cap;			/* room after the header, for key and tensor */
 	size_t key_len;
 	uint8_t key[];
 };
@@ -283,13 +285,17 @@ struct remote_entry {
 };
 
 /*
- * Entries, REQs, fetches and writes freed are kept for the next ones, up
- * to this many of each per rendezvous, so that a round trip once warm
- * allocates nothing; an entry's key gets at least REMOTE_KEY_CAP_MIN
- * bytes, so that one recycled fits a TF key of usual length.
+ * Entries, REQs, fetches, writes, push records and inbox entries freed are
+ * kept for the next ones, up to this many of each per rendezvous, so that
+ * a round trip once warm allocates nothing; a key gets at least
+ * REMOTE_KEY_CAP_MIN bytes, so that one recycled fits a TF key of usual
+ * length.  An inbox entry holds its tensor too: only those with room for
+ * at most REMOTE_INBOX_KEEP bytes are kept, so that the list holds 1 MiB
+ * at most after a burst of large pushes.
  */
 #define REMOTE_FREE_MAX		64u
 #define REMOTE_KEY_CAP_MIN	256u
+#define REMOTE_INBOX_KEEP	(16u * 1024u)
 
 /* A receive of a tensor kept by another worker. */
 struct remote_fetch {
@@ -385,6 +391,8 @@ struct remote {
 	uint64_t backoff_max_ns;
 	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
 	struct tpu__free_list write_free;
+	struct tpu__free_list pushed_free;	/* struct remote_pushed */
+	struct tpu__free_list inbox_free;	/* struct remote_inbox, up to REMOTE_INBOX_KEEP */
 	struct remote_push_stats push_stats;	/* for tests */
 	atomic_uint nwithheld;		/* fetches withheld, every peer (changed on the ctx thread) */
 	struct tpu__task flush_task;	/* a sleeping waiter's tpu__remote_withheld_flush */

@@ -82,6 +82,45 @@ void tpu__remote_credit_owe(struct remote_peer *p, uint64_t seq, bool now)
 		tpu__remote_credit_flush(p);
 }
 
+/* Where an inbox entry's tensor starts: after its key, 16-aligned. */
+static size_t inbox_data_off(size_t key_len)
+{
+	return (key_len + 15) & ~(size_t)15;
+}
+
+/*
+ * ctx thread: an inbox entry with room for @key_len bytes of key and
+ * @len of tensor, recycled if one fits (a pushed tensor is read into its
+ * entry, not into a buffer of its own: no memfd per push).
+ */
+static struct remote_inbox *inbox_get(struct remote *st, size_t key_len, size_t len)
+{
+	size_t need = inbox_data_off(key_len) + len, cap;
+	struct remote_inbox *e = tpu__free_list_take(&st->inbox_free, need);
+
+	if (e) {
+		cap = e->cap;
+		memset(e, 0, sizeof(*e));
+	} else {
+		cap = need < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : need;
+		e = calloc(1, sizeof(*e) + cap);
+		if (!e)
+			return NULL;
+	}
+	e->cap = cap;
+	e->data = e->key + inbox_data_off(key_len);
+	return e;
+}
+
+/* ctx thread: @e is done with; kept for the next push if it is small. */
+static void inbox_put(struct remote *st, struct remote_inbox *e)
+{
+	if (e->cap > REMOTE_INBOX_KEEP)
+		free(e);
+	else
+		tpu__free_list_put(&st->inbox_free, e);
+}
+
 tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc)
 {
 	struct remote *st = p->st;
@@ -126,14 +165,14 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 			       st->self, src->task);
 		return -EPROTO;
 	}
-	e = calloc(1, sizeof(*e) + h->key_len);
+	e = inbox_get(st, h->key_len, t->len);
 	if (!e)
 		return -ENOMEM;
 	pthread_mutex_lock(&st->lock);
 	if (p->inbox_n >= REMOTE_PUSH_WINDOW ||
 	    p->inbox_bytes + t->len > REMOTE_PUSH_WINDOW_BYTES) {
 		pthread_mutex_unlock(&st->lock);
-		free(e);
+		inbox_put(st, e);
 		tpu__log_debug("remote rendezvous %s: %s pushed past its window (%u pushes, %zu bytes "
 			       "held)", st->self, src->task, p->inbox_n, p->inbox_bytes);
 		return -EPROTO;
@@ -154,9 +193,7 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 	tpu__remote_peer_ref(p);
 	st->push_stats.inboxed++;
 	p->cur_inbox = e;
-	/* A buffer even for 0 bytes (the pipe makes one of 1), as recv_buffer gets from a RESP. */
-	t->data = NULL;
-	t->flags = TPU_TENSOR_WANT_BUFFER;
+	t->data = e->data;
 	return 0;
 }
 
@@ -187,22 +224,40 @@ static void inbox_release(struct remote_inbox *e)
 	p->inbox_bytes -= e->len;
 	pthread_mutex_unlock(&st->lock);
 	tpu__remote_credit_owe(p, e->seq, true);
-	tpu_buffer_free(e->buf);
 	tpu__remote_peer_unref(p);
-	free(e);
+	inbox_put(st, e);
 }
 
-/* Complete receive @op with @len bytes of @buf (handed over or freed). */
-static void deliver(struct tpu__op *op, struct tpu_buffer *buf, size_t len)
+/* Under st->lock: @e, out of the inbox, goes back at its head (for another receive). */
+static void inbox_put_back(struct remote *st, struct remote_inbox *e)
 {
+	e->next = st->inbox;
+	st->inbox = e;
+	if (!e->next)
+		st->inbox_tail = &e->next;
+}
+
+/*
+ * Complete receive @op with @e's tensor (a recv_buffer gets a heap buffer
+ * of its own, as the inprocess rendezvous gives); -ENOMEM, and @op is
+ * left as it was, when there is no memory for that.
+ */
+static tpu_status deliver(struct tpu__op *op, const struct remote_inbox *e)
+{
+	struct tpu_buffer *buf;
+
 	if (op->kind == TPU__OP_RECV) {
-		if (len)
-			memcpy(op->tensor.data, tpu_buffer_data(buf), len);
-		tpu_buffer_free(buf);
+		if (e->len)
+			memcpy(op->tensor.data, e->data, e->len);
 	} else {
+		if (tpu__buffer_alloc_heap(e->len, &buf))
+			return -ENOMEM;
+		if (e->len)
+			memcpy(tpu_buffer_data(buf), e->data, e->len);
 		op->out_buffer = buf;
 	}
-	tpu__remote_op_done(op, 0, len);
+	tpu__remote_op_done(op, 0, e->len);
+	return 0;
 }
 
 /* ctx thread: give @e to the receive that took it. */
@@ -210,23 +265,19 @@ static void inbox_give(struct remote_inbox *e)
 {
 	struct remote *st = e->st;
 	struct tpu__op *op = e->op;
+	tpu_status err;
 
 	e->op = NULL;
-	if (e->len > op->tensor.len) {
+	err = e->len > op->tensor.len ? -EMSGSIZE : deliver(op, e);
+	if (err) {
 		/* As a REQ too small is answered: the tensor stays for another receive. */
-		tpu__remote_op_done(op, -EMSGSIZE, e->len);
+		tpu__remote_op_done(op, err, err == -EMSGSIZE ? e->len : 0);
 		if (!e->peer->dead) {
 			pthread_mutex_lock(&st->lock);
-			e->next = st->inbox;
-			st->inbox = e;
-			if (!e->next)
-				st->inbox_tail = &e->next;
+			inbox_put_back(st, e);
 			pthread_mutex_unlock(&st->lock);
 			return;
 		}
-	} else {
-		deliver(op, e->buf, e->len);
-		e->buf = NULL;
 	}
 	inbox_release(e);
 }
@@ -282,9 +333,8 @@ static struct remote_fetch *other_pipe_fetch(struct remote_peer *p, const struct
 	return NULL;
 }
 
-/* ctx thread: @e's tensor is in (@buf); give it, or leave it in the inbox. */
-static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_status status,
-			  struct tpu_buffer *buf)
+/* ctx thread: @e's tensor is in; give it, or leave it in the inbox. */
+static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_status status)
 {
 	struct remote *st = p->st;
 	struct remote_hdr cancel = { .type = REMOTE_CANCEL };
@@ -293,7 +343,6 @@ static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_sta
 
 	pthread_mutex_lock(&st->lock);
 	e->arriving = false;
-	e->buf = buf;
 	op = e->op;
 	if ((status || p->dead) && !op)
 		inbox_unlink(st, e);
@@ -317,10 +366,14 @@ static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_sta
 	pthread_mutex_lock(&st->lock);
 	inbox_unlink(st, e);
 	pthread_mutex_unlock(&st->lock);
-	op = f->op;
+	if (deliver(f->op, e)) {
+		/* No memory for its buffer: the tensor stays for another receive, f waits. */
+		pthread_mutex_lock(&st->lock);
+		inbox_put_back(st, e);
+		pthread_mutex_unlock(&st->lock);
+		return;
+	}
 	f->op = NULL;
-	deliver(op, e->buf, e->len);
-	e->buf = NULL;
 	if (f->withheld) {
 		/* No REQ went: nothing to withdraw. */
 		tpu__remote_fetch_end(f, 0);
@@ -363,7 +416,6 @@ void tpu__remote_inbox_free(struct remote *st)
 
 	while ((e = st->inbox)) {
 		st->inbox = e->next;
-		tpu_buffer_free(e->buf);
 		free(e);
 	}
 	st->inbox_tail = &st->inbox;
@@ -413,10 +465,12 @@ void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struc
 	p->cur_owes = false;
 	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
 		buf = msg->tensors[0].buffer;
-	if (f)
+	if (f) {
 		push_to_fetch(p, f, status, buf);
-	else if (e)
-		inbox_arrived(p, e, status, buf);
-	else
-		tpu_buffer_free(buf);
+		return;
+	}
+	/* An inbox entry was read into; a buffer only came for a push nobody wanted. */
+	tpu_buffer_free(buf);
+	if (e)
+		inbox_arrived(p, e, status);
 }

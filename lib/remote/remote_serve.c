@@ -266,7 +266,7 @@ static void pushed_unlink(struct remote_peer *p, struct remote_pushed **pp)
 		p->pushed_tail = pp;
 	p->npushed--;
 	p->pushed_bytes -= r->len;
-	free(r);
+	tpu__free_list_put(&p->st->pushed_free, r);
 }
 
 /*
@@ -345,6 +345,20 @@ void tpu__remote_serve_push_ok(struct remote_peer *p)
 	pthread_mutex_unlock(&st->lock);
 }
 
+/* ctx thread: a push record with room for a key of @key_len bytes. */
+static struct remote_pushed *pushed_get(struct remote *st, size_t key_len)
+{
+	struct remote_pushed *r = tpu__free_list_take(&st->pushed_free, key_len);
+	size_t cap = key_len < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : key_len;
+
+	if (r)
+		return r;
+	r = malloc(sizeof(*r) + cap);
+	if (r)
+		r->key_cap = cap;
+	return r;
+}
+
 /*
  * Under st->lock: push @e's send if a pipe of its consumer's takes it;
  * the pipe and the record in *@to and *@rec (the caller writes it).
@@ -361,7 +375,7 @@ static struct tpu__op *push_take(struct remote *st, struct remote_entry *e,
 	p = push_pipe(st, e, op->tensor.len);
 	if (!p)
 		return NULL;
-	r = malloc(sizeof(*r) + e->key_len);
+	r = pushed_get(st, e->key_len);
 	if (!r)
 		return NULL;
 	r->next = NULL;

@@ -93,14 +93,15 @@ bool rh_worker_open(struct rh_worker *w, const struct tpu_context_options *o, co
 	       !tpu_rendezvous_url(w->rdv, NULL, w->url, sizeof(w->url));
 }
 
-bool rh_shm_worker_open(struct rh_worker *w, const char *task, const char *name, const char *tag)
+bool rh_shm_worker_open(struct rh_worker *w, const char *task, const char *name, const char *tag,
+			const char *secret)
 {
 	struct tpu_context_options o = { .transports = "shm", .flags = TPU_CTX_NO_KMOD };
 	char listen[96];
 	const char *lu = listen;
 
 	snprintf(listen, sizeof(listen), "shm://%s-%d-%s", name, (int)getpid(), tag);
-	return rh_worker_open(w, &o, NULL, &(struct tpu_remote_options){
+	return rh_worker_open(w, &o, secret, &(struct tpu_remote_options){
 				      .task = task, .listen_urls = &lu, .nlisten = 1 });
 }
 

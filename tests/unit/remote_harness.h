@@ -71,8 +71,10 @@ struct rh_worker {
  */
 bool rh_worker_open(struct rh_worker *w, const struct tpu_context_options *o, const char *secret,
 		    const struct tpu_remote_options *ro);
-/* A worker over shm alone (no kmod), listening on shm://@name-<pid>-@tag. */
-bool rh_shm_worker_open(struct rh_worker *w, const char *task, const char *name, const char *tag);
+/* A worker over shm alone (no kmod) with job secret @secret (NULL: none), listening on
+ * shm://@name-<pid>-@tag. */
+bool rh_shm_worker_open(struct rh_worker *w, const char *task, const char *name, const char *tag,
+			const char *secret);
 void rh_worker_close(struct rh_worker *w);
 
 /* Worker a is task 0 of job w, b task 1, each in the other's map. */

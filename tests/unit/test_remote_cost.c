@@ -7,6 +7,9 @@
  *     REQ hashes its key for the outbox once (a send brings the front
  *     end's hash), two per round trip; each task parses each key once
  *     (four per round trip); once warm, next to no heap allocation;
+ *   - with a job secret (small sends pushed): once warm, next to no heap
+ *     allocation either, in round trips and in bursts of sends made before
+ *     their receives (the inbox);
  *   - the key hash spreads keys over the tables' low bits;
  *   - the task a key names is the device name up to its first
  *     "/device:", found by tpu__remote_key_tasks for keys whose job or
@@ -143,6 +146,75 @@ static void costs_per_round_trip(struct worker *a, struct worker *b)
 	      4 * ROUNDS + ROUNDS / 10);
 }
 
+#define BURST		16	/* sends ahead of their receives: within the push window */
+
+/* A sends BURST keys before B asks for any (pushed, into B's inbox), then B takes them. */
+static tpu_status burst(struct worker *a, struct worker *b, unsigned int first)
+{
+	tpu_status err = 0;
+	unsigned int i;
+
+	for (i = first; i < first + BURST && !err; i++)
+		err = give(a, TASK_A, TASK_B, "burst", i);
+	for (i = first; i < first + BURST && !err; i++)
+		err = take(b, TASK_A, TASK_B, "burst", i);
+	return err;
+}
+
+static unsigned long pushes_made(struct worker *w)
+{
+	struct remote_push_stats s = { 0 };
+
+	return tpu__remote_push_stats(w->rw.rdv, &s) ? 0 : s.pushed;
+}
+
+/*
+ * With a job secret, the push records, the inbox entries and the tensors
+ * pushed into the inbox are recycled too: a push cost a malloc, and one
+ * that waited in the inbox a record and a memfd buffer (five system calls).
+ */
+static void push_costs(struct worker *a, struct worker *b)
+{
+	unsigned long m0, m, p0, p, inboxed;
+	struct remote_push_stats s0 = { 0 }, s = { 0 };
+	tpu_status err = 0;
+	unsigned int i;
+
+	for (i = 0; i < 3 * ROUNDS && !err; i++)
+		err = round_here(a, b, i);
+	for (i = 0; i < 5 * BURST && !err; i += BURST)
+		err = burst(a, b, i);
+	CHECK_STATUS(err, 0, "remote push cost: %d first round trips and %d bursts", 3 * ROUNDS, 5);
+	if (err)
+		return;
+	p0 = pushes_made(a) + pushes_made(b);
+	m0 = allocs_counted();
+	for (i = 3 * ROUNDS; i < 4 * ROUNDS && !err; i++)
+		err = round_here(a, b, i);
+	m = allocs_counted() - m0;
+	p = pushes_made(a) + pushes_made(b) - p0;
+	CHECK_STATUS(err, 0, "remote push cost: %d more round trips", ROUNDS);
+	CHECK(p > 0, "remote push cost: %lu of their %d sends were pushed", p, 2 * ROUNDS);
+	CHECK(m < ROUNDS / 4, "remote push cost: %lu heap allocations in %d round trips with %lu "
+	      "pushes, once warm (under %d)", m, ROUNDS, p, ROUNDS / 4);
+	if (tpu__remote_push_stats(b->rw.rdv, &s0))
+		return;
+	p0 = pushes_made(a);
+	m0 = allocs_counted();
+	for (i = 5 * BURST; i < 15 * BURST && !err; i += BURST)
+		err = burst(a, b, i);
+	m = allocs_counted() - m0;
+	p = pushes_made(a) - p0;
+	inboxed = tpu__remote_push_stats(b->rw.rdv, &s) ? 0 : s.inboxed - s0.inboxed;
+	CHECK_STATUS(err, 0, "remote push cost: %d bursts of %d sends ahead of their receives", 10,
+		     BURST);
+	CHECK(p > 0, "remote push cost: %lu of the bursts' %d sends were pushed, %lu into the inbox",
+	      p, 10 * BURST, inboxed);
+	CHECK(m < 10 * BURST / 4, "remote push cost: %lu heap allocations in %d sends ahead of their "
+	      "receives, %lu of them into the inbox (under %d)", m, 10 * BURST, inboxed,
+	      10 * BURST / 4);
+}
+
 static void key_task_case(const char *src_dev, const char *dst_dev, const char *edge,
 			  const char *want_src, const char *want_dst)
 {
@@ -205,14 +277,25 @@ void test_remote_cost(void)
 	key_task_case("/job:device/replica:0/task:1/device:CPU:0",
 		      "/job:devices/replica:2/task:10/device:GPU:0", "/device:CPU:0",
 		      "/job:device/replica:0/task:1", "/job:devices/replica:2/task:10");
-	ok = rh_shm_worker_open(&a.rw, TASK_A, "remotecost", "a") &&
-	     rh_shm_worker_open(&b.rw, TASK_B, "remotecost", "b");
+	ok = rh_shm_worker_open(&a.rw, TASK_A, "remotecost", "a", NULL) &&
+	     rh_shm_worker_open(&b.rw, TASK_B, "remotecost", "b", NULL);
 	CHECK(ok, "remote cost: two workers over shm");
 	if (ok)
 		ok = !tpu_rendezvous_add_peer(a.rw.rdv, TASK_B, b.rw.url) &&
 		     !tpu_rendezvous_add_peer(b.rw.rdv, TASK_A, a.rw.url);
 	if (ok)
 		costs_per_round_trip(&a, &b);
+	rh_worker_close(&b.rw);
+	rh_worker_close(&a.rw);
+
+	ok = rh_shm_worker_open(&a.rw, TASK_A, "remotecost", "pa", "costsecret") &&
+	     rh_shm_worker_open(&b.rw, TASK_B, "remotecost", "pb", "costsecret");
+	CHECK(ok, "remote cost: two workers over shm with a job secret");
+	if (ok)
+		ok = !tpu_rendezvous_add_peer(a.rw.rdv, TASK_B, b.rw.url) &&
+		     !tpu_rendezvous_add_peer(b.rw.rdv, TASK_A, a.rw.url);
+	if (ok)
+		push_costs(&a, &b);
 	rh_worker_close(&b.rw);
 	rh_worker_close(&a.rw);
 }

@@ -531,8 +531,8 @@ static void peer_pids(void)
 		CHECK(false, "peer_pid_tcp_setup");
 	}
 	rh_pair_down(&w);
-	ok = rh_shm_worker_open(&a, RH_TASK(0), "peerpid", "a") &&
-	     rh_shm_worker_open(&b, RH_TASK(1), "peerpid", "b") &&
+	ok = rh_shm_worker_open(&a, RH_TASK(0), "peerpid", "a", NULL) &&
+	     rh_shm_worker_open(&b, RH_TASK(1), "peerpid", "b", NULL) &&
 	     !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), b.url) &&
 	     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), a.url) &&
 	     pass(b.rdv, a.rdv, 1, 0, "pid", 0) && pass(a.rdv, b.rdv, 0, 1, "pid", 0);

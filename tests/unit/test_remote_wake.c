@@ -242,7 +242,7 @@ static bool bound_worker(struct worker *w, int cpu, const char *task, const char
 	char url[96];
 
 	snprintf(url, sizeof(url), "shm://remotewake-%d-bound", (int)peer_pid);
-	return !bind_to(cpu) && rh_shm_worker_open(&w->rw, task, "remotewake", "bound") &&
+	return !bind_to(cpu) && rh_shm_worker_open(&w->rw, task, "remotewake", "bound", NULL) &&
 	       !tpu_rendezvous_add_peer(w->rw.rdv, peer, url);
 }
 
@@ -373,8 +373,8 @@ static void bound_workers(void)
 void test_remote_wake(void)
 {
 	struct worker a = { 0 }, b = { 0 };
-	bool ok = rh_shm_worker_open(&a.rw, TASK_A, "remotewake", "a") &&
-		  rh_shm_worker_open(&b.rw, TASK_B, "remotewake", "b");
+	bool ok = rh_shm_worker_open(&a.rw, TASK_A, "remotewake", "a", NULL) &&
+		  rh_shm_worker_open(&b.rw, TASK_B, "remotewake", "b", NULL);
 
 	CHECK(ok, "remote wake: two workers over shm");
 	if (ok)

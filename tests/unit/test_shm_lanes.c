@@ -429,7 +429,7 @@ static bool decide_across(void)
 		bool ok;
 
 		tap_restart();
-		ok = rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b") &&
+		ok = rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b", NULL) &&
 		     write(up[1], b.url, sizeof(b.url)) == (ssize_t)sizeof(b.url) &&
 		     read(down[0], aurl, sizeof(aurl)) == (ssize_t)sizeof(aurl) &&
 		     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), aurl) &&
@@ -440,7 +440,7 @@ static bool decide_across(void)
 		rh_worker_close(&b);
 		_exit(ok ? 0 : 1);
 	}
-	if (rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a") &&
+	if (rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a", NULL) &&
 	    read(up[0], url, sizeof(url)) == (ssize_t)sizeof(url) &&
 	    write(down[1], a.url, sizeof(a.url)) == (ssize_t)sizeof(a.url) &&
 	    !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), url) && one_msg(a.rdv, NULL, 0, 1) &&
@@ -479,8 +479,8 @@ static void decide(void)
 	struct rh_pair w;
 	bool ok;
 
-	ok = rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a1") &&
-	     rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b1") &&
+	ok = rh_shm_worker_open(&a, RH_TASK(0), "lanesdecide", "a1", NULL) &&
+	     rh_shm_worker_open(&b, RH_TASK(1), "lanesdecide", "b1", NULL) &&
 	     !tpu_rendezvous_add_peer(a.rdv, RH_TASK(1), b.url) &&
 	     !tpu_rendezvous_add_peer(b.rdv, RH_TASK(0), a.url) && one_msg(a.rdv, b.rdv, 0, 1) &&
 	     one_msg(b.rdv, a.rdv, 1, 0);
