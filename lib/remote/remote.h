@@ -189,6 +189,13 @@ struct remote_inbox {
 	uint64_t hash;
 	size_t len;
 	bool arriving;			/* its tensor is still being read */
+	/*
+	 * Counted in its pipe's window (inbox_n, inbox_bytes) and credited
+	 * when taken: a push nobody asked for.  False for one kept after it
+	 * failed, too long, the receive it answered (its pusher's window
+	 * freed it then): at most one per receive of ours that failed so.
+	 */
+	bool windowed;
 	size_t cap;			/* room after the header, for key and tensor */
 	size_t key_len;
 	uint8_t key[];
@@ -489,7 +496,8 @@ struct remote_peer {
 	bool cur_owes;			/* the PUSH being read answers a withheld fetch */
 	/* the message being read */
 	struct remote_hdr cur;
-	struct remote_inbox *cur_inbox;	/* a PUSH's, if the inbox takes it */
+	/* a PUSH's, if the inbox takes it, or keeps it (too long for the fetch it answers) */
+	struct remote_inbox *cur_inbox;
 	uint8_t *cur_meta;
 	struct remote_fetch *cur_fetch;
 };

@@ -112,6 +112,22 @@ static struct remote_inbox *inbox_get(struct remote *st, size_t key_len, size_t 
 	return e;
 }
 
+/* ctx thread: @e holds the PUSH @h of @p now being read (@hash: its key's), referencing @p. */
+static void inbox_fill(struct remote_inbox *e, struct remote_peer *p, const struct remote_hdr *h,
+		       uint64_t hash, bool windowed)
+{
+	e->st = p->st;
+	e->peer = p;
+	e->seq = h->seq;
+	e->hash = hash;
+	e->len = h->len;
+	e->arriving = true;
+	e->windowed = windowed;
+	e->key_len = h->key_len;
+	memcpy(e->key, h->key, h->key_len);
+	tpu__remote_peer_ref(p);
+}
+
 /* ctx thread: @e is done with; kept for the next push if it is small. */
 static void inbox_put(struct remote *st, struct remote_inbox *e)
 {
@@ -152,7 +168,19 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 			t->data = t->len ? f->op->tensor.data : no_bytes;
 			return 0;
 		}
-		/* recv_buffer; or too long, or its op ended: read, then dropped */
+		/*
+		 * Too long for that receive, which fails: the tensor is kept for
+		 * another, as a pull leaves it at its producer (outside the
+		 * window: the pusher freed it when this push answered).
+		 */
+		e = f->op && t->len > f->cap ? inbox_get(st, h->key_len, t->len) : NULL;
+		if (e) {
+			inbox_fill(e, p, h, hash, false);
+			p->cur_inbox = e;
+			t->data = e->data;
+			return 0;
+		}
+		/* recv_buffer; or its op ended (or no memory to keep it): read, then dropped */
 		t->data = NULL;
 		t->flags = TPU_TENSOR_WANT_BUFFER;
 		return 0;
@@ -179,18 +207,10 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 	}
 	p->inbox_n++;
 	p->inbox_bytes += t->len;
-	e->st = st;
-	e->peer = p;
-	e->seq = h->seq;
-	e->hash = hash;
-	e->len = t->len;
-	e->arriving = true;
-	e->key_len = h->key_len;
-	memcpy(e->key, h->key, h->key_len);
+	inbox_fill(e, p, h, hash, true);
 	*st->inbox_tail = e;
 	st->inbox_tail = &e->next;
 	pthread_mutex_unlock(&st->lock);
-	tpu__remote_peer_ref(p);
 	st->push_stats.inboxed++;
 	p->cur_inbox = e;
 	t->data = e->data;
@@ -213,17 +233,22 @@ static void inbox_unlink(struct remote *st, struct remote_inbox *e)
 	}
 }
 
-/* ctx thread: @e leaves this pipe's window (a CREDIT says so if the pipe lives), and is freed. */
+/*
+ * ctx thread: @e leaves this pipe's window if it was in it (a CREDIT says
+ * so if the pipe lives), and is freed.
+ */
 static void inbox_release(struct remote_inbox *e)
 {
 	struct remote *st = e->st;
 	struct remote_peer *p = e->peer;
 
-	pthread_mutex_lock(&st->lock);
-	p->inbox_n--;
-	p->inbox_bytes -= e->len;
-	pthread_mutex_unlock(&st->lock);
-	tpu__remote_credit_owe(p, e->seq, true);
+	if (e->windowed) {
+		pthread_mutex_lock(&st->lock);
+		p->inbox_n--;
+		p->inbox_bytes -= e->len;
+		pthread_mutex_unlock(&st->lock);
+		tpu__remote_credit_owe(p, e->seq, true);
+	}
 	tpu__remote_peer_unref(p);
 	inbox_put(st, e);
 }
@@ -421,11 +446,15 @@ void tpu__remote_inbox_free(struct remote *st)
 	st->inbox_tail = &st->inbox;
 }
 
-/* ctx thread: a push answered fetch @f, or came after its op ended (then dropped). */
+/*
+ * ctx thread: a push answered fetch @f, or came after its op ended (then
+ * dropped); @keep, if not NULL, holds it when it is too long for @f.
+ */
 static void push_to_fetch(struct remote_peer *p, struct remote_fetch *f, tpu_status status,
-			  struct tpu_buffer *buf)
+			  struct tpu_buffer *buf, struct remote_inbox *keep)
 {
 	struct tpu__op *op = f->op;
+	struct remote *st = p->st;
 	size_t len = p->cur.len;
 	tpu_status res = 0;
 
@@ -434,11 +463,18 @@ static void push_to_fetch(struct remote_peer *p, struct remote_fetch *f, tpu_sta
 		tpu_buffer_free(buf);
 	} else {
 		if (status) {
-			res = f->ended ? f->ended : p->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+			res = f->ended ? f->ended : st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
 			len = 0;
 		} else if (len > f->cap) {
-			/* Its REQ is answered by this push: the tensor is not kept. */
+			/* In the inbox before the receive hears of it: a retry finds it. */
 			res = -EMSGSIZE;
+			if (keep && !p->dead) {
+				keep->arriving = false;
+				pthread_mutex_lock(&st->lock);
+				inbox_put_back(st, keep);
+				pthread_mutex_unlock(&st->lock);
+				keep = NULL;
+			}
 		} else if (op->kind == TPU__OP_RECV_BUFFER) {
 			op->out_buffer = buf;
 			buf = NULL;
@@ -447,6 +483,8 @@ static void push_to_fetch(struct remote_peer *p, struct remote_fetch *f, tpu_sta
 		tpu__remote_op_done(op, res, len);
 		f->op = NULL;
 	}
+	if (keep)
+		inbox_release(keep);
 	if (f->peer == p)
 		tpu__remote_fetch_end(f, 0);
 	tpu__remote_fetch_taken(f);
@@ -466,7 +504,7 @@ void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struc
 	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
 		buf = msg->tensors[0].buffer;
 	if (f) {
-		push_to_fetch(p, f, status, buf);
+		push_to_fetch(p, f, status, buf, e);
 		return;
 	}
 	/* An inbox entry was read into; a buffer only came for a push nobody wanted. */

@@ -9,6 +9,8 @@
  *     recv_buffer) takes it, and a CREDIT goes back;
  *   - past the window, sends wait in the outbox for their REQ as before,
  *     and every one arrives, received in any order;
+ *   - a push too long for the receive it answers fails that receive
+ *     -EMSGSIZE and waits in the inbox for the next (nothing lost);
  *   - without a secret, or with TPU_REMOTE_PUSH=0, nothing is pushed.
  * And from a hostile member with the secret (its own pipe, HELLO with the
  * flag): every push it may not make, and every credit or seq it invents,
@@ -170,6 +172,69 @@ static void member_exchange(void)
 	CHECK(!rh_att_next(&x, &h, in, sizeof(in), 5000) && h.type == REMOTE_RESP && h.id == 6 &&
 	      !memcmp(in, "second-send-of-k", 16), "a_later_request_is_answered (type %d)",
 	      h.type);
+	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
+out:
+	rh_att_close(&x);
+	rh_worker_close(&a);
+}
+
+struct len_done {
+	struct rh_done d;
+	size_t len;
+};
+
+static void recv_len_done(void *arg, tpu_status st, size_t len)
+{
+	struct len_done *l = arg;
+
+	l->len = len;
+	rh_on_recv(&l->d, st, len);
+}
+
+/*
+ * A push too long for the receive whose REQ it answered fails that
+ * receive -EMSGSIZE with its length, and the tensor is kept for the next
+ * receive, as a pull leaves it at its producer: in the inbox, outside the
+ * window (no CREDIT goes for it, nor a REQ for the next receive), and the
+ * pipe stays up.  The library before dropped it.
+ */
+static void too_long_is_kept(void)
+{
+	static struct rh_att x;
+	struct len_done small = { .d = RH_DONE_INIT };
+	char key[RH_KEY_MAX], in[8] = "", got[16] = "";
+	struct remote_push_stats sa;
+	struct remote_hdr h = { 0 };
+	struct rh_worker a;
+	size_t klen, len = 0;
+	tpu_status st;
+	bool ok;
+
+	memset(&x, 0, sizeof(x));
+	memset(&a, 0, sizeof(a));
+	if (!member_up(&a, &x)) {
+		CHECK(false, "too_long_setup");
+		goto out;
+	}
+	klen = rh_key(key, RH_TASK(1), RH_TASK(0), "long", 1, 0);
+	CHECK(!tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = in, .len = 8 },
+				   10 * RH_SEC, recv_len_done, &small), "small_receive_posted");
+	ok = !rh_att_next(&x, &h, NULL, 0, 5000) && h.type == REMOTE_REQ_SEEN;
+	CHECK(ok, "it_asks (type %d)", h.type);
+	rh_att_send_seq(&x, REMOTE_PUSH, 0, 1, 16, key, "longer-than-8-b!");
+	ok = rh_done_wait(&small.d, 1, 10);
+	CHECK(ok && small.d.st == -EMSGSIZE && small.len == 16,
+	      "the_small_receive_fails_emsgsize_with_the_length (%d, %zu)", small.d.st, small.len);
+	st = tpu_rendezvous_recv_wait(a.rdv, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
+				      2 * RH_SEC, &len);
+	CHECK(!st && len == 16 && !memcmp(got, "longer-than-8-b!", 16),
+	      "the_next_receive_gets_the_tensor (%s, %zu)", tpu_strerror(st), len);
+	h.type = 0xff;
+	ok = rh_att_next(&x, &h, NULL, 0, 200) == -ETIMEDOUT;
+	CHECK(ok, "no_request_nor_credit_goes_for_it (type %d)", h.type);
+	sa = stats(a.rdv);
+	CHECK(sa.answered == 1 && sa.inboxed == 0, "answered_not_inboxed (%lu %lu)", sa.answered,
+	      sa.inboxed);
 	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
 out:
 	rh_att_close(&x);
@@ -533,6 +598,7 @@ out:
 void test_remote_push(void)
 {
 	member_exchange();
+	too_long_is_kept();
 	withheld_receives();
 	waits_in_the_inbox();
 	past_the_window();
