@@ -243,6 +243,14 @@ struct remote_task {
 };
 
 #define REMOTE_CONNECT_NS	(30ull * 1000000000ull)
+/*
+ * A receive cancelled or timed out sends a CANCEL and waits for the RESP
+ * its REQ still gets (a tensor on its way is delivered, not lost), but no
+ * longer than this: a peer that is stopped or stuck does not hold the
+ * caller past its timeout for ever.  The fetch stays, abandoned, to take
+ * that RESP if it comes (read and dropped).
+ */
+#define REMOTE_CANCEL_GRACE_NS	(1000ull * 1000000ull)
 /* The back-off between two tries, doubling from the first to the last. */
 #define REMOTE_BACKOFF_MIN_NS	10000000ull
 #define REMOTE_BACKOFF_MAX_NS	500000000ull
@@ -309,14 +317,16 @@ struct remote_fetch {
 	struct remote_fetch *next;	/* its peer's list (ctx thread) */
 	struct tpu__task start;
 	struct tpu__timer timer;
+	struct tpu__timer grace;	/* REMOTE_CANCEL_GRACE_NS from its CANCEL */
 	struct remote *st;
 	struct remote_task *task;
 	struct remote_peer *peer;	/* ctx thread; referenced */
 	struct tpu__op *op;		/* NULL once called back (abandoned) */
 	uint64_t id;
 	uint64_t cap;			/* what its REQ allows: the longest answer taken */
-	int refs;			/* ctx thread: list, timer */
+	int refs;			/* ctx thread: list, timer, grace */
 	bool timer_on;
+	bool grace_on;
 	bool timed_out;
 	bool cancel_sent;
 	bool parked;			/* in task->parked, not in a peer's list */

@@ -5,7 +5,9 @@
  * result.  The RESP's tensor is read straight into the receive's memory
  * (or a new buffer for recv_buffer).  Cancel and timeout send a CANCEL and
  * still wait for the RESP, so that a tensor already on its way is
- * delivered rather than lost.  Abort, destroy and the pipe's end complete
+ * delivered rather than lost, for at most REMOTE_CANCEL_GRACE_NS (the
+ * receive then ends and its fetch is abandoned: a peer that does not
+ * answer cannot hold the caller).  Abort, destroy and the pipe's end complete
  * the receive at once, unless its RESP's tensor is being read into its
  * memory (then when the read is over); the fetch is then abandoned and a
  * RESP that still comes is read into a scratch buffer and dropped.  A
@@ -115,6 +117,8 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	}
 	if (f->timer_on)
 		tpu__ctx_timer_cancel(f->st->pctx, &f->timer);
+	if (f->grace_on)
+		tpu__ctx_timer_cancel(f->st->pctx, &f->grace);
 	if (f->parked) {
 		unlink_from(&f->task->parked, f);
 		f->parked = false;
@@ -134,10 +138,50 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	fetch_unref(f);	/* the list's */
 }
 
+/*
+ * ctx thread: no RESP came within the grace after @f's CANCEL: its
+ * receive ends, and @f stays on its pipe, abandoned, for a RESP that
+ * still comes.  One being read ends when the read does.
+ */
+static void fetch_grace_over(void *arg, tpu_status status)
+{
+	struct remote_fetch *f = arg;
+
+	f->grace_on = false;
+	if (!status && f->op && !f->reading) {
+		tpu__log_debug("remote rendezvous %s: no answer to a CANCEL within %llu ms: the "
+			       "receive ends", f->st->self, REMOTE_CANCEL_GRACE_NS / 1000000ull);
+		if (f->parked) {
+			tpu__remote_fetch_end(f, f->timed_out ? -ETIMEDOUT : -ECANCELED);
+		} else {
+			op_end(f->op, f->timed_out ? -ETIMEDOUT : -ECANCELED, 0);
+			f->op = NULL;
+		}
+	}
+	fetch_unref(f);
+}
+
+/* ctx thread: send @f's CANCEL on its pipe, and bound the wait for the RESP. */
+static void fetch_cancel_send(struct remote_fetch *f)
+{
+	struct remote_hdr h = { .type = REMOTE_CANCEL, .id = f->id };
+	struct remote_peer *p = f->peer;
+
+	f->cancel_sent = true;
+	if (!f->grace_on) {
+		f->grace.fn = fetch_grace_over;
+		f->grace.arg = f;
+		if (!tpu__ctx_timer_start(f->st->pctx, &f->grace, REMOTE_CANCEL_GRACE_NS)) {
+			f->grace_on = true;
+			f->refs++;
+		}
+	}
+	tpu__remote_peer_send(p, &h);
+}
+
 static void fetch_timeout(void *arg, tpu_status status)
 {
 	struct remote_fetch *f = arg;
-	struct remote_hdr h = { .type = REMOTE_CANCEL, .id = f->id };
 
 	f->timer_on = false;
 	if (!status && f->op && (f->parked || f->withheld)) {
@@ -145,10 +189,8 @@ static void fetch_timeout(void *arg, tpu_status status)
 		tpu__remote_fetch_end(f, -ETIMEDOUT);
 	} else if (!status && f->op && f->peer) {
 		f->timed_out = true;
-		if (!f->cancel_sent) {
-			f->cancel_sent = true;
-			tpu__remote_peer_send(f->peer, &h);
-		}
+		if (!f->cancel_sent)
+			fetch_cancel_send(f);
 	}
 	fetch_unref(f);
 }
@@ -469,7 +511,6 @@ static void cancel_run(struct tpu__task *t)
 {
 	struct cancel_task *c = tpu__container_of(t, struct cancel_task, task);
 	struct remote *st = c->st;
-	struct remote_hdr h = { .type = REMOTE_CANCEL };
 	struct remote_peer *p, *pnext;
 	struct remote_fetch *f, *fnext;
 
@@ -485,9 +526,7 @@ static void cancel_run(struct tpu__task *t)
 				tpu__remote_fetch_end(f, -ECANCELED);
 				continue;
 			}
-			f->cancel_sent = true;
-			h.id = f->id;
-			tpu__remote_peer_send(p, &h);
+			fetch_cancel_send(f);
 			/* A failed write ended the peer and every fetch with it. */
 			if (p->dead)
 				break;

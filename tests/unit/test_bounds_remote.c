@@ -11,7 +11,10 @@
  *   - an answer nobody asked for, carrying a large tensor: the worker ends
  *     that pipe at the descriptor instead of taking a buffer for it;
  *   - an answer to a real request with a tensor longer than the request
- *     allowed: the receive fails -EPROTO and the tensor is not read.
+ *     allowed: the receive fails -EPROTO and the tensor is not read;
+ *   - no answer to a CANCEL (a peer stopped or stuck): a receive that timed
+ *     out or was cancelled ends within REMOTE_CANCEL_GRACE_NS anyway, and
+ *     the answers that come later are dropped on a pipe that stays up.
  *
  * Contexts allow only the basic channel, so that every tensor crosses the
  * pipe's own stream (no cma read on this side's behalf).
@@ -318,9 +321,127 @@ static void oversized_answer(void)
 		munmap(zeros, BIG);
 }
 
+/* Milliseconds since @t0 (CLOCK_MONOTONIC). */
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/*
+ * A peer that reads the CANCELs and never answers: the receive that timed
+ * out (200 ms) and the one cancelled end within the grace, not when (or
+ * if) the peer answers; the answers it sends later are read and dropped,
+ * and the pipe serves the next receive.  The library before waited for
+ * those answers for ever.
+ */
+static void silent_after_cancel(void)
+{
+	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	const char *lurl = "tcp://127.0.0.1:0";
+	struct tpu_context *lctx = NULL;
+	struct tpu_listener *l = NULL;
+	struct rec acc;
+	struct tag at = { &acc, 0 };
+	struct recv_rec timed, cancelled, next;
+	struct rh_worker a = { 0 };
+	struct remote_hdr req1 = { 0 }, req2 = { 0 }, req3 = { 0 }, c1 = { 0 }, c2 = { 0 }, hello;
+	struct remote_hdr resp = { .type = REMOTE_RESP };
+	char key[RH_KEY_MAX], b1[16], b2[16], b3[16] = "", url[300];
+	struct tpu_pipe *p = NULL;
+	struct timespec t0;
+	size_t klen;
+	long took1 = -1, took2 = -1;
+	bool up, ok1 = false, ok2 = false, ok3 = false;
+
+	rec_init(&acc);
+	up = worker_open(&a, TASK_A, NULL) && !tpu_context_create(&o, &lctx) &&
+	     !tpu_listener_create(lctx, &lurl, 1, &l) &&
+	     !tpu_listener_url(l, "tcp", url, sizeof(url)) &&
+	     !tpu_rendezvous_add_peer(a.rdv, TASK_H, url) &&
+	     !tpu_listener_accept(l, on_accept, &at);
+	/* A receive that times out after 200 ms: its CANCEL is read, and not answered. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (up) {
+		rec_init(&timed.r);
+		timed.t = (struct tag){ &timed.r, 0 };
+		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 1);
+		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b1, .len = 16 },
+					  200ull * 1000000ull, on_recv, &timed) &&
+		     rec_wait(&acc, 1) && !acc.st[0];
+	}
+	p = up ? acc.pipe : NULL;
+	up = up && !h_read(p, &hello, NULL, 0, 5000) && hello.type == REMOTE_HELLO &&
+	     !h_read(p, &req1, NULL, 0, 5000) && req1.type == REMOTE_REQ &&
+	     !h_read(p, &c1, NULL, 0, 5000) && c1.type == REMOTE_CANCEL && c1.id == req1.id;
+	if (up) {
+		ok1 = rec_wait_ms(&timed.r, 1, 5000);
+		took1 = ms_since(&t0);
+	}
+	CHECK(ok1 && timed.r.st[0] == -ETIMEDOUT && took1 < 200 + 3000,
+	      "bounds_remote_a_timed_out_receive_ends_though_its_cancel_is_not_answered (%s after "
+	      "%ld ms)", tpu_status_name(ok1 ? timed.r.st[0] : 0), took1);
+	/* One cancelled by the caller: the same. */
+	if (up) {
+		rec_init(&cancelled.r);
+		cancelled.t = (struct tag){ &cancelled.r, 0 };
+		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 2);
+		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b2, .len = 16 },
+					  60ull * 1000000000ull, on_recv, &cancelled) &&
+		     !h_read(p, &req2, NULL, 0, 5000) && req2.type == REMOTE_REQ;
+	}
+	if (up) {
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		up = !tpu_rendezvous_cancel(a.rdv, key, klen) &&
+		     !h_read(p, &c2, NULL, 0, 5000) && c2.type == REMOTE_CANCEL && c2.id == req2.id;
+	}
+	if (up) {
+		ok2 = rec_wait_ms(&cancelled.r, 1, 5000);
+		took2 = ms_since(&t0);
+	}
+	CHECK(ok2 && cancelled.r.st[0] == -ECANCELED && took2 < 3000,
+	      "bounds_remote_a_cancelled_receive_ends_though_its_cancel_is_not_answered (%s after "
+	      "%ld ms)", tpu_status_name(ok2 ? cancelled.r.st[0] : 0), took2);
+	/* The late answers (a tensor for the first, the cancel's status for the second). */
+	if (up) {
+		resp.id = req1.id;
+		resp.len = 16;
+		up = !h_write(p, &resp, "late-first-reply", 16, 5000);
+		resp.id = req2.id;
+		resp.len = 0;
+		resp.status = -ECANCELED;
+		up = up && !h_write(p, &resp, NULL, 0, 5000);
+	}
+	/* The pipe still serves the next receive. */
+	if (up) {
+		rec_init(&next.r);
+		next.t = (struct tag){ &next.r, 0 };
+		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 3);
+		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b3, .len = 16 },
+					  10ull * 1000000000ull, on_recv, &next) &&
+		     !h_read(p, &req3, NULL, 0, 5000) && req3.type == REMOTE_REQ;
+	}
+	if (up) {
+		resp.id = req3.id;
+		resp.len = 16;
+		resp.status = 0;
+		up = !h_write(p, &resp, "the-third-reply!", 16, 5000);
+	}
+	ok3 = up && rec_wait_ms(&next.r, 1, 5000) && !next.r.st[0] && next.len == 16 &&
+	      !memcmp(b3, "the-third-reply!", 16);
+	CHECK(ok3, "bounds_remote_late_answers_are_dropped_and_the_pipe_serves_the_next_receive");
+	tpu_pipe_close(p);
+	tpu_listener_close(l);
+	rh_worker_close(&a);
+	tpu_context_destroy(lctx);
+}
+
 void test_bounds_remote(void)
 {
 	req_flood();
 	unsolicited_answer();
 	oversized_answer();
+	silent_after_cancel();
 }
