@@ -614,7 +614,10 @@ static int r_cancel(struct tpu_rendezvous *rdv, const uint8_t *key, size_t key_l
 		return tpu_rendezvous_cancel(st->inner, key, key_len) ? 0 : 1;
 	started = tpu__rdv_started(rdv, key, key_len);
 	n = tpu__remote_serve_cancel(st, key, key_len);
-	/* What is left are receives: their CANCEL goes out on the context thread. */
+	/*
+	 * What is left are receives (their CANCEL goes out on the context
+	 * thread) and sends being written (watched there: REMOTE_STALL_NS).
+	 */
 	if ((size_t)n < started && tpu__remote_fetch_cancel(st, key, key_len) > 0)
 		n++;
 	return n;
@@ -866,6 +869,7 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	tpu__remote_peer_free_lists_init(st);
 	st->ctx = ctx;
 	st->backoff_min_ns = REMOTE_BACKOFF_MIN_NS;
+	st->stall_ns = REMOTE_STALL_NS;
 	st->backoff_max_ns = REMOTE_BACKOFF_MAX_NS;
 	st->max_reqs = (unsigned int)tpu__env_u64("TPU_REMOTE_MAX_REQS", REMOTE_MAX_REQS_DEFAULT, 1,
 						  1u << 20);
@@ -1215,6 +1219,30 @@ tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, 
 	if (err)
 		return err;
 	tpu__ctx_run_sync(q.st->pctx, backoff_on_ctx, &q);
+	remote_leave(rdv);
+	return 0;
+}
+
+static void stall_on_ctx(void *arg)
+{
+	struct retry_query *q = arg;
+
+	q->st->stall_ns = q->min_ns;
+}
+
+tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns)
+{
+	struct retry_query q = { .min_ns = ns };
+	tpu_status err = tpu__rdv_check(rdv);
+
+	if (err)
+		return err;
+	if (!ns || ns > 3600ull * 1000000000ull)
+		return -EINVAL;
+	err = remote_enter(rdv, &q.st);
+	if (err)
+		return err;
+	tpu__ctx_run_sync(q.st->pctx, stall_on_ctx, &q);
 	remote_leave(rdv);
 	return 0;
 }

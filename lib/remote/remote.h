@@ -405,6 +405,7 @@ struct remote {
 	unsigned int serving;		/* answers with a tensor a peer may still be reading */
 	struct tpu__timer drain_timer;	/* bounds destroy's wait for them */
 	uint64_t backoff_min_ns;	/* a connect retry's back-off (tests change it) */
+	uint64_t stall_ns;		/* REMOTE_STALL_NS (tests change it) */
 	uint64_t backoff_max_ns;
 	struct tpu__free_list req_free;	/* recycled (REMOTE_FREE_MAX) */
 	struct tpu__free_list write_free;
@@ -421,6 +422,13 @@ struct remote {
 
 /* How long a destroy waits for peers still reading this worker's tensors. */
 #define REMOTE_DRAIN_NS		(10ull * 1000000000ull)
+/*
+ * A send cancelled (its deadline passed) while its tensor is being written
+ * cannot end before the write does: the pipe reads the caller's memory.
+ * If no such write on a pipe ends within this long (st->stall_ns), its
+ * peer stopped reading, and the pipe ends so that the send ends too.
+ */
+#define REMOTE_STALL_NS		REMOTE_DRAIN_NS
 
 /*
  * Defer pipe work to pctx.  Within an issue (tpu__rdv_issuing) on a user
@@ -459,7 +467,17 @@ struct remote_peer {
 	struct tpu_pipe *pipe;		/* NULL once closed */
 	struct remote_task *task;	/* the map entry it serves, if any */
 	struct remote_fetch *fetches;	/* waiting for their RESP */
-	int refs;			/* st->peers, the read loop, each write, each REQ */
+	int refs;			/* st->peers, the read loop, each write, each REQ, stall */
+	/*
+	 * Writes carrying a send's tensor, in flight; stalled: those whose
+	 * send was cancelled meanwhile (REMOTE_STALL_NS), stall_done: how many
+	 * of those ended, stall_mark: that count when the stall timer started.
+	 */
+	struct remote_write *sending;
+	unsigned int stalled;
+	unsigned long stall_done, stall_mark;
+	struct tpu__timer stall;
+	bool stall_on;
 	/*
 	 * Roles (remote_peer.c): on a pipe this worker opened to a task's URL
 	 * it asks and the other end answers; on an accepted one the other
@@ -587,6 +605,14 @@ void tpu__remote_serve_req(struct remote *st, struct remote_peer *p, const struc
 tpu_status tpu__remote_serve_credit(struct remote_peer *p, const struct remote_hdr *h);
 /* ctx thread: @p's other end asked in the push protocol: small sends may go as pushes. */
 void tpu__remote_serve_push_ok(struct remote_peer *p);
+/*
+ * ctx thread: @key's sends being written on @p were cancelled: unless one
+ * such write ends every st->stall_ns, @p ends (its peer stopped reading).
+ */
+void tpu__remote_peer_watch_sends(struct remote_peer *p, const uint8_t *key, size_t key_len);
+/* For tests: REMOTE_STALL_NS of @rdv's worker becomes @ns. */
+tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns);
+
 /* ctx thread: forget what @p was pushed (it ends). */
 void tpu__remote_serve_pushed_free(struct remote_peer *p);
 /* ctx thread: @p withdraws REQ @id. */

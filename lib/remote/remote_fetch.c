@@ -516,6 +516,7 @@ static void cancel_run(struct tpu__task *t)
 
 	for (p = st->peers; p; p = pnext) {
 		tpu__remote_peer_ref(p);
+		tpu__remote_peer_watch_sends(p, c->key, c->key_len);
 		for (f = p->fetches; f; f = fnext) {
 			fnext = f->next;
 			if (!f->op || f->cancel_sent || f->op->key_len != c->key_len ||

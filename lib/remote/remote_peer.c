@@ -28,6 +28,8 @@
 
 struct remote_write {
 	struct remote_write *next;	/* st->write_free */
+	struct remote_write *snext;	/* its peer's sending list, if it carries a send */
+	bool cancelled;			/* that send was cancelled while it was written */
 	struct tpu_message msg;
 	struct tpu_message_tensor tensor;
 	struct remote_peer *peer;
@@ -222,6 +224,8 @@ void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 	tpu__remote_serve_drop_peer(st, p);
 	tpu__remote_serve_pushed_free(p);
 	tpu__remote_inbox_drop_peer(st, p);
+	if (p->stall_on)
+		tpu__ctx_timer_cancel(st->pctx, &p->stall);
 	if (p->pipe) {
 		tpu_pipe_close(p->pipe);
 		p->pipe = NULL;
@@ -233,6 +237,70 @@ void tpu__remote_peer_end(struct remote_peer *p, tpu_status status)
 		}
 	}
 	tpu__remote_peer_unref(p);	/* st->peers' */
+}
+
+/* ctx thread: take @w, which carries a send, out of @p's sending list. */
+static void sending_unlink(struct remote_peer *p, struct remote_write *w)
+{
+	struct remote_write **pp;
+
+	for (pp = &p->sending; *pp; pp = &(*pp)->snext) {
+		if (*pp == w) {
+			*pp = w->snext;
+			break;
+		}
+	}
+	if (w->cancelled) {
+		p->stalled--;
+		p->stall_done++;
+	}
+}
+
+static void stall_over(void *arg, tpu_status status)
+{
+	struct remote_peer *p = arg;
+	struct remote *st = p->st;
+
+	p->stall_on = false;
+	if (!status && p->stalled && !p->dead) {
+		if (p->stall_done != p->stall_mark) {
+			/* One ended meanwhile: the peer reads, slowly. */
+			p->stall_mark = p->stall_done;
+			p->stall.fn = stall_over;
+			p->stall.arg = p;
+			if (!tpu__ctx_timer_start(st->pctx, &p->stall, st->stall_ns)) {
+				p->stall_on = true;
+				return;	/* the reference goes with the timer */
+			}
+		}
+		tpu__log_debug("remote rendezvous %s: %u cancelled sends still being written after "
+			       "%llu ms: the peer stopped reading; ending its pipe", st->self,
+			       p->stalled, (unsigned long long)(st->stall_ns / 1000000ull));
+		tpu__remote_peer_end(p, pipe_error(st));
+	}
+	tpu__remote_peer_unref(p);
+}
+
+void tpu__remote_peer_watch_sends(struct remote_peer *p, const uint8_t *key, size_t key_len)
+{
+	struct remote *st = p->st;
+	struct remote_write *w;
+
+	for (w = p->sending; w; w = w->snext) {
+		if (w->cancelled || w->send->key_len != key_len || memcmp(w->send->key, key, key_len))
+			continue;
+		w->cancelled = true;
+		p->stalled++;
+	}
+	if (!p->stalled || p->stall_on || p->dead)
+		return;
+	p->stall_mark = p->stall_done;
+	p->stall.fn = stall_over;
+	p->stall.arg = p;
+	if (!tpu__ctx_timer_start(st->pctx, &p->stall, st->stall_ns)) {
+		p->stall_on = true;
+		tpu__remote_peer_ref(p);
+	}
 }
 
 static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
@@ -247,6 +315,7 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 	if (!status)
 		peer_established(p);
 	if (send) {
+		sending_unlink(p, w);
 		p->st->serving--;
 		if ((send->flags & TPU_SEND_GIVE) && send->tensor.buffer) {
 			tpu_buffer_free(send->tensor.buffer);
@@ -285,11 +354,18 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 		}
 		tpu__remote_peer_ref(p);
 		p->writes++;
+		if (send) {
+			/* Before the write: its callback may come first. */
+			p->st->serving++;
+			w->snext = p->sending;
+			p->sending = w;
+		}
 		st = tpu_pipe_write(p->pipe, &w->msg, write_done, w);
-		if (!st) {
-			if (send)
-				p->st->serving++;
+		if (!st)
 			return;
+		if (send) {
+			p->st->serving--;
+			sending_unlink(p, w);
 		}
 		p->writes--;
 		tpu__remote_peer_unref(p);

@@ -14,13 +14,17 @@
  *     allowed: the receive fails -EPROTO and the tensor is not read;
  *   - no answer to a CANCEL (a peer stopped or stuck): a receive that timed
  *     out or was cancelled ends within REMOTE_CANCEL_GRACE_NS anyway, and
- *     the answers that come later are dropped on a pipe that stays up.
+ *     the answers that come later are dropped on a pipe that stays up;
+ *   - a peer that asks for a large tensor and stops reading it: the send's
+ *     deadline passes, and within REMOTE_STALL_NS more its pipe ends and
+ *     send_wait returns.
  *
  * Contexts allow only the basic channel, so that every tensor crosses the
  * pipe's own stream (no cma read on this side's behalf).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,10 +442,73 @@ static void silent_after_cancel(void)
 	tpu_context_destroy(lctx);
 }
 
+struct stalled_send {
+	struct rh_worker *a;
+	const char *key;
+	size_t klen;
+	void *data;
+	tpu_status st;
+	_Atomic long ms;	/* -1 until send_wait returned */
+};
+
+static void *stalled_send_thread(void *arg)
+{
+	struct stalled_send *s = arg;
+	struct timespec t0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	s->st = tpu_rendezvous_send_wait(s->a->rdv, s->key, s->klen,
+					 &(struct tpu_tensor){ .data = s->data, .len = BIG }, 0,
+					 500ull * 1000000ull);
+	s->ms = ms_since(&t0);
+	return NULL;
+}
+
+/*
+ * The peer asks for 64 MiB and never reads them: the write fills the
+ * socket and stops, and the send, being written, cannot be withdrawn at
+ * its deadline (500 ms).  Its pipe ends when no such write ended for
+ * REMOTE_STALL_NS (300 ms here), and send_wait returns.  The library
+ * before returned when the peer closed the pipe, if ever.
+ */
+static void stalled_reader(void)
+{
+	struct rh_worker a = { 0 };
+	struct hostile h = { 0 };
+	char key[RH_KEY_MAX];
+	size_t klen = rh_key(key, TASK_A, TASK_H, "stalled", INC, 0);
+	struct remote_hdr req = { .type = REMOTE_REQ, .id = 1, .len = BIG };
+	struct stalled_send s = { &a, key, klen, big_zeros(), 1, -1 };
+	pthread_t th;
+	bool up, started = false;
+	long took;
+
+	up = s.data && worker_open(&a, TASK_A, NULL) &&
+	     !tpu__remote_set_stall(a.rdv, 300ull * 1000000ull) && hostile_open(&h, a.url);
+	req.key = (const uint8_t *)key;
+	req.key_len = klen;
+	up = up && !h_write(h.pipe, &req, NULL, 0, 5000);
+	if (up)
+		started = !pthread_create(&th, NULL, stalled_send_thread, &s);
+	for (int i = 0; started && i < 100 && atomic_load(&s.ms) < 0; i++)
+		usleep(50000);
+	took = atomic_load(&s.ms);
+	CHECK(started && took >= 0 && took < 500 + 3000 && s.st == TPU_E_PEER_GONE,
+	      "bounds_remote_a_send_whose_reader_stalls_ends_after_its_deadline (%s after %ld ms)",
+	      tpu_status_name(took >= 0 ? s.st : 0), took);
+	hostile_close(&h);
+	if (started)
+		pthread_join(th, NULL);
+	rh_worker_close(&a);
+	if (s.data)
+		munmap(s.data, BIG);
+}
+
 void test_bounds_remote(void)
 {
 	req_flood();
 	unsolicited_answer();
 	oversized_answer();
 	silent_after_cancel();
+	stalled_reader();
 }
