@@ -104,6 +104,12 @@ struct tpu_context {
 	pthread_mutex_t done_lock;	/* the finished ops and the deferred tasks */
 	struct tpu__task *done_head, **done_tail;
 	struct tpu__task *task_head, **task_tail;
+	/*
+	 * How many each list holds: changed under done_lock, read without it
+	 * to pass an empty list by (most looks, two or three per hand-off).
+	 * A stale 0 misses an entry just queued, whose done_hint comes next.
+	 */
+	atomic_uint ndone, ntasks;
 
 	/* Context thread only. */
 	struct tpu__poller *pollers;
@@ -319,6 +325,7 @@ void tpu__ctx_complete(struct tpu_context *ctx, struct tpu__task *t)
 	pthread_mutex_lock(&ctx->done_lock);
 	*ctx->done_tail = t;
 	ctx->done_tail = &t->next;
+	atomic_fetch_add_explicit(&ctx->ndone, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&ctx->done_lock);
 	atomic_store(&ctx->done_hint, 1);
 	if (!tpu__ctx_on_thread(ctx))
@@ -331,6 +338,7 @@ void tpu__ctx_defer(struct tpu_context *ctx, struct tpu__task *t)
 	pthread_mutex_lock(&ctx->done_lock);
 	*ctx->task_tail = t;
 	ctx->task_tail = &t->next;
+	atomic_fetch_add_explicit(&ctx->ntasks, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&ctx->done_lock);
 	atomic_store(&ctx->done_hint, 1);
 	if (!tpu__ctx_on_thread(ctx))
@@ -343,6 +351,7 @@ void tpu__ctx_defer_quiet(struct tpu_context *ctx, struct tpu__task *t)
 	pthread_mutex_lock(&ctx->done_lock);
 	*ctx->task_tail = t;
 	ctx->task_tail = &t->next;
+	atomic_fetch_add_explicit(&ctx->ntasks, 1, memory_order_relaxed);
 	pthread_mutex_unlock(&ctx->done_lock);
 	atomic_store(&ctx->done_hint, 1);
 }
@@ -360,12 +369,15 @@ static bool ctx_run_tasks(struct tpu_context *ctx)
 	for (;;) {
 		struct tpu__task *t;
 
+		if (!atomic_load_explicit(&ctx->ntasks, memory_order_relaxed))
+			return any;
 		pthread_mutex_lock(&ctx->done_lock);
 		t = ctx->task_head;
 		if (t) {
 			ctx->task_head = t->next;
 			if (!ctx->task_head)
 				ctx->task_tail = &ctx->task_head;
+			atomic_fetch_sub_explicit(&ctx->ntasks, 1, memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&ctx->done_lock);
 		if (!t)
@@ -490,12 +502,15 @@ static bool ctx_run_done(struct tpu_context *ctx)
 	for (;;) {
 		struct tpu__task *t;
 
+		if (!atomic_load_explicit(&ctx->ndone, memory_order_relaxed))
+			return any;
 		pthread_mutex_lock(&ctx->done_lock);
 		t = ctx->done_head;
 		if (t) {
 			ctx->done_head = t->next;
 			if (!ctx->done_head)
 				ctx->done_tail = &ctx->done_head;
+			atomic_fetch_sub_explicit(&ctx->ndone, 1, memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&ctx->done_lock);
 		if (!t)
@@ -509,11 +524,15 @@ static bool ctx_has_work(struct tpu_context *ctx)
 {
 	bool work;
 
-	pthread_mutex_lock(&ctx->done_lock);
-	work = ctx->done_head || ctx->task_head;
-	pthread_mutex_unlock(&ctx->done_lock);
+	/*
+	 * Sequentially consistent: a sleeper stores ->asleep and then looks
+	 * here, a poster queues, sets done_hint and then reads ->asleep
+	 * (ctx_kick); one of the two sees the other's store.
+	 */
+	if (atomic_load(&ctx->done_hint) || atomic_load(&ctx->ndone) || atomic_load(&ctx->ntasks))
+		return true;
 	pthread_mutex_lock(&ctx->sq_lock);
-	work = work || ctx->unsubmitted || ctx->spill_head;
+	work = ctx->unsubmitted || ctx->spill_head;
 	pthread_mutex_unlock(&ctx->sq_lock);
 	return work;
 }
@@ -1242,6 +1261,8 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx->done_tail = &ctx->done_head;
 	ctx->spill_tail = &ctx->spill_head;
 	ctx->task_tail = &ctx->task_head;
+	atomic_init(&ctx->ndone, 0);
+	atomic_init(&ctx->ntasks, 0);
 	ctx->spin_ns = ctx_spin_ns_from_env();
 	ctx->spin_cur = ctx->spin_ns;
 	atomic_init(&ctx->asleep, false);
