@@ -272,39 +272,71 @@ static void on_recv(void *arg, tpu_status st, size_t len)
 	rec_post(&rr->t, st, NULL);
 }
 
-static void oversized_answer(void)
+/*
+ * The producer task TASK_H as a listener of this process in worker A's
+ * map: A's first receive from it opens the pipe that asked_peer_pipe()
+ * gives (its HELLO read).
+ */
+struct asked_peer {
+	struct tpu_context *ctx;
+	struct tpu_listener *l;
+	struct rec acc;
+	struct tag at;
+};
+
+static bool asked_peer_open(struct asked_peer *h, struct rh_worker *a)
 {
 	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
 	const char *lurl = "tcp://127.0.0.1:0";
-	struct tpu_context *lctx = NULL;
-	struct tpu_listener *l = NULL;
-	struct rec acc;
-	struct tag at = { &acc, 0 };
+	char url[300];
+
+	memset(h, 0, sizeof(*h));
+	rec_init(&h->acc);
+	h->at = (struct tag){ &h->acc, 0 };
+	return worker_open(a, TASK_A, NULL) && !tpu_context_create(&o, &h->ctx) &&
+	       !tpu_listener_create(h->ctx, &lurl, 1, &h->l) &&
+	       !tpu_listener_url(h->l, "tcp", url, sizeof(url)) &&
+	       !tpu_rendezvous_add_peer(a->rdv, TASK_H, url) &&
+	       !tpu_listener_accept(h->l, on_accept, &h->at);
+}
+
+static struct tpu_pipe *asked_peer_pipe(struct asked_peer *h)
+{
+	struct remote_hdr hello;
+
+	if (!rec_wait(&h->acc, 1) || h->acc.st[0])
+		return NULL;
+	return !h_read(h->acc.pipe, &hello, NULL, 0, 5000) && hello.type == REMOTE_HELLO ?
+	       h->acc.pipe : NULL;
+}
+
+static void asked_peer_close(struct asked_peer *h)
+{
+	tpu_listener_close(h->l);
+	tpu_context_destroy(h->ctx);
+}
+
+static void oversized_answer(void)
+{
+	struct asked_peer h;
 	struct recv_rec rr;
 	struct rh_worker a = { 0 };
 	struct remote_hdr got, resp = { .type = REMOTE_RESP, .len = BIG };
 	void *zeros = big_zeros();
-	char key[RH_KEY_MAX], dst_buf[16], url[300];
+	char key[RH_KEY_MAX], dst_buf[16];
 	size_t klen = rh_key(key, TASK_H, TASK_A, "oversized", INC, 0);
 	struct tpu_tensor dst = { .data = dst_buf, .len = sizeof(dst_buf) };
 	struct tpu_pipe *p = NULL;
 	tpu_status wst = 1;
 	bool up, answered;
 
-	rec_init(&acc);
 	rec_init(&rr.r);
 	rr.t = (struct tag){ &rr.r, 0 };
-	up = zeros && worker_open(&a, TASK_A, NULL) && !tpu_context_create(&o, &lctx) &&
-	     !tpu_listener_create(lctx, &lurl, 1, &l) &&
-	     !tpu_listener_url(l, "tcp", url, sizeof(url)) &&
-	     !tpu_rendezvous_add_peer(a.rdv, TASK_H, url) &&
-	     !tpu_listener_accept(l, on_accept, &at) &&
+	up = zeros && asked_peer_open(&h, &a) &&
 	     /* The worker's receive asks this peer for at most 16 bytes. */
-	     !tpu_rendezvous_recv(a.rdv, key, klen, &dst, 10ull * 1000000000ull, on_recv, &rr) &&
-	     rec_wait(&acc, 1) && !acc.st[0];
-	p = up ? acc.pipe : NULL;
-	up = up && !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_HELLO &&
-	     !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_REQ && got.len == 16;
+	     !tpu_rendezvous_recv(a.rdv, key, klen, &dst, 10ull * 1000000000ull, on_recv, &rr);
+	p = up ? asked_peer_pipe(&h) : NULL;
+	up = p && !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_REQ && got.len == 16;
 	if (up) {
 		resp.id = got.id;
 		wst = h_write(p, &resp, zeros, BIG, 5000);
@@ -317,10 +349,9 @@ static void oversized_answer(void)
 	      "bounds_remote_an_answer_longer_than_its_request_is_not_read (write %s)",
 	      tpu_status_name(wst));
 	tpu_pipe_close(p);
-	tpu_listener_close(l);
 	rh_worker_close(&a);
 	rec_wait_ms(&rr.r, 1, 5000);
-	tpu_context_destroy(lctx);
+	asked_peer_close(&h);
 	if (zeros)
 		munmap(zeros, BIG);
 }
@@ -334,6 +365,17 @@ static long ms_since(const struct timespec *t0)
 	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
+/* Post worker @a's receive of iteration @i of "silent" into @buf (16 bytes); its key in @key. */
+static bool post_silent(struct rh_worker *a, unsigned int i, uint64_t timeout_ns,
+			struct recv_rec *rr, char *buf, char *key, size_t *klen)
+{
+	rec_init(&rr->r);
+	rr->t = (struct tag){ &rr->r, 0 };
+	*klen = rh_key(key, TASK_H, TASK_A, "silent", INC, i);
+	return !tpu_rendezvous_recv(a->rdv, key, *klen, &(struct tpu_tensor){ .data = buf, .len = 16 },
+				    timeout_ns, on_recv, rr);
+}
+
 /*
  * A peer that reads the CANCELs and never answers: the receive that timed
  * out (200 ms) and the one cancelled end within the grace, not when (or
@@ -343,42 +385,24 @@ static long ms_since(const struct timespec *t0)
  */
 static void silent_after_cancel(void)
 {
-	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
-	const char *lurl = "tcp://127.0.0.1:0";
-	struct tpu_context *lctx = NULL;
-	struct tpu_listener *l = NULL;
-	struct rec acc;
-	struct tag at = { &acc, 0 };
+	struct asked_peer h;
 	struct recv_rec timed, cancelled, next;
 	struct rh_worker a = { 0 };
-	struct remote_hdr req1 = { 0 }, req2 = { 0 }, req3 = { 0 }, c1 = { 0 }, c2 = { 0 }, hello;
+	struct remote_hdr req1 = { 0 }, req2 = { 0 }, req3 = { 0 }, c1 = { 0 }, c2 = { 0 };
 	struct remote_hdr resp = { .type = REMOTE_RESP };
-	char key[RH_KEY_MAX], b1[16], b2[16], b3[16] = "", url[300];
+	char key[RH_KEY_MAX], b1[16], b2[16], b3[16] = "";
 	struct tpu_pipe *p = NULL;
 	struct timespec t0;
 	size_t klen;
 	long took1 = -1, took2 = -1;
 	bool up, ok1 = false, ok2 = false, ok3 = false;
 
-	rec_init(&acc);
-	up = worker_open(&a, TASK_A, NULL) && !tpu_context_create(&o, &lctx) &&
-	     !tpu_listener_create(lctx, &lurl, 1, &l) &&
-	     !tpu_listener_url(l, "tcp", url, sizeof(url)) &&
-	     !tpu_rendezvous_add_peer(a.rdv, TASK_H, url) &&
-	     !tpu_listener_accept(l, on_accept, &at);
+	up = asked_peer_open(&h, &a);
 	/* A receive that times out after 200 ms: its CANCEL is read, and not answered. */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (up) {
-		rec_init(&timed.r);
-		timed.t = (struct tag){ &timed.r, 0 };
-		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 1);
-		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b1, .len = 16 },
-					  200ull * 1000000ull, on_recv, &timed) &&
-		     rec_wait(&acc, 1) && !acc.st[0];
-	}
-	p = up ? acc.pipe : NULL;
-	up = up && !h_read(p, &hello, NULL, 0, 5000) && hello.type == REMOTE_HELLO &&
-	     !h_read(p, &req1, NULL, 0, 5000) && req1.type == REMOTE_REQ &&
+	up = up && post_silent(&a, 1, 200ull * 1000000ull, &timed, b1, key, &klen);
+	p = up ? asked_peer_pipe(&h) : NULL;
+	up = p && !h_read(p, &req1, NULL, 0, 5000) && req1.type == REMOTE_REQ &&
 	     !h_read(p, &c1, NULL, 0, 5000) && c1.type == REMOTE_CANCEL && c1.id == req1.id;
 	if (up) {
 		ok1 = rec_wait_ms(&timed.r, 1, 5000);
@@ -388,14 +412,8 @@ static void silent_after_cancel(void)
 	      "bounds_remote_a_timed_out_receive_ends_though_its_cancel_is_not_answered (%s after "
 	      "%ld ms)", tpu_status_name(ok1 ? timed.r.st[0] : 0), took1);
 	/* One cancelled by the caller: the same. */
-	if (up) {
-		rec_init(&cancelled.r);
-		cancelled.t = (struct tag){ &cancelled.r, 0 };
-		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 2);
-		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b2, .len = 16 },
-					  60ull * 1000000000ull, on_recv, &cancelled) &&
-		     !h_read(p, &req2, NULL, 0, 5000) && req2.type == REMOTE_REQ;
-	}
+	up = up && post_silent(&a, 2, 60ull * 1000000000ull, &cancelled, b2, key, &klen) &&
+	     !h_read(p, &req2, NULL, 0, 5000) && req2.type == REMOTE_REQ;
 	if (up) {
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		up = !tpu_rendezvous_cancel(a.rdv, key, klen) &&
@@ -419,14 +437,8 @@ static void silent_after_cancel(void)
 		up = up && !h_write(p, &resp, NULL, 0, 5000);
 	}
 	/* The pipe still serves the next receive. */
-	if (up) {
-		rec_init(&next.r);
-		next.t = (struct tag){ &next.r, 0 };
-		klen = rh_key(key, TASK_H, TASK_A, "silent", INC, 3);
-		up = !tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = b3, .len = 16 },
-					  10ull * 1000000000ull, on_recv, &next) &&
-		     !h_read(p, &req3, NULL, 0, 5000) && req3.type == REMOTE_REQ;
-	}
+	up = up && post_silent(&a, 3, 10ull * 1000000000ull, &next, b3, key, &klen) &&
+	     !h_read(p, &req3, NULL, 0, 5000) && req3.type == REMOTE_REQ;
 	if (up) {
 		resp.id = req3.id;
 		resp.len = 16;
@@ -437,9 +449,8 @@ static void silent_after_cancel(void)
 	      !memcmp(b3, "the-third-reply!", 16);
 	CHECK(ok3, "bounds_remote_late_answers_are_dropped_and_the_pipe_serves_the_next_receive");
 	tpu_pipe_close(p);
-	tpu_listener_close(l);
 	rh_worker_close(&a);
-	tpu_context_destroy(lctx);
+	asked_peer_close(&h);
 }
 
 struct stalled_send {
