@@ -1159,9 +1159,22 @@ struct retry_query {
 	struct remote *st;
 	const char *task;
 	struct remote_retry_stats *out;
-	uint64_t min_ns, max_ns;
+	uint64_t min_ns, max_ns, stall_ns;
 	tpu_status err;
 };
+
+/* The test hooks below: @fn(@q) on @rdv's pipe context, with @q->st set. */
+static tpu_status run_on_pctx(struct tpu_rendezvous *rdv, void (*fn)(void *arg),
+			      struct retry_query *q)
+{
+	tpu_status err = remote_enter(rdv, &q->st);
+
+	if (err)
+		return err;
+	tpu__ctx_run_sync(q->st->pctx, fn, q);
+	remote_leave(rdv);
+	return 0;
+}
 
 static void retry_stats_on_ctx(void *arg)
 {
@@ -1189,13 +1202,9 @@ tpu_status tpu__remote_retry_stats(struct tpu_rendezvous *rdv, const char *task,
 		return err;
 	if (!task || !out)
 		return -EINVAL;
-	err = remote_enter(rdv, &q.st);
-	if (err)
-		return err;
 	/* The tasks' retry state is the context thread's. */
-	tpu__ctx_run_sync(q.st->pctx, retry_stats_on_ctx, &q);
-	remote_leave(rdv);
-	return q.err;
+	err = run_on_pctx(rdv, retry_stats_on_ctx, &q);
+	return err ? err : q.err;
 }
 
 static void backoff_on_ctx(void *arg)
@@ -1215,34 +1224,24 @@ tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, 
 		return err;
 	if (!min_ns || min_ns > max_ns || max_ns > 3600ull * 1000000000ull)
 		return -EINVAL;
-	err = remote_enter(rdv, &q.st);
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q.st->pctx, backoff_on_ctx, &q);
-	remote_leave(rdv);
-	return 0;
+	return run_on_pctx(rdv, backoff_on_ctx, &q);
 }
 
 static void stall_on_ctx(void *arg)
 {
 	struct retry_query *q = arg;
 
-	q->st->stall_ns = q->min_ns;
+	q->st->stall_ns = q->stall_ns;
 }
 
 tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns)
 {
-	struct retry_query q = { .min_ns = ns };
+	struct retry_query q = { .stall_ns = ns };
 	tpu_status err = tpu__rdv_check(rdv);
 
 	if (err)
 		return err;
 	if (!ns || ns > 3600ull * 1000000000ull)
 		return -EINVAL;
-	err = remote_enter(rdv, &q.st);
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q.st->pctx, stall_on_ctx, &q);
-	remote_leave(rdv);
-	return 0;
+	return run_on_pctx(rdv, stall_on_ctx, &q);
 }

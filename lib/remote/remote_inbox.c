@@ -100,13 +100,14 @@ static struct remote_inbox *inbox_get(struct remote *st, size_t key_len, size_t 
 
 	if (e) {
 		cap = e->cap;
-		memset(e, 0, sizeof(*e));
 	} else {
 		cap = need < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : need;
-		e = calloc(1, sizeof(*e) + cap);
+		/* Not calloc: the tensor's room (up to 64 KiB) is written by the read. */
+		e = malloc(sizeof(*e) + cap);
 		if (!e)
 			return NULL;
 	}
+	memset(e, 0, sizeof(*e));
 	e->cap = cap;
 	e->data = e->key + inbox_data_off(key_len);
 	return e;

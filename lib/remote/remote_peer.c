@@ -256,6 +256,18 @@ static void sending_unlink(struct remote_peer *p, struct remote_write *w)
 	}
 }
 
+static void stall_over(void *arg, tpu_status status);
+
+/* ctx thread: a stall period starts from the cancelled writes ended so far; false if not. */
+static bool stall_start(struct remote_peer *p)
+{
+	p->stall_mark = p->stall_done;
+	p->stall.fn = stall_over;
+	p->stall.arg = p;
+	p->stall_on = !tpu__ctx_timer_start(p->st->pctx, &p->stall, p->st->stall_ns);
+	return p->stall_on;
+}
+
 static void stall_over(void *arg, tpu_status status)
 {
 	struct remote_peer *p = arg;
@@ -263,16 +275,9 @@ static void stall_over(void *arg, tpu_status status)
 
 	p->stall_on = false;
 	if (!status && p->stalled && !p->dead) {
-		if (p->stall_done != p->stall_mark) {
-			/* One ended meanwhile: the peer reads, slowly. */
-			p->stall_mark = p->stall_done;
-			p->stall.fn = stall_over;
-			p->stall.arg = p;
-			if (!tpu__ctx_timer_start(st->pctx, &p->stall, st->stall_ns)) {
-				p->stall_on = true;
-				return;	/* the reference goes with the timer */
-			}
-		}
+		/* One ended meanwhile: the peer reads, slowly (the reference goes with the timer). */
+		if (p->stall_done != p->stall_mark && stall_start(p))
+			return;
 		tpu__log_debug("remote rendezvous %s: %u cancelled sends still being written after "
 			       "%llu ms: the peer stopped reading; ending its pipe", st->self,
 			       p->stalled, (unsigned long long)(st->stall_ns / 1000000ull));
@@ -283,7 +288,6 @@ static void stall_over(void *arg, tpu_status status)
 
 void tpu__remote_peer_watch_sends(struct remote_peer *p, const uint8_t *key, size_t key_len)
 {
-	struct remote *st = p->st;
 	struct remote_write *w;
 
 	for (w = p->sending; w; w = w->snext) {
@@ -292,15 +296,8 @@ void tpu__remote_peer_watch_sends(struct remote_peer *p, const uint8_t *key, siz
 		w->cancelled = true;
 		p->stalled++;
 	}
-	if (!p->stalled || p->stall_on || p->dead)
-		return;
-	p->stall_mark = p->stall_done;
-	p->stall.fn = stall_over;
-	p->stall.arg = p;
-	if (!tpu__ctx_timer_start(st->pctx, &p->stall, st->stall_ns)) {
-		p->stall_on = true;
+	if (p->stalled && !p->stall_on && !p->dead && stall_start(p))
 		tpu__remote_peer_ref(p);
-	}
 }
 
 static void write_done(void *arg, tpu_status status, struct tpu_message *msg)

@@ -46,9 +46,9 @@ void rh_on_recv(void *arg, tpu_status st, size_t len)
 {
 	struct rh_done *d = arg;
 
-	(void)len;
 	pthread_mutex_lock(&d->lock);
 	d->st = st;
+	d->len = len;
 	d->bad += st != 0;
 	d->n++;
 	pthread_cond_broadcast(&d->cond);

@@ -42,9 +42,10 @@ struct rh_done {
 	pthread_cond_t cond;
 	int n, bad;		/* completions, and those that failed */
 	tpu_status st;		/* the last one's */
+	size_t len;		/* the last receive's length */
 };
 
-#define RH_DONE_INIT	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 }
+#define RH_DONE_INIT	{ PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0 }
 
 /* Completion callbacks of a receive and a send; @arg is a struct rh_done. */
 void rh_on_recv(void *arg, tpu_status st, size_t len);

@@ -178,19 +178,6 @@ out:
 	rh_worker_close(&a);
 }
 
-struct len_done {
-	struct rh_done d;
-	size_t len;
-};
-
-static void recv_len_done(void *arg, tpu_status st, size_t len)
-{
-	struct len_done *l = arg;
-
-	l->len = len;
-	rh_on_recv(&l->d, st, len);
-}
-
 /*
  * A push too long for the receive whose REQ it answered fails that
  * receive -EMSGSIZE with its length, and the tensor is kept for the next
@@ -201,7 +188,7 @@ static void recv_len_done(void *arg, tpu_status st, size_t len)
 static void too_long_is_kept(void)
 {
 	static struct rh_att x;
-	struct len_done small = { .d = RH_DONE_INIT };
+	struct rh_done small = RH_DONE_INIT;
 	char key[RH_KEY_MAX], in[8] = "", got[16] = "";
 	struct remote_push_stats sa;
 	struct remote_hdr h = { 0 };
@@ -218,13 +205,13 @@ static void too_long_is_kept(void)
 	}
 	klen = rh_key(key, RH_TASK(1), RH_TASK(0), "long", 1, 0);
 	CHECK(!tpu_rendezvous_recv(a.rdv, key, klen, &(struct tpu_tensor){ .data = in, .len = 8 },
-				   10 * RH_SEC, recv_len_done, &small), "small_receive_posted");
+				   10 * RH_SEC, rh_on_recv, &small), "small_receive_posted");
 	ok = !rh_att_next(&x, &h, NULL, 0, 5000) && h.type == REMOTE_REQ_SEEN;
 	CHECK(ok, "it_asks (type %d)", h.type);
 	rh_att_send_seq(&x, REMOTE_PUSH, 0, 1, 16, key, "longer-than-8-b!");
-	ok = rh_done_wait(&small.d, 1, 10);
-	CHECK(ok && small.d.st == -EMSGSIZE && small.len == 16,
-	      "the_small_receive_fails_emsgsize_with_the_length (%d, %zu)", small.d.st, small.len);
+	ok = rh_done_wait(&small, 1, 10);
+	CHECK(ok && small.st == -EMSGSIZE && small.len == 16,
+	      "the_small_receive_fails_emsgsize_with_the_length (%d, %zu)", small.st, small.len);
 	st = tpu_rendezvous_recv_wait(a.rdv, key, klen, &(struct tpu_tensor){ .data = got, .len = 16 },
 				      2 * RH_SEC, &len);
 	CHECK(!st && len == 16 && !memcmp(got, "longer-than-8-b!", 16),
