@@ -138,6 +138,12 @@ void rdv_xproc_run(const struct rdv_impl *impl)
 		     "%s_parent_receives_the_childs_tensor", impl->name);
 	CHECK(len == XLEN && rdv_checksum(back, XLEN) == rdv_checksum(src, XLEN),
 	      "%s_tensor_crosses_two_processes_both_ways_intact", impl->name);
+	/*
+	 * The child took p2c before it sent c2p, but the send's completion may
+	 * come after c2p's (cma tells the producer lazily, within 5 ms).
+	 */
+	for (int i = 0; i < 10000 && send_st == 1; i++)
+		usleep(1000);
 	CHECK(send_st == 0, "%s_parent_send_callback_ok_after_the_child_took_it", impl->name);
 	CHECK_STATUS(tpu_rendezvous_abort(rdv, -ESHUTDOWN), 0, "%s_parent_aborts_the_shared_rendezvous", impl->name);
 	waitpid(pid, &status, 0);
