@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -281,6 +282,9 @@ static struct result run_one(const struct run *r)
 		st = -EPIPE;
 	tpu_pipe_close(p);
 	tpu_context_destroy(ctx);
+	/* A reader waiting for a pipe never made (no driver here, say) would wait for ever. */
+	if (!p && peer.pid > 0)
+		kill(peer.pid, SIGTERM);
 	if (peer_wait(&peer) && !st && !res.bad)
 		st = -EIO;
 	if (!st)

@@ -69,4 +69,14 @@ for xport in $xports; do
 	point $([ "$lines" = $want ] && [ $rc = 0 ] && echo 1 || echo 0) \
 		"tpbench cuda over $xport: $want runs, exit status 0 (got $lines, $rc)"
 done
+# No driver at all: every run fails at once, saying so (a reader left
+# waiting for a writer that never connected once hung the whole run).
+if [ $dmabuf = 0 ]; then
+	out=$(TPU_CUDA_DRIVER=/nonexistent/libcuda.so.1 timeout 60 "$tpbench" cuda --transport shm \
+		--size 4096 --iters 2 --json 2>&1)
+	rc=$?
+	nodev=$(grep -c '"status": "ENODEV"' <<<"$out")
+	point $([ "$rc" = 1 ] && [ "$nodev" = 5 ] && echo 1 || echo 0) \
+		"tpbench cuda without a driver: 5 runs end ENODEV, exit status 1 (got $nodev, $rc)"
+fi
 tap_end
