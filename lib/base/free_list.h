@@ -41,4 +41,16 @@ void tpu__free_list_put(struct tpu__free_list *l, void *rec);
 /* Release every record kept. */
 void tpu__free_list_drain(struct tpu__free_list *l);
 
+/*
+ * The room to give a new record that must hold @need bytes: at least @min,
+ * and above it @need rounded up to 64 bytes, so that a later key a few
+ * bytes longer (a step counter gaining a digit) still fits a recycled one.
+ */
+static inline size_t tpu__free_list_room(size_t need, size_t min)
+{
+	if (need <= min)
+		return min;
+	return need > SIZE_MAX - 63 ? need : (need + 63) & ~(size_t)63;
+}
+
 #endif /* TPU_FREE_LIST_H */

@@ -83,7 +83,7 @@ enum pipe_call_kind {
 /* Inline parts up to this size are peeked, up to this much in all (pipe_read.c). */
 #define PIPE_PEEK_PART		4096
 #define PIPE_OWED_MAX		16384
-#define PIPE_BLOCK_CACHE	8	/* blocks kept per pipe and kind */
+#define PIPE_BLOCK_CACHE	32	/* blocks kept per pipe and kind */
 
 struct pipe_write;
 

@@ -16,14 +16,15 @@
 #define KEYQ_MIN_BUCKETS 64
 /*
  * Free lists: at most this many finished ops and emptied key FIFOs are
- * kept per rendezvous (about 26 KiB of ops with their 64-byte key buffers
- * and 8 KiB of FIFOs at most), so that a steady stream of operations
- * allocates nothing while a burst gives the rest of its memory back.
+ * kept per rendezvous (about 40 KiB of ops with their 256-byte key buffers
+ * and 20 KiB of FIFOs, for keys of usual length), so that a steady stream
+ * of operations allocates nothing while a burst gives the rest of its
+ * memory back.
  */
 #define OP_FREE_MAX	64
 #define KEYQ_FREE_MAX	64
-/* A key buffer is at least this long, so that most keys fit a reused one. */
-#define KEY_CAP_MIN	64
+/* A key buffer is at least this long, so that a TF key (100 bytes or more) fits a reused one. */
+#define KEY_CAP_MIN	256
 
 /*
  * Eight bytes a step: a TF key is 100 bytes or more, and byte-wise FNV-1a
@@ -80,7 +81,7 @@ static void keyq_grow(struct tpu_rendezvous *rdv)
 static struct tpu__keyq *keyq_get(struct tpu_rendezvous *rdv, size_t key_len)
 {
 	struct tpu__keyq *kq = tpu__free_list_take(&rdv->keyq_free, key_len);
-	size_t cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
+	size_t cap = tpu__free_list_room(key_len, KEY_CAP_MIN);
 
 	if (kq) {
 		cap = kq->key_cap;
@@ -270,7 +271,7 @@ struct tpu__op *tpu__op_get(struct tpu_rendezvous *rdv, size_t key_len)
 
 	if (op)
 		return op;
-	cap = key_len < KEY_CAP_MIN ? KEY_CAP_MIN : key_len;
+	cap = tpu__free_list_room(key_len, KEY_CAP_MIN);
 	op = malloc(sizeof(*op));
 	if (!op)
 		return NULL;

@@ -6,6 +6,7 @@
  * task, the inner inprocess rendezvous; otherwise the outbox of the
  * source's worker, fetched by the receiver over a pipe.
  */
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
@@ -876,6 +877,7 @@ TPU_API tpu_status tpu_rendezvous_create_remote(struct tpu_context *ctx,
 	st->push_off = !tpu__env_u64("TPU_REMOTE_PUSH", 1, 0, 1);
 	atomic_init(&st->nwithheld, 0);
 	atomic_init(&st->flush_queued, false);
+	atomic_init(&st->hold_queued, false);
 	st->inbox_tail = &st->inbox;
 	/* The pipes' own context, restricted as the user's is. */
 	po.dev_path = tpu__ctx_dev_path(ctx);
@@ -1244,4 +1246,38 @@ tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns)
 	if (!ns || ns > 3600ull * 1000000000ull)
 		return -EINVAL;
 	return run_on_pctx(rdv, stall_on_ctx, &q);
+}
+
+static void hold_run(struct tpu__task *t)
+{
+	struct remote *st = tpu__container_of(t, struct remote, hold_task);
+	struct timespec ts = {
+		.tv_sec = (time_t)(st->hold_ns / 1000000000ull),
+		.tv_nsec = (long)(st->hold_ns % 1000000000ull),
+	};
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	atomic_store(&st->hold_queued, false);
+}
+
+tpu_status tpu__remote_hold_ctx(struct tpu_rendezvous *rdv, uint64_t ns)
+{
+	struct remote *st;
+	tpu_status err;
+
+	if (!ns || ns > 10ull * 1000000000ull)
+		return -EINVAL;
+	err = remote_enter(rdv, &st);
+	if (err)
+		return err;
+	if (atomic_exchange(&st->hold_queued, true)) {
+		remote_leave(rdv);
+		return -EBUSY;
+	}
+	st->hold_ns = ns;
+	st->hold_task.fn = hold_run;
+	tpu__ctx_defer(st->pctx, &st->hold_task);
+	remote_leave(rdv);
+	return 0;
 }

@@ -415,6 +415,9 @@ struct remote {
 	atomic_uint nwithheld;		/* fetches withheld, every peer (changed on the ctx thread) */
 	struct tpu__task flush_task;	/* a sleeping waiter's tpu__remote_withheld_flush */
 	atomic_bool flush_queued;
+	struct tpu__task hold_task;	/* tpu__remote_hold_ctx (tests) */
+	atomic_bool hold_queued;
+	uint64_t hold_ns;		/* written before hold_task is queued */
 	uint64_t drain_until;		/* the same bound, for a lent thread (no timers) */
 	bool drain_expired;
 	bool destroyed;
@@ -612,6 +615,13 @@ void tpu__remote_serve_push_ok(struct remote_peer *p);
 void tpu__remote_peer_watch_sends(struct remote_peer *p, const uint8_t *key, size_t key_len);
 /* For tests: REMOTE_STALL_NS of @rdv's worker becomes @ns. */
 tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns);
+/*
+ * For tests: the thread that runs @rdv's pipe context (its own, or a waiter
+ * lent to it) sleeps @ns at its next task, as a busy or preempted one would,
+ * so that work piles up behind it.  One hold at a time: -EBUSY while the
+ * last one has not run.
+ */
+tpu_status tpu__remote_hold_ctx(struct tpu_rendezvous *rdv, uint64_t ns);
 
 /* ctx thread: forget what @p was pushed (it ends). */
 void tpu__remote_serve_pushed_free(struct remote_peer *p);

@@ -101,7 +101,7 @@ static struct remote_inbox *inbox_get(struct remote *st, size_t key_len, size_t 
 	if (e) {
 		cap = e->cap;
 	} else {
-		cap = need < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : need;
+		cap = tpu__free_list_room(need, REMOTE_KEY_CAP_MIN);
 		/* Not calloc: the tensor's room (up to 64 KiB) is written by the read. */
 		e = malloc(sizeof(*e) + cap);
 		if (!e)

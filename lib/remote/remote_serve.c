@@ -88,7 +88,7 @@ static struct remote_entry *entry_new(struct remote *st, const uint8_t *key, siz
 				      uint64_t hash, struct tpu_str dst)
 {
 	struct remote_entry *e, **b;
-	size_t cap = len < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : len;
+	size_t cap = tpu__free_list_room(len, REMOTE_KEY_CAP_MIN);
 
 	if (st->nentries >= st->nbuckets)
 		grow(st);
@@ -349,7 +349,7 @@ void tpu__remote_serve_push_ok(struct remote_peer *p)
 static struct remote_pushed *pushed_get(struct remote *st, size_t key_len)
 {
 	struct remote_pushed *r = tpu__free_list_take(&st->pushed_free, key_len);
-	size_t cap = key_len < REMOTE_KEY_CAP_MIN ? REMOTE_KEY_CAP_MIN : key_len;
+	size_t cap = tpu__free_list_room(key_len, REMOTE_KEY_CAP_MIN);
 
 	if (r)
 		return r;

@@ -35,7 +35,7 @@
 #define SHM_FD_TAG		'F'
 /* Ops of up to this many iovecs are kept for reuse, at most SHM_OP_CACHE of them. */
 #define SHM_OP_CACHED_IOV	4
-#define SHM_OP_CACHE		16
+#define SHM_OP_CACHE		32
 /* Passes over one connection's queues per poll while reads call back writes. */
 #define SHM_PROGRESS_PASSES	4
 /* Room for a few descriptors, so that a peer sending too many is seen (and they are closed). */
