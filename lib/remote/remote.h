@@ -327,6 +327,7 @@ struct remote_fetch {
 	int refs;			/* ctx thread: list, timer, grace */
 	bool timer_on;
 	bool grace_on;
+	bool read_stall;		/* the grace ran out while reading: st->stall_ns more */
 	bool timed_out;
 	bool cancel_sent;
 	bool parked;			/* in task->parked, not in a peer's list */
@@ -429,7 +430,10 @@ struct remote {
  * A send cancelled (its deadline passed) while its tensor is being written
  * cannot end before the write does: the pipe reads the caller's memory.
  * If no such write on a pipe ends within this long (st->stall_ns), its
- * peer stopped reading, and the pipe ends so that the send ends too.
+ * peer stopped reading, and the pipe ends so that the send ends too.  The
+ * same bound holds on the receiving side: a cancelled receive whose answer
+ * is still being read into the caller's memory when its grace is over
+ * gets this long more, then the pipe ends (its peer stopped writing).
  */
 #define REMOTE_STALL_NS		REMOTE_DRAIN_NS
 

@@ -138,16 +138,60 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 	fetch_unref(f);	/* the list's */
 }
 
+static void fetch_grace_over(void *arg, tpu_status status);
+
+/* ctx thread: (re)start @f's grace timer for @ns; false if it could not. */
+static bool fetch_grace_start(struct remote_fetch *f, uint64_t ns)
+{
+	f->grace.fn = fetch_grace_over;
+	f->grace.arg = f;
+	if (tpu__ctx_timer_start(f->st->pctx, &f->grace, ns))
+		return false;
+	f->grace_on = true;
+	f->refs++;
+	return true;
+}
+
+/*
+ * ctx thread: @f's RESP is still being read into its receive's memory
+ * when the grace is over.  The receive cannot end while the pipe writes
+ * there; a peer that sends part of a tensor and stops would hold it for
+ * ever.  So the read gets st->stall_ns more, and then the pipe ends,
+ * which ends the read and the receive (-ETIMEDOUT or -ECANCELED).
+ */
+static void fetch_read_stalled(struct remote_fetch *f)
+{
+	struct remote_peer *p = f->peer;
+
+	if (!p || p->dead)
+		return;
+	if (!f->read_stall) {
+		f->read_stall = true;
+		if (fetch_grace_start(f, f->st->stall_ns))
+			return;
+	}
+	tpu__log_debug("remote rendezvous %s: an answer still being read %llu ms after its "
+		       "receive's grace: the peer stopped writing; ending its pipe", f->st->self,
+		       (unsigned long long)(f->st->stall_ns / 1000000ull));
+	/* Kept by the fetch's end: the other receives on that pipe hear it gone. */
+	if (!f->ended)
+		f->ended = f->timed_out ? -ETIMEDOUT : -ECANCELED;
+	tpu__remote_peer_end(p, f->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE);
+}
+
 /*
  * ctx thread: no RESP came within the grace after @f's CANCEL: its
  * receive ends, and @f stays on its pipe, abandoned, for a RESP that
- * still comes.  One being read ends when the read does.
+ * still comes.  One being read ends when the read does, or when its pipe
+ * ends for a stalled read (fetch_read_stalled).
  */
 static void fetch_grace_over(void *arg, tpu_status status)
 {
 	struct remote_fetch *f = arg;
 
 	f->grace_on = false;
+	if (!status && f->op && f->reading)
+		fetch_read_stalled(f);
 	if (!status && f->op && !f->reading) {
 		tpu__log_debug("remote rendezvous %s: no answer to a CANCEL within %llu ms: the "
 			       "receive ends", f->st->self, REMOTE_CANCEL_GRACE_NS / 1000000ull);
@@ -168,14 +212,8 @@ static void fetch_cancel_send(struct remote_fetch *f)
 	struct remote_peer *p = f->peer;
 
 	f->cancel_sent = true;
-	if (!f->grace_on) {
-		f->grace.fn = fetch_grace_over;
-		f->grace.arg = f;
-		if (!tpu__ctx_timer_start(f->st->pctx, &f->grace, REMOTE_CANCEL_GRACE_NS)) {
-			f->grace_on = true;
-			f->refs++;
-		}
-	}
+	if (!f->grace_on)
+		fetch_grace_start(f, REMOTE_CANCEL_GRACE_NS);
 	tpu__remote_peer_send(p, &h);
 }
 

@@ -23,12 +23,16 @@
  * pipe's own stream (no cma read on this side's behalf).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,15 +114,22 @@ static tpu_status h_read(struct tpu_pipe *p, struct remote_hdr *h, void *buf, si
 	return r.st[1];
 }
 
-static bool worker_open(struct rh_worker *w, const char *task, const char *peer_url)
+/* A worker whose context has @xports (NULL: tcp). */
+static bool worker_open_on(struct rh_worker *w, const char *task, const char *peer_url,
+			   const char *xports)
 {
-	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	struct tpu_context_options o = { .channels = "basic", .transports = xports ?: "tcp" };
 	struct tpu_remote_task peer = { TASK_A, peer_url };
 	struct tpu_remote_options ro = {
 		.task = task, .peers = peer_url ? &peer : NULL, .npeers = peer_url ? 1 : 0,
 	};
 
 	return rh_worker_open(w, &o, NULL, &ro);
+}
+
+static bool worker_open(struct rh_worker *w, const char *task, const char *peer_url)
+{
+	return worker_open_on(w, task, peer_url, NULL);
 }
 
 /* The hostile peer: a context and a pipe to @url, HELLO sent as task @task. */
@@ -284,20 +295,31 @@ struct asked_peer {
 	struct tag at;
 };
 
-static bool asked_peer_open(struct asked_peer *h, struct rh_worker *a)
+/* Over @xport: "tcp" (A's context has tcp only) or "shm" (A's has both). */
+static bool asked_peer_open_on(struct asked_peer *h, struct rh_worker *a, const char *xport)
 {
-	struct tpu_context_options o = { .channels = "basic", .transports = "tcp" };
+	struct tpu_context_options o = { .channels = "basic", .transports = xport };
+	bool shm = !strcmp(xport, "shm");
+	char url[300], shm_url[64];
 	const char *lurl = "tcp://127.0.0.1:0";
-	char url[300];
 
 	memset(h, 0, sizeof(*h));
 	rec_init(&h->acc);
 	h->at = (struct tag){ &h->acc, 0 };
-	return worker_open(a, TASK_A, NULL) && !tpu_context_create(&o, &h->ctx) &&
+	snprintf(shm_url, sizeof(shm_url), "shm://tpu-unit-asked-%d", (int)getpid());
+	if (shm)
+		lurl = shm_url;
+	return worker_open_on(a, TASK_A, NULL, shm ? "tcp,shm" : NULL) &&
+	       !tpu_context_create(&o, &h->ctx) &&
 	       !tpu_listener_create(h->ctx, &lurl, 1, &h->l) &&
-	       !tpu_listener_url(h->l, "tcp", url, sizeof(url)) &&
+	       !tpu_listener_url(h->l, xport, url, sizeof(url)) &&
 	       !tpu_rendezvous_add_peer(a->rdv, TASK_H, url) &&
 	       !tpu_listener_accept(h->l, on_accept, &h->at);
+}
+
+static bool asked_peer_open(struct asked_peer *h, struct rh_worker *a)
+{
+	return asked_peer_open_on(h, a, "tcp");
 }
 
 static struct tpu_pipe *asked_peer_pipe(struct asked_peer *h)
@@ -515,6 +537,160 @@ static void stalled_reader(void)
 		munmap(s.data, BIG);
 }
 
+/*
+ * Memory whose reading stops half-way: its first STALL_AT bytes read as
+ * STALL_BYTE; past them, pages never touched are registered with a
+ * userfaultfd that nobody serves, so a thread copying from them waits
+ * (signals or none) until the descriptor closes, then reads zeros.
+ */
+#define STALL_AT	(4u << 20)
+#define STALL_BYTE	0x5a
+
+struct stall_mem {
+	char *base;
+	int uffd;
+};
+
+/* NULL if userfaultfd is not to be had here (the reason in @why). */
+static char *stall_mem_open(struct stall_mem *sm, const char **why)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	char *p;
+
+	sm->base = NULL;
+	sm->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY);
+	if (sm->uffd < 0)
+		sm->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (sm->uffd < 0 || ioctl(sm->uffd, UFFDIO_API, &api)) {
+		*why = "no userfaultfd here";
+		goto fail;
+	}
+	p = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (p == MAP_FAILED) {
+		*why = "no memory";
+		goto fail;
+	}
+	memset(p, STALL_BYTE, STALL_AT);
+	reg.range.start = (uintptr_t)(p + STALL_AT);
+	reg.range.len = BIG - STALL_AT;
+	if (ioctl(sm->uffd, UFFDIO_REGISTER, &reg)) {
+		munmap(p, BIG);
+		*why = "userfaultfd refuses anonymous memory";
+		goto fail;
+	}
+	sm->base = p;
+	return p;
+fail:
+	if (sm->uffd >= 0)
+		close(sm->uffd);
+	sm->uffd = -1;
+	return NULL;
+}
+
+/* Let the thread waiting on @sm's memory go. */
+static void stall_mem_release(struct stall_mem *sm)
+{
+	if (sm->uffd >= 0)
+		close(sm->uffd);
+	sm->uffd = -1;
+}
+
+static void stall_mem_close(struct stall_mem *sm)
+{
+	stall_mem_release(sm);
+	if (sm->base)
+		munmap(sm->base, BIG);
+}
+
+/*
+ * The peer answers a 64 MiB receive and stops writing after 4 MiB: over
+ * shm, whose ring its context's thread fills from a tensor that stops
+ * reading there.  The receive times out (200 ms) with its tensor being
+ * read into its memory, so it cannot end then; after the grace (1 s) and
+ * the stall bound (300 ms here) its pipe ends and the receive ends
+ * ETIMEDOUT.  The library before held it until the peer closed the pipe,
+ * if ever.
+ */
+static void stalled_answer(void)
+{
+	struct asked_peer h;
+	struct recv_rec rr, wr;
+	struct rh_worker a = { 0 };
+	struct remote_hdr got, resp = { .type = REMOTE_RESP, .len = BIG };
+	struct stall_mem sm;
+	const char *why = NULL;
+	void *src, *dst;
+	uint8_t meta[1024];
+	struct tpu_message_tensor t = { .len = BIG };
+	struct tpu_message m = { .metadata = meta, .tensors = &t, .ntensors = 1 };
+	char key[RH_KEY_MAX];
+	size_t klen = rh_key(key, TASK_H, TASK_A, "stalled-answer", INC, 0);
+	struct tpu_pipe *p = NULL;
+	struct timespec t0;
+	bool up, ended = false;
+	long took = -1;
+
+	/* A thread stopped in a page fault would stop every thread under valgrind. */
+	if (under_valgrind()) {
+		CHECK(true, "bounds_remote_stalled_answer # SKIP under valgrind");
+		return;
+	}
+	src = stall_mem_open(&sm, &why);
+	if (!src) {
+		CHECK(true, "bounds_remote_stalled_answer # SKIP %s", why);
+		return;
+	}
+	t.data = src;
+	dst = mmap(NULL, BIG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		   -1, 0);
+	if (dst == MAP_FAILED)
+		dst = NULL;
+	rec_init(&rr.r);
+	rr.t = (struct tag){ &rr.r, 0 };
+	rec_init(&wr.r);
+	wr.t = (struct tag){ &wr.r, 0 };
+	up = dst && asked_peer_open_on(&h, &a, "shm") &&
+	     !tpu__remote_set_stall(a.rdv, 300ull * 1000000ull);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	up = up && !tpu_rendezvous_recv(a.rdv, key, klen,
+					&(struct tpu_tensor){ .data = dst, .len = BIG },
+					200ull * 1000000ull, on_recv, &rr);
+	p = up ? asked_peer_pipe(&h) : NULL;
+	up = p && !h_read(p, &got, NULL, 0, 5000) && got.type == REMOTE_REQ && got.len == BIG;
+	if (up) {
+		resp.id = got.id;
+		tpu__remote_wire_put(&resp, meta);
+		m.metadata_len = tpu__remote_wire_size(0);
+		up = !tpu_pipe_write(p, &m, on_write, &wr.t);
+	}
+	if (up) {
+		ended = rec_wait_ms(&rr.r, 1, 10000);
+		took = ms_since(&t0);
+	}
+	CHECK(ended && rr.r.st[0] == -ETIMEDOUT && took >= 200 + 1000 + 300 &&
+	      took < 200 + 1000 + 300 + 3000,
+	      "bounds_remote_a_receive_whose_answer_stalls_ends_after_its_grace_and_the_stall_bound "
+	      "(%s after %ld ms)", tpu_status_name(ended ? rr.r.st[0] : 0), took);
+	/* All but what the writer had in hand when it stopped (at most the 1 MiB ring's worth). */
+	CHECK(ended && !memcmp(dst, src, STALL_AT / 2),
+	      "bounds_remote_the_stalled_answer_was_being_read (its first %u bytes arrived)",
+	      STALL_AT / 2);
+	stall_mem_release(&sm);
+	if (up)
+		rec_wait_ms(&wr.r, 1, 10000);
+	tpu_pipe_close(p);
+	rh_worker_close(&a);
+	rec_wait_ms(&rr.r, 1, 5000);
+	asked_peer_close(&h);
+	CHECK(up && rr.r.n == 1, "bounds_remote_a_stalled_answer_calls_its_receive_back_once (%d)",
+	      rr.r.n);
+	stall_mem_close(&sm);
+	if (dst)
+		munmap(dst, BIG);
+}
+
 void test_bounds_remote(void)
 {
 	req_flood();
@@ -522,4 +698,5 @@ void test_bounds_remote(void)
 	oversized_answer();
 	silent_after_cancel();
 	stalled_reader();
+	stalled_answer();
 }
