@@ -533,6 +533,8 @@ struct remote_peer {
 	struct remote_hdr cur;
 	/* a PUSH's, if the inbox takes it, or keeps it (too long for the fetch it answers) */
 	struct remote_inbox *cur_inbox;
+	/* a PUSH's heap buffer: for the recv_buffer it answers, or to drop it into */
+	struct tpu_buffer *cur_buf;
 	uint8_t *cur_meta;
 	struct remote_fetch *cur_fetch;
 };

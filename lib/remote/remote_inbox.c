@@ -181,9 +181,15 @@ tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message
 			t->data = e->data;
 			return 0;
 		}
-		/* recv_buffer; or its op ended (or no memory to keep it): read, then dropped */
-		t->data = NULL;
-		t->flags = TPU_TENSOR_WANT_BUFFER;
+		/*
+		 * recv_buffer; or its op ended (or no memory to keep it): read,
+		 * then dropped.  A heap buffer, as the inprocess rendezvous
+		 * gives (64 KiB at most): the pipe's would be a memfd, five
+		 * system calls to make and free.
+		 */
+		if (tpu__buffer_alloc_heap(t->len, &p->cur_buf))
+			return -ENOMEM;
+		t->data = tpu_buffer_data(p->cur_buf);
 		return 0;
 	}
 	/* Nobody asked here yet: the inbox, for a key of its task's to us, within the window. */
@@ -502,13 +508,15 @@ void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struc
 	if (f && p->cur_owes)
 		tpu__remote_credit_owe(p, p->cur.seq, false);
 	p->cur_owes = false;
-	if (msg && msg->ntensors == 1 && (msg->tensors[0].flags & TPU_TENSOR_WANT_BUFFER))
-		buf = msg->tensors[0].buffer;
+	/* The tensor went into memory of ours (no buffer of the pipe's). */
+	(void)msg;
+	buf = p->cur_buf;
+	p->cur_buf = NULL;
 	if (f) {
 		push_to_fetch(p, f, status, buf, e);
 		return;
 	}
-	/* An inbox entry was read into; a buffer only came for a push nobody wanted. */
+	/* An inbox entry was read into (a buffer is made only for a fetch). */
 	tpu_buffer_free(buf);
 	if (e)
 		inbox_arrived(p, e, status);

@@ -11,6 +11,7 @@
  *     and every one arrives, received in any order;
  *   - a push too long for the receive it answers fails that receive
  *     -EMSGSIZE and waits in the inbox for the next (nothing lost);
+ *   - a push that answers a recv_buffer comes in a heap buffer (no memfd);
  *   - without a secret, or with TPU_REMOTE_PUSH=0, nothing is pushed.
  * And from a hostile member with the secret (its own pipe, HELLO with the
  * flag): every push it may not make, and every credit or seq it invents,
@@ -235,6 +236,71 @@ static void recv_buffer_done(void *arg, tpu_status st, struct tpu_buffer *buf, s
 	*out = !st && len == 16 ? buf : NULL;
 	if (st || len != 16)
 		tpu_buffer_free(buf);
+}
+
+/* Mappings of memfds in this process: what a memfd-backed tpu_buffer adds one of. */
+static int memfd_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:") != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A push that answers a waiting recv_buffer is read into a heap buffer,
+ * as the inprocess rendezvous and the inbox give, not into a memfd (five
+ * system calls to make and free, for 64 KiB at most).  The library
+ * before mapped one per such push.
+ */
+static void answers_recv_buffer(void)
+{
+	static struct rh_att x;
+	char key[RH_KEY_MAX], body[16] = "";
+	struct tpu_buffer *got = NULL;
+	struct remote_push_stats sa;
+	struct remote_hdr h = { 0 };
+	struct rh_worker a;
+	size_t klen;
+	int maps0, maps = -1, i;
+	bool ok;
+
+	memset(&x, 0, sizeof(x));
+	memset(&a, 0, sizeof(a));
+	if (!member_up(&a, &x)) {
+		CHECK(false, "recv_buffer_answered_setup");
+		goto out;
+	}
+	klen = rh_key(key, RH_TASK(1), RH_TASK(0), "into-buffer", 1, 0);
+	maps0 = memfd_maps();
+	CHECK(!tpu_rendezvous_recv_buffer(a.rdv, key, klen, 16, 10 * RH_SEC, recv_buffer_done,
+					  &got), "recv_buffer_waits");
+	ok = !rh_att_next(&x, &h, NULL, 0, 5000) && h.type == REMOTE_REQ_SEEN;
+	CHECK(ok, "it_asks_for_it (type %d)", h.type);
+	rh_att_send_seq(&x, REMOTE_PUSH, 0, 1, 16, key, "pushed-to-buffer");
+	for (i = 0; i < 1000 && !got; i++)
+		usleep(5000);
+	if (got) {
+		memcpy(body, tpu_buffer_data(got), 16);
+		maps = memfd_maps();
+	}
+	CHECK(got && !memcmp(body, "pushed-to-buffer", 16), "the_push_fills_the_buffer");
+	CHECK(got && maps == maps0, "the_buffer_is_no_memfd (%d memfd mappings, %d before)", maps,
+	      maps0);
+	tpu_buffer_free(got);
+	sa = stats(a.rdv);
+	CHECK(sa.answered == 1 && sa.inboxed == 0, "answered_not_inboxed (%lu %lu)", sa.answered,
+	      sa.inboxed);
+	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
+out:
+	rh_att_close(&x);
+	rh_worker_close(&a);
 }
 
 static void waits_in_the_inbox(void)
@@ -586,6 +652,7 @@ void test_remote_push(void)
 {
 	member_exchange();
 	too_long_is_kept();
+	answers_recv_buffer();
 	withheld_receives();
 	waits_in_the_inbox();
 	past_the_window();
