@@ -47,11 +47,15 @@
 /* Idle spinning passes between two looks at the clock. */
 #define CTX_SPIN_PASSES		8
 
-/* What a CQE's user_data points to. */
+/* What a CQE's user_data points to; recycled (rec_free) once its last CQE came. */
 struct ctx_rec {
 	tpu__cqe_fn fn;
 	void *arg;
+	struct ctx_rec *next;		/* in rec_free */
 };
+
+/* Records kept for reuse: a transport with this many requests in flight allocates none. */
+#define CTX_REC_FREE_MAX	64
 
 /* An SQE that found the ring full, kept until the context thread has room. */
 struct ctx_spill {
@@ -87,6 +91,7 @@ struct tpu_context {
 	atomic_bool asleep;
 
 	pthread_mutex_t sq_lock;	/* the ring's SQ side and what follows */
+	struct tpu__free_list rec_free;	/* struct ctx_rec */
 	struct ctx_rec *cur_rec;	/* between tpu__ctx_sqe and tpu__ctx_submit */
 	struct io_uring_sqe *cur_sqe;
 	struct ctx_spill *cur_spill;
@@ -221,14 +226,19 @@ static void ctx_drain_fd(int fd)
 
 struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void *arg)
 {
-	struct ctx_rec *rec = malloc(sizeof(*rec));
 	struct io_uring_sqe *sqe;
+	struct ctx_rec *rec;
 
+	pthread_mutex_lock(&ctx->sq_lock);
+	rec = tpu__free_list_take(&ctx->rec_free, 0);
 	if (!rec)
+		rec = malloc(sizeof(*rec));
+	if (!rec) {
+		pthread_mutex_unlock(&ctx->sq_lock);
 		return NULL;
+	}
 	rec->fn = fn;
 	rec->arg = arg;
-	pthread_mutex_lock(&ctx->sq_lock);
 	ctx->cur_spill = NULL;
 	sqe = ctx->spill_head ? NULL : io_uring_get_sqe(&ctx->ring);
 	if (!sqe && ctx_own_thread(ctx) && !ctx->spill_head) {
@@ -239,8 +249,8 @@ struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void 
 		/* Keep the order of submission: once spilling, spill until drained. */
 		ctx->cur_spill = calloc(1, sizeof(*ctx->cur_spill));
 		if (!ctx->cur_spill) {
+			tpu__free_list_put(&ctx->rec_free, rec);
 			pthread_mutex_unlock(&ctx->sq_lock);
-			free(rec);
 			return NULL;
 		}
 		sqe = ctx->cur_spill->sqe;
@@ -540,17 +550,19 @@ static bool ctx_has_work(struct tpu_context *ctx)
 static void ctx_dispatch(struct tpu_context *ctx, const struct io_uring_cqe *cqe)
 {
 	struct ctx_rec *rec = io_uring_cqe_get_data(cqe);
+	tpu__cqe_fn fn = rec->fn;
+	void *arg = rec->arg;
 
 	/* More CQEs will come for this request: keep its record. */
 	if (cqe->flags & IORING_CQE_F_MORE) {
-		rec->fn(rec->arg, cqe);
+		fn(arg, cqe);
 		return;
 	}
 	pthread_mutex_lock(&ctx->sq_lock);
 	ctx->inflight--;
+	tpu__free_list_put(&ctx->rec_free, rec);
 	pthread_mutex_unlock(&ctx->sq_lock);
-	rec->fn(rec->arg, cqe);
-	free(rec);
+	fn(arg, cqe);
 }
 
 /* Take every CQE there is. */
@@ -1167,6 +1179,7 @@ static void ctx_free(struct tpu_context *ctx)
 	if (ctx->kick_fd >= 0)
 		close(ctx->kick_fd);
 	tpu__ep_ref_put(ctx->ep);
+	tpu__free_list_drain(&ctx->rec_free);
 	pthread_mutex_destroy(&ctx->sq_lock);
 	pthread_mutex_destroy(&ctx->done_lock);
 	pthread_mutex_destroy(&ctx->progress_lock);
@@ -1249,6 +1262,8 @@ tpu_status tpu__ctx_create(const struct tpu_context_options *opts, struct tpu_co
 	ctx->wake_fd = -1;
 	ctx->kick_fd = -1;
 	pthread_mutex_init(&ctx->sq_lock, NULL);
+	tpu__free_list_init(&ctx->rec_free, offsetof(struct ctx_rec, next), TPU__FREE_NO_ROOM,
+			    CTX_REC_FREE_MAX, NULL);
 	pthread_mutex_init(&ctx->done_lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
 	pthread_mutex_init(&ctx->drive, NULL);

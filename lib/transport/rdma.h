@@ -100,6 +100,8 @@ struct rdma_conn {
 	/* writes */
 	struct rdma_wr *wq, **wq_tail;	/* not called back yet, in order */
 	struct rdma_wr *wsend;		/* the first with bytes not yet in a message */
+	/* finished reads and writes kept for reuse (RDMA_OP_CACHE each) */
+	struct tpu__free_list rd_free, wr_free;
 	unsigned int credits;		/* data messages the peer can take */
 	uint32_t tx_free;		/* free data send buffers, one bit each */
 	bool credit_busy;		/* the credit-only message is in flight */

@@ -188,6 +188,8 @@ void tpu__rdma_conn_destroy(struct rdma_conn *c)
 		rdma_destroy_id(c->id);
 	if (c->ech)
 		rdma_destroy_event_channel(c->ech);
+	tpu__free_list_drain(&c->rd_free);
+	tpu__free_list_drain(&c->wr_free);
 	free(c);
 }
 

@@ -70,8 +70,17 @@ struct rdma_wr {
 	tpu__io_cb cb;
 	void *arg;
 	unsigned int niov, cur;		/* iov[cur..niov) left; iov[cur] advanced in place */
+	size_t cap_iov;			/* room in iov[] */
 	struct iovec iov[];
 };
+
+/*
+ * Each connection keeps up to this many finished reads and writes (these
+ * with room for RDMA_WR_IOV_MIN iovecs or more), so that a steady stream
+ * allocates nothing.
+ */
+#define RDMA_OP_CACHE		32
+#define RDMA_WR_IOV_MIN		8
 
 static uint8_t *rx_buf(struct rdma_conn *c, unsigned int slot)
 {
@@ -147,7 +156,7 @@ static void call_read(struct rdma_conn *c, struct rdma_rd *r, tpu_status st)
 	c->depth++;
 	r->cb(r->arg, st);
 	c->depth--;
-	free(r);
+	tpu__free_list_put(&c->rd_free, r);
 }
 
 static void call_write(struct rdma_conn *c, struct rdma_wr *w, tpu_status st)
@@ -155,7 +164,7 @@ static void call_write(struct rdma_conn *c, struct rdma_wr *w, tpu_status st)
 	c->depth++;
 	w->cb(w->arg, st);
 	c->depth--;
-	free(w);
+	tpu__free_list_put(&c->wr_free, w);
 }
 
 static void fail_writes(struct rdma_conn *c)
@@ -626,15 +635,22 @@ static tpu_status conn_write(struct tpu__conn *base, const struct iovec *iov, un
 {
 	struct rdma_conn *c = (struct rdma_conn *)base;
 	struct rdma_wr *w;
+	size_t cap;
 
 	if (!cb || n > TPU__XPORT_IOV_MAX || (n && !iov))
 		return -EINVAL;
 	if (c->closed)
 		return TPU_E_CLOSED;
-	w = malloc(sizeof(*w) + n * sizeof(*iov));
-	if (!w)
-		return -ENOMEM;
-	*w = (struct rdma_wr){ .cb = cb, .arg = arg, .niov = n };
+	w = tpu__free_list_take(&c->wr_free, n);
+	if (w) {
+		cap = w->cap_iov;
+	} else {
+		cap = n < RDMA_WR_IOV_MIN ? RDMA_WR_IOV_MIN : n;
+		w = malloc(sizeof(*w) + cap * sizeof(*iov));
+		if (!w)
+			return -ENOMEM;
+	}
+	*w = (struct rdma_wr){ .cb = cb, .arg = arg, .niov = n, .cap_iov = cap };
 	if (n)
 		memcpy(w->iov, iov, n * sizeof(*iov));
 	*c->wq_tail = w;
@@ -655,7 +671,9 @@ static tpu_status conn_read(struct tpu__conn *base, void *buf, size_t len, tpu__
 		return -EINVAL;
 	if (c->closed)
 		return TPU_E_CLOSED;
-	r = malloc(sizeof(*r));
+	r = tpu__free_list_take(&c->rd_free, 0);
+	if (!r)
+		r = malloc(sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	*r = (struct rdma_rd){ .cb = cb, .arg = arg, .buf = buf, .len = len };
@@ -710,6 +728,10 @@ struct rdma_conn *tpu__rdma_conn_new(struct tpu_context *ctx)
 	c->wq_tail = &c->wq;
 	c->rdq_tail = &c->rdq;
 	c->rdp_tail = &c->rdp;
+	tpu__free_list_init(&c->rd_free, offsetof(struct rdma_rd, next), TPU__FREE_NO_ROOM,
+			    RDMA_OP_CACHE, NULL);
+	tpu__free_list_init(&c->wr_free, offsetof(struct rdma_wr, next),
+			    offsetof(struct rdma_wr, cap_iov), RDMA_OP_CACHE, NULL);
 	c->poller.poll = conn_poll;
 	c->poller.arm = conn_arm;
 	c->poller.disarm = conn_disarm;

@@ -123,6 +123,14 @@ static bool tcp_zc_wanted(void)
 
 struct tcp_conn;
 
+/*
+ * Each connection keeps up to this many finished reads and writes for
+ * reuse (writes with room for up to TCP_WR_IOV_MIN iovecs, or more if a
+ * bigger one was kept), so that a steady stream allocates nothing.
+ */
+#define TCP_OP_CACHE		32
+#define TCP_WR_IOV_MIN		8
+
 struct tcp_rd {
 	struct tcp_rd *next;
 	tpu__io_cb cb;
@@ -140,6 +148,7 @@ struct tcp_wr {
 	unsigned int niov, cur;		/* iov[cur..niov) is left; iov[cur] advanced in place */
 	unsigned int notifs;		/* zero-copy notifications still due */
 	bool sent;			/* nothing left to hand to the kernel (or failed) */
+	size_t cap_iov;			/* room in iov[] */
 	struct iovec iov[];
 };
 
@@ -171,6 +180,9 @@ struct tcp_conn {
 	size_t send_asked;
 	struct msghdr msg;		/* of the send in flight */
 	struct iovec siov[TPU__XPORT_IOV_MAX];
+	/* finished ops kept for reuse (TCP_OP_CACHE; the context thread's, as the queues are) */
+	struct tpu__free_list rd_free;	/* struct tcp_rd */
+	struct tpu__free_list wr_free;	/* struct tcp_wr, by cap_iov */
 	/* connecting */
 	struct addrinfo *ai, *ai_cur;
 	struct tpu__task task;		/* runs callbacks that may not run where they arose */
@@ -231,6 +243,8 @@ static void conn_maybe_free(struct tcp_conn *c)
 	if (c->ai)
 		freeaddrinfo(c->ai);
 	conn_spin(c);
+	tpu__free_list_drain(&c->rd_free);
+	tpu__free_list_drain(&c->wr_free);
 	free(c->stage);
 	free(c);
 }
@@ -546,7 +560,7 @@ static bool reads_progress(struct tcp_conn *c)
 		if (!c->rq)
 			c->rq_tail = &c->rq;
 		op->cb(op->arg, st);
-		free(op);
+		tpu__free_list_put(&c->rd_free, op);
 		any = true;
 	}
 	return any;
@@ -574,7 +588,7 @@ static bool writes_progress(struct tcp_conn *c)
 		if (!c->wq)
 			c->wq_tail = &c->wq;
 		op->cb(op->arg, c->closed ? TPU_E_CLOSED : op->status);
-		free(op);
+		tpu__free_list_put(&c->wr_free, op);
 		any = true;
 	}
 	return any;
@@ -597,12 +611,21 @@ static tpu_status tcp_write(struct tpu__conn *conn, const struct iovec *iov, uns
 	struct tcp_conn *c = (struct tcp_conn *)conn;
 	struct tcp_wr *op;
 	unsigned int k = 0;
+	size_t cap;
 
 	if (n > TPU__XPORT_IOV_MAX || (n && !iov) || !cb)
 		return -EINVAL;
-	op = calloc(1, sizeof(*op) + n * sizeof(op->iov[0]));
-	if (!op)
-		return -ENOMEM;
+	op = tpu__free_list_take(&c->wr_free, n);
+	if (op) {
+		cap = op->cap_iov;
+	} else {
+		cap = n < TCP_WR_IOV_MIN ? TCP_WR_IOV_MIN : n;
+		op = malloc(sizeof(*op) + cap * sizeof(op->iov[0]));
+		if (!op)
+			return -ENOMEM;
+	}
+	/* The iovecs below fill iov[] as far as they go. */
+	*op = (struct tcp_wr){ .cap_iov = cap };
 	for (unsigned int i = 0; i < n; i++)
 		if (iov[i].iov_len)
 			op->iov[k++] = iov[i];
@@ -628,7 +651,9 @@ static tpu_status tcp_read(struct tpu__conn *conn, void *buf, size_t len, tpu__i
 
 	if (!len || !buf || !cb)
 		return -EINVAL;
-	op = malloc(sizeof(*op));
+	op = tpu__free_list_take(&c->rd_free, 0);
+	if (!op)
+		op = malloc(sizeof(*op));
 	if (!op)
 		return -ENOMEM;
 	*op = (struct tcp_rd){ .cb = cb, .arg = arg, .buf = buf, .len = len };
@@ -722,6 +747,10 @@ static struct tcp_conn *conn_new(struct tpu_context *ctx, int fd)
 	c->zc = tcp_zc_wanted();
 	c->rq_tail = &c->rq;
 	c->wq_tail = &c->wq;
+	tpu__free_list_init(&c->rd_free, offsetof(struct tcp_rd, next), TPU__FREE_NO_ROOM,
+			    TCP_OP_CACHE, NULL);
+	tpu__free_list_init(&c->wr_free, offsetof(struct tcp_wr, next),
+			    offsetof(struct tcp_wr, cap_iov), TCP_OP_CACHE, NULL);
 	conn_spin(c);
 	if (fd >= 0)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -74,4 +74,11 @@ bool writer_start(struct writer_peer *ww, const char *url, const char *channels,
 void writer_kill(struct writer_peer *ww);
 void writer_close(struct writer_peer *ww);
 
+/*
+ * test_pipe_alloc.c: ping-pongs of small messages over one pipe on
+ * @xports, listening on @listen_url, both ends on one context; checks that
+ * once warm they allocate nothing.
+ */
+void pipe_alloc_round_trips(const char *xports, const char *listen_url);
+
 #endif

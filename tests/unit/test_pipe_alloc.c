@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipe_harness.h"
 #include "tap.h"
 #include "tpu_user.h"
 
@@ -51,6 +52,8 @@ struct end {
 static struct {
 	struct end a, b;
 	bool tensor;		/* send the bytes as one tensor instead of a payload */
+	const char *xports;	/* a transport and a URL to listen on, instead of shm */
+	const char *url;
 	unsigned int done;
 	unsigned long before, allocs;
 	uint64_t moves0, moves;	/* the reading side's tail moves over the rounds */
@@ -181,19 +184,23 @@ static tpu_status wait_over(void)
 }
 
 /*
- * A context on shm, a listener of its own (tagged @tag) and a pipe to it:
- * the connecting end in *@a, the accepted one in run.b.pipe.
+ * A context on shm (run.xports if set), a listener of its own (tagged
+ * @tag; on run.url if set) and a pipe to it: the connecting end in *@a,
+ * the accepted one in run.b.pipe.
  */
 static tpu_status open_pair(const char *tag, struct tpu_context **ctx, struct tpu_listener **l,
 			    struct tpu_pipe **a)
 {
-	struct tpu_context_options o = { .transports = "shm", .channels = "basic",
-					 .flags = TPU_CTX_NO_KMOD };
-	char name[64], url[300];
+	struct tpu_context_options o = { .transports = run.xports ?: "shm",
+					 .channels = "basic", .flags = TPU_CTX_NO_KMOD };
+	char name[128], url[300];
 	const char *u = name;
 	tpu_status st;
 
-	snprintf(name, sizeof(name), "shm://pipe-alloc-%d-%s", (int)getpid(), tag);
+	if (run.url)
+		snprintf(name, sizeof(name), "%s", run.url);
+	else
+		snprintf(name, sizeof(name), "shm://pipe-alloc-%d-%s", (int)getpid(), tag);
 	st = tpu_context_create(&o, ctx);
 	if (!st)
 		st = tpu_listener_create(*ctx, &u, 1, l);
@@ -533,10 +540,42 @@ static void flood(void)
 	sem_destroy(&fl.over);
 }
 
+/*
+ * Over tcp (and rdma, from test_pipe_rdma.c): the transport's reads and
+ * writes are recycled too (xport_tcp.c, xport_rdma.c), and so are the
+ * records of tcp's io_uring requests (lib/ctx).  The library before made
+ * one allocation for each of them: twelve per round trip over tcp.
+ */
+void pipe_alloc_round_trips(const char *xports, const char *listen_url)
+{
+	struct tpu_context *ctx = NULL;
+	struct tpu_listener *l = NULL;
+	tpu_status st;
+
+	memset(&run, 0, sizeof(run));
+	run.xports = xports;
+	run.url = listen_url;
+	run.b.answers = true;
+	sem_init(&run.over, 0, 0);
+	st = open_pair(xports, &ctx, &l, &run.a.pipe);
+	if (!st) {
+		next(&run.b);
+		next(&run.a);
+		send_one(&run.a);
+		st = wait_over();
+	}
+	CHECK(!st && run.allocs == 0,
+	      "pipe_alloc: one-payload round trips over %s allocate nothing in steady state "
+	      "(status %d, %lu allocations in %u)", xports, st, run.allocs, ROUNDS);
+	close_pair(ctx, l, run.a.pipe);
+	sem_destroy(&run.over);
+}
+
 void test_pipe_alloc(void)
 {
 	ping_pong(false, "one-payload");
 	ping_pong(true, "one-tensor");
+	pipe_alloc_round_trips("tcp", "tcp://127.0.0.1:0");
 	shapes();
 	flood();
 }

@@ -8,7 +8,8 @@
  * compared, with the tensors inline on the transport (basic), on the
  * channel the ends choose and on the rdma channel (RDMA READs); memory
  * freed and reused between transfers; close with a read pending; the
- * writer's process killed mid-pull, then a new pipe.
+ * writer's process killed mid-pull, then a new pipe; no allocation in
+ * warm round trips (test_pipe_alloc.c).
  */
 #include <signal.h>
 #include <spawn.h>
@@ -510,4 +511,5 @@ void test_pipe_rdma(void)
 	close_mid_pull(url);
 	close_pending(url);
 	peer_killed(url);
+	pipe_alloc_round_trips("rdma", url);
 }
