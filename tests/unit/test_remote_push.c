@@ -112,6 +112,7 @@ static bool warm(struct rh_pair *w)
 	return post(w->b.rdv, 1, 0, "warm", 1) && rh_done_wait(&d, 1, 10) && !d.bad;
 }
 
+/* A's worker and a member's pipe x to it (task 1, the push flag in its HELLO); both cleared first. */
 static bool member_up(struct rh_worker *a, struct rh_att *x);
 
 /*
@@ -129,8 +130,6 @@ static void member_exchange(void)
 	struct rh_worker a;
 	size_t klen;
 
-	memset(&x, 0, sizeof(x));
-	memset(&a, 0, sizeof(a));
 	if (!member_up(&a, &x)) {
 		CHECK(false, "exchange_setup");
 		goto out;
@@ -179,6 +178,16 @@ out:
 	rh_worker_close(&a);
 }
 
+/* The one push came as an answer (not into the inbox), and its pipe is up. */
+static void answered_once_and_up(struct rh_worker *a, struct rh_att *x)
+{
+	struct remote_push_stats sa = stats(a->rdv);
+
+	CHECK(sa.answered == 1 && sa.inboxed == 0, "answered_not_inboxed (%lu %lu)", sa.answered,
+	      sa.inboxed);
+	CHECK(!rh_att_closed(x, 100), "the_pipe_stays_up");
+}
+
 /*
  * A push too long for the receive whose REQ it answered fails that
  * receive -EMSGSIZE with its length, and the tensor is kept for the next
@@ -191,15 +200,12 @@ static void too_long_is_kept(void)
 	static struct rh_att x;
 	struct rh_done small = RH_DONE_INIT;
 	char key[RH_KEY_MAX], in[8] = "", got[16] = "";
-	struct remote_push_stats sa;
 	struct remote_hdr h = { 0 };
 	struct rh_worker a;
 	size_t klen, len = 0;
 	tpu_status st;
 	bool ok;
 
-	memset(&x, 0, sizeof(x));
-	memset(&a, 0, sizeof(a));
 	if (!member_up(&a, &x)) {
 		CHECK(false, "too_long_setup");
 		goto out;
@@ -220,10 +226,7 @@ static void too_long_is_kept(void)
 	h.type = 0xff;
 	ok = rh_att_next(&x, &h, NULL, 0, 200) == -ETIMEDOUT;
 	CHECK(ok, "no_request_nor_credit_goes_for_it (type %d)", h.type);
-	sa = stats(a.rdv);
-	CHECK(sa.answered == 1 && sa.inboxed == 0, "answered_not_inboxed (%lu %lu)", sa.answered,
-	      sa.inboxed);
-	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
+	answered_once_and_up(&a, &x);
 out:
 	rh_att_close(&x);
 	rh_worker_close(&a);
@@ -264,15 +267,12 @@ static void answers_recv_buffer(void)
 	static struct rh_att x;
 	char key[RH_KEY_MAX], body[16] = "";
 	struct tpu_buffer *got = NULL;
-	struct remote_push_stats sa;
 	struct remote_hdr h = { 0 };
 	struct rh_worker a;
 	size_t klen;
 	int maps0, maps = -1, i;
 	bool ok;
 
-	memset(&x, 0, sizeof(x));
-	memset(&a, 0, sizeof(a));
 	if (!member_up(&a, &x)) {
 		CHECK(false, "recv_buffer_answered_setup");
 		goto out;
@@ -294,10 +294,7 @@ static void answers_recv_buffer(void)
 	CHECK(got && maps == maps0, "the_buffer_is_no_memfd (%d memfd mappings, %d before)", maps,
 	      maps0);
 	tpu_buffer_free(got);
-	sa = stats(a.rdv);
-	CHECK(sa.answered == 1 && sa.inboxed == 0, "answered_not_inboxed (%lu %lu)", sa.answered,
-	      sa.inboxed);
-	CHECK(!rh_att_closed(&x, 100), "the_pipe_stays_up");
+	answered_once_and_up(&a, &x);
 out:
 	rh_att_close(&x);
 	rh_worker_close(&a);
@@ -399,6 +396,9 @@ static bool member_up(struct rh_worker *a, struct rh_att *x)
 {
 	struct remote_hdr h;
 
+	/* Both cleared first: the callers close them whatever failed. */
+	memset(a, 0, sizeof(*a));
+	memset(x, 0, sizeof(*x));
 	if (!rh_worker_open(a, NULL, SECRET, &(struct tpu_remote_options){ .task = RH_TASK(0) }) ||
 	    tpu_rendezvous_add_peer(a->rdv, RH_TASK(1), "tcp://127.0.0.1:1") ||
 	    !rh_att_open(x, a->url, SECRET))
@@ -495,8 +495,6 @@ static void hostile_within_window(void)
 	unsigned int i;
 	bool credited = true;
 
-	memset(&x, 0, sizeof(x));
-	memset(&a, 0, sizeof(a));
 	if (!member_up(&a, &x)) {
 		CHECK(false, "window_member_setup");
 		goto out;
@@ -566,8 +564,6 @@ static void withheld_receives(void)
 	uint64_t req_id = 0;
 	int n;
 
-	memset(&x, 0, sizeof(x));
-	memset(&a, 0, sizeof(a));
 	if (!member_up(&a, &x)) {
 		CHECK(false, "withheld_setup");
 		goto out;
