@@ -47,6 +47,22 @@ void *tpu__free_list_take(struct tpu__free_list *l, size_t need)
 	return rec;
 }
 
+void *tpu__free_list_get(struct tpu__free_list *l, size_t need, size_t min, size_t fixed,
+			 size_t unit)
+{
+	void *rec = tpu__free_list_take(l, need);
+	size_t room = need < min ? min : need;
+
+	if (rec)
+		return rec;
+	if (unit && room > (SIZE_MAX - fixed) / unit)
+		return NULL;
+	rec = malloc(fixed + room * unit);
+	if (rec)
+		*(size_t *)((char *)rec + l->room_off) = room;
+	return rec;
+}
+
 void tpu__free_list_put(struct tpu__free_list *l, void *rec)
 {
 	if (!rec)

@@ -36,6 +36,14 @@ void tpu__free_list_init(struct tpu__free_list *l, size_t link_off, size_t room_
  * the list has no room field), or NULL.  Its contents are as they were put.
  */
 void *tpu__free_list_take(struct tpu__free_list *l, size_t need);
+/*
+ * tpu__free_list_take(@need), or else a new record of @fixed bytes and
+ * room for max(@need, @min) items of @unit bytes each, its room field set
+ * (a list with one; the other fields are the caller's to set).  NULL
+ * without memory.
+ */
+void *tpu__free_list_get(struct tpu__free_list *l, size_t need, size_t min, size_t fixed,
+			 size_t unit);
 /* Keep @rec (NULL is ignored), or release it when the list is full. */
 void tpu__free_list_put(struct tpu__free_list *l, void *rec);
 /* Release every record kept. */

@@ -641,15 +641,10 @@ static tpu_status conn_write(struct tpu__conn *base, const struct iovec *iov, un
 		return -EINVAL;
 	if (c->closed)
 		return TPU_E_CLOSED;
-	w = tpu__free_list_take(&c->wr_free, n);
-	if (w) {
-		cap = w->cap_iov;
-	} else {
-		cap = n < RDMA_WR_IOV_MIN ? RDMA_WR_IOV_MIN : n;
-		w = malloc(sizeof(*w) + cap * sizeof(*iov));
-		if (!w)
-			return -ENOMEM;
-	}
+	w = tpu__free_list_get(&c->wr_free, n, RDMA_WR_IOV_MIN, sizeof(*w), sizeof(*iov));
+	if (!w)
+		return -ENOMEM;
+	cap = w->cap_iov;
 	*w = (struct rdma_wr){ .cb = cb, .arg = arg, .niov = n, .cap_iov = cap };
 	if (n)
 		memcpy(w->iov, iov, n * sizeof(*iov));

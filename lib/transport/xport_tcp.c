@@ -615,15 +615,10 @@ static tpu_status tcp_write(struct tpu__conn *conn, const struct iovec *iov, uns
 
 	if (n > TPU__XPORT_IOV_MAX || (n && !iov) || !cb)
 		return -EINVAL;
-	op = tpu__free_list_take(&c->wr_free, n);
-	if (op) {
-		cap = op->cap_iov;
-	} else {
-		cap = n < TCP_WR_IOV_MIN ? TCP_WR_IOV_MIN : n;
-		op = malloc(sizeof(*op) + cap * sizeof(op->iov[0]));
-		if (!op)
-			return -ENOMEM;
-	}
+	op = tpu__free_list_get(&c->wr_free, n, TCP_WR_IOV_MIN, sizeof(*op), sizeof(op->iov[0]));
+	if (!op)
+		return -ENOMEM;
+	cap = op->cap_iov;
 	/* The iovecs below fill iov[] as far as they go. */
 	*op = (struct tcp_wr){ .cap_iov = cap };
 	for (unsigned int i = 0; i < n; i++)
