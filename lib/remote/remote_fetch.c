@@ -190,9 +190,9 @@ static void fetch_grace_over(void *arg, tpu_status status)
 	struct remote_fetch *f = arg;
 
 	f->grace_on = false;
-	if (!status && f->op && f->reading)
+	if (!status && f->op && f->reading) {
 		fetch_read_stalled(f);
-	if (!status && f->op && !f->reading) {
+	} else if (!status && f->op) {
 		tpu__log_debug("remote rendezvous %s: no answer to a CANCEL within %llu ms: the "
 			       "receive ends", f->st->self, REMOTE_CANCEL_GRACE_NS / 1000000ull);
 		if (f->parked) {
