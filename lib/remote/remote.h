@@ -118,7 +118,9 @@ enum remote_msg {
  * waiter sleeps for long on a REQ never sent.
  * Credits owed go in batches of REMOTE_CREDIT_BATCH (one CREDIT carries
  * them: the first in seq, the others in the key's bytes, 8 each), before
- * a REQ_SEEN on their pipe, or with those withheld REQs.
+ * a REQ_SEEN on their pipe, or with those withheld REQs; what inbox takes
+ * free goes behind the context's queued tasks, so that a burst of takes
+ * sends one CREDIT.
  */
 #define REMOTE_CREDIT_BATCH		16u
 #define REMOTE_HOLD_NS			1000000ull
@@ -528,6 +530,8 @@ struct remote_peer {
 	size_t inbox_bytes;
 	uint64_t credit_due[REMOTE_CREDIT_BATCH];	/* owed, not written yet (ctx thread) */
 	unsigned int ncredit_due;
+	struct tpu__task credit_task;	/* flushes what inbox takes owe (holds a ref) */
+	bool credit_queued;		/* credit_task is queued (ctx thread) */
 	bool cur_owes;			/* the PUSH being read answers a withheld fetch */
 	/* the message being read */
 	struct remote_hdr cur;
@@ -660,7 +664,7 @@ unsigned long tpu__remote_outbox_hashes(void);
 tpu_status tpu__remote_fetch_push_desc(struct remote_peer *p, struct tpu_message *desc);
 /* ctx thread: the PUSH is read (@status: the read's). */
 void tpu__remote_fetch_push_done(struct remote_peer *p, tpu_status status, struct tpu_message *msg);
-/* ctx thread: a CREDIT for push @seq is owed on @p (written at once if @now, else batched). */
+/* ctx thread: a CREDIT for push @seq is owed on @p (written behind the tasks queued if @now, else batched). */
 void tpu__remote_credit_owe(struct remote_peer *p, uint64_t seq, bool now);
 /* ctx thread: write the credits owed on @p. */
 void tpu__remote_credit_flush(struct remote_peer *p);

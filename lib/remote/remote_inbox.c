@@ -73,13 +73,33 @@ void tpu__remote_credit_flush(struct remote_peer *p)
 	tpu__remote_peer_send(p, &h);
 }
 
+static void credit_flush_run(struct tpu__task *t)
+{
+	struct remote_peer *p = tpu__container_of(t, struct remote_peer, credit_task);
+
+	p->credit_queued = false;
+	tpu__remote_credit_flush(p);
+	tpu__remote_peer_unref(p);
+}
+
 void tpu__remote_credit_owe(struct remote_peer *p, uint64_t seq, bool now)
 {
 	if (p->dead)
 		return;
 	p->credit_due[p->ncredit_due++] = seq;
-	if (now || p->ncredit_due == REMOTE_CREDIT_BATCH)
+	if (p->ncredit_due == REMOTE_CREDIT_BATCH) {
 		tpu__remote_credit_flush(p);
+	} else if (now && !p->credit_queued) {
+		/*
+		 * Behind the tasks queued already (a burst's inbox takes, run
+		 * in this same pass): one CREDIT for all of them, not one
+		 * message, and one write in flight, each.
+		 */
+		p->credit_queued = true;
+		tpu__remote_peer_ref(p);
+		p->credit_task.fn = credit_flush_run;
+		tpu__ctx_defer_quiet(p->st->pctx, &p->credit_task);
+	}
 }
 
 /* Where an inbox entry's tensor starts: after its key, 16-aligned. */

@@ -39,6 +39,8 @@ static bool post(struct tpu_rendezvous *from, int src, int dst, const char *edge
 	size_t klen = rh_key(key, task[src], task[dst], edge, 1, (uint64_t)n);
 	char *body = bodies[n & 255];
 
+	/* All 16 bytes are compared: none left from a longer body of an earlier case. */
+	memset(body, 0, 16);
 	snprintf(body, 16, "%d>%d %s%d", src, dst, edge, n);
 	return !tpu_rendezvous_send(from, key, klen, &(struct tpu_tensor){ .data = body, .len = 16 },
 				    0, NULL, NULL);
@@ -334,6 +336,59 @@ out:
 }
 
 #define MANY	((int)REMOTE_PUSH_WINDOW + 40)
+
+#define QUEUED_TAKES	16
+
+/*
+ * Receives that find their pushes in the inbox while the context thread
+ * is busy are taken in one pass of its queue: their credits go back in
+ * one CREDIT, not one message each.
+ */
+static void queued_takes_credit_once(void)
+{
+	char key[RH_KEY_MAX], got[QUEUED_TAKES][16];
+	struct remote_push_stats sa0, sb0, sa, sb;
+	struct rh_done d = RH_DONE_INIT;
+	bool ok = true;
+	struct rh_pair w;
+	size_t klen;
+	int i;
+
+	if (!rh_pair_up(&w, SECRET) || !warm(&w)) {
+		CHECK(false, "queued_takes_setup");
+		goto out;
+	}
+	for (i = 0; i < QUEUED_TAKES; i++)
+		ok &= post(w.b.rdv, 1, 0, "queued", i);
+	CHECK(ok && stats_wait(w.a.rdv, inboxed_at_least, QUEUED_TAKES, 5000),
+	      "sends_wait_in_the_inbox");
+	sa0 = stats(w.a.rdv);
+	sb0 = stats(w.b.rdv);
+	CHECK(!tpu__remote_hold_ctx(w.a.rdv, 100 * 1000000ull), "the_receivers_thread_held");
+	for (i = 0; i < QUEUED_TAKES; i++) {
+		klen = rh_key(key, RH_TASK(1), RH_TASK(0), "queued", 1, (uint64_t)i);
+		ok &= !tpu_rendezvous_recv(w.a.rdv, key, klen,
+					   &(struct tpu_tensor){ .data = got[i], .len = 16 },
+					   10 * RH_SEC, rh_on_recv, &d);
+	}
+	CHECK(ok && rh_done_wait(&d, QUEUED_TAKES, 10) && !d.bad, "every_receive_takes_its_push");
+	for (i = 0; i < QUEUED_TAKES; i++) {
+		char want[32] = "";
+
+		snprintf(want, sizeof(want), "1>0 queued%d", i);
+		ok &= !memcmp(got[i], want, 16);
+	}
+	CHECK(ok, "with_its_bytes");
+	CHECK(stats_wait(w.b.rdv, credits_at_least, sb0.credits + QUEUED_TAKES, 5000),
+	      "each_push_credited");
+	sa = stats(w.a.rdv);
+	sb = stats(w.b.rdv);
+	CHECK(sa.credit_msgs - sa0.credit_msgs == 1 && sb.credits - sb0.credits == QUEUED_TAKES,
+	      "in_one_credit_message (%lu messages, %lu credits)", sa.credit_msgs - sa0.credit_msgs,
+	      sb.credits - sb0.credits);
+out:
+	rh_pair_down(&w);
+}
 
 static void past_the_window(void)
 {
@@ -651,6 +706,7 @@ void test_remote_push(void)
 	answers_recv_buffer();
 	withheld_receives();
 	waits_in_the_inbox();
+	queued_takes_credit_once();
 	past_the_window();
 	not_pushed("", "without_a_secret");
 	setenv("TPU_REMOTE_PUSH", "0", 1);
