@@ -1157,6 +1157,33 @@ tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push
 	return 0;
 }
 
+struct abandoned_query {
+	struct remote *st;
+	unsigned int n;
+};
+
+static void abandoned_on_ctx(void *arg)
+{
+	struct abandoned_query *q = arg;
+	struct remote_peer *p;
+
+	for (p = q->st->peers; p; p = p->next)
+		q->n += p->nabandoned;
+}
+
+tpu_status tpu__remote_abandoned(struct tpu_rendezvous *rdv, unsigned int *n)
+{
+	struct abandoned_query q = { 0 };
+	tpu_status err = remote_enter(rdv, &q.st);
+
+	if (err)
+		return err;
+	tpu__ctx_run_sync(q.st->pctx, abandoned_on_ctx, &q);
+	remote_leave(rdv);
+	*n = q.n;
+	return 0;
+}
+
 struct retry_query {
 	struct remote *st;
 	const char *task;

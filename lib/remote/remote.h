@@ -253,6 +253,14 @@ struct remote_task {
  * that RESP if it comes (read and dropped).
  */
 #define REMOTE_CANCEL_GRACE_NS	(1000ull * 1000000ull)
+/*
+ * Fetches a pipe may keep abandoned (past their grace, for a RESP that
+ * still comes: a late RESP frees its record).  A peer answers a CANCEL at
+ * once unless it is stopped or hostile; past this many, its pipe ends, so
+ * that receives timing out one after the other against a peer that never
+ * answers cannot grow this worker's memory without end.
+ */
+#define REMOTE_ABANDONED_MAX	1024u
 /* The back-off between two tries, doubling from the first to the last. */
 #define REMOTE_BACKOFF_MIN_NS	10000000ull
 #define REMOTE_BACKOFF_MAX_NS	500000000ull
@@ -333,6 +341,7 @@ struct remote_fetch {
 	bool timed_out;
 	bool cancel_sent;
 	bool parked;			/* in task->parked, not in a peer's list */
+	bool abandoned;			/* its receive ended; counted in peer->nabandoned */
 	/*
 	 * Its RESP's tensor is being read into the op's memory: the op is
 	 * completed only when the read is over, whatever ends the fetch
@@ -476,6 +485,7 @@ struct remote_peer {
 	struct tpu_pipe *pipe;		/* NULL once closed */
 	struct remote_task *task;	/* the map entry it serves, if any */
 	struct remote_fetch *fetches;	/* waiting for their RESP */
+	unsigned int nabandoned;	/* of those, abandoned (REMOTE_ABANDONED_MAX) */
 	int refs;			/* st->peers, the read loop, each write, each REQ, stall */
 	/*
 	 * Writes carrying a send's tensor, in flight; stalled: those whose
@@ -563,6 +573,8 @@ tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pi
 /* For tests: live pipes, and how many of them were accepted (any thread). */
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted);
+/* For tests: the fetches abandoned on every pipe (REMOTE_ABANDONED_MAX). */
+tpu_status tpu__remote_abandoned(struct tpu_rendezvous *rdv, unsigned int *n);
 /* For tests: the push protocol's counts (see struct remote_push_stats). */
 tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push_stats *out);
 /* For tests: the connect retries of @task (see struct remote_task). */

@@ -133,6 +133,10 @@ void tpu__remote_fetch_end(struct remote_fetch *f, tpu_status status)
 			break;
 		}
 	}
+	if (f->abandoned) {
+		f->abandoned = false;
+		p->nabandoned--;
+	}
 	f->peer = NULL;
 	tpu__remote_peer_unref(p);
 	fetch_unref(f);	/* the list's */
@@ -180,6 +184,24 @@ static void fetch_read_stalled(struct remote_fetch *f)
 }
 
 /*
+ * ctx thread: @f's receive ended without its RESP, and @f stays on its
+ * pipe for that RESP.  Past REMOTE_ABANDONED_MAX of them the pipe ends.
+ */
+static void fetch_abandon(struct remote_fetch *f)
+{
+	struct remote_peer *p = f->peer;
+
+	if (!p || p->dead)
+		return;
+	f->abandoned = true;
+	if (++p->nabandoned <= REMOTE_ABANDONED_MAX)
+		return;
+	tpu__log_debug("remote rendezvous %s: %u receives ended with their CANCELs unanswered "
+		       "on one pipe: ending it", f->st->self, p->nabandoned);
+	tpu__remote_peer_end(p, f->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE);
+}
+
+/*
  * ctx thread: no RESP came within the grace after @f's CANCEL: its
  * receive ends, and @f stays on its pipe, abandoned, for a RESP that
  * still comes.  One being read ends when the read does, or when its pipe
@@ -200,6 +222,7 @@ static void fetch_grace_over(void *arg, tpu_status status)
 		} else {
 			op_end(f->op, f->timed_out ? -ETIMEDOUT : -ECANCELED, 0);
 			f->op = NULL;
+			fetch_abandon(f);
 		}
 	}
 	fetch_unref(f);
@@ -505,7 +528,10 @@ void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struc
 	f->reading = false;
 	op = f->op;
 	if (!op) {
+		/* Abandoned: its late RESP, dropped, frees it (as any RESP does). */
 		tpu_buffer_free(buf);
+		if (f->peer == p)
+			tpu__remote_fetch_end(f, 0);
 		fetch_unref(f);
 		return;
 	}

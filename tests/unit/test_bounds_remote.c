@@ -14,7 +14,9 @@
  *     allowed: the receive fails -EPROTO and the tensor is not read;
  *   - no answer to a CANCEL (a peer stopped or stuck): a receive that timed
  *     out or was cancelled ends within REMOTE_CANCEL_GRACE_NS anyway, and
- *     the answers that come later are dropped on a pipe that stays up;
+ *     the answers that come later are dropped on a pipe that stays up,
+ *     each freeing its record; past REMOTE_ABANDONED_MAX records left
+ *     waiting, the pipe ends;
  *   - a peer that asks for a large tensor and stops reading it: the send's
  *     deadline passes, and within REMOTE_STALL_NS more its pipe ends and
  *     send_wait returns.
@@ -24,6 +26,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/userfaultfd.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -387,6 +390,14 @@ static long ms_since(const struct timespec *t0)
 	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
+/* Worker @a's fetches abandoned on their pipes (UINT_MAX if it cannot tell). */
+static unsigned int abandoned(struct rh_worker *a)
+{
+	unsigned int n = UINT_MAX;
+
+	return tpu__remote_abandoned(a->rdv, &n) ? UINT_MAX : n;
+}
+
 /* Post worker @a's receive of iteration @i of "silent" into @buf (16 bytes); its key in @key. */
 static bool post_silent(struct rh_worker *a, unsigned int i, uint64_t timeout_ns,
 			struct recv_rec *rr, char *buf, char *key, size_t *klen)
@@ -448,6 +459,8 @@ static void silent_after_cancel(void)
 	CHECK(ok2 && cancelled.r.st[0] == -ECANCELED && took2 < 3000,
 	      "bounds_remote_a_cancelled_receive_ends_though_its_cancel_is_not_answered (%s after "
 	      "%ld ms)", tpu_status_name(ok2 ? cancelled.r.st[0] : 0), took2);
+	CHECK(up && abandoned(&a) == 2,
+	      "bounds_remote_both_stay_on_their_pipe_for_their_answers (%u)", abandoned(&a));
 	/* The late answers (a tensor for the first, the cancel's status for the second). */
 	if (up) {
 		resp.id = req1.id;
@@ -470,6 +483,79 @@ static void silent_after_cancel(void)
 	ok3 = up && rec_wait_ms(&next.r, 1, 5000) && !next.r.st[0] && next.len == 16 &&
 	      !memcmp(b3, "the-third-reply!", 16);
 	CHECK(ok3, "bounds_remote_late_answers_are_dropped_and_the_pipe_serves_the_next_receive");
+	/* Read in order, before the third's: each freed its record. */
+	CHECK(ok3 && abandoned(&a) == 0, "bounds_remote_a_late_answer_frees_its_record (%u left)",
+	      abandoned(&a));
+	tpu_pipe_close(p);
+	rh_worker_close(&a);
+	asked_peer_close(&h);
+}
+
+/*
+ * Read @n messages on @p; how many came.  Then, if @end, one more: the
+ * status that ended the pipe (a read that times out stays posted, so it
+ * is only asked for where the pipe must end).
+ */
+static unsigned int drain(struct tpu_pipe *p, unsigned int n, tpu_status *end)
+{
+	struct remote_hdr h;
+	unsigned int got = 0;
+
+	while (got < n && !h_read(p, &h, NULL, 0, 5000))
+		got++;
+	if (end)
+		*end = h_read(p, &h, NULL, 0, 5000);
+	return got;
+}
+
+/*
+ * A peer that never answers, and receives that time out one after the
+ * other: each stays on the pipe, abandoned, for its answer.  At
+ * REMOTE_ABANDONED_MAX of them the pipe is still up; one more ends it (the
+ * peer reads it closed after the REQs and CANCELs), and the records go
+ * with it.  The library before kept them until the pipe ended otherwise.
+ */
+static void abandoned_bound(void)
+{
+	static struct recv_rec rr[REMOTE_ABANDONED_MAX + 1];
+	static char bufs[REMOTE_ABANDONED_MAX + 1][16];
+	unsigned int i, n, ended = 0, read1 = 0, read2 = 0;
+	struct tpu_pipe *p = NULL;
+	struct asked_peer h;
+	struct rh_worker a = { 0 };
+	char key[RH_KEY_MAX];
+	tpu_status end2 = 0;
+	unsigned int pipes = 0, acc = 0;
+	size_t klen;
+	bool up;
+
+	up = asked_peer_open(&h, &a);
+	for (i = 0; up && i < REMOTE_ABANDONED_MAX; i++)
+		up = post_silent(&a, 100 + i, 50ull * 1000000ull, &rr[i], bufs[i], key, &klen);
+	p = up ? asked_peer_pipe(&h) : NULL;
+	for (i = 0; p && i < REMOTE_ABANDONED_MAX; i++)
+		ended += rec_wait_ms(&rr[i].r, 1, 10000) && rr[i].r.st[0] == -ETIMEDOUT;
+	n = abandoned(&a);
+	CHECK(p && ended == REMOTE_ABANDONED_MAX && n == REMOTE_ABANDONED_MAX,
+	      "bounds_remote_%u_receives_time_out_with_their_cancels_unanswered (%u ended, %u "
+	      "abandoned)", REMOTE_ABANDONED_MAX, ended, n);
+	if (p)
+		read1 = drain(p, 2 * REMOTE_ABANDONED_MAX, NULL);
+	tpu__remote_pipe_count(a.rdv, &pipes, &acc);
+	CHECK(p && read1 == 2 * REMOTE_ABANDONED_MAX && pipes == 1,
+	      "bounds_remote_at_the_bound_the_pipe_stays_up (%u REQs and CANCELs read, %u pipes)",
+	      read1, pipes);
+	up = p && post_silent(&a, 99, 50ull * 1000000ull, &rr[REMOTE_ABANDONED_MAX],
+			      bufs[REMOTE_ABANDONED_MAX], key, &klen);
+	up = up && rec_wait_ms(&rr[REMOTE_ABANDONED_MAX].r, 1, 10000) &&
+	     rr[REMOTE_ABANDONED_MAX].r.st[0] == -ETIMEDOUT;
+	if (up)
+		read2 = drain(p, 2, &end2);
+	n = abandoned(&a);
+	tpu__remote_pipe_count(a.rdv, &pipes, &acc);
+	CHECK(up && read2 == 2 && end2 && end2 != -ETIMEDOUT && n == 0 && pipes == 0,
+	      "bounds_remote_one_more_ends_the_pipe_and_frees_them (%u messages, then %s; %u left, "
+	      "%u pipes)", read2, tpu_status_name(end2), n, pipes);
 	tpu_pipe_close(p);
 	rh_worker_close(&a);
 	asked_peer_close(&h);
@@ -697,6 +783,7 @@ void test_bounds_remote(void)
 	unsolicited_answer();
 	oversized_answer();
 	silent_after_cancel();
+	abandoned_bound();
 	stalled_reader();
 	stalled_answer();
 }
