@@ -27,6 +27,7 @@
 #include "waitword.h"
 #include "le_bytes.h"
 #include "free_list.h"
+#include "call_gate.h"
 
 /* The structure of type @type whose member @member is at @ptr. */
 #define tpu__container_of(ptr, type, member) \

@@ -67,11 +67,8 @@ static void pipe_free(struct tpu_pipe *p)
 
 void tpu__pipe_maybe_free(struct tpu_pipe *p)
 {
-	unsigned int none = 0;
-
 	/* Not while a call is queued: it runs first, and frees it after (pipe_call_run). */
-	if (p->closed && !p->io && !p->chan_ops && !p->link.state &&
-	    atomic_compare_exchange_strong(&p->queued, &none, PIPE_Q_FREED))
+	if (p->closed && !p->io && !p->chan_ops && !p->link.state && tpu__gate_close(&p->queued))
 		pipe_free(p);
 }
 
@@ -208,7 +205,7 @@ static void pipe_call_run(struct tpu__task *t)
 		return;
 	p->in_task = outer;
 	/* Only this thread frees the pipe: nobody can between these two lines. */
-	if (atomic_fetch_sub(&p->queued, 1) == 1 && p->closed)
+	if (tpu__gate_leave(&p->queued) && p->closed)
 		tpu__pipe_maybe_free(p);
 }
 
@@ -303,12 +300,12 @@ static tpu_status pipe_call(struct tpu_pipe *p, bool here, enum pipe_call_kind k
 	 * (the pipe may be freed by it).
 	 */
 	if (kind != PIPE_CALL_CLOSE && here &&
-	    (atomic_load(&p->queued) & PIPE_Q_COUNT) == (p->in_task ? 1u : 0u)) {
+	    tpu__gate_calls(&p->queued) == (p->in_task ? 1u : 0u)) {
 		pipe_call_run(&c->task);
 		return 0;
 	}
 	c->deferred = true;
-	if (atomic_fetch_add(&p->queued, 1) & PIPE_Q_FREED) {
+	if (!tpu__gate_enter(&p->queued)) {
 		/* A close on another thread ran to its end after this call's check. */
 		free(c);
 		return TPU_E_DESTROYED;

@@ -177,9 +177,6 @@ enum pipe_state {
 
 struct tpu_listener;
 
-#define PIPE_Q_FREED	0x80000000u
-#define PIPE_Q_COUNT	(PIPE_Q_FREED - 1)
-
 struct tpu_pipe {
 	uint32_t magic;			/* TPU__MAGIC_PIPE; poisoned when freed */
 	struct tpu_context *ctx;
@@ -188,11 +185,11 @@ struct tpu_pipe {
 	atomic_bool broken;		/* any thread: failed or closing (writes are refused) */
 	atomic_int fail_status;		/* any thread: what failed it, 0 if none (writes return it) */
 	/*
-	 * Any thread: calls in the task queue (PIPE_Q_COUNT bits), each counted
-	 * until its handler returned, and PIPE_Q_FREED once the pipe is freed,
-	 * which only a count of 0 allows (tpu__pipe_maybe_free(), a
-	 * compare-and-swap): a call counted in before that runs on a live
-	 * pipe; one that finds the bit set backs off without touching it.
+	 * Any thread: calls in the task queue, each counted until its handler
+	 * returned, and the FREED bit once the pipe is freed, which only a
+	 * count of 0 allows (call_gate.h; tpu__pipe_maybe_free()): a call
+	 * counted in before that runs on a live pipe; one that finds the bit
+	 * set backs off without touching it.
 	 */
 	atomic_uint queued;
 	bool in_task;			/* a queued call's handler runs (its count is in) */

@@ -28,8 +28,6 @@
 /* Set-up pipes nobody accepted yet; beyond this new ones are closed. */
 #define LISTENER_BACKLOG	128
 
-#define LISTENER_Q_FREED	0x80000000u
-
 struct tpu_listener {
 	uint32_t magic;			/* TPU__MAGIC_LISTENER; poisoned when freed */
 	struct tpu_context *ctx;
@@ -38,9 +36,9 @@ struct tpu_listener {
 	atomic_bool closed;		/* any thread: tpu_listener_close() was called */
 	atomic_bool accept_armed;	/* any thread: an accept waits for a pipe */
 	/*
-	 * Any thread: accept calls in the task queue, and LISTENER_Q_FREED once
-	 * close_run() freed the listener, which only a count of 0 allows; a
-	 * call counted in before runs first (and ends with TPU_E_CLOSED).
+	 * Any thread: accept calls in the task queue, and the FREED bit once
+	 * close_run() freed the listener (call_gate.h); a call counted in
+	 * before runs first (and ends with TPU_E_CLOSED).
 	 */
 	atomic_uint queued;
 	bool shut;			/* ctx thread: close_run() ran */
@@ -345,9 +343,7 @@ TPU_API tpu_status tpu_listener_url(const struct tpu_listener *l, const char *tr
 /* Ctx thread, once shut: freed unless an accept call is still queued (it frees it). */
 static void listener_release(struct tpu_listener *l)
 {
-	unsigned int none = 0;
-
-	if (atomic_compare_exchange_strong(&l->queued, &none, LISTENER_Q_FREED))
+	if (tpu__gate_close(&l->queued))
 		tpu__quarantine(l, &l->magic);
 }
 
@@ -380,7 +376,7 @@ static void accept_run(struct tpu__task *t)
 		}
 	}
 	/* Only this thread frees the listener: nobody can between these two lines. */
-	if (atomic_fetch_sub(&l->queued, 1) == 1 && l->shut)
+	if (tpu__gate_leave(&l->queued) && l->shut)
 		listener_release(l);
 }
 
@@ -408,7 +404,7 @@ TPU_API tpu_status tpu_listener_accept(struct tpu_listener *l, tpu_accept_cb don
 	ac->l = l;
 	ac->cb = done;
 	ac->arg = arg;
-	if (atomic_fetch_add(&l->queued, 1) & LISTENER_Q_FREED) {
+	if (!tpu__gate_enter(&l->queued)) {
 		/* A close on another thread ran to its end after the check above. */
 		free(ac);
 		return TPU_E_CLOSED;
