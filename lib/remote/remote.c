@@ -1102,7 +1102,7 @@ tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pi
 
 struct count_query {
 	struct remote *st;
-	unsigned int pipes, accepted;
+	unsigned int pipes, accepted, abandoned;
 };
 
 static void count_on_ctx(void *arg)
@@ -1111,6 +1111,7 @@ static void count_on_ctx(void *arg)
 	struct remote_peer *p;
 
 	for (p = q->st->peers; p; p = p->next) {
+		q->abandoned += p->nabandoned;
 		if (p->dead || !p->pipe)
 			continue;
 		q->pipes++;
@@ -1118,19 +1119,38 @@ static void count_on_ctx(void *arg)
 	}
 }
 
+static tpu_status count(struct tpu_rendezvous *rdv, struct count_query *q)
+{
+	tpu_status err = remote_enter(rdv, &q->st);
+
+	if (err)
+		return err;
+	tpu__ctx_run_sync(q->st->pctx, count_on_ctx, q);
+	remote_leave(rdv);
+	return 0;
+}
+
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted)
 {
 	struct count_query q = { 0 };
-	tpu_status err = remote_enter(rdv, &q.st);
+	tpu_status err = count(rdv, &q);
 
 	if (err)
 		return err;
-	tpu__ctx_run_sync(q.st->pctx, count_on_ctx, &q);
-	remote_leave(rdv);
 	*pipes = q.pipes;
 	*accepted = q.accepted;
 	return 0;
+}
+
+tpu_status tpu__remote_abandoned(struct tpu_rendezvous *rdv, unsigned int *n)
+{
+	struct count_query q = { 0 };
+	tpu_status err = count(rdv, &q);
+
+	if (!err)
+		*n = q.abandoned;
+	return err;
 }
 
 struct push_query {
@@ -1154,33 +1174,6 @@ tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push
 		return err;
 	tpu__ctx_run_sync(q.st->pctx, push_stats_on_ctx, &q);
 	remote_leave(rdv);
-	return 0;
-}
-
-struct abandoned_query {
-	struct remote *st;
-	unsigned int n;
-};
-
-static void abandoned_on_ctx(void *arg)
-{
-	struct abandoned_query *q = arg;
-	struct remote_peer *p;
-
-	for (p = q->st->peers; p; p = p->next)
-		q->n += p->nabandoned;
-}
-
-tpu_status tpu__remote_abandoned(struct tpu_rendezvous *rdv, unsigned int *n)
-{
-	struct abandoned_query q = { 0 };
-	tpu_status err = remote_enter(rdv, &q.st);
-
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q.st->pctx, abandoned_on_ctx, &q);
-	remote_leave(rdv);
-	*n = q.n;
 	return 0;
 }
 
