@@ -58,7 +58,7 @@ void *tpu__free_list_get(struct tpu__free_list *l, size_t need, size_t min, size
 	if (unit && room > (SIZE_MAX - fixed) / unit)
 		return NULL;
 	rec = malloc(fixed + room * unit);
-	if (rec)
+	if (rec && l->room_off != TPU__FREE_NO_ROOM)
 		*(size_t *)((char *)rec + l->room_off) = room;
 	return rec;
 }

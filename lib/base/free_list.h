@@ -39,8 +39,8 @@ void *tpu__free_list_take(struct tpu__free_list *l, size_t need);
 /*
  * tpu__free_list_take(@need), or else a new record of @fixed bytes and
  * room for max(@need, @min) items of @unit bytes each, its room field set
- * (a list with one; the other fields are the caller's to set).  NULL
- * without memory.
+ * if the list has one (0, 0, 0 for records without a variable part); the
+ * other fields are the caller's to set.  NULL without memory.
  */
 void *tpu__free_list_get(struct tpu__free_list *l, size_t need, size_t min, size_t fixed,
 			 size_t unit);

@@ -230,9 +230,7 @@ struct io_uring_sqe *tpu__ctx_sqe(struct tpu_context *ctx, tpu__cqe_fn fn, void 
 	struct ctx_rec *rec;
 
 	pthread_mutex_lock(&ctx->sq_lock);
-	rec = tpu__free_list_take(&ctx->rec_free, 0);
-	if (!rec)
-		rec = malloc(sizeof(*rec));
+	rec = tpu__free_list_get(&ctx->rec_free, 0, 0, sizeof(*rec), 0);
 	if (!rec) {
 		pthread_mutex_unlock(&ctx->sq_lock);
 		return NULL;

@@ -666,9 +666,7 @@ static tpu_status conn_read(struct tpu__conn *base, void *buf, size_t len, tpu__
 		return -EINVAL;
 	if (c->closed)
 		return TPU_E_CLOSED;
-	r = tpu__free_list_take(&c->rd_free, 0);
-	if (!r)
-		r = malloc(sizeof(*r));
+	r = tpu__free_list_get(&c->rd_free, 0, 0, sizeof(*r), 0);
 	if (!r)
 		return -ENOMEM;
 	*r = (struct rdma_rd){ .cb = cb, .arg = arg, .buf = buf, .len = len };

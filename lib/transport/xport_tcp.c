@@ -646,9 +646,7 @@ static tpu_status tcp_read(struct tpu__conn *conn, void *buf, size_t len, tpu__i
 
 	if (!len || !buf || !cb)
 		return -EINVAL;
-	op = tpu__free_list_take(&c->rd_free, 0);
-	if (!op)
-		op = malloc(sizeof(*op));
+	op = tpu__free_list_get(&c->rd_free, 0, 0, sizeof(*op), 0);
 	if (!op)
 		return -ENOMEM;
 	*op = (struct tcp_rd){ .cb = cb, .arg = arg, .buf = buf, .len = len };

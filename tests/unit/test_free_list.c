@@ -5,6 +5,7 @@
  * record a taker with a given need gets.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "tap.h"
@@ -113,10 +114,40 @@ static void bound_zero_keeps_none(void)
 	      "free_list: a bound of 0 releases every record put");
 }
 
+/* get: a kept record that fits, else a new one with its room set (lists with a room field). */
+static void get_takes_or_makes(void)
+{
+	struct tpu__free_list l;
+	struct rec *r, *kept;
+
+	init(&l, 4, true);
+	r = tpu__free_list_get(&l, 3, 8, sizeof(*r), 16);
+	CHECK(r && r->room == 8, "free_list: get makes a record with room for its minimum");
+	kept = r;
+	if (r)
+		r->id = 5;
+	tpu__free_list_put(&l, r);
+	r = tpu__free_list_get(&l, 8, 8, sizeof(*r), 16);
+	CHECK(r == kept && r->id == 5, "free_list: get takes a kept record that fits");
+	tpu__free_list_put(&l, r);
+	r = tpu__free_list_get(&l, 20, 8, sizeof(*r), 16);
+	CHECK(r && r != kept && r->room == 20 && l.count == 1,
+	      "free_list: get makes a bigger one when none kept fits");
+	free(r);
+	tpu__free_list_drain(&l);
+	init(&l, 4, false);
+	r = tpu__free_list_get(&l, 0, 0, sizeof(*r), 0);
+	CHECK(r != NULL, "free_list: get makes a fixed-size record for a list without room");
+	free(r);
+	CHECK(tpu__free_list_get(&l, SIZE_MAX / 2, 0, sizeof(*r), 16) == NULL,
+	      "free_list: get refuses a size that overflows");
+}
+
 void test_free_list(void)
 {
 	keeps_up_to_its_bound();
 	a_taker_gets_one_with_room();
 	no_room_field_takes_the_head();
 	bound_zero_keeps_none();
+	get_takes_or_makes();
 }
