@@ -1021,6 +1021,22 @@ static void path_on_ctx(void *arg)
 	}
 }
 
+/*
+ * @fn(@q) on @rdv's pipe context, whose thread owns the peers and tasks,
+ * with *@st (a member of @q) set to the remote state first.
+ */
+static tpu_status run_on_pctx(struct tpu_rendezvous *rdv, void (*fn)(void *arg), void *q,
+			      struct remote **st)
+{
+	tpu_status err = remote_enter(rdv, st);
+
+	if (err)
+		return err;
+	tpu__ctx_run_sync((*st)->pctx, fn, q);
+	remote_leave(rdv);
+	return 0;
+}
+
 TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const char *task,
 					    const char **transport, const char **channel)
 {
@@ -1031,12 +1047,9 @@ TPU_API tpu_status tpu_rendezvous_peer_path(struct tpu_rendezvous *rdv, const ch
 		return err;
 	if (!task || !transport || !channel)
 		return -EINVAL;
-	err = remote_enter(rdv, &q.st);
+	err = run_on_pctx(rdv, path_on_ctx, &q, &q.st);
 	if (err)
 		return err;
-	/* The peers are the context thread's. */
-	tpu__ctx_run_sync(q.st->pctx, path_on_ctx, &q);
-	remote_leave(rdv);
 	if (!q.err) {
 		*transport = q.transport;
 		*channel = q.channel;
@@ -1090,11 +1103,9 @@ tpu_status tpu__remote_peer_pid(struct tpu_rendezvous *rdv, const char *task, pi
 		return err;
 	if (!task)
 		return -EINVAL;
-	err = remote_enter(rdv, &q.st);
+	err = run_on_pctx(rdv, pid_on_ctx, &q, &q.st);
 	if (err)
 		return err;
-	tpu__ctx_run_sync(q.st->pctx, pid_on_ctx, &q);
-	remote_leave(rdv);
 	if (!q.err)
 		*pid = q.pid > 0 ? q.pid : 0;
 	return q.err;
@@ -1119,22 +1130,11 @@ static void count_on_ctx(void *arg)
 	}
 }
 
-static tpu_status count(struct tpu_rendezvous *rdv, struct count_query *q)
-{
-	tpu_status err = remote_enter(rdv, &q->st);
-
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q->st->pctx, count_on_ctx, q);
-	remote_leave(rdv);
-	return 0;
-}
-
 tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipes,
 				  unsigned int *accepted)
 {
 	struct count_query q = { 0 };
-	tpu_status err = count(rdv, &q);
+	tpu_status err = run_on_pctx(rdv, count_on_ctx, &q, &q.st);
 
 	if (err)
 		return err;
@@ -1146,7 +1146,7 @@ tpu_status tpu__remote_pipe_count(struct tpu_rendezvous *rdv, unsigned int *pipe
 tpu_status tpu__remote_abandoned(struct tpu_rendezvous *rdv, unsigned int *n)
 {
 	struct count_query q = { 0 };
-	tpu_status err = count(rdv, &q);
+	tpu_status err = run_on_pctx(rdv, count_on_ctx, &q, &q.st);
 
 	if (!err)
 		*n = q.abandoned;
@@ -1168,13 +1168,8 @@ static void push_stats_on_ctx(void *arg)
 tpu_status tpu__remote_push_stats(struct tpu_rendezvous *rdv, struct remote_push_stats *out)
 {
 	struct push_query q = { .out = out };
-	tpu_status err = remote_enter(rdv, &q.st);
 
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q.st->pctx, push_stats_on_ctx, &q);
-	remote_leave(rdv);
-	return 0;
+	return run_on_pctx(rdv, push_stats_on_ctx, &q, &q.st);
 }
 
 struct retry_query {
@@ -1184,19 +1179,6 @@ struct retry_query {
 	uint64_t min_ns, max_ns, stall_ns;
 	tpu_status err;
 };
-
-/* The test hooks below: @fn(@q) on @rdv's pipe context, with @q->st set. */
-static tpu_status run_on_pctx(struct tpu_rendezvous *rdv, void (*fn)(void *arg),
-			      struct retry_query *q)
-{
-	tpu_status err = remote_enter(rdv, &q->st);
-
-	if (err)
-		return err;
-	tpu__ctx_run_sync(q->st->pctx, fn, q);
-	remote_leave(rdv);
-	return 0;
-}
 
 static void retry_stats_on_ctx(void *arg)
 {
@@ -1225,7 +1207,7 @@ tpu_status tpu__remote_retry_stats(struct tpu_rendezvous *rdv, const char *task,
 	if (!task || !out)
 		return -EINVAL;
 	/* The tasks' retry state is the context thread's. */
-	err = run_on_pctx(rdv, retry_stats_on_ctx, &q);
+	err = run_on_pctx(rdv, retry_stats_on_ctx, &q, &q.st);
 	return err ? err : q.err;
 }
 
@@ -1246,7 +1228,7 @@ tpu_status tpu__remote_set_backoff(struct tpu_rendezvous *rdv, uint64_t min_ns, 
 		return err;
 	if (!min_ns || min_ns > max_ns || max_ns > 3600ull * 1000000000ull)
 		return -EINVAL;
-	return run_on_pctx(rdv, backoff_on_ctx, &q);
+	return run_on_pctx(rdv, backoff_on_ctx, &q, &q.st);
 }
 
 static void stall_on_ctx(void *arg)
@@ -1265,7 +1247,7 @@ tpu_status tpu__remote_set_stall(struct tpu_rendezvous *rdv, uint64_t ns)
 		return err;
 	if (!ns || ns > 3600ull * 1000000000ull)
 		return -EINVAL;
-	return run_on_pctx(rdv, stall_on_ctx, &q);
+	return run_on_pctx(rdv, stall_on_ctx, &q, &q.st);
 }
 
 static void hold_run(struct tpu__task *t)

@@ -607,6 +607,11 @@ void tpu__remote_peer_ref(struct remote_peer *p);
 void tpu__remote_peer_unref(struct remote_peer *p);
 /* Close the pipe, fail its fetches with @status, drop its REQs. */
 void tpu__remote_peer_end(struct remote_peer *p, tpu_status status);
+/* Why a pipe's operation failed, as the rendezvous's callers hear it. */
+static inline tpu_status tpu__remote_gone(const struct remote *st)
+{
+	return st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+}
 /* Write ABORT to every live peer. */
 void tpu__remote_peers_abort(struct remote *st, tpu_status status);
 

@@ -180,7 +180,7 @@ static void fetch_read_stalled(struct remote_fetch *f)
 	/* Kept by the fetch's end: the other receives on that pipe hear it gone. */
 	if (!f->ended)
 		f->ended = f->timed_out ? -ETIMEDOUT : -ECANCELED;
-	tpu__remote_peer_end(p, f->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE);
+	tpu__remote_peer_end(p, tpu__remote_gone(f->st));
 }
 
 /*
@@ -198,7 +198,7 @@ static void fetch_abandon(struct remote_fetch *f)
 		return;
 	tpu__log_debug("remote rendezvous %s: %u receives ended with their CANCELs unanswered "
 		       "on one pipe: ending it", f->st->self, p->nabandoned);
-	tpu__remote_peer_end(p, f->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE);
+	tpu__remote_peer_end(p, tpu__remote_gone(f->st));
 }
 
 /*
@@ -537,7 +537,7 @@ void tpu__remote_fetch_resp_done(struct remote_peer *p, tpu_status status, struc
 	}
 	if (status) {
 		/* The read failed; the pipe is ending (or what ended the fetch says why). */
-		res = f->ended ? f->ended : p->st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+		res = f->ended ? f->ended : tpu__remote_gone(p->st);
 	} else if (res == TPU_E_CLOSED) {
 		/* The producer's rendezvous closed before it could answer: to us it is gone. */
 		res = TPU_E_PEER_GONE;

@@ -402,7 +402,7 @@ static void inbox_arrived(struct remote_peer *p, struct remote_inbox *e, tpu_sta
 	if (status || (p->dead && !op)) {
 		if (op) {
 			e->op = NULL;
-			tpu__remote_op_done(op, st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE, 0);
+			tpu__remote_op_done(op, tpu__remote_gone(st), 0);
 		}
 		inbox_release(e);
 		return;
@@ -490,7 +490,7 @@ static void push_to_fetch(struct remote_peer *p, struct remote_fetch *f, tpu_sta
 		tpu_buffer_free(buf);
 	} else {
 		if (status) {
-			res = f->ended ? f->ended : st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
+			res = f->ended ? f->ended : tpu__remote_gone(st);
 			len = 0;
 		} else if (len > f->cap) {
 			/* In the inbox before the receive hears of it: a retry finds it. */

@@ -84,12 +84,6 @@ void tpu__remote_peer_unref(struct remote_peer *p)
 	tpu__remote_put(st);
 }
 
-/* Why a pipe operation failed, as the rendezvous's callers should hear it. */
-static tpu_status pipe_error(const struct remote *st)
-{
-	return st->destroyed ? TPU_E_CLOSED : TPU_E_PEER_GONE;
-}
-
 /* Something came through @p: a failed connect no more. */
 static void peer_established(struct remote_peer *p)
 {
@@ -281,7 +275,7 @@ static void stall_over(void *arg, tpu_status status)
 		tpu__log_debug("remote rendezvous %s: %u cancelled sends still being written after "
 			       "%llu ms: the peer stopped reading; ending its pipe", st->self,
 			       p->stalled, (unsigned long long)(st->stall_ns / 1000000ull));
-		tpu__remote_peer_end(p, pipe_error(st));
+		tpu__remote_peer_end(p, tpu__remote_gone(st));
 	}
 	tpu__remote_peer_unref(p);
 }
@@ -318,11 +312,11 @@ static void write_done(void *arg, tpu_status status, struct tpu_message *msg)
 			tpu_buffer_free(send->tensor.buffer);
 			send->tensor.buffer = NULL;
 		}
-		tpu__remote_op_done(send, status ? pipe_error(p->st) : 0,
+		tpu__remote_op_done(send, status ? tpu__remote_gone(p->st) : 0,
 				    status ? 0 : send->tensor.len);
 	}
 	if (status)
-		tpu__remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_end(p, tpu__remote_gone(p->st));
 	else if (st->one_pipe && p->task)
 		tpu__remote_peer_settle(p->task);
 	tpu__free_list_put(&st->write_free, w);
@@ -367,7 +361,7 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 		p->writes--;
 		tpu__remote_peer_unref(p);
 	} else if (w) {
-		st = pipe_error(p->st);
+		st = tpu__remote_gone(p->st);
 	}
 	tpu__free_list_put(&owner->write_free, w);
 	if (send) {
@@ -375,9 +369,9 @@ static void peer_write(struct remote_peer *p, const struct remote_hdr *h, struct
 			tpu_buffer_free(send->tensor.buffer);
 			send->tensor.buffer = NULL;
 		}
-		tpu__remote_op_done(send, pipe_error(p->st), 0);
+		tpu__remote_op_done(send, tpu__remote_gone(p->st), 0);
 	}
-	tpu__remote_peer_end(p, st == -ENOMEM ? st : pipe_error(p->st));
+	tpu__remote_peer_end(p, st == -ENOMEM ? st : tpu__remote_gone(p->st));
 }
 
 void tpu__remote_peer_send(struct remote_peer *p, const struct remote_hdr *h)
@@ -597,7 +591,7 @@ static void read_done(void *arg, tpu_status status, struct tpu_message *msg)
 	else if (p->cur.type == REMOTE_PUSH)
 		tpu__remote_fetch_push_done(p, status, msg);
 	if (status)
-		tpu__remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_end(p, tpu__remote_gone(p->st));
 	else if (!p->dead && (status = dispatch(p)) != 0)
 		tpu__remote_peer_end(p, status);
 	if (!p->dead)
@@ -640,7 +634,7 @@ static void desc_done(void *arg, tpu_status status, struct tpu_message *desc)
 			tpu__log_debug("remote rendezvous %s: a peer sent what is no message of ours",
 				       p->st->self);
 	}
-	tpu__remote_peer_end(p, st == -EPROTO ? -EPROTO : pipe_error(p->st));
+	tpu__remote_peer_end(p, st == -EPROTO ? -EPROTO : tpu__remote_gone(p->st));
 	tpu__remote_peer_unref(p);
 }
 
@@ -648,7 +642,7 @@ static void read_next(struct remote_peer *p)
 {
 	tpu__remote_peer_ref(p);
 	if (tpu_pipe_read_descriptor(p->pipe, desc_done, p)) {
-		tpu__remote_peer_end(p, pipe_error(p->st));
+		tpu__remote_peer_end(p, tpu__remote_gone(p->st));
 		tpu__remote_peer_unref(p);
 	}
 }
@@ -764,7 +758,7 @@ struct remote_peer *tpu__remote_peer_for(struct remote *st, struct remote_task *
 	if (!p->dead)
 		read_next(p);
 	if (p->dead) {
-		*err = pipe_error(st);
+		*err = tpu__remote_gone(st);
 		tpu__remote_peer_unref(p);
 		return NULL;
 	}
